@@ -1,0 +1,18 @@
+# ember — the two commands in the README.
+#   make demo   set up, then run the main job (see README)
+#   make test   set up, then run the whole test suite
+PYTHON := .venv/bin/python
+
+.PHONY: setup demo test bench
+
+setup:
+	@bash scripts/setup.sh
+
+demo: setup
+	$(PYTHON) bench/log_bench.py
+
+test: setup
+	$(PYTHON) -m pytest -q -p no:cacheprovider
+
+bench: setup
+	$(PYTHON) bench/log_bench.py

@@ -1,0 +1,37 @@
+"""The ``ember`` command line.
+
+Each module in ``ember.commands`` contributes one top-level command through
+``register(subparsers)``; the parser sets ``func`` to the handler, which returns an exit code.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+
+import ember.commands
+from ember.errors import EmberError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ember", description="ember: a Spark-native streaming platform")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module in sorted(pkgutil.iter_modules(ember.commands.__path__), key=lambda m: m.name):
+        importlib.import_module(f"ember.commands.{module.name}").register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except EmberError as exc:
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,136 @@
+"""Start and stop a real ZooKeeper server (Debian's ``zookeeper`` package) for a local cluster.
+
+The server runs standalone with its own data directory, loopback address and port, so several
+local clusters (and test runs) can live on one machine side by side.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ember.errors import EmberError
+
+ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
+MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+
+
+class ZooKeeperUnavailable(EmberError):
+    """ZooKeeper could not be started or reached."""
+    hint = "run `make setup` (installs Debian's zookeeper package) and check the ZooKeeper log"
+
+
+@dataclass
+class ZooKeeperServer:
+    """A standalone ZooKeeper server process owned by this launcher."""
+
+    data_dir: Path
+    port: int
+    host: str = "127.0.0.1"
+    process: subprocess.Popen | None = None
+
+    @property
+    def connect_string(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.data_dir / "zookeeper.out"
+
+    def write_config(self) -> Path:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        config = self.data_dir / "zoo.cfg"
+        config.write_text(
+            "tickTime=500\n"
+            f"dataDir={self.data_dir / 'data'}\n"
+            f"clientPort={self.port}\n"
+            f"clientPortAddress={self.host}\n"
+            "admin.enableServer=false\n"
+            "minSessionTimeout=1000\n"
+            "maxSessionTimeout=60000\n"
+            "4lw.commands.whitelist=ruok,srvr,stat\n"
+        )
+        return config
+
+    def start(self, timeout_s: float = 30.0) -> None:
+        """Start the server in the background and wait until it answers ``ruok``."""
+        java = shutil.which("java")
+        if java is None or not ZOOKEEPER_JAR.exists():
+            raise ZooKeeperUnavailable(f"java or {ZOOKEEPER_JAR} is missing")
+        config = self.write_config()
+        (self.data_dir / "data").mkdir(exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                [java, "-Xmx256m", "-XX:+UseSerialGC", f"-Dzookeeper.log.dir={self.data_dir}",
+                 "-cp", str(ZOOKEEPER_JAR), MAIN_CLASS, str(config)],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        (self.data_dir / "zookeeper.pid").write_text(str(self.process.pid))
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise ZooKeeperUnavailable(
+                    f"ZooKeeper exited with code {self.process.returncode}; see {self.log_path}")
+            if is_healthy(self.host, self.port):
+                return
+            time.sleep(0.1)
+        self.stop()
+        raise ZooKeeperUnavailable(f"ZooKeeper did not answer on {self.connect_string} within {timeout_s:.0f}s")
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        pid = self.process.pid if self.process else read_pid(self.data_dir / "zookeeper.pid")
+        if pid is not None:
+            terminate(pid, timeout_s)
+        (self.data_dir / "zookeeper.pid").unlink(missing_ok=True)
+
+
+def is_healthy(host: str, port: int) -> bool:
+    """True when a ZooKeeper server at host:port answers the ``ruok`` four-letter word."""
+    try:
+        with socket.create_connection((host, port), timeout=1.0) as sock:
+            sock.sendall(b"ruok")
+            return sock.recv(4) == b"imok"
+    except OSError:
+        return False
+
+
+def read_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def terminate(pid: int, timeout_s: float) -> None:
+    """SIGTERM a process group, then SIGKILL it if it has not exited in time."""
+    try:
+        os.killpg(pid, 15)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pid, 0)
+        except ProcessLookupError:
+            return
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        time.sleep(0.05)
+    try:
+        os.killpg(pid, 9)
+    except ProcessLookupError:
+        pass
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port the OS reports free now; clusters pick fresh ones so two never collide."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]

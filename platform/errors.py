@@ -1,0 +1,320 @@
+"""Typed errors shared by brokers and clients.
+
+Every failure that crosses the wire is an :class:`ErrorCode`; clients turn the code back into the
+matching exception with :func:`error_for_code`, so a user always sees a named error and a hint
+about what to do, never a bare number.
+"""
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ErrorCode(IntEnum):
+    NONE = 0
+    UNKNOWN_SERVER_ERROR = -1
+    OFFSET_OUT_OF_RANGE = 1
+    CORRUPT_RECORD = 2
+    UNKNOWN_TOPIC_OR_PARTITION = 3
+    INVALID_FETCH_SIZE = 4
+    LEADER_NOT_AVAILABLE = 5
+    NOT_LEADER_OR_FOLLOWER = 6
+    REQUEST_TIMED_OUT = 7
+    BROKER_NOT_AVAILABLE = 8
+    REPLICA_NOT_AVAILABLE = 9
+    MESSAGE_TOO_LARGE = 10
+    NETWORK_EXCEPTION = 13
+    COORDINATOR_NOT_AVAILABLE = 15
+    NOT_COORDINATOR = 16
+    INVALID_TOPIC = 17
+    RECORD_LIST_TOO_LARGE = 18
+    NOT_ENOUGH_REPLICAS = 19
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
+    INVALID_REQUIRED_ACKS = 21
+    ILLEGAL_GENERATION = 22
+    INCONSISTENT_GROUP_PROTOCOL = 23
+    INVALID_GROUP_ID = 24
+    UNKNOWN_MEMBER_ID = 25
+    INVALID_SESSION_TIMEOUT = 26
+    REBALANCE_IN_PROGRESS = 27
+    INVALID_COMMIT_OFFSET_SIZE = 28
+    INVALID_TIMESTAMP = 32
+    UNSUPPORTED_VERSION = 35
+    TOPIC_ALREADY_EXISTS = 36
+    INVALID_PARTITIONS = 37
+    INVALID_REPLICATION_FACTOR = 38
+    INVALID_REQUEST = 42
+    INVALID_CONFIG = 40
+    NOT_CONTROLLER = 41
+    OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+    DUPLICATE_SEQUENCE_NUMBER = 46
+    INVALID_PRODUCER_EPOCH = 47
+    KAFKA_STORAGE_ERROR = 56
+    UNKNOWN_PRODUCER_ID = 59
+    FENCED_LEADER_EPOCH = 74
+    UNKNOWN_LEADER_EPOCH = 75
+    OFFSET_NOT_AVAILABLE = 78
+    GROUP_ID_NOT_FOUND = 69
+    NON_EMPTY_GROUP = 68
+    UNSTABLE_OFFSET_COMMIT = 88
+
+
+class EmberError(Exception):
+    """Base class of every ember error. ``retriable`` tells clients whether a retry can help."""
+
+    code: ErrorCode = ErrorCode.UNKNOWN_SERVER_ERROR
+    retriable: bool = False
+    hint: str = ""
+
+    def __init__(self, message: str = "") -> None:
+        text = message or self.__class__.__doc__ or self.code.name
+        if self.hint and self.hint not in text:
+            text = f"{text} ({self.hint})"
+        super().__init__(text)
+
+
+class UnknownServerError(EmberError):
+    """The broker failed in an unexpected way."""
+    hint = "see the broker log"
+
+
+class OffsetOutOfRange(EmberError):
+    """The requested offset is outside the partition's log."""
+    code = ErrorCode.OFFSET_OUT_OF_RANGE
+    hint = "seek to a valid offset, or set auto_offset_reset to earliest or latest"
+
+
+class CorruptRecord(EmberError):
+    """A record batch failed validation (bad header, length or CRC)."""
+    code = ErrorCode.CORRUPT_RECORD
+
+
+class UnknownTopicOrPartition(EmberError):
+    """The topic or partition does not exist on this cluster."""
+    code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    retriable = True
+    hint = "create it with `ember topics create` or check the name"
+
+
+class LeaderNotAvailable(EmberError):
+    """The partition has no leader right now (election in progress or no live in-sync replica)."""
+    code = ErrorCode.LEADER_NOT_AVAILABLE
+    retriable = True
+
+
+class NotLeaderOrFollower(EmberError):
+    """This broker does not lead the partition; refresh metadata and retry."""
+    code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+    retriable = True
+
+
+class RequestTimedOut(EmberError):
+    """The request did not complete within its timeout."""
+    code = ErrorCode.REQUEST_TIMED_OUT
+    retriable = True
+
+
+class BrokerNotAvailable(EmberError):
+    """No broker could be reached."""
+    code = ErrorCode.BROKER_NOT_AVAILABLE
+    retriable = True
+    hint = "check --bootstrap / bootstrap_servers and that the cluster is up (`ember cluster status`)"
+
+
+class MessageTooLarge(EmberError):
+    """A record batch is larger than the topic's max.message.bytes or the frame limit."""
+    code = ErrorCode.MESSAGE_TOO_LARGE
+    hint = "raise max.message.bytes on the topic or send smaller records"
+
+
+class NetworkError(EmberError):
+    """The connection to a broker failed."""
+    code = ErrorCode.NETWORK_EXCEPTION
+    retriable = True
+
+
+class InvalidTopic(EmberError):
+    """The topic name is not valid."""
+    code = ErrorCode.INVALID_TOPIC
+    hint = "use letters, digits, '.', '_' and '-', at most 249 characters"
+
+
+class NotEnoughReplicas(EmberError):
+    """The in-sync replica set is smaller than min.insync.replicas."""
+    code = ErrorCode.NOT_ENOUGH_REPLICAS
+    retriable = True
+
+
+class NotEnoughReplicasAfterAppend(EmberError):
+    """The record was written by the leader but the ISR shrank before it was replicated."""
+    code = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+    retriable = True
+
+
+class InvalidRequiredAcks(EmberError):
+    """acks must be 0, 1 or all (-1)."""
+    code = ErrorCode.INVALID_REQUIRED_ACKS
+
+
+class IllegalGeneration(EmberError):
+    """The consumer group generation is stale; the member must rejoin."""
+    code = ErrorCode.ILLEGAL_GENERATION
+
+
+class UnknownMemberId(EmberError):
+    """The group does not know this member; it must rejoin."""
+    code = ErrorCode.UNKNOWN_MEMBER_ID
+
+
+class RebalanceInProgress(EmberError):
+    """The group is rebalancing; rejoin and retry."""
+    code = ErrorCode.REBALANCE_IN_PROGRESS
+    retriable = True
+
+
+class InvalidGroupId(EmberError):
+    """The group id is empty or invalid."""
+    code = ErrorCode.INVALID_GROUP_ID
+
+
+class GroupIdNotFound(EmberError):
+    """The consumer group does not exist."""
+    code = ErrorCode.GROUP_ID_NOT_FOUND
+
+
+class NonEmptyGroup(EmberError):
+    """The group still has active members."""
+    code = ErrorCode.NON_EMPTY_GROUP
+    hint = "stop the group's consumers first"
+
+
+class InvalidTimestamp(EmberError):
+    """A record timestamp is invalid."""
+    code = ErrorCode.INVALID_TIMESTAMP
+
+
+class UnsupportedVersion(EmberError):
+    """The broker does not support this API or version."""
+    code = ErrorCode.UNSUPPORTED_VERSION
+
+
+class TopicAlreadyExists(EmberError):
+    """A topic with this name already exists."""
+    code = ErrorCode.TOPIC_ALREADY_EXISTS
+
+
+class InvalidPartitions(EmberError):
+    """The partition count is invalid."""
+    code = ErrorCode.INVALID_PARTITIONS
+
+
+class InvalidReplicationFactor(EmberError):
+    """The replication factor is invalid or larger than the number of live brokers."""
+    code = ErrorCode.INVALID_REPLICATION_FACTOR
+    hint = "start more brokers or lower --replication-factor"
+
+
+class InvalidConfig(EmberError):
+    """A configuration name or value is invalid."""
+    code = ErrorCode.INVALID_CONFIG
+
+
+class NotController(EmberError):
+    """This broker is not the controller."""
+    code = ErrorCode.NOT_CONTROLLER
+    retriable = True
+
+
+class InvalidRequest(EmberError):
+    """The request is malformed."""
+    code = ErrorCode.INVALID_REQUEST
+
+
+class OutOfOrderSequenceNumber(EmberError):
+    """The broker received a producer sequence number out of order."""
+    code = ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+
+
+class DuplicateSequenceNumber(EmberError):
+    """The batch was already written (idempotent producer retry)."""
+    code = ErrorCode.DUPLICATE_SEQUENCE_NUMBER
+
+
+class InvalidProducerEpoch(EmberError):
+    """The producer has been fenced by a newer instance with the same producer id."""
+    code = ErrorCode.INVALID_PRODUCER_EPOCH
+
+
+class UnknownProducerId(EmberError):
+    """The broker has no state for this producer id."""
+    code = ErrorCode.UNKNOWN_PRODUCER_ID
+    retriable = True
+
+
+class StorageError(EmberError):
+    """The broker could not read or write its log directory."""
+    code = ErrorCode.KAFKA_STORAGE_ERROR
+    retriable = True
+
+
+class FencedLeaderEpoch(EmberError):
+    """The request carried a leader epoch older than the partition's current one."""
+    code = ErrorCode.FENCED_LEADER_EPOCH
+    retriable = True
+
+
+class UnknownLeaderEpoch(EmberError):
+    """The request carried a leader epoch newer than this broker knows."""
+    code = ErrorCode.UNKNOWN_LEADER_EPOCH
+    retriable = True
+
+
+class OffsetNotAvailable(EmberError):
+    """The offset is not yet available (for example the high watermark is still catching up)."""
+    code = ErrorCode.OFFSET_NOT_AVAILABLE
+    retriable = True
+
+
+class CoordinatorNotAvailable(EmberError):
+    """The group coordinator is not available."""
+    code = ErrorCode.COORDINATOR_NOT_AVAILABLE
+    retriable = True
+
+
+class NotCoordinator(EmberError):
+    """This broker is not the group's coordinator."""
+    code = ErrorCode.NOT_COORDINATOR
+    retriable = True
+
+
+class KafkaTimeoutError(EmberError):
+    """A client-side operation did not complete in time (buffer full, metadata, delivery)."""
+    code = ErrorCode.REQUEST_TIMED_OUT
+    retriable = False
+
+
+class CorruptSegment(EmberError):
+    """A sealed segment holds damaged bytes; the data at that position cannot be read."""
+    code = ErrorCode.KAFKA_STORAGE_ERROR
+    hint = "restore the segment from a replica or delete the partition directory to re-replicate"
+
+
+def _by_code() -> dict[int, type[EmberError]]:
+    table: dict[int, type[EmberError]] = {}
+    for cls in EmberError.__subclasses__():
+        table.setdefault(int(cls.code), cls)
+    return table
+
+
+_ERRORS_BY_CODE = _by_code()
+
+
+def error_for_code(code: int, message: str = "") -> EmberError:
+    """The exception a client raises for an error code received from a broker."""
+    cls = _ERRORS_BY_CODE.get(code, UnknownServerError)
+    return cls(message)
+
+
+def raise_for_code(code: int, message: str = "") -> None:
+    """Raise the matching error unless ``code`` is NONE."""
+    if code != ErrorCode.NONE:
+        raise error_for_code(code, message)

@@ -1,0 +1,147 @@
+"""The ember wire protocol: framing and message codec shared by brokers and clients.
+
+A frame is a 4-byte big-endian length followed by that many bytes. Requests carry
+``api_key, api_version, correlation_id``; responses echo the correlation id. The body is a small
+JSON document (the request or response fields) followed by an opaque binary *payload*: record
+batches travel there as raw bytes, referenced from the JSON by size and in order, so brokers and
+followers copy them (or ``sendfile`` them) instead of re-encoding. See docs/protocol.md.
+"""
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any, Sequence
+
+from ember.errors import InvalidRequest, MessageTooLarge
+
+FRAME_LENGTH = struct.Struct(">I")
+REQUEST_HEADER = struct.Struct(">hhiI")   # api_key, api_version, correlation_id, json_length
+RESPONSE_HEADER = struct.Struct(">iI")    # correlation_id, json_length
+
+#: Kafka's socket.request.max.bytes default; brokers may lower or raise it by config.
+DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024
+
+Buffer = bytes | bytearray | memoryview
+
+
+class ApiKey(IntEnum):
+    """API keys; numbers follow Kafka's where the API has a Kafka twin."""
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
+    FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
+    API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
+    INIT_PRODUCER_ID = 22
+    OFFSET_FOR_LEADER_EPOCH = 23
+    DESCRIBE_CONFIGS = 32
+    ALTER_CONFIGS = 33
+    DELETE_GROUPS = 42
+
+
+@dataclass
+class Request:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    body: dict[str, Any]
+    payload: memoryview = field(default_factory=lambda: memoryview(b""))
+
+
+@dataclass
+class Response:
+    correlation_id: int
+    body: dict[str, Any]
+    payload: memoryview = field(default_factory=lambda: memoryview(b""))
+
+
+def _dump(body: dict[str, Any]) -> bytes:
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def encode_request(api_key: int, api_version: int, correlation_id: int, body: dict[str, Any],
+                   payload: Sequence[Buffer] = ()) -> list[Buffer]:
+    """Frame a request as a list of buffers for ``writelines``/``sendmsg`` (payload not copied)."""
+    doc = _dump(body)
+    size = REQUEST_HEADER.size + len(doc) + sum(len(p) for p in payload)
+    head = FRAME_LENGTH.pack(size) + REQUEST_HEADER.pack(api_key, api_version, correlation_id, len(doc))
+    return [head, doc, *payload]
+
+
+def response_prefix(correlation_id: int, body: dict[str, Any], payload_size: int) -> bytes:
+    """Frame length, header and JSON of a response whose payload (``payload_size`` bytes)
+    the caller writes next, e.g. with ``sendfile``."""
+    doc = _dump(body)
+    size = RESPONSE_HEADER.size + len(doc) + payload_size
+    return FRAME_LENGTH.pack(size) + RESPONSE_HEADER.pack(correlation_id, len(doc)) + doc
+
+
+def encode_response(correlation_id: int, body: dict[str, Any],
+                    payload: Sequence[Buffer] = ()) -> list[Buffer]:
+    return [response_prefix(correlation_id, body, sum(len(p) for p in payload)), *payload]
+
+
+def check_frame_size(size: int, max_frame_bytes: int) -> None:
+    if size > max_frame_bytes:
+        raise MessageTooLarge(f"frame of {size} bytes exceeds the limit of {max_frame_bytes} bytes")
+    if size < RESPONSE_HEADER.size:
+        raise InvalidRequest(f"frame of {size} bytes is shorter than any header")
+
+
+def _load(doc: memoryview) -> dict[str, Any]:
+    try:
+        body = json.loads(bytes(doc))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise InvalidRequest(f"frame body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise InvalidRequest("frame body must be a JSON object")
+    return body
+
+
+def decode_request(frame: Buffer) -> Request:
+    """Parse a request frame (without its 4-byte length). Raises InvalidRequest on garbage."""
+    view = memoryview(frame)
+    if len(view) < REQUEST_HEADER.size:
+        raise InvalidRequest("request frame shorter than its header")
+    api_key, api_version, correlation_id, doc_len = REQUEST_HEADER.unpack_from(view)
+    end = REQUEST_HEADER.size + doc_len
+    if end > len(view):
+        raise InvalidRequest("request JSON length runs past the frame")
+    return Request(api_key, api_version, correlation_id, _load(view[REQUEST_HEADER.size:end]), view[end:])
+
+
+def decode_response(frame: Buffer) -> Response:
+    """Parse a response frame (without its 4-byte length)."""
+    view = memoryview(frame)
+    if len(view) < RESPONSE_HEADER.size:
+        raise InvalidRequest("response frame shorter than its header")
+    correlation_id, doc_len = RESPONSE_HEADER.unpack_from(view)
+    end = RESPONSE_HEADER.size + doc_len
+    if end > len(view):
+        raise InvalidRequest("response JSON length runs past the frame")
+    return Response(correlation_id, _load(view[RESPONSE_HEADER.size:end]), view[end:])
+
+
+def split_payload(payload: memoryview, sizes: Sequence[int]) -> list[memoryview]:
+    """Cut a payload into the consecutive pieces the JSON body announced by size."""
+    pieces, pos = [], 0
+    for size in sizes:
+        if size < 0 or pos + size > len(payload):
+            raise InvalidRequest("payload sizes in the body do not match the payload")
+        pieces.append(payload[pos:pos + size])
+        pos += size
+    if pos != len(payload):
+        raise InvalidRequest("payload longer than the sizes in the body")
+    return pieces

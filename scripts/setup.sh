@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Idempotent set-up for ember: virtualenv + pip packages, Debian's zookeeper, Java 17+, Delta jars.
+# Quick when everything is already in place; safe to run before every command.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+VENV="$ROOT/.venv"
+STAMP="$VENV/.ember-installed"
+
+say() { printf '[setup] %s\n' "$*"; }
+
+# 1. Java 17+ (Spark 4 and ZooKeeper run on it).
+if ! command -v java >/dev/null 2>&1; then
+    say "Java not found: installing Debian's default JRE"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq default-jre-headless >/dev/null
+fi
+java_major=$(java -version 2>&1 | awk -F'"' '/version/ {split($2, v, "."); print v[1]; exit}')
+if [ "${java_major:-0}" -lt 17 ]; then
+    say "error: Java 17 or newer is required (found ${java_major:-none}); install openjdk-17-jre-headless" >&2
+    exit 1
+fi
+
+# 2. ZooKeeper server from Debian's package (we start our own instances; the system service is not used).
+if [ ! -f /usr/share/java/zookeeper.jar ]; then
+    say "installing Debian's zookeeper package"
+    if [ "$(id -u)" -ne 0 ]; then
+        say "error: installing zookeeper needs root: sudo apt-get install zookeeper" >&2
+        exit 1
+    fi
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq zookeeper >/dev/null
+fi
+
+# 3. Python virtual environment with pinned packages (re-installed only when pyproject.toml changes).
+if [ ! -x "$VENV/bin/python" ]; then
+    say "creating virtual environment in .venv"
+    python3 -m venv "$VENV"
+fi
+if [ ! -f "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ]; then
+    say "installing Python packages (pyspark, delta-spark, pyarrow, kazoo, pytest)"
+    "$VENV/bin/pip" install -q --upgrade pip
+    "$VENV/bin/pip" install -q -e '.[test]'
+    touch "$STAMP"
+fi
+
+# 4. Delta Lake's JVM jars, fetched once from Maven Central into .cache/jars.
+"$VENV/bin/python" -m ember.spark_env fetch-jars
+
+say "ready"
