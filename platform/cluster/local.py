@@ -1,0 +1,223 @@
+"""A local ember cluster: one real ZooKeeper server and N real broker processes on loopback.
+
+Used by ``ember cluster up|down|status``, the test fixtures and the benchmarks. Every port is
+picked fresh from the OS, so two clusters on one machine never collide; a broker keeps its port
+across restarts so bootstrap lists stay valid. The cluster's layout (ports, pids) is written to
+``<data>/cluster.json`` so a later ``ember cluster status|down`` can find it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ember.cluster.zookeeper_server import ZooKeeperServer, free_port, is_healthy, read_pid, terminate
+from ember.errors import BrokerNotAvailable
+from ember.ingest.protocol import FRAME_LENGTH, ApiKey, decode_response, encode_request
+
+STATE_FILE = "cluster.json"
+
+
+@dataclass
+class BrokerProcess:
+    broker_id: int
+    port: int
+    data_dir: Path
+    host: str = "127.0.0.1"
+    pid: int | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.data_dir.parent / f"broker-{self.broker_id}.log"
+
+
+@dataclass
+class LocalCluster:
+    """Start, inspect, fault-inject and stop a local cluster rooted at ``data_dir``."""
+
+    data_dir: Path
+    broker_count: int = 1
+    broker_config: dict[str, str] = field(default_factory=dict)
+    zookeeper: ZooKeeperServer | None = None
+    brokers: dict[int, BrokerProcess] = field(default_factory=dict)
+    _processes: dict[int, subprocess.Popen] = field(default_factory=dict, repr=False)
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(b.address for b in self.brokers.values())
+
+    @property
+    def zk_connect(self) -> str:
+        assert self.zookeeper is not None
+        return self.zookeeper.connect_string
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self, timeout_s: float = 60.0, progress=lambda message: None) -> "LocalCluster":
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        if self.zookeeper is None:
+            self.zookeeper = ZooKeeperServer(self.data_dir / "zookeeper", free_port())
+        progress(f"starting ZooKeeper on {self.zookeeper.connect_string}")
+        self.zookeeper.start()
+        for broker_id in range(1, self.broker_count + 1):
+            self.brokers.setdefault(broker_id, BrokerProcess(broker_id, free_port(), self.data_dir / f"broker-{broker_id}"))
+        for broker in self.brokers.values():
+            progress(f"starting broker {broker.broker_id} on {broker.address}")
+            self._spawn(broker)
+        self.save()
+        self.wait_healthy(timeout_s)
+        progress(f"cluster ready: bootstrap {self.bootstrap}")
+        return self
+
+    def stop(self) -> None:
+        """Stop brokers (SIGTERM, then SIGKILL), then ZooKeeper."""
+        for broker_id in list(self.brokers):
+            self.kill_broker(broker_id, signal.SIGTERM)
+        if self.zookeeper is not None:
+            self.zookeeper.stop()
+        (self.data_dir / STATE_FILE).unlink(missing_ok=True)
+
+    def __enter__(self) -> "LocalCluster":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # -- brokers -----------------------------------------------------------------------------
+
+    def _spawn(self, broker: BrokerProcess) -> None:
+        broker.data_dir.mkdir(parents=True, exist_ok=True)
+        command = [sys.executable, "-m", "ember.cli", "broker", "start", "--id", str(broker.broker_id),
+                   "--zookeeper", self.zk_connect, "--listen", broker.address, "--data", str(broker.data_dir)]
+        if self.broker_config:
+            config = self.data_dir / "broker-overrides.properties"
+            config.write_text("".join(f"{k}={v}\n" for k, v in self.broker_config.items()))
+            command += ["--config", str(config)]
+        with open(broker.log_path, "ab") as log:
+            process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                                       stdin=subprocess.DEVNULL, start_new_session=True)
+        self._processes[broker.broker_id] = process
+        broker.pid = process.pid
+
+    def kill_broker(self, broker_id: int, sig: int = signal.SIGKILL, timeout_s: float = 15.0) -> None:
+        """Send ``sig`` to a broker; SIGKILL/SIGTERM wait for it to exit (SIGTERM escalates)."""
+        broker = self.brokers[broker_id]
+        if broker.pid is None:
+            return
+        if sig == signal.SIGTERM:
+            terminate(broker.pid, timeout_s)
+        else:
+            try:
+                os.killpg(broker.pid, sig)
+            except ProcessLookupError:
+                pass
+        if sig in (signal.SIGTERM, signal.SIGKILL):
+            process = self._processes.pop(broker_id, None)
+            if process is not None:
+                process.wait(timeout_s)
+            broker.pid = None
+            self.save()
+
+    def pause_broker(self, broker_id: int) -> None:
+        self.kill_broker(broker_id, signal.SIGSTOP)
+
+    def resume_broker(self, broker_id: int) -> None:
+        self.kill_broker(broker_id, signal.SIGCONT)
+
+    def restart_broker(self, broker_id: int, timeout_s: float = 60.0) -> None:
+        """Start a stopped (or killed) broker again on the same port and data directory."""
+        broker = self.brokers[broker_id]
+        if broker.pid is not None:
+            self.kill_broker(broker_id, signal.SIGTERM)
+        self._spawn(broker)
+        self.save()
+        wait_for_broker(broker, timeout_s)
+
+    def wait_healthy(self, timeout_s: float = 60.0) -> None:
+        for broker in self.brokers.values():
+            if broker.pid is not None:
+                wait_for_broker(broker, timeout_s, self._processes.get(broker.broker_id))
+
+    # -- state file --------------------------------------------------------------------------
+
+    def save(self) -> None:
+        state = {
+            "zookeeper": {"port": self.zookeeper.port, "pid": read_pid(self.zookeeper.data_dir / "zookeeper.pid")}
+            if self.zookeeper else None,
+            "brokers": [{**asdict(b), "data_dir": str(b.data_dir)} for b in self.brokers.values()],
+        }
+        path = self.data_dir / STATE_FILE
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=2))
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, data_dir: Path) -> "LocalCluster":
+        """The cluster described by ``<data_dir>/cluster.json`` (written by ``start``)."""
+        path = data_dir / STATE_FILE
+        if not path.exists():
+            raise BrokerNotAvailable(f"no cluster found under {data_dir} (start one with `ember cluster up`)")
+        state = json.loads(path.read_text())
+        cluster = cls(data_dir, broker_count=len(state["brokers"]))
+        if state["zookeeper"]:
+            cluster.zookeeper = ZooKeeperServer(data_dir / "zookeeper", state["zookeeper"]["port"])
+        for b in state["brokers"]:
+            cluster.brokers[b["broker_id"]] = BrokerProcess(b["broker_id"], b["port"], Path(b["data_dir"]), b["host"], b["pid"])
+        return cluster
+
+    def status(self) -> dict[str, object]:
+        """Liveness of ZooKeeper and each broker, as shown by ``ember cluster status``."""
+        zk = self.zookeeper
+        return {
+            "zookeeper": {"address": zk.connect_string if zk else None,
+                          "healthy": bool(zk and is_healthy(zk.host, zk.port))},
+            "brokers": [{"id": b.broker_id, "address": b.address, "pid": b.pid,
+                         "healthy": b.pid is not None and broker_responds(b.host, b.port)}
+                        for b in self.brokers.values()],
+        }
+
+
+def broker_responds(host: str, port: int, timeout_s: float = 2.0) -> bool:
+    """True when a broker at host:port answers an ApiVersions request."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s) as sock:
+            sock.sendall(b"".join(encode_request(ApiKey.API_VERSIONS, 0, 1, {})))
+            header = _recv_exact(sock, FRAME_LENGTH.size)
+            response = decode_response(_recv_exact(sock, FRAME_LENGTH.unpack(header)[0]))
+            return response.correlation_id == 1 and response.body.get("error_code") == 0
+    except (OSError, ValueError):
+        return False
+
+
+def _recv_exact(sock: socket.socket, size: int) -> bytes:
+    chunks, remaining = [], size
+    while remaining:
+        chunk = sock.recv(remaining)
+        if not chunk:
+            raise ConnectionError("connection closed")
+        chunks.append(chunk)
+        remaining -= len(chunk)
+    return b"".join(chunks)
+
+
+def wait_for_broker(broker: BrokerProcess, timeout_s: float, process: subprocess.Popen | None = None) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise BrokerNotAvailable(
+                f"broker {broker.broker_id} exited with code {process.returncode}; see {broker.log_path}")
+        if broker_responds(broker.host, broker.port, timeout_s=1.0):
+            return
+        time.sleep(0.1)
+    raise BrokerNotAvailable(f"broker {broker.broker_id} did not become healthy on {broker.address} "
+                             f"within {timeout_s:.0f}s; see {broker.log_path}")

@@ -1,0 +1,39 @@
+"""Shared fixtures: real local clusters (ZooKeeper + broker processes) started by ember's own launcher."""
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+
+from ember.cluster.local import LocalCluster
+
+
+@pytest.fixture(scope="session")
+def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A 3-broker cluster shared by tests that only create their own topics and never fault-inject."""
+    with LocalCluster(tmp_path_factory.mktemp("shared-cluster"), broker_count=3) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def make_cluster(tmp_path: Path) -> Iterator[Callable[..., LocalCluster]]:
+    """Start private clusters for tests that kill, pause or restart processes; stopped at teardown."""
+    clusters: list[LocalCluster] = []
+
+    def start(brokers: int = 1, config: dict[str, str] | None = None) -> LocalCluster:
+        cluster = LocalCluster(tmp_path / f"cluster-{len(clusters)}", broker_count=brokers,
+                               broker_config=dict(config or {}))
+        clusters.append(cluster)
+        return cluster.start()
+
+    yield start
+    for cluster in clusters:
+        cluster.stop()
+
+
+@pytest.fixture
+def topic_name() -> str:
+    """A fresh topic name, so tests sharing a cluster never see each other's data."""
+    return f"t-{uuid.uuid4().hex[:10]}"
