@@ -1,0 +1,35 @@
+import pytest
+from kazoo.client import KazooClient
+
+from ember.cluster.zookeeper_server import ZooKeeperServer, free_port, is_healthy
+
+
+@pytest.mark.integration
+def test_zookeeper_starts_serves_and_stops(tmp_path):
+    server = ZooKeeperServer(tmp_path / "zk", free_port())
+    server.start()
+    try:
+        client = KazooClient(hosts=server.connect_string, timeout=10)
+        client.start(timeout=10)
+        client.ensure_path("/ember/probe")
+        assert client.get_children("/ember") == ["probe"]
+        client.stop()
+    finally:
+        server.stop()
+    assert not is_healthy(server.host, server.port)
+
+
+@pytest.mark.integration
+def test_two_zookeepers_side_by_side(tmp_path):
+    first = ZooKeeperServer(tmp_path / "a", free_port())
+    second = ZooKeeperServer(tmp_path / "b", free_port())
+    first.start()
+    try:
+        second.start()
+        try:
+            assert first.port != second.port
+            assert is_healthy(first.host, first.port) and is_healthy(second.host, second.port)
+        finally:
+            second.stop()
+    finally:
+        first.stop()
