@@ -16,6 +16,7 @@ from pathlib import Path
 from ember.errors import EmberError
 
 ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
+DEFAULTS_FILE = Path(__file__).resolve().parents[2] / "conf" / "zookeeper.properties"
 MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 
 
@@ -45,14 +46,10 @@ class ZooKeeperServer:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         config = self.data_dir / "zoo.cfg"
         config.write_text(
-            "tickTime=500\n"
-            f"dataDir={self.data_dir / 'data'}\n"
+            DEFAULTS_FILE.read_text()
+            + f"dataDir={self.data_dir / 'data'}\n"
             f"clientPort={self.port}\n"
             f"clientPortAddress={self.host}\n"
-            "admin.enableServer=false\n"
-            "minSessionTimeout=1000\n"
-            "maxSessionTimeout=60000\n"
-            "4lw.commands.whitelist=ruok,srvr,stat\n"
         )
         return config
 
