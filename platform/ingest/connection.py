@@ -1,0 +1,254 @@
+"""Client network layer: one pipelined TCP connection per broker.
+
+A :class:`Connection` writes requests under a lock from any thread and a reader thread matches
+responses to :class:`concurrent.futures.Future` objects by correlation id, so a producer can keep
+several produce requests in flight on one socket and a consumer can long-poll without blocking
+others. Threads instead of asyncio: the callers (producer sender, consumer ``poll``) are plain
+threads, and handing every request across an event-loop boundary would cost more than it saves.
+
+A request that outlives its timeout closes the connection (responses come in order, so a lost one
+leaves the stream unusable) and every pending request fails with a retriable error. The
+:class:`ConnectionPool` reconnects on demand with exponential backoff.
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+import select
+import socket
+import threading
+import time
+from concurrent.futures import Future
+from typing import Any, Iterable, Sequence
+
+from ember.errors import BrokerNotAvailable, EmberError, NetworkError, RequestTimedOut
+from ember.ingest.protocol import (DEFAULT_MAX_FRAME_BYTES, FRAME_LENGTH, Buffer, Response,
+                                   check_frame_size, decode_response, encode_request)
+
+log = logging.getLogger(__name__)
+
+Address = tuple[str, int]
+
+_READ_CHUNK = 256 * 1024
+_POLL_INTERVAL_S = 0.1
+
+
+def parse_bootstrap(servers: str | Iterable[str]) -> list[Address]:
+    """``"host:port,host:port"`` (or a list of such) as ``[(host, port), ...]``."""
+    items = servers.split(",") if isinstance(servers, str) else list(servers)
+    addresses = []
+    for item in (i.strip() for i in items):
+        if not item:
+            continue
+        host, sep, port = item.rpartition(":")
+        if not sep or not port.isdigit():
+            raise ValueError(f"bootstrap server {item!r} is not HOST:PORT")
+        addresses.append((host.strip("[]") or "127.0.0.1", int(port)))
+    if not addresses:
+        raise ValueError("bootstrap_servers is empty; pass HOST:PORT[,HOST:PORT...]")
+    return addresses
+
+
+class _Pending:
+    __slots__ = ("future", "deadline", "api_key")
+
+    def __init__(self, future: Future, deadline: float, api_key: int) -> None:
+        self.future, self.deadline, self.api_key = future, deadline, api_key
+
+
+class Connection:
+    """A connected socket to one broker with pipelined, correlation-matched requests."""
+
+    def __init__(self, address: Address, *, request_timeout_ms: int = 30000, connect_timeout_ms: int = 10000,
+                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+        self.address = address
+        self.request_timeout_s = request_timeout_ms / 1000
+        self.max_frame_bytes = max_frame_bytes
+        self._correlation = itertools.count(1)
+        self._pending: dict[int, _Pending] = {}
+        self._send_lock = threading.Lock()
+        self._closed: EmberError | None = None
+        try:
+            self._sock = socket.create_connection(address, timeout=connect_timeout_ms / 1000)
+        except OSError as exc:
+            raise BrokerNotAvailable(f"cannot connect to broker at {self.name}: {exc}") from None
+        # Sends block at most a request timeout (a stopped broker must not hang the sender forever).
+        self._sock.settimeout(self.request_timeout_s)
+        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._reader = threading.Thread(target=self._read_loop, name=f"ember-conn-{self.name}", daemon=True)
+        self._reader.start()
+
+    @property
+    def name(self) -> str:
+        return f"{self.address[0]}:{self.address[1]}"
+
+    @property
+    def closed(self) -> bool:
+        return self._closed is not None
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._pending)
+
+    def request(self, api_key: int, body: dict[str, Any], payload: Sequence[Buffer] = (), *,
+                expect_response: bool = True, timeout_s: float | None = None) -> "Future[Response]":
+        """Send a request; the future resolves to the :class:`Response` (or to ``None`` at once
+        when ``expect_response`` is false, as for acks=0 produce requests)."""
+        future: Future = Future()
+        deadline = time.monotonic() + (self.request_timeout_s if timeout_s is None else timeout_s)
+        with self._send_lock:
+            if self._closed is not None:
+                raise type(self._closed)(str(self._closed))
+            correlation_id = next(self._correlation)
+            if expect_response:
+                self._pending[correlation_id] = _Pending(future, deadline, api_key)
+            try:
+                self._send(encode_request(api_key, 0, correlation_id, body, payload))
+            except OSError as exc:
+                self._pending.pop(correlation_id, None)
+                error = NetworkError(f"sending to broker {self.name} failed: {exc}")
+                self._fail(error)
+                raise error from None
+        if not expect_response:
+            future.set_result(None)
+        return future
+
+    def close(self, error: EmberError | None = None) -> None:
+        """Close the socket and fail every pending request."""
+        self._fail(error or NetworkError(f"connection to broker {self.name} was closed"))
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _send(self, buffers: list[Buffer]) -> None:
+        views = [memoryview(b).cast("B") for b in buffers if len(b)]
+        while views:
+            sent = self._sock.sendmsg(views[:512])
+            while sent:
+                if sent >= len(views[0]):
+                    sent -= len(views[0])
+                    views.pop(0)
+                else:
+                    views[0] = views[0][sent:]
+                    sent = 0
+
+    def _fail(self, error: EmberError) -> None:
+        with self._send_lock:
+            if self._closed is None:
+                self._closed = error
+                try:
+                    self._sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                self._sock.close()
+            pending, self._pending = self._pending, {}
+        for entry in pending.values():
+            if not entry.future.done():
+                entry.future.set_exception(type(error)(str(error)))
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        for entry in list(self._pending.values()):
+            if entry.deadline < now:
+                self._fail(RequestTimedOut(f"broker {self.name} did not answer within the request timeout "
+                                           f"(api key {entry.api_key}); closed the connection"))
+                return
+
+    def _read_loop(self) -> None:
+        poller = select.poll()
+        poller.register(self._sock, select.POLLIN)
+        buf = bytearray(_READ_CHUNK)
+        start = end = 0
+        try:
+            while self._closed is None:
+                if end - start >= FRAME_LENGTH.size:
+                    size = FRAME_LENGTH.unpack_from(buf, start)[0]
+                    check_frame_size(size, self.max_frame_bytes)
+                    total = FRAME_LENGTH.size + size
+                    if end - start >= total:
+                        self._dispatch(memoryview(buf)[start + FRAME_LENGTH.size:start + total])
+                        start += total
+                        continue
+                    if total > len(buf) - start:
+                        # Grow or compact so the whole frame fits; big fetch responses get their own buffer.
+                        bigger = bytearray(max(total, _READ_CHUNK))
+                        bigger[:end - start] = buf[start:end]
+                        buf, start, end = bigger, 0, end - start
+                elif start == end:
+                    start = end = 0
+                    if len(buf) > _READ_CHUNK:
+                        buf = bytearray(_READ_CHUNK)
+                elif len(buf) - start < FRAME_LENGTH.size:
+                    buf[:end - start] = buf[start:end]
+                    start, end = 0, end - start
+                if not poller.poll(_POLL_INTERVAL_S * 1000):
+                    self._expire()
+                    continue
+                count = self._sock.recv_into(memoryview(buf)[end:])
+                if count == 0:
+                    raise ConnectionError("broker closed the connection")
+                end += count
+        except (OSError, ValueError) as exc:
+            if self._closed is None:
+                self._fail(NetworkError(f"connection to broker {self.name} lost: {exc}"))
+        except EmberError as exc:
+            self._fail(NetworkError(f"bad frame from broker {self.name}: {exc}"))
+
+    def _dispatch(self, frame: memoryview) -> None:
+        response = decode_response(frame)
+        if response.payload:
+            # The read buffer is reused; the payload must outlive it.
+            response.payload = memoryview(bytes(response.payload))
+        entry = self._pending.pop(response.correlation_id, None)
+        if entry is None:
+            log.warning("broker %s sent an unexpected correlation id %d", self.name, response.correlation_id)
+            return
+        if not entry.future.done():
+            entry.future.set_result(response)
+
+
+class ConnectionPool:
+    """Connections by broker address, reconnected on demand with exponential backoff."""
+
+    def __init__(self, *, request_timeout_ms: int = 30000, reconnect_backoff_ms: int = 50,
+                 reconnect_backoff_max_ms: int = 1000) -> None:
+        self.request_timeout_ms = request_timeout_ms
+        self._backoff_s = reconnect_backoff_ms / 1000
+        self._backoff_max_s = reconnect_backoff_max_ms / 1000
+        self._connections: dict[Address, Connection] = {}
+        self._failures: dict[Address, tuple[int, float]] = {}   # address -> (attempts, retry_at)
+        self._lock = threading.Lock()
+
+    def get(self, address: Address) -> Connection:
+        """An open connection to ``address``; raises BrokerNotAvailable while backing off."""
+        conn = self._connections.get(address)
+        if conn is not None and not conn.closed:
+            return conn
+        with self._lock:
+            conn = self._connections.get(address)
+            if conn is not None and not conn.closed:
+                return conn
+            attempts, retry_at = self._failures.get(address, (0, 0.0))
+            now = time.monotonic()
+            if now < retry_at:
+                raise BrokerNotAvailable(f"broker {address[0]}:{address[1]} is unreachable; retrying in "
+                                         f"{(retry_at - now) * 1000:.0f} ms")
+            try:
+                conn = Connection(address, request_timeout_ms=self.request_timeout_ms)
+            except BrokerNotAvailable:
+                delay = min(self._backoff_s * 2 ** attempts, self._backoff_max_s)
+                self._failures[address] = (attempts + 1, now + delay)
+                raise
+            self._failures.pop(address, None)
+            self._connections[address] = conn
+            return conn
+
+    def is_ready(self, address: Address) -> bool:
+        """Whether ``get`` would not be refused by backoff right now."""
+        conn = self._connections.get(address)
+        return (conn is not None and not conn.closed) or time.monotonic() >= self._failures.get(address, (0, 0.0))[1]
+
+    def close(self) -> None:
+        with self._lock:
+            connections, self._connections = self._connections, {}
+        for conn in connections.values():
+            conn.close()

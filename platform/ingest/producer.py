@@ -1,0 +1,298 @@
+"""``ember.client.Producer``: batched, asynchronous, optionally idempotent record producer.
+
+``send`` partitions a record, appends it to the partition's open batch and returns a future; a
+background :class:`~ember.ingest.sender.Sender` ships batches to partition leaders. ``send_batch``
+is the columnar path: it partitions a whole Arrow table with vectorized murmur2 and queues large,
+ready-made batches. Config names are Kafka's in snake_case (``linger_ms`` = ``linger.ms``).
+"""
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import Future, wait
+from typing import Any, Callable, Iterable, Optional
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ember.errors import EmberError, KafkaTimeoutError, MessageTooLarge, UnknownTopicOrPartition
+from ember.ingest.accumulator import BATCH_OVERHEAD, RECORD_OVERHEAD, ProducerBatch, RecordAccumulator
+from ember.ingest.client_types import BatchMetadata, TopicPartition
+from ember.ingest.futures import FutureRecordMetadata
+from ember.ingest.metadata_client import MetadataClient
+from ember.ingest.partitioner import StickyPartitioner, partition_for_key, partitions_for_keys
+from ember.ingest.sender import Sender, SenderConfig
+from ember.log.batch import CODECS, RECORD_SCHEMA
+
+Serializer = Optional[Callable[[Any], Optional[bytes]]]
+_ACKS = {0: 0, 1: 1, -1: -1, "all": -1, "0": 0, "1": 1, "-1": -1}
+
+
+class Producer:
+    """Publish records to ember topics (see docs/clients.md for every option)."""
+
+    def __init__(self, bootstrap_servers: str | Iterable[str] = "127.0.0.1:9092", *, acks: int | str = 1,
+                 linger_ms: float = 5, batch_size: int = 256 * 1024, buffer_memory: int = 64 * 1024 * 1024,
+                 max_block_ms: int = 60000, compression_type: str | None = None, retries: int = 2**31 - 1,
+                 retry_backoff_ms: int = 100, delivery_timeout_ms: int = 120000, request_timeout_ms: int = 30000,
+                 max_request_size: int = 1024 * 1024, enable_idempotence: bool | None = None,
+                 max_in_flight_requests_per_connection: int = 5, metadata_max_age_ms: int = 300000,
+                 key_serializer: Serializer = None, value_serializer: Serializer = None) -> None:
+        if acks not in _ACKS:
+            raise ValueError(f"acks must be 0, 1 or 'all', not {acks!r}")
+        acks = _ACKS[acks]
+        compression = compression_type or "none"
+        if compression not in CODECS:
+            raise ValueError(f"compression_type must be one of {sorted(CODECS)}, not {compression_type!r}")
+        if not 1 <= max_in_flight_requests_per_connection <= 5:
+            raise ValueError("max_in_flight_requests_per_connection must be between 1 and 5")
+        if enable_idempotence and acks == 0:
+            raise ValueError("enable_idempotence needs acks=1 or 'all' (acks=0 gets no answer to dedup by)")
+        if delivery_timeout_ms < linger_ms + request_timeout_ms:
+            raise ValueError("delivery_timeout_ms must be at least linger_ms + request_timeout_ms")
+        self.max_block_s = max_block_ms / 1000
+        self.max_request_size = max_request_size
+        self._key_serializer = key_serializer
+        self._value_serializer = value_serializer
+        self._metadata = MetadataClient(bootstrap_servers, request_timeout_ms=request_timeout_ms,
+                                        retry_backoff_ms=retry_backoff_ms, metadata_max_age_ms=metadata_max_age_ms)
+        self._accumulator = RecordAccumulator(batch_size=batch_size, buffer_memory=buffer_memory, linger_ms=linger_ms)
+        self._sticky = StickyPartitioner()
+        self._partitions: dict[str, list[TopicPartition]] = {}
+        self._topics: set[str] = set()
+        self._closed = False
+        self._sender = Sender(self._metadata, self._accumulator, SenderConfig(
+            acks=acks, compression=compression, retries=retries, retry_backoff_s=retry_backoff_ms / 1000,
+            delivery_timeout_s=delivery_timeout_ms / 1000, request_timeout_ms=request_timeout_ms,
+            max_in_flight=max_in_flight_requests_per_connection, max_request_size=max_request_size,
+            idempotent=acks != 0 if enable_idempotence is None else enable_idempotence), self._topics)
+        self._sender.start()
+
+    # -- single records ----------------------------------------------------------------------
+
+    def send(self, topic: str, value: Any = None, key: Any = None, headers: Optional[list[tuple[str, bytes]]] = None,
+             partition: Optional[int] = None, timestamp_ms: Optional[int] = None) -> FutureRecordMetadata:
+        """Queue one record; the future resolves to its RecordMetadata once the leader acknowledges it.
+
+        Blocks (up to ``max_block_ms``) only for topic metadata or when ``buffer_memory`` is full."""
+        if self._closed:
+            raise RuntimeError("send() on a closed Producer")
+        if self._key_serializer is not None and key is not None:
+            key = self._key_serializer(key)
+        if self._value_serializer is not None and value is not None:
+            value = self._value_serializer(value)
+        if value.__class__ is not bytes and value is not None:
+            value = _as_bytes(value, "value")
+        if key.__class__ is not bytes and key is not None:
+            key = _as_bytes(key, "key")
+        tps = self._partitions.get(topic) or self._await_topic(topic)
+        size = RECORD_OVERHEAD + (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
+        if headers:
+            headers = [(k, v if v is None or v.__class__ is bytes else _as_bytes(v, "header value")) for k, v in headers]
+            size += sum(len(k) + len(v or b"") + 8 for k, v in headers)
+        if size + BATCH_OVERHEAD > self.max_request_size:
+            raise MessageTooLarge(f"the record is {size} bytes, more than max_request_size ({self.max_request_size})")
+        if timestamp_ms is None:
+            timestamp_ms = time.time_ns() // 1_000_000
+        acc = self._accumulator
+        if partition is not None:
+            if not 0 <= partition < len(tps):
+                raise UnknownTopicOrPartition(f"topic {topic!r} has {len(tps)} partitions; there is no partition {partition}")
+            return acc.append(tps[partition], timestamp_ms, key, value, headers, size, self.max_block_s)
+        if key is not None:
+            return acc.append(tps[partition_for_key(key, len(tps))], timestamp_ms, key, value, headers, size,
+                              self.max_block_s)
+        sticky = self._sticky.partition(topic, len(tps))
+        future = acc.append(tps[sticky], timestamp_ms, key, value, headers, size, self.max_block_s, True)
+        if future is None:
+            self._sticky.on_new_batch(topic, len(tps), sticky)
+            future = acc.append(tps[self._sticky.partition(topic, len(tps))], timestamp_ms, key, value, headers,
+                                size, self.max_block_s)
+        return future
+
+    def _await_topic(self, topic: str) -> list[TopicPartition]:
+        """Partitions of ``topic``, waiting up to max_block_ms for metadata (topics may be new)."""
+        self._topics.add(topic)
+        count = self._metadata.partition_count(topic)
+        if count is None:
+            try:
+                count = len(self._metadata.wait_for_topic(topic, self.max_block_s).partitions)
+            except EmberError as exc:
+                if isinstance(exc, UnknownTopicOrPartition):
+                    raise UnknownTopicOrPartition(f"topic {topic!r} not found in metadata after "
+                                                  f"{self.max_block_s * 1000:.0f} ms (max_block_ms)") from None
+                raise
+        tps = [TopicPartition(topic, p) for p in range(count)]
+        self._partitions[topic] = tps
+        return tps
+
+    # -- columnar ----------------------------------------------------------------------------
+
+    def send_batch(self, topic: str, table: pa.Table | pa.RecordBatch, partition: Optional[int] = None
+                   ) -> "Future[dict[TopicPartition, list[BatchMetadata]]]":
+        """Send a whole Arrow table (columns ``value`` and optionally ``key``, ``timestamp`` (int64 ms
+        or timestamp), ``headers``) as large batches; no per-record Python work.
+
+        Rows go to ``partition``, or by murmur2 of ``key`` (Kafka's partitioner, vectorized), or, with
+        no keys, in large contiguous runs spread over the partitions. Per partition, rows keep their
+        table order. The future resolves to the batches written per partition."""
+        if self._closed:
+            raise RuntimeError("send_batch() on a closed Producer")
+        if isinstance(table, pa.RecordBatch):
+            table = pa.Table.from_batches([table])
+        unknown = set(table.column_names) - set(RECORD_SCHEMA.names)
+        if unknown or "value" not in table.column_names:
+            raise ValueError(f"send_batch needs a 'value' column and at most {RECORD_SCHEMA.names}; got {table.column_names}")
+        tps = self._partitions.get(topic) or self._await_topic(topic)
+        if partition is not None and not 0 <= partition < len(tps):
+            raise UnknownTopicOrPartition(f"topic {topic!r} has {len(tps)} partitions; there is no partition {partition}")
+        sizes = _row_sizes(table)
+        largest = pc.max(sizes).as_py() or 0
+        if largest + BATCH_OVERHEAD > self.max_request_size:
+            raise MessageTooLarge(f"a row is {largest} bytes, more than max_request_size ({self.max_request_size})")
+        batches: list[ProducerBatch] = []
+        for p, piece, piece_sizes in self._split_by_partition(topic, len(tps), table, sizes, partition):
+            for chunk, chunk_size in _chunks(piece, piece_sizes, self.max_request_size - BATCH_OVERHEAD):
+                batches.append(self._accumulator.append_table(tps[p], chunk, chunk_size + BATCH_OVERHEAD,
+                                                              self.max_block_s))
+        return _gather(batches)
+
+    def _split_by_partition(self, topic: str, count: int, table: pa.Table, sizes: pa.Array,
+                            partition: Optional[int]) -> Iterable[tuple[int, pa.Table, pa.Array]]:
+        if partition is not None or table.num_rows == 0:
+            yield (partition if partition is not None else 0), table, sizes
+            return
+        keys = table.column("key") if "key" in table.column_names else None
+        if keys is None or keys.null_count == len(keys):
+            # No keys: contiguous slices, one partition each, starting at the sticky partition.
+            start = self._sticky.partition(topic, count)
+            per_part = -(-table.num_rows // count)
+            for i in range(count):
+                piece = table.slice(i * per_part, per_part)
+                if piece.num_rows:
+                    yield (start + i) % count, piece, sizes.slice(i * per_part, per_part)
+            self._sticky.on_new_batch(topic, count, start)
+            return
+        parts = partitions_for_keys(keys, count).fill_null(self._sticky.partition(topic, count))
+        order = pc.sort_indices(parts)   # stable: rows of a partition keep their order
+        table, sizes, parts = table.take(order), sizes.take(order), parts.take(order)
+        runs = pc.run_end_encode(parts)
+        begin = 0
+        for end, p in zip(runs.run_ends.to_pylist(), runs.values.to_pylist()):
+            yield p, table.slice(begin, end - begin), sizes.slice(begin, end - begin)
+            begin = end
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def partitions_for(self, topic: str) -> set[int]:
+        return {tp.partition for tp in (self._partitions.get(topic) or self._await_topic(topic))}
+
+    def flush(self, timeout: Optional[float] = None) -> None:
+        """Send everything queued now and wait for the answers (KafkaTimeoutError after ``timeout``)."""
+        acc = self._accumulator
+        acc.flushing += 1
+        acc.wakeup.set()
+        try:
+            _, not_done = wait(acc.unfinished(), timeout)
+        finally:
+            acc.flushing -= 1
+        if not_done:
+            raise KafkaTimeoutError(f"flush: {len(not_done)} batch(es) still unacknowledged after {timeout}s")
+
+    def close(self, timeout: Optional[float] = None) -> None:
+        """Send what is queued (waiting up to ``timeout`` seconds, forever if None), then stop.
+        Records still unsent after the timeout fail with KafkaTimeoutError."""
+        if self._closed:
+            return
+        self._closed = True
+        self._accumulator.closing = True
+        self._sender.running = False
+        self._accumulator.wakeup.set()
+        self._sender.join(timeout)
+        if self._sender.is_alive():
+            self._sender.force_close = True
+            self._accumulator.wakeup.set()
+            self._sender.join()
+        self._metadata.close()
+
+    def __enter__(self) -> "Producer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _as_bytes(value: Any, what: str) -> bytes:
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    raise TypeError(f"{what} must be bytes (or set {what.split()[0]}_serializer), not {type(value).__name__}")
+
+
+def _row_sizes(table: pa.Table) -> pa.Array:
+    """Estimated encoded bytes of every row (int64), as ``send`` counts them."""
+    sizes = pc.add(pc.fill_null(pc.binary_length(table.column("value")), 0), RECORD_OVERHEAD)
+    if "key" in table.column_names:
+        sizes = pc.add(sizes, pc.fill_null(pc.binary_length(table.column("key")), 0))
+    if "headers" in table.column_names:
+        sizes = pc.add(sizes, _header_sizes(table.column("headers").combine_chunks()))
+    return sizes.combine_chunks().cast(pa.int64()) if isinstance(sizes, pa.ChunkedArray) else sizes.cast(pa.int64())
+
+
+def _header_sizes(headers: pa.Array) -> pa.Array:
+    """Bytes of each row's headers (key + value + 8 per header), summed per row without Python loops."""
+    flat = pc.list_flatten(headers)
+    per_header = pc.add(pc.add(pc.binary_length(pc.struct_field(flat, "key")),
+                               pc.fill_null(pc.binary_length(pc.struct_field(flat, "value")), 0)), 8)
+    running = pa.concat_arrays([pa.array([0], pa.int64()), pc.cumulative_sum(per_header).cast(pa.int64())])
+    lengths = pc.fill_null(pc.list_value_length(headers), 0)
+    ends = pc.cumulative_sum(lengths)
+    return pc.subtract(running.take(ends), running.take(pc.subtract(ends, lengths)))
+
+
+def _chunks(table: pa.Table, sizes: pa.Array, limit: int) -> Iterable[tuple[pa.Table, int]]:
+    """Contiguous slices of ``table`` whose row sizes add up to at most ``limit`` bytes each."""
+    ends = pc.cumulative_sum(sizes)
+    total = ends[-1].as_py() if len(ends) else 0
+    if total <= limit:
+        yield table, total
+        return
+    # Chunk number of each row from the bytes before it; a straddling row is split off below.
+    starts = pc.subtract(ends, sizes)
+    runs = pc.run_end_encode(pc.divide(starts, pa.scalar(limit, pa.int64())))
+    begin = 0
+    for end in runs.run_ends.to_pylist():
+        size = ends[end - 1].as_py() - (ends[begin - 1].as_py() if begin else 0)
+        if size > limit and end - begin > 1:
+            yield from _chunks(table.slice(begin, end - begin - 1), sizes.slice(begin, end - begin - 1), limit)
+            yield from _chunks(table.slice(end - 1, 1), sizes.slice(end - 1, 1), limit)
+        else:
+            yield table.slice(begin, end - begin), size
+        begin = end
+
+
+def _gather(batches: list[ProducerBatch]) -> "Future[dict[TopicPartition, list[BatchMetadata]]]":
+    """One future for many batches: the metadata per partition, or the first error."""
+    result: Future = Future()
+    remaining = [len(batches)]
+    lock = threading.Lock()
+
+    def on_done(_: Future) -> None:
+        with lock:
+            remaining[0] -= 1
+            if remaining[0]:
+                return
+        out: dict[TopicPartition, list[BatchMetadata]] = {}
+        for batch in batches:
+            error = batch.future.exception()
+            if error is not None:
+                result.set_exception(error)
+                return
+            r = batch.future.result()
+            out.setdefault(batch.tp, []).append(BatchMetadata(r.topic, r.partition, r.base_offset, batch.count))
+        result.set_result(out)
+
+    if not batches:
+        result.set_result({})
+    for batch in batches:
+        batch.future.add_done_callback(on_done)
+    return result

@@ -1,0 +1,266 @@
+"""The producer's background sender thread.
+
+It takes ready batches from the :class:`RecordAccumulator`, groups them by partition leader into
+Produce requests (at most ``max_in_flight`` per connection and per partition), builds each Arrow
+payload once (stamped with the idempotent producer id and sequence), and turns answers into
+completed futures, retries, or errors. Responses are handled on the connection's reader thread;
+they only complete futures and requeue batches, then wake the sender.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+from ember.errors import (EmberError, ErrorCode, InvalidProducerEpoch, KafkaTimeoutError, OutOfOrderSequenceNumber,
+                          error_for_code)
+from ember.ingest.accumulator import RecordAccumulator, ProducerBatch
+from ember.ingest.client_types import TopicPartition
+from ember.ingest.futures import ProduceResult
+from ember.ingest.metadata_client import STALE_METADATA, MetadataClient, response_error
+from ember.ingest.protocol import ApiKey
+from ember.log.batch import build_batch, increment_sequence
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SenderConfig:
+    acks: int
+    compression: str
+    retries: int
+    retry_backoff_s: float
+    delivery_timeout_s: float
+    request_timeout_ms: int
+    max_in_flight: int
+    max_request_size: int
+    idempotent: bool
+
+
+class IdempotenceState:
+    """Producer id/epoch and the next sequence number of every partition."""
+
+    def __init__(self) -> None:
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self.next_sequence: dict[TopicPartition, int] = {}
+        self.reset_requested = False
+
+    def assign(self, batch: ProducerBatch) -> None:
+        if batch.base_sequence < 0:
+            batch.base_sequence = self.next_sequence.get(batch.tp, 0)
+            self.next_sequence[batch.tp] = increment_sequence(batch.base_sequence, batch.count)
+
+
+class Sender(threading.Thread):
+    """Drains the accumulator into Produce requests until closed."""
+
+    def __init__(self, metadata: MetadataClient, accumulator: RecordAccumulator, config: SenderConfig,
+                 topics: set[str]) -> None:
+        super().__init__(name="ember-producer-sender", daemon=True)
+        self.metadata = metadata
+        self.acc = accumulator
+        self.config = config
+        self.topics = topics
+        self.idempotence = IdempotenceState() if config.idempotent else None
+        self.running = True
+        self.force_close = False
+
+    # -- loop --------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        while self.running or (self.acc.pending() and not self.force_close):
+            try:
+                wait = self._run_once()
+            except Exception:   # never let the thread die with records queued
+                log.exception("producer sender iteration failed")
+                wait = self.config.retry_backoff_s
+            if wait > 0:
+                self.acc.wakeup.wait(wait)
+            self.acc.wakeup.clear()
+        for batch in self.acc.abort_all():
+            self._fail(batch, KafkaTimeoutError("producer closed before the record was sent"), in_flight=False)
+
+    def _run_once(self) -> float:
+        now = time.monotonic()
+        for batch in self.acc.expired(now, self.config.delivery_timeout_s):
+            self._fail(batch, self._expiry_error(batch, now), in_flight=False)
+        if self.metadata.needs_refresh() and self.topics:
+            try:
+                self.metadata.refresh(self.topics)
+            except EmberError as exc:
+                log.debug("metadata refresh failed: %s", exc)
+                return self.config.retry_backoff_s
+        if self.idempotence is not None and not self._ensure_producer_id():
+            return self.config.retry_backoff_s
+        ready, wait = self.acc.next_ready(now)
+        by_leader: dict[int, list[TopicPartition]] = {}
+        for tp in ready:
+            leader = self.metadata.leader(tp.topic, tp.partition)
+            if leader is None:
+                self.metadata.mark_stale()
+                wait = min(wait, self.config.retry_backoff_s)
+            else:
+                by_leader.setdefault(leader, []).append(tp)
+        for leader, tps in by_leader.items():
+            if not self._send_to(leader, tps):
+                wait = min(wait, self.config.retry_backoff_s)
+        return 0.0 if by_leader and not wait else wait
+
+    def _ensure_producer_id(self) -> bool:
+        state = self.idempotence
+        if state.reset_requested and not self.acc.in_flight_count():
+            state.producer_id, state.next_sequence, state.reset_requested = -1, {}, False
+            self.acc.reset_sequences()
+        if state.producer_id >= 0:
+            return True
+        if state.reset_requested:
+            return False
+        try:
+            body = self.metadata.request(ApiKey.INIT_PRODUCER_ID, {}).body
+            error = response_error(body)
+            if error is not None:
+                raise error
+        except EmberError as exc:
+            log.warning("InitProducerId failed: %s", exc)
+            for tp in self.acc.partitions():
+                head = self.acc.peek(tp)
+                if head is not None:
+                    head.last_error = exc
+            return False
+        state.producer_id, state.producer_epoch = body["producer_id"], body["producer_epoch"]
+        return True
+
+    # -- requests ----------------------------------------------------------------------------
+
+    def _send_to(self, leader: int, tps: list[TopicPartition]) -> bool:
+        """Send one Produce request with the ready batches led by ``leader``; False if it could not."""
+        config = self.config
+        try:
+            conn = self.metadata.connection(leader)
+        except EmberError as exc:
+            self.metadata.mark_stale()
+            for tp in tps:
+                head = self.acc.peek(tp)
+                if head is not None:
+                    head.last_error = exc
+            return False
+        if conn.in_flight >= config.max_in_flight:
+            return True
+        batches: list[ProducerBatch] = []
+        size = 0
+        for tp in tps:
+            while size < config.max_request_size:
+                batch = self.acc.pop(tp, config.max_in_flight)
+                if batch is None:
+                    break
+                self._encode(batch)
+                batches.append(batch)
+                size += len(batch.encoded)
+                if self.acc.peek(tp) is None or not self._sealed(tp):
+                    break
+        if not batches:
+            return True
+        body: dict[str, Any] = {"acks": config.acks, "timeout_ms": config.request_timeout_ms,
+                                "partitions": [{"topic": b.tp.topic, "partition": b.tp.partition,
+                                                "size": len(b.encoded)} for b in batches]}
+        if self.idempotence is not None:
+            body["producer_id"] = self.idempotence.producer_id
+        try:
+            future = conn.request(ApiKey.PRODUCE, body, [b.encoded for b in batches],
+                                  expect_response=config.acks != 0)
+        except EmberError as exc:
+            self.metadata.mark_stale()
+            for batch in batches:
+                self._retry_or_fail(batch, exc)
+            return False
+        future.add_done_callback(lambda f: self._on_response(batches, f))
+        return True
+
+    def _sealed(self, tp: TopicPartition) -> bool:
+        head = self.acc.peek(tp)
+        return head is not None and (head.table is not None or head.size >= self.acc.batch_size)
+
+    def _encode(self, batch: ProducerBatch) -> None:
+        if batch.encoded is not None:
+            return
+        state = self.idempotence
+        if state is None:
+            batch.encoded = build_batch(batch.records(), compression=self.config.compression)
+            return
+        state.assign(batch)
+        batch.encoded = build_batch(batch.records(), compression=self.config.compression,
+                                    producer_id=state.producer_id, producer_epoch=state.producer_epoch,
+                                    base_sequence=batch.base_sequence)
+
+    # -- responses ---------------------------------------------------------------------------
+
+    def _on_response(self, batches: list[ProducerBatch], future: Future) -> None:
+        error = future.exception()
+        if error is not None:
+            self.metadata.mark_stale()
+            for batch in batches:
+                self._retry_or_fail(batch, error)
+            return
+        response = future.result()
+        if response is None:   # acks=0
+            for batch in batches:
+                self._complete(batch, -1, -1)
+            return
+        body = response.body
+        results = {(p["topic"], p["partition"]): p for p in body.get("partitions", [])}
+        for batch in batches:
+            result = results.get(batch.tp)
+            code = result.get("error_code", 0) if result else body.get("error_code") or ErrorCode.UNKNOWN_SERVER_ERROR
+            if code in (ErrorCode.NONE, ErrorCode.DUPLICATE_SEQUENCE_NUMBER):
+                self._complete(batch, result.get("base_offset", -1), result.get("log_append_time", -1))
+                continue
+            message = (result or body).get("error_message") or f"producing to {batch.tp.topic}-{batch.tp.partition} failed"
+            if code in STALE_METADATA:
+                self.metadata.mark_stale()
+            self._retry_or_fail(batch, error_for_code(code, message))
+        self.acc.wakeup.set()
+
+    def _retry_or_fail(self, batch: ProducerBatch, error: BaseException) -> None:
+        batch.last_error = error
+        retriable = isinstance(error, EmberError) and error.retriable
+        if isinstance(error, OutOfOrderSequenceNumber) and self.idempotence is not None:
+            # A later batch rejected because an earlier one is being retried: retry it after that one.
+            retriable = self.acc.has_earlier_unacked(batch)
+        now = time.monotonic()
+        if (retriable and batch.attempts < self.config.retries
+                and now + self.config.retry_backoff_s - batch.created < self.config.delivery_timeout_s):
+            batch.attempts += 1
+            batch.retry_at = now + self.config.retry_backoff_s
+            self.acc.requeue(batch)
+            return
+        if retriable:
+            error = self._expiry_error(batch, now)
+        self._fail(batch, error, in_flight=True)
+
+    def _complete(self, batch: ProducerBatch, base_offset: int, log_append_time: int) -> None:
+        self.acc.landed(batch)
+        self.acc.release(batch)
+        batch.future.set_result(ProduceResult(batch.tp.topic, batch.tp.partition, base_offset, log_append_time))
+
+    def _fail(self, batch: ProducerBatch, error: BaseException, *, in_flight: bool) -> None:
+        if in_flight:
+            self.acc.landed(batch)
+        self.acc.release(batch)
+        if self.idempotence is not None and batch.base_sequence >= 0:
+            # Later sequences of this partition now have a gap: start over with a new producer id.
+            self.idempotence.reset_requested = not isinstance(error, InvalidProducerEpoch)
+        if not batch.future.done():
+            batch.future.set_exception(error)
+        self.acc.wakeup.set()
+
+    def _expiry_error(self, batch: ProducerBatch, now: float) -> KafkaTimeoutError:
+        tp = batch.tp
+        cause = f"; last error: {type(batch.last_error).__name__}: {batch.last_error}" if batch.last_error else ""
+        return KafkaTimeoutError(
+            f"expiring {batch.count} record(s) for {tp.topic}-{tp.partition}: {(now - batch.created) * 1000:.0f} ms "
+            f"since the batch was created exceeds delivery_timeout_ms after {batch.attempts} retries{cause}")
+
