@@ -1,0 +1,75 @@
+"""Unit tests of the source's pure parts: options, checkpoint offsets, planning, Arrow conversion."""
+from __future__ import annotations
+
+import pytest
+
+import pyarrow as pa
+from ember.sources.offsets import offsets_from_json, offsets_to_json
+from ember.sources.options import OptionError, reader_options
+from ember.sources.planning import DataLossError, OffsetRange, check_data_loss, limit_records, plan_ranges
+from ember.sources.schema import arrow_schema, slice_offsets, to_spark_batch
+
+A0, A1, B0 = ("a", 0), ("a", 1), ("b", 0)
+
+
+def test_offsets_round_trip_in_checkpoint_shape() -> None:
+    offsets = {A1: 7, A0: 3, B0: 0}
+    as_json = offsets_to_json(offsets)
+    assert as_json == {"a": {"0": 3, "1": 7}, "b": {"0": 0}}
+    assert offsets_from_json(as_json) == offsets
+
+
+def test_reader_options_defaults_and_errors() -> None:
+    batch = reader_options({"bootstrap": "h:1", "topic": "a, b"}, streaming=False)
+    assert batch.topics == ("a", "b") and batch.starting == "earliest" and batch.ending == "latest"
+    assert batch.fail_on_data_loss and not batch.include_headers and batch.read_path == "auto"
+    stream = reader_options({"bootstrap": "h:1", "topicPattern": "a.*", "startingOffsets": '{"a": {"0": -2}}'},
+                            streaming=True)
+    assert stream.starting == {A0: -2} and stream.subscribes("abc") and not stream.subscribes("xa")
+    for bad in ({"topic": "a"}, {"bootstrap": "h:1"}, {"bootstrap": "h:1", "topic": "a", "topicPattern": "a"},
+                {"bootstrap": "h:1", "topic": "a", "startingOffsets": "{nope"},
+                {"bootstrap": "h:1", "topic": "a", "maxRecordsPerTrigger": "0"},
+                {"bootstrap": "h:1", "topic": "a", "readPath": "direct"},
+                {"bootstrap": "h:1", "topic": "a", "endingOffsets": "earliest"}):
+        with pytest.raises(OptionError):
+            reader_options(bad, streaming=False)
+    with pytest.raises(OptionError, match="batch reads only"):
+        reader_options({"bootstrap": "h:1", "topic": "a", "endingOffsets": "latest"}, streaming=True)
+
+
+def test_plan_ranges_skips_empty_and_splits_for_min_partitions() -> None:
+    start, end = {A0: 0, A1: 10, B0: 5}, {A0: 100, A1: 12, B0: 5}
+    assert plan_ranges(start, end, {A0: (1, 2)}) == [OffsetRange("a", 0, 0, 100, (1, 2)), OffsetRange("a", 1, 10, 12)]
+    split = plan_ranges(start, end, {}, min_partitions=5)
+    assert [(r.partition, r.start, r.end) for r in split] == [
+        (0, 0, 20), (0, 20, 40), (0, 40, 60), (0, 60, 80), (0, 80, 100), (1, 10, 12)]
+
+
+def test_limit_records_is_proportional_and_always_progresses() -> None:
+    start = {A0: 0, A1: 10}
+    assert limit_records(start, {A0: 100, A1: 12}, 1000) == {A0: 100, A1: 12}
+    limited = limit_records(start, {A0: 90, A1: 20}, 10)
+    assert sum(limited[tp] - start[tp] for tp in start) == 10 and limited[A0] > limited[A1] - 10
+    assert limit_records(start, {A0: 0, A1: 11}, 1) == {A0: 0, A1: 11}
+
+
+def test_data_loss_fails_or_skips_ahead() -> None:
+    assert check_data_loss("t", 3, 50, 40, fail=True) == 50
+    with pytest.raises(DataLossError, match=r"offsets \[10, 40\) of topic 't' partition 3"):
+        check_data_loss("t", 3, 10, 40, fail=True)
+    assert check_data_loss("t", 3, 10, 40, fail=False) == 40
+
+
+def test_decoded_batch_becomes_spark_layout() -> None:
+    headers = pa.list_(pa.struct([pa.field("key", pa.string(), nullable=False), pa.field("value", pa.binary())]))
+    log_batch = pa.record_batch({"offset": pa.array([7, 8], pa.int64()), "timestamp": pa.array([1_000, 2_000], pa.int64()),
+                                 "key": pa.array([b"k", None], pa.binary()), "value": pa.array([b"v", b"w"], pa.binary()),
+                                 "headers": pa.array([[{"key": "h", "value": b"x"}], None], headers)})
+    decoded = slice_offsets(log_batch, 8, 100)
+    target = arrow_schema(include_headers=True)
+    batch = to_spark_batch(decoded, "t", 2, target)
+    assert batch.schema.equals(target)
+    row, = batch.to_pylist()
+    assert (row["key"], row["value"], row["topic"], row["partition"], row["offset"], row["headers"]) == (
+        None, b"w", "t", 2, 8, None)
+    assert row["timestamp"].timestamp() == 2.0
