@@ -298,6 +298,11 @@ class CorruptSegment(EmberError):
     hint = "restore the segment from a replica or delete the partition directory to re-replicate"
 
 
+class UnexpectedAppendOffset(EmberError):
+    """A follower append did not start at the log end offset (the replica fetcher lost track)."""
+    hint = "truncate the follower to its log end offset or re-fetch from there"
+
+
 def _by_code() -> dict[int, type[EmberError]]:
     table: dict[int, type[EmberError]] = {}
     for cls in EmberError.__subclasses__():

@@ -1,0 +1,307 @@
+"""Record batch wire/disk format: a fixed 61-byte big-endian header and an Arrow IPC payload.
+
+The header follows Kafka's v2 batch layout so brokers can validate, assign offsets and index a
+batch from the header alone; the payload is an Arrow IPC *stream* (schema + one record batch) so
+readers get columns without per-record Python work. The CRC starts at ``attributes``: a broker
+patches ``base_offset`` and ``partition_leader_epoch`` without recomputing it.
+
+=========  ======================  =====  ===========================================
+offset     field                   type   meaning
+=========  ======================  =====  ===========================================
+0          base_offset             int64  offset of the first record
+8          batch_length            int32  bytes after this field
+12         partition_leader_epoch  int32  leader epoch that appended the batch
+16         magic                   int8   format version, ``MAGIC``
+17         crc                     uint32 crc32 of bytes 21..end
+21         attributes              int16  bits 0-2 codec, bit 3 LogAppendTime
+23         last_offset_delta       int32  record_count - 1
+27         first_timestamp         int64  timestamp of the first record (ms)
+35         max_timestamp           int64  largest record timestamp (ms)
+43         producer_id             int64  -1 when not idempotent
+51         producer_epoch          int16
+53         base_sequence           int32
+57         record_count            int32
+=========  ======================  =====  ===========================================
+"""
+from __future__ import annotations
+
+import struct
+import time
+import zlib
+from typing import Iterable, Iterator, NamedTuple, Optional, Sequence, Union
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ember import errors
+
+MAGIC = 1
+LOG_OVERHEAD = 12  # base_offset + batch_length: the bytes batch_length does not count
+HEADER_SIZE = 61
+CRC_START = 21  # first byte covered by the CRC (attributes)
+NO_PRODUCER_ID = -1
+NO_EPOCH = -1
+NO_SEQUENCE = -1
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_BASE_OFFSET = struct.Struct(">q")
+_LEADER_EPOCH = struct.Struct(">i")
+_LEADER_EPOCH_POS = 12
+assert _HEADER.size == HEADER_SIZE
+
+CODECS = {"none": 0, "lz4": 1, "zstd": 2}
+_ARROW_CODEC = {0: None, 1: "lz4", 2: "zstd"}
+_CODEC_MASK = 0x07
+LOG_APPEND_TIME_FLAG = 0x08
+
+_HEADER_TYPE = pa.list_(pa.struct([pa.field("key", pa.string(), nullable=False),
+                                   pa.field("value", pa.binary())]))
+RECORD_SCHEMA = pa.schema([
+    pa.field("key", pa.binary()),
+    pa.field("value", pa.binary()),
+    pa.field("timestamp", pa.int64(), nullable=False),
+    pa.field("headers", _HEADER_TYPE),
+])
+"""Columns of a batch payload."""
+
+DECODED_SCHEMA = pa.schema([pa.field("offset", pa.int64(), nullable=False),
+                            RECORD_SCHEMA.field("timestamp"), RECORD_SCHEMA.field("key"),
+                            RECORD_SCHEMA.field("value"), RECORD_SCHEMA.field("headers")])
+"""Columns readers get back: the payload plus each record's offset."""
+
+Buffer = Union[bytes, bytearray, memoryview]
+
+
+class BatchHeader(NamedTuple):
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    first_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+
+    @classmethod
+    def parse(cls, buf: Buffer, pos: int = 0) -> "BatchHeader":
+        return cls._make(_HEADER.unpack_from(buf, pos))
+
+    def pack(self) -> bytes:
+        return _HEADER.pack(*self)
+
+    @property
+    def size(self) -> int:
+        """Bytes the whole batch occupies, header included."""
+        return self.batch_length + LOG_OVERHEAD
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def codec(self) -> int:
+        return self.attributes & _CODEC_MASK
+
+    @property
+    def log_append_time(self) -> bool:
+        return bool(self.attributes & LOG_APPEND_TIME_FLAG)
+
+    @property
+    def last_sequence(self) -> int:
+        return increment_sequence(self.base_sequence, self.last_offset_delta)
+
+    def problem(self) -> Optional[str]:
+        """Why this header cannot describe a valid batch, or None; needs no payload bytes."""
+        if self.magic != MAGIC:
+            return f"unsupported magic {self.magic}"
+        if self.batch_length < HEADER_SIZE - LOG_OVERHEAD:
+            return f"invalid batch length {self.batch_length}"
+        if self.record_count <= 0 or self.last_offset_delta != self.record_count - 1:
+            return (f"invalid record count {self.record_count} "
+                    f"(last offset delta {self.last_offset_delta})")
+        if self.codec not in _ARROW_CODEC:
+            return f"unknown compression codec {self.codec}"
+        if self.base_offset < 0:
+            return f"negative base offset {self.base_offset}"
+        return None
+
+
+def increment_sequence(sequence: int, increment: int) -> int:
+    """Producer sequences wrap to 0 after int32 max, as in Kafka."""
+    return (sequence + increment) % (1 << 31)
+
+
+def check_batch(buf: Buffer, pos: int = 0, *, verify_crc: bool = True,
+                origin: int = 0) -> BatchHeader:
+    """Validate the batch starting at ``pos`` of ``buf`` and return its header.
+
+    Raises ``CorruptRecord`` naming the position (``origin`` is buf's own position in its file or
+    stream, so the message points at the real byte).
+    """
+    where = origin + pos
+    if len(buf) - pos < HEADER_SIZE:
+        raise errors.CorruptRecord(
+            f"truncated batch header at position {where} ({len(buf) - pos} bytes)")
+    header = BatchHeader.parse(buf, pos)
+    reason = header.problem()
+    if reason is None and pos + header.size > len(buf):
+        reason = f"truncated batch: needs {header.size} bytes, {len(buf) - pos} left"
+    if reason is None and verify_crc:
+        with memoryview(buf) as view:
+            crc = zlib.crc32(view[pos + CRC_START:pos + header.size])
+        if crc != header.crc:
+            reason = f"CRC mismatch (stored {header.crc:#010x}, computed {crc:#010x})"
+    if reason is not None:
+        raise errors.CorruptRecord(f"{reason} at position {where}")
+    return header
+
+
+def iter_batches(buf: Buffer, *, verify_crc: bool = True) -> Iterator[tuple[BatchHeader, memoryview]]:
+    """Walk concatenated raw batches, validating length and CRC of each."""
+    view = memoryview(buf)
+    pos = 0
+    while pos < len(view):
+        header = check_batch(view, pos, verify_crc=verify_crc)
+        yield header, view[pos:pos + header.size]
+        pos += header.size
+
+
+def patch_base_offset(buf: Union[bytearray, memoryview], base_offset: int, pos: int = 0) -> None:
+    """Set a batch's base offset in place (not covered by the CRC)."""
+    _BASE_OFFSET.pack_into(buf, pos, base_offset)
+
+
+def patch_leader_epoch(buf: Union[bytearray, memoryview], epoch: int, pos: int = 0) -> None:
+    """Set a batch's partition leader epoch in place (not covered by the CRC)."""
+    _LEADER_EPOCH.pack_into(buf, pos + _LEADER_EPOCH_POS, epoch)
+
+
+def stamp_log_append_time(header: bytearray, payload: Buffer, timestamp_ms: int) -> None:
+    """Turn a header into LogAppendTime at ``timestamp_ms`` and recompute its CRC.
+
+    Readers then report ``timestamp_ms`` for every record of the batch; the payload is untouched.
+    """
+    fields = BatchHeader.parse(header)
+    fields = fields._replace(attributes=fields.attributes | LOG_APPEND_TIME_FLAG,
+                             first_timestamp=timestamp_ms, max_timestamp=timestamp_ms)
+    packed = fields.pack()
+    crc = zlib.crc32(payload, zlib.crc32(packed[CRC_START:]))
+    header[:] = fields._replace(crc=crc).pack()
+
+
+# --- building ---------------------------------------------------------------------------------
+
+class Record(NamedTuple):
+    """One record given as Python values (the slow, convenient input of ``build_batch``)."""
+    key: Optional[bytes]
+    value: Optional[bytes]
+    timestamp: Optional[int] = None
+    headers: Optional[Sequence[tuple[str, Optional[bytes]]]] = None
+
+
+RecordsLike = Union[pa.Table, pa.RecordBatch, Iterable[Union[Record, tuple]]]
+
+
+def build_batch(records: RecordsLike, *, compression: str = "none", producer_id: int = NO_PRODUCER_ID,
+                producer_epoch: int = NO_EPOCH, base_sequence: int = NO_SEQUENCE,
+                partition_leader_epoch: int = NO_EPOCH, base_offset: int = 0) -> bytes:
+    """Encode records into one raw batch (header + Arrow IPC payload).
+
+    ``records`` is an Arrow table/record batch with any of the columns key, value, timestamp,
+    headers (missing ones are null, a missing or null timestamp is now), or Python records
+    ``(key, value[, timestamp_ms[, headers]])``.
+    """
+    if compression not in CODECS:
+        raise ValueError(f"compression must be one of {sorted(CODECS)}, not {compression!r}")
+    batch = _to_record_batch(records)
+    if batch.num_rows == 0:
+        raise ValueError("a batch needs at least one record")
+    codec = CODECS[compression]
+    sink = pa.BufferOutputStream()
+    options = pa.ipc.IpcWriteOptions(compression=_ARROW_CODEC[codec])
+    with pa.ipc.new_stream(sink, RECORD_SCHEMA, options=options) as writer:
+        writer.write_batch(batch)
+    payload = sink.getvalue()
+    timestamps = batch.column("timestamp")
+    header = BatchHeader(
+        base_offset=base_offset, batch_length=HEADER_SIZE - LOG_OVERHEAD + payload.size,
+        partition_leader_epoch=partition_leader_epoch, magic=MAGIC, crc=0, attributes=codec,
+        last_offset_delta=batch.num_rows - 1, first_timestamp=timestamps[0].as_py(),
+        max_timestamp=pc.max(timestamps).as_py(), producer_id=producer_id,
+        producer_epoch=producer_epoch, base_sequence=base_sequence, record_count=batch.num_rows)
+    crc = zlib.crc32(payload, zlib.crc32(header.pack()[CRC_START:]))
+    return b"".join((header._replace(crc=crc).pack(), payload))
+
+
+def _to_record_batch(records: RecordsLike) -> pa.RecordBatch:
+    if isinstance(records, pa.RecordBatch):
+        records = pa.Table.from_batches([records])
+    if not isinstance(records, pa.Table):
+        records = _table_from_python(records)
+    unknown = set(records.column_names) - set(RECORD_SCHEMA.names)
+    if unknown:
+        raise ValueError(f"unknown record columns {sorted(unknown)}; expected {RECORD_SCHEMA.names}")
+    n = records.num_rows
+    columns = []
+    for field in RECORD_SCHEMA:
+        if field.name in records.column_names:
+            column = records.column(field.name)
+            if field.name == "timestamp" and pa.types.is_timestamp(column.type):
+                column = pc.cast(column, pa.timestamp("ms"), safe=False).cast(pa.int64())
+            column = column.cast(field.type)
+        else:
+            column = pa.nulls(n, field.type)
+        if field.name == "timestamp" and column.null_count:
+            column = column.fill_null(int(time.time() * 1000))
+        columns.append(column)
+    table = pa.Table.from_arrays(columns, schema=RECORD_SCHEMA).combine_chunks()
+    batches = table.to_batches()
+    return batches[0] if batches else pa.RecordBatch.from_pylist([], schema=RECORD_SCHEMA)
+
+
+def _table_from_python(records: Iterable[Union[Record, tuple]]) -> pa.Table:
+    rows = [Record(*r) for r in records]
+    headers = [None if r.headers is None else [{"key": k, "value": v} for k, v in r.headers]
+               for r in rows]
+    return pa.table({
+        "key": pa.array([r.key for r in rows], pa.binary()),
+        "value": pa.array([r.value for r in rows], pa.binary()),
+        "timestamp": pa.array([r.timestamp for r in rows], pa.int64()),
+        "headers": pa.array(headers, _HEADER_TYPE),
+    })
+
+
+# --- decoding ---------------------------------------------------------------------------------
+
+def decode_payload(header: BatchHeader, batch: Buffer) -> pa.RecordBatch:
+    """Columns of one raw batch (``batch`` = header + payload), offsets derived from the header."""
+    payload = pa.py_buffer(batch)[HEADER_SIZE:header.size]
+    records = pa.ipc.open_stream(payload).read_next_batch()
+    n = records.num_rows
+    if n != header.record_count:
+        raise errors.CorruptRecord(
+            f"batch at offset {header.base_offset} holds {n} records, header says {header.record_count}")
+    offsets = pc.cumulative_sum(pa.repeat(pa.scalar(1, pa.int64()), n), start=header.base_offset - 1)
+    timestamps = records.column("timestamp")
+    if header.log_append_time:
+        timestamps = pa.repeat(pa.scalar(header.max_timestamp, pa.int64()), n)
+    return pa.RecordBatch.from_arrays(
+        [offsets, timestamps, records.column("key"), records.column("value"),
+         records.column("headers")], schema=DECODED_SCHEMA)
+
+
+def decode_batches(raw: Buffer, *, verify_crc: bool = True) -> Iterator[pa.RecordBatch]:
+    """Decode concatenated raw batches into Arrow record batches (columns of DECODED_SCHEMA)."""
+    for header, batch in iter_batches(raw, verify_crc=verify_crc):
+        yield decode_payload(header, batch)
+
+
+def to_table(raw: Buffer, *, verify_crc: bool = True) -> pa.Table:
+    """All records of concatenated raw batches as one table."""
+    return pa.Table.from_batches(list(decode_batches(raw, verify_crc=verify_crc)),
+                                 schema=DECODED_SCHEMA)

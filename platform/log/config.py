@@ -1,0 +1,178 @@
+"""Topic-level log configuration under Kafka's property names.
+
+``TOPIC_CONFIGS`` is the single table of known topic configs (name, type, default, doc, allowed
+values); the broker's DescribeConfigs/AlterConfigs and the CLI read it, and ``LogConfig`` is
+built and validated from it, so a name or range is defined in exactly one place.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional
+
+from ember import errors
+
+_INT32_MAX = (1 << 31) - 1
+_INT64_MAX = (1 << 63) - 1
+
+
+@dataclass(frozen=True)
+class ConfigDef:
+    """One known topic config: how to parse and validate it and how to describe it."""
+    name: str
+    type: str  # "int", "long", "boolean" or "string"
+    default: Any
+    doc: str
+    minimum: Optional[int] = None
+    maximum: Optional[int] = None
+    choices: tuple[str, ...] = ()
+    unsupported: tuple[str, ...] = ()  # values Kafka knows that ember does not support yet
+    nullable: bool = False  # None (or "none") means "not set"
+
+    @property
+    def valid_values(self) -> str:
+        """Human-readable allowed values, quoted in errors and DescribeConfigs."""
+        if self.choices:
+            text = ", ".join(self.choices)
+        elif self.type == "boolean":
+            text = "true, false"
+        else:
+            low = "..." if self.minimum is None else str(self.minimum)
+            high = "..." if self.maximum is None else str(self.maximum)
+            text = f"[{low}, {high}]"
+        return f"{text} or none" if self.nullable else text
+
+    def parse(self, raw: Any) -> Any:
+        """The typed value of ``raw`` (a string from the wire/CLI or a Python value)."""
+        if self.nullable and (raw is None or (isinstance(raw, str) and raw.strip().lower() in ("", "none"))):
+            return None
+        if self.type == "boolean":
+            return self._parse_bool(raw)
+        if self.type == "string":
+            return self._parse_choice(raw)
+        return self._parse_int(raw)
+
+    def _invalid(self, raw: Any, why: str = "") -> errors.InvalidConfig:
+        reason = f": {why}" if why else ""
+        return errors.InvalidConfig(
+            f"invalid value {raw!r} for {self.name}{reason}; allowed: {self.valid_values}")
+
+    def _parse_bool(self, raw: Any) -> bool:
+        if isinstance(raw, bool):
+            return raw
+        if isinstance(raw, str) and raw.strip().lower() in ("true", "false"):
+            return raw.strip().lower() == "true"
+        raise self._invalid(raw)
+
+    def _parse_choice(self, raw: Any) -> str:
+        value = str(raw).strip()
+        if value in self.unsupported:
+            raise self._invalid(raw, f"{value!r} is not supported yet")
+        if value not in self.choices:
+            raise self._invalid(raw)
+        return value
+
+    def _parse_int(self, raw: Any) -> int:
+        if isinstance(raw, bool):
+            raise self._invalid(raw)
+        try:
+            value = int(raw.strip()) if isinstance(raw, str) else int(raw)
+        except (TypeError, ValueError):
+            raise self._invalid(raw) from None
+        if value != raw and not isinstance(raw, str):
+            raise self._invalid(raw)
+        if (self.minimum is not None and value < self.minimum) or \
+                (self.maximum is not None and value > self.maximum):
+            raise self._invalid(raw)
+        return value
+
+
+def _int(name: str, default: Optional[int], doc: str, minimum: int, maximum: int = _INT32_MAX,
+         **kw: Any) -> ConfigDef:
+    return ConfigDef(name, "int" if maximum <= _INT32_MAX else "long", default, doc,
+                     minimum=minimum, maximum=maximum, **kw)
+
+
+_DAY_MS = 24 * 3600 * 1000
+TOPIC_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in (
+    _int("segment.bytes", 1 << 30, "Roll a new segment once the active one would exceed this size.", 14),
+    _int("segment.ms", 7 * _DAY_MS, "Roll a new segment once its records span this much time.", 1,
+         _INT64_MAX),
+    _int("segment.index.bytes", 10 * 1024 * 1024,
+         "Maximum size of a segment's offset and time index; a full index rolls the segment.", 12),
+    _int("index.interval.bytes", 4096, "Add an index entry after this many bytes of log.", 0),
+    _int("retention.ms", 7 * _DAY_MS,
+         "Delete sealed segments whose newest record is older than this; -1 keeps them forever.", -1,
+         _INT64_MAX),
+    _int("retention.bytes", -1,
+         "Delete the oldest sealed segments while the partition is larger than this; -1 = no limit.",
+         -1, _INT64_MAX),
+    _int("flush.messages", None,
+         "fsync after this many appended records; none = only on segment roll and the flush.ms timer.",
+         1, _INT64_MAX, nullable=True),
+    _int("flush.ms", 1000, "fsync unflushed data when the broker's flush timer finds it this old.", 0,
+         _INT64_MAX),
+    _int("max.message.bytes", 1048588, "Largest record batch (header included) the topic accepts.", 0),
+    _int("file.delete.delay.ms", 60000,
+         "How long a deleted segment's files linger (renamed .deleted) for in-flight reads.", 0,
+         _INT64_MAX),
+    ConfigDef("message.timestamp.type", "string", "CreateTime",
+              "CreateTime keeps the producer's timestamps; LogAppendTime stamps batches on append.",
+              choices=("CreateTime", "LogAppendTime")),
+    _int("min.insync.replicas", 1, "Fewest in-sync replicas an acks=all write needs.", 1),
+    ConfigDef("unclean.leader.election.enable", "boolean", False,
+              "Allow an out-of-sync replica to become leader (may lose acknowledged records)."),
+    ConfigDef("cleanup.policy", "string", "delete", "How old segments are cleaned up.",
+              choices=("delete",), unsupported=("compact", "compact,delete", "delete,compact")),
+    ConfigDef("compression.type", "string", "producer",
+              "Codec of stored batches; producer keeps what the producer sent.",
+              choices=("producer", "none", "lz4", "zstd"), unsupported=("gzip", "snappy")),
+)}
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    """Validated topic config of one partition log (field = property name with '_' for '.')."""
+    segment_bytes: int = TOPIC_CONFIGS["segment.bytes"].default
+    segment_ms: int = TOPIC_CONFIGS["segment.ms"].default
+    segment_index_bytes: int = TOPIC_CONFIGS["segment.index.bytes"].default
+    index_interval_bytes: int = TOPIC_CONFIGS["index.interval.bytes"].default
+    retention_ms: int = TOPIC_CONFIGS["retention.ms"].default
+    retention_bytes: int = TOPIC_CONFIGS["retention.bytes"].default
+    flush_messages: Optional[int] = TOPIC_CONFIGS["flush.messages"].default
+    flush_ms: int = TOPIC_CONFIGS["flush.ms"].default
+    max_message_bytes: int = TOPIC_CONFIGS["max.message.bytes"].default
+    file_delete_delay_ms: int = TOPIC_CONFIGS["file.delete.delay.ms"].default
+    message_timestamp_type: str = TOPIC_CONFIGS["message.timestamp.type"].default
+    min_insync_replicas: int = TOPIC_CONFIGS["min.insync.replicas"].default
+    unclean_leader_election_enable: bool = TOPIC_CONFIGS["unclean.leader.election.enable"].default
+    cleanup_policy: str = TOPIC_CONFIGS["cleanup.policy"].default
+    compression_type: str = TOPIC_CONFIGS["compression.type"].default
+
+    def __post_init__(self) -> None:
+        for name, definition in TOPIC_CONFIGS.items():
+            definition.parse(getattr(self, _field(name)))
+
+    @classmethod
+    def from_properties(cls, properties: Optional[Mapping[str, Any]] = None) -> "LogConfig":
+        """Defaults overridden by ``properties`` (Kafka names); unknown names or bad values raise
+        ``InvalidConfig``."""
+        values = {}
+        for name, raw in (properties or {}).items():
+            definition = TOPIC_CONFIGS.get(name)
+            if definition is None:
+                raise errors.InvalidConfig(
+                    f"unknown topic config {name!r}; known: {', '.join(TOPIC_CONFIGS)}")
+            values[_field(name)] = definition.parse(raw)
+        return cls(**values)
+
+    def to_properties(self) -> dict[str, Any]:
+        """Every known config under its Kafka name."""
+        return {name: getattr(self, _field(name)) for name in TOPIC_CONFIGS}
+
+    def overridden(self, properties: Mapping[str, Any]) -> "LogConfig":
+        """A copy with ``properties`` (Kafka names) applied on top of this config."""
+        return LogConfig.from_properties({**self.to_properties(), **properties})
+
+
+def _field(name: str) -> str:
+    return name.replace(".", "_")

@@ -1,0 +1,550 @@
+"""The partition log: an ordered list of segments with offsets, epochs and producer state.
+
+Thread safety: every public method may be called from any thread. ``_lock`` serializes appends,
+reads of the segment list and metadata updates; ``_flush_lock`` serializes the slow work that
+must not block appends (fsync) with whatever closes or deletes segment files (truncation,
+retention, close). Lock order is always ``_flush_lock`` then ``_lock``.
+"""
+from __future__ import annotations
+
+import bisect
+import contextlib
+import logging
+import os
+import shutil
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, Callable, Iterator, Optional, Sequence
+
+import pyarrow.compute as pc
+
+from ember import errors
+from ember.log import checkpoint, recovery, retention
+from ember.log.batch import (HEADER_SIZE, BatchHeader, Buffer, decode_payload, iter_batches,
+                             patch_base_offset, patch_leader_epoch, stamp_log_append_time)
+from ember.log.config import LogConfig
+from ember.log.epoch_cache import LeaderEpochCache
+from ember.log.producer_state import ProducerStateManager
+from ember.log.segment import DELETED_SUFFIX, LogSegment
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    record_count: int
+    duplicate: bool = False  # an idempotent retry: offsets are the original append's
+
+
+@dataclass(frozen=True)
+class FetchSlice:
+    """Whole batches at ``position`` of segment file ``path``, ready for ``sendfile``."""
+    path: Path
+    position: int
+    size: int
+    first_offset: int  # base offset of the first batch (may be below the requested offset)
+
+    def open(self) -> BinaryIO:
+        """The segment file, also if retention renamed it meanwhile (``file.delete.delay.ms``).
+
+        Raises ``OffsetOutOfRange`` once the file is gone.
+        """
+        for path in (self.path, self.path.with_name(self.path.name + DELETED_SUFFIX)):
+            with contextlib.suppress(FileNotFoundError):
+                return open(path, "rb")
+        raise errors.OffsetOutOfRange(f"segment {self.path} was deleted")
+
+    def read_bytes(self) -> bytes:
+        if self.size == 0:
+            return b""
+        with self.open() as f:
+            data = os.pread(f.fileno(), self.size, self.position)
+        if len(data) != self.size:
+            raise errors.OffsetOutOfRange(f"segment {self.path} was truncated under the read")
+        return data
+
+
+def _wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Log:
+    """One partition's log in its own directory. Create with ``Log.open``."""
+
+    def __init__(self, directory: Path, config: LogConfig, now_ms: Callable[[], int]) -> None:
+        self.directory = directory
+        self._config = config
+        self._now_ms = now_ms
+        self._lock = threading.RLock()
+        self._flush_lock = threading.Lock()
+        self._segments: list[LogSegment] = []
+        self._bases: list[int] = []
+        self._log_start_offset = 0
+        self._recovery_point = 0
+        self._high_watermark = 0
+        self._epochs = LeaderEpochCache(directory / checkpoint.LEADER_EPOCH)
+        self._producers = ProducerStateManager()
+        self._unflushed_records = 0
+        self._last_flush_ms = now_ms()
+        self._written: dict[str, int] = {}  # checkpoint name -> value on disk
+        self._pending_deletes: list[tuple[int, list[Path]]] = []
+        self._closed = False
+
+    @classmethod
+    def open(cls, directory: os.PathLike | str, config: Optional[LogConfig] = None, *,
+             now_ms: Callable[[], int] = _wall_clock_ms) -> "Log":
+        """Open (creating if needed) and recover the log in ``directory``."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        recovery.clean_directory(directory)
+        log = cls(directory, config or LogConfig(), now_ms)
+        log._load()
+        return log
+
+    def _load(self) -> None:
+        read = lambda name: checkpoint.read_offset(self.directory / name)  # noqa: E731
+        self._recovery_point = read(checkpoint.RECOVERY_POINT) or 0
+        self._written[checkpoint.RECOVERY_POINT] = self._recovery_point
+        self._set_segments(recovery.load_segments(self.directory, self._config, self._recovery_point))
+        checkpointed_start = read(checkpoint.LOG_START_OFFSET)
+        if not self._segments:
+            self._set_segments([self._new_segment(checkpointed_start or 0)])
+        first = self._segments[0].base_offset
+        self._log_start_offset = max(first, checkpointed_start or first)
+        self._epochs.truncate_from_end(self.log_end_offset)
+        if self._log_start_offset > self.log_end_offset:  # the data the checkpoint promised is gone
+            with self._flush_lock:
+                self._truncate_fully(self._log_start_offset)
+        self._rebuild_from_headers(include_epochs=True)
+        self._epochs.truncate_from_start(self._log_start_offset)
+        hw = read(checkpoint.HIGH_WATERMARK)
+        self._high_watermark = self._clamp(hw if hw is not None else self._log_start_offset)
+        with self._flush_lock:
+            self._flush()
+            self._checkpoint(checkpoint.LOG_START_OFFSET, self._log_start_offset)
+
+    # --- state ----------------------------------------------------------------------------------
+
+    @property
+    def config(self) -> LogConfig:
+        return self._config
+
+    def update_config(self, config: LogConfig) -> None:
+        """Apply an altered topic config (index sizes apply to new segments)."""
+        with self._lock:
+            self._config = config
+            self._active.index_interval_bytes = config.index_interval_bytes
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._active.next_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @property
+    def recovery_point(self) -> int:
+        """Everything below this offset is fsynced."""
+        return self._recovery_point
+
+    @property
+    def latest_epoch(self) -> int:
+        """The newest leader epoch in the log, -1 if none."""
+        return self._epochs.latest_epoch
+
+    @property
+    def size_in_bytes(self) -> int:
+        with self._lock:
+            return sum(s.size for s in self._segments)
+
+    def update_high_watermark(self, offset: int) -> int:
+        """Set the high watermark, clamped to [log start, log end]; returns the new value."""
+        with self._lock:
+            self._high_watermark = self._clamp(offset)
+            return self._high_watermark
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """OffsetsForLeaderEpoch: (largest known epoch ≤ ``epoch``, the offset it ended at)."""
+        with self._lock:
+            return self._epochs.end_offset_for(epoch, self.log_end_offset)
+
+    # --- appending ------------------------------------------------------------------------------
+
+    def append_as_leader(self, raw: Buffer, leader_epoch: int) -> AppendResult:
+        """Validate, assign offsets to and append producer batches.
+
+        Nothing is written if any batch is bad. A retried idempotent batch returns its original
+        offsets with ``duplicate=True``.
+        """
+        view = memoryview(raw)
+        batches = self._validate(view, enforce_max_size=True)
+        with self._lock:
+            self._check_open()
+            duplicate = self._producers.check([h for _, h in batches])
+            if duplicate is not None:
+                return AppendResult(duplicate.first_offset, duplicate.last_offset,
+                                    duplicate.max_timestamp, duplicate.record_count, duplicate=True)
+            append_time = self._now_ms() if self._config.message_timestamp_type == "LogAppendTime" else None
+            offset = self.log_end_offset
+            headers: list[BatchHeader] = []
+            buffers: list[Buffer] = []
+            for position, header in batches:
+                head = bytearray(view[position:position + HEADER_SIZE])
+                payload = view[position + HEADER_SIZE:position + header.size]
+                patch_base_offset(head, offset)
+                patch_leader_epoch(head, leader_epoch)
+                if append_time is not None:
+                    stamp_log_append_time(head, payload, append_time)
+                headers.append(BatchHeader.parse(head))
+                buffers += (head, payload)
+                offset += header.record_count
+            self._append(headers, buffers)
+            self._epochs.assign(leader_epoch, headers[0].base_offset)
+            return _result(headers)
+
+    def append_as_follower(self, raw: Buffer) -> AppendResult:
+        """Append batches fetched from the leader, keeping its offsets and epochs.
+
+        The first batch must start at the log end offset and the batches must be contiguous,
+        else ``UnexpectedAppendOffset``.
+        """
+        view = memoryview(raw)
+        headers = [h for _, h in self._validate(view, enforce_max_size=False)]
+        with self._lock:
+            self._check_open()
+            expected = self.log_end_offset
+            for header in headers:
+                if header.base_offset != expected:
+                    raise errors.UnexpectedAppendOffset(
+                        f"{self.directory}: follower batch starts at {header.base_offset}, "
+                        f"expected {expected}")
+                expected = header.last_offset + 1
+            self._append(headers, [view])
+            for header in headers:
+                self._epochs.assign(header.partition_leader_epoch, header.base_offset)
+            return _result(headers)
+
+    def _validate(self, view: memoryview, *, enforce_max_size: bool) -> list[tuple[int, BatchHeader]]:
+        batches, position = [], 0
+        for header, _ in iter_batches(view):
+            if enforce_max_size and header.size > self._config.max_message_bytes:
+                raise errors.MessageTooLarge(
+                    f"batch of {header.size} bytes exceeds max.message.bytes "
+                    f"{self._config.max_message_bytes}")
+            batches.append((position, header))
+            position += header.size
+        if not batches:
+            raise errors.CorruptRecord("no record batches to append")
+        return batches
+
+    def _append(self, headers: Sequence[BatchHeader], buffers: Sequence[Buffer]) -> None:
+        size = sum(h.size for h in headers)
+        max_timestamp = max(h.max_timestamp for h in headers)
+        with _storage_errors(self.directory):
+            if self._active.should_roll(size, max_timestamp, headers[-1].last_offset,
+                                        segment_bytes=self._config.segment_bytes,
+                                        segment_ms=self._config.segment_ms):
+                self._roll()
+            self._active.append(headers, buffers)
+            for header in headers:
+                self._producers.update(header)
+            self._unflushed_records += sum(h.record_count for h in headers)
+            if self._config.flush_messages is not None and \
+                    self._unflushed_records >= self._config.flush_messages:
+                self._sync_unflushed()
+
+    def _roll(self) -> None:
+        """Seal (and fsync) the active segment and start a new one at the log end."""
+        self._active.seal()
+        self._recovery_point = max(self._recovery_point, self.log_end_offset)
+        self._set_segments(self._segments + [self._new_segment(self.log_end_offset)])
+
+    def _sync_unflushed(self) -> None:
+        """fsync under the append lock (flush.messages); the checkpoint follows at the next flush."""
+        for segment in self._unflushed_segments():
+            segment.flush()
+        self._recovery_point = self.log_end_offset
+        self._unflushed_records = 0
+        self._last_flush_ms = self._now_ms()
+
+    # --- flushing -------------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """fsync everything appended so far and checkpoint the recovery point and high watermark.
+
+        Appends proceed while the fsync runs.
+        """
+        with self._flush_lock:
+            self._flush()
+
+    def flush_if_due(self, now_ms: Optional[int] = None) -> bool:
+        """The broker's flush timer: flush if unflushed data is ``flush.ms`` old; True if it did."""
+        now = self._now_ms() if now_ms is None else now_ms
+        with self._lock:
+            self._purge_deleted_files(now)
+            dirty = self._unflushed_records > 0 or \
+                self._high_watermark != self._written.get(checkpoint.HIGH_WATERMARK)
+            due = dirty and now - self._last_flush_ms >= self._config.flush_ms
+        if due:
+            self.flush()
+        return due
+
+    def _flush(self) -> None:
+        with self._lock:
+            self._check_open()
+            end = self.log_end_offset
+            segments = self._unflushed_segments()
+            counted = self._unflushed_records
+        with _storage_errors(self.directory):
+            for segment in segments:
+                segment.flush()
+        with self._lock:
+            self._recovery_point = max(self._recovery_point, end)
+            self._unflushed_records -= counted
+            self._last_flush_ms = self._now_ms()
+            recovery_point, high_watermark = self._recovery_point, self._high_watermark
+        self._checkpoint(checkpoint.RECOVERY_POINT, recovery_point)
+        self._checkpoint(checkpoint.HIGH_WATERMARK, high_watermark)
+
+    def _unflushed_segments(self) -> list[LogSegment]:
+        first = max(0, bisect.bisect_right(self._bases, self._recovery_point) - 1)
+        return self._segments[first:]
+
+    def _checkpoint(self, name: str, value: int) -> None:
+        """Write a single-offset checkpoint if it changed (caller holds ``_flush_lock``)."""
+        if self._written.get(name) != value:
+            with _storage_errors(self.directory):
+                checkpoint.write_offset(self.directory / name, value)
+            self._written[name] = value
+
+    # --- reading --------------------------------------------------------------------------------
+
+    def read(self, start_offset: int, max_bytes: int, *, max_offset: Optional[int] = None,
+             min_one_batch: bool = True) -> FetchSlice:
+        """Whole batches from the one holding ``start_offset``, for ``sendfile``.
+
+        At most ``max_bytes`` (but at least one batch if ``min_one_batch``), never a batch whose
+        base offset is ``max_offset`` or more, all from one segment. Raises ``OffsetOutOfRange``
+        outside [log start, log end] and ``CorruptSegment`` at a damaged batch header.
+        """
+        with self._lock:
+            self._check_open()
+            self._check_range(start_offset)
+            segment = self._segment_for(start_offset)
+            found = None
+            if max_offset is None or start_offset < max_offset:
+                found = segment.read(start_offset, max_bytes, max_offset, min_one_batch)
+            if found is None:
+                return FetchSlice(self._active.path, self._active.size, 0, start_offset)
+            return FetchSlice(segment.path, *found)
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> Optional[tuple[int, int]]:
+        """(offset, timestamp) of the first record with timestamp ≥ ``timestamp_ms``, or None."""
+        with self._lock:
+            self._check_open()
+            for segment in self._segments:
+                if segment.max_timestamp < timestamp_ms or segment.next_offset <= self._log_start_offset:
+                    continue
+                for position, header in segment.timestamp_candidates(timestamp_ms, self._log_start_offset):
+                    records = decode_payload(header, segment.read_batch(position, header))
+                    match = pc.and_(pc.greater_equal(records.column("timestamp"), timestamp_ms),
+                                    pc.greater_equal(records.column("offset"), self._log_start_offset))
+                    row = pc.index(match, True).as_py()
+                    if row >= 0:
+                        return records.column("offset")[row].as_py(), records.column("timestamp")[row].as_py()
+            return None
+
+    # --- truncation, deletion, retention --------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop every record at or after ``offset`` (a follower diverged from its leader).
+
+        Truncation is batch-aligned: a batch holding ``offset`` is dropped whole, so the log end
+        may end up below ``offset``.
+        """
+        with self._flush_lock, self._lock:
+            self._check_open()
+            if offset >= self.log_end_offset:
+                return
+            if offset <= self._log_start_offset:
+                self._truncate_fully(offset)
+                return
+            doomed = [s for s in self._segments[1:] if s.base_offset >= offset]
+            self._set_segments(self._segments[:len(self._segments) - len(doomed)])
+            self._delete_segments(doomed)
+            with _storage_errors(self.directory):
+                self._active.truncate_to(offset)
+            end = self.log_end_offset
+            self._recovery_point = min(self._recovery_point, end)
+            self._high_watermark = min(self._high_watermark, end)
+            self._epochs.truncate_from_end(end)
+            self._rebuild_from_headers(include_epochs=False)
+            self._checkpoint(checkpoint.RECOVERY_POINT, self._recovery_point)
+            self._checkpoint(checkpoint.HIGH_WATERMARK, self._high_watermark)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete all data and restart the log, empty, at ``offset``."""
+        with self._flush_lock, self._lock:
+            self._check_open()
+            self._truncate_fully(offset)
+
+    def _truncate_fully(self, offset: int) -> None:
+        doomed = self._segments
+        self._set_segments([])
+        self._delete_segments(doomed)
+        self._set_segments([self._new_segment(offset)])
+        self._log_start_offset = self._recovery_point = self._high_watermark = offset
+        self._epochs.clear()
+        self._producers.clear()
+        self._unflushed_records = 0
+        for name in (checkpoint.LOG_START_OFFSET, checkpoint.RECOVERY_POINT, checkpoint.HIGH_WATERMARK):
+            self._checkpoint(name, offset)
+
+    def delete_records_before(self, offset: int) -> int:
+        """DeleteRecords: advance the log start offset to ``offset`` (≤ high watermark) and
+        delete segments wholly below it; returns the new log start offset."""
+        with self._flush_lock, self._lock:
+            self._check_open()
+            if offset > self._high_watermark:
+                raise errors.OffsetOutOfRange(
+                    f"cannot delete records before {offset}: above the high watermark {self._high_watermark}")
+            if offset > self._log_start_offset:
+                self._advance_log_start(offset)
+                self._delete_oldest(retention.below_log_start(self._segments, offset))
+            return self._log_start_offset
+
+    def apply_retention(self, now_ms: Optional[int] = None) -> int:
+        """Delete sealed segments past retention.ms / retention.bytes; returns how many."""
+        now = self._now_ms() if now_ms is None else now_ms
+        with self._flush_lock, self._lock:
+            self._check_open()
+            count = retention.deletable_count(
+                self._segments, config=self._config, now_ms=now,
+                log_start_offset=self._log_start_offset, high_watermark=self._high_watermark)
+            self._delete_oldest(count)
+            self._purge_deleted_files(now)
+            return count
+
+    def _delete_oldest(self, count: int) -> None:
+        if count == 0:
+            return
+        doomed = self._segments[:count]
+        self._set_segments(self._segments[count:])
+        self._delete_segments(doomed)
+        self._advance_log_start(self._segments[0].base_offset)
+
+    def _advance_log_start(self, offset: int) -> None:
+        if offset <= self._log_start_offset:
+            return
+        self._log_start_offset = offset
+        self._high_watermark = max(self._high_watermark, offset)
+        self._epochs.truncate_from_start(offset)
+        self._producers.remove_before(offset)
+        self._checkpoint(checkpoint.LOG_START_OFFSET, offset)
+
+    def _delete_segments(self, segments: Sequence[LogSegment]) -> None:
+        """Rename to ``*.deleted`` now (readers holding a FetchSlice may still open them), unlink
+        after ``file.delete.delay.ms``."""
+        due = self._now_ms() + self._config.file_delete_delay_ms
+        for segment in segments:
+            self._pending_deletes.append((due, segment.rename_for_delete()))
+        self._purge_deleted_files(self._now_ms())
+
+    def _purge_deleted_files(self, now_ms: int) -> None:
+        keep = []
+        for due, paths in self._pending_deletes:
+            if due > now_ms:
+                keep.append((due, paths))
+                continue
+            for path in paths:
+                path.unlink(missing_ok=True)
+        self._pending_deletes = keep
+
+    def close(self) -> None:
+        """Flush, checkpoint and close the files. Idempotent."""
+        with self._flush_lock:
+            if self._closed:
+                return
+            self._flush()
+            with self._lock:
+                for segment in self._segments:
+                    segment.close()
+                self._closed = True
+
+    def delete(self) -> None:
+        """Close the log and remove its directory (topic deletion)."""
+        with self._flush_lock, self._lock:
+            for segment in self._segments:
+                segment.close()
+            self._closed = True
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    # --- helpers --------------------------------------------------------------------------------
+
+    @property
+    def _active(self) -> LogSegment:
+        return self._segments[-1]
+
+    def _set_segments(self, segments: list[LogSegment]) -> None:
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
+
+    def _new_segment(self, base_offset: int) -> LogSegment:
+        return recovery.open_segment(self.directory, base_offset, self._config, create=True)
+
+    def _segment_for(self, offset: int) -> LogSegment:
+        return self._segments[max(0, bisect.bisect_right(self._bases, offset) - 1)]
+
+    def _clamp(self, offset: int) -> int:
+        return min(max(offset, self._log_start_offset), self.log_end_offset)
+
+    def _check_range(self, offset: int) -> None:
+        if not self._log_start_offset <= offset <= self.log_end_offset:
+            raise errors.OffsetOutOfRange(
+                f"offset {offset} is outside the log [{self._log_start_offset}, {self.log_end_offset}]"
+                f" of {self.directory}")
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise errors.StorageError(f"log {self.directory} is closed")
+
+    def _rebuild_from_headers(self, *, include_epochs: bool) -> None:
+        """Producer state (and, on open, missing epoch-cache entries) from every batch header."""
+        headers = list(self._iter_headers())
+        self._producers.rebuild(headers)
+        if include_epochs:
+            for header in headers:
+                if header.partition_leader_epoch > self._epochs.latest_epoch:
+                    self._epochs.assign(header.partition_leader_epoch, header.base_offset)
+
+    def _iter_headers(self) -> Iterator[BatchHeader]:
+        for segment in self._segments:
+            try:
+                for _, header in segment.iter_headers():
+                    yield header
+            except errors.CorruptSegment as e:  # reads there fail loudly; opening must not
+                _log.error("skipping the rest of a damaged segment: %s", e)
+
+
+def _result(headers: Sequence[BatchHeader]) -> AppendResult:
+    return AppendResult(headers[0].base_offset, headers[-1].last_offset,
+                        max(h.max_timestamp for h in headers), sum(h.record_count for h in headers))
+
+
+@contextlib.contextmanager
+def _storage_errors(directory: Path) -> Iterator[None]:
+    """Disk failures (ENOSPC, EIO, ...) surface as the typed, retriable StorageError."""
+    try:
+        yield
+    except OSError as e:
+        raise errors.StorageError(f"{directory}: {e}") from e

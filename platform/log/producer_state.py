@@ -1,0 +1,124 @@
+"""Idempotent-producer state: per producer id, its epoch and its last few batches.
+
+A leader checks every batch of an idempotent producer against this state before writing: a retry
+of one of the last ``MAX_CACHED_BATCHES`` batches gets the original offsets back instead of being
+written twice, a sequence gap is refused, an older epoch is fenced. The state is derived from
+batch headers only, so it is rebuilt from the segments on open and after truncation.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Iterable, NamedTuple, Optional, Sequence
+
+from ember import errors
+from ember.log.batch import NO_EPOCH, BatchHeader, increment_sequence
+
+MAX_CACHED_BATCHES = 5  # Kafka's max.in.flight.requests.per.connection limit for idempotence
+
+
+class BatchMetadata(NamedTuple):
+    first_sequence: int
+    last_sequence: int
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+
+    @property
+    def record_count(self) -> int:
+        return self.last_offset - self.first_offset + 1
+
+
+@dataclass
+class ProducerEntry:
+    epoch: int
+    batches: deque = field(default_factory=lambda: deque(maxlen=MAX_CACHED_BATCHES))
+
+    @property
+    def last_sequence(self) -> int:
+        return self.batches[-1].last_sequence if self.batches else -1
+
+    @property
+    def last_offset(self) -> int:
+        return self.batches[-1].last_offset if self.batches else -1
+
+    def find_duplicate(self, header: BatchHeader) -> Optional[BatchMetadata]:
+        if header.producer_epoch != self.epoch:
+            return None
+        for batch in self.batches:
+            if batch.first_sequence == header.base_sequence and batch.last_sequence == header.last_sequence:
+                return batch
+        return None
+
+
+class ProducerStateManager:
+    def __init__(self) -> None:
+        self._producers: dict[int, ProducerEntry] = {}
+
+    def check(self, headers: Sequence[BatchHeader]) -> Optional[BatchMetadata]:
+        """Validate a leader append's batches in order; the metadata of a retried batch, if any.
+
+        Raises ``InvalidProducerEpoch`` for a fenced epoch and ``OutOfOrderSequenceNumber`` for a
+        gap. Nothing is changed: the caller writes, then calls ``update`` per batch.
+        """
+        pending: dict[int, tuple[int, int]] = {}  # producer id -> (epoch, last sequence)
+        for header in headers:
+            pid = header.producer_id
+            if pid < 0:
+                continue
+            entry = self._producers.get(pid)
+            if entry is not None and pid not in pending:
+                duplicate = entry.find_duplicate(header)
+                if duplicate is not None:
+                    return duplicate
+            epoch, last_seq = pending.get(pid) or (
+                (entry.epoch, entry.last_sequence) if entry else (NO_EPOCH, -1))
+            _check_sequence(header, epoch, last_seq, known=entry is not None or pid in pending)
+            pending[pid] = (header.producer_epoch, header.last_sequence)
+        return None
+
+    def update(self, header: BatchHeader) -> None:
+        """Record a written batch (header carrying its final offsets)."""
+        if header.producer_id < 0:
+            return
+        entry = self._producers.get(header.producer_id)
+        if entry is None or header.producer_epoch != entry.epoch:
+            entry = self._producers[header.producer_id] = ProducerEntry(header.producer_epoch)
+        entry.batches.append(BatchMetadata(header.base_sequence, header.last_sequence,
+                                           header.base_offset, header.last_offset,
+                                           header.max_timestamp))
+
+    def rebuild(self, headers: Iterable[BatchHeader]) -> None:
+        self._producers.clear()
+        for header in headers:
+            self.update(header)
+
+    def remove_before(self, log_start_offset: int) -> None:
+        """Forget producers whose every batch is below the log start (as a rebuild would)."""
+        for pid in [p for p, e in self._producers.items() if e.last_offset < log_start_offset]:
+            del self._producers[pid]
+
+    def clear(self) -> None:
+        self._producers.clear()
+
+    def get(self, producer_id: int) -> Optional[ProducerEntry]:
+        return self._producers.get(producer_id)
+
+
+def _check_sequence(header: BatchHeader, epoch: int, last_seq: int, *, known: bool) -> None:
+    if not known:
+        return  # a producer we have no state for (new, or expired with retention) may start anywhere
+    if header.producer_epoch < epoch:
+        raise errors.InvalidProducerEpoch(
+            f"producer {header.producer_id} epoch {header.producer_epoch} is older than {epoch}")
+    if header.producer_epoch > epoch:
+        if header.base_sequence != 0:
+            raise errors.OutOfOrderSequenceNumber(
+                f"producer {header.producer_id} new epoch {header.producer_epoch} must start at "
+                f"sequence 0, got {header.base_sequence}")
+        return
+    expected = increment_sequence(last_seq, 1)
+    if header.base_sequence != expected:
+        raise errors.OutOfOrderSequenceNumber(
+            f"producer {header.producer_id} epoch {epoch}: expected sequence {expected}, "
+            f"got {header.base_sequence}")
