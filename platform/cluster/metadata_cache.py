@@ -1,0 +1,180 @@
+"""Every broker's view of cluster metadata, kept current by ZooKeeper watches (never polled).
+
+kazoo runs watch callbacks on its own thread; readers (the broker's event loop, the controller)
+get copies taken under a lock. Listeners hear which topic changed (``None`` for broker or
+controller changes) and must hand the work to their own thread or loop.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Callable
+
+from kazoo.exceptions import NoNodeError
+from kazoo.protocol.states import ZnodeStat
+from kazoo.recipe.watchers import ChildrenWatch, DataWatch
+
+from ember.cluster import zk_paths
+from ember.cluster.records import BrokerInfo, ControllerInfo, PartitionState, TopicRecord
+from ember.cluster.zk_session import ZkSession
+
+log = logging.getLogger(__name__)
+
+Listener = Callable[[str | None], None]
+
+
+@dataclass(frozen=True)
+class TopicMetadata:
+    name: str
+    record: TopicRecord
+    states: dict[int, PartitionState] = field(default_factory=dict)
+
+    @property
+    def topic_id(self) -> str:
+        return self.record.topic_id
+
+    @property
+    def partitions(self) -> dict[int, list[int]]:
+        return self.record.assignment
+
+
+class _TopicWatch:
+    """Watches one topic node and its partition states until the topic leaves ``/topics``."""
+
+    def __init__(self, cache: "MetadataCache", name: str) -> None:
+        self.cache, self.name = cache, name
+        self.active = True
+        self.watched: set[int] = set()
+        DataWatch(cache.session.client, zk_paths.topic(name), self._on_topic)
+
+    def _on_topic(self, data: bytes | None, _stat: object) -> bool:
+        if not self.active:
+            return False
+        record = TopicRecord.from_bytes(data) if data else None
+        self.cache._set_topic(self.name, record)
+        for index in (record.assignment if record else ()):
+            if index not in self.watched:
+                self.watched.add(index)
+                DataWatch(self.cache.session.client, zk_paths.partition_state(self.name, index),
+                          self._state_watcher(index))
+        return True
+
+    def _state_watcher(self, index: int) -> Callable[[bytes | None, ZnodeStat | None], bool]:
+        # Exactly two parameters: kazoo passes the event too to a function that takes three.
+        def on_state(data: bytes | None, stat: ZnodeStat | None) -> bool:
+            if not self.active:
+                return False
+            state = PartitionState.from_bytes(data, stat.version) if data and stat else None
+            self.cache._set_state(self.name, index, state)
+            return True
+        return on_state
+
+
+class MetadataCache:
+    def __init__(self, session: ZkSession) -> None:
+        self.session = session
+        self._lock = threading.RLock()
+        self._brokers: dict[int, BrokerInfo] = {}
+        self._controller: ControllerInfo | None = None
+        self._topics: dict[str, TopicMetadata] = {}
+        self._watches: dict[str, _TopicWatch] = {}
+        self._listeners: list[Listener] = []
+
+    def add_listener(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    def start(self) -> None:
+        """Install the watches; returns once the initial state has been read."""
+        client = self.session.client
+        ChildrenWatch(client, zk_paths.BROKER_IDS, self._on_brokers)
+        DataWatch(client, zk_paths.CONTROLLER, self._on_controller)
+        ChildrenWatch(client, zk_paths.TOPICS, self._on_topics)
+
+    # -- readers -------------------------------------------------------------------------------
+
+    def brokers(self) -> dict[int, BrokerInfo]:
+        with self._lock:
+            return dict(self._brokers)
+
+    def controller_id(self) -> int:
+        with self._lock:
+            return self._controller.broker_id if self._controller else -1
+
+    def topics(self) -> dict[str, TopicMetadata]:
+        with self._lock:
+            return dict(self._topics)
+
+    def topic(self, name: str) -> TopicMetadata | None:
+        with self._lock:
+            return self._topics.get(name)
+
+    # -- watch callbacks (kazoo thread) --------------------------------------------------------
+
+    def _notify(self, topic: str | None) -> None:
+        for listener in self._listeners:
+            try:
+                listener(topic)
+            except Exception:
+                log.exception("metadata listener failed")
+
+    def _on_brokers(self, children: list[str]) -> None:
+        brokers: dict[int, BrokerInfo] = {}
+        for child in children:
+            data, _ = self._get(zk_paths.BROKER_IDS + "/" + child)
+            if data:
+                info = BrokerInfo.from_bytes(data)
+                brokers[info.id] = info
+        with self._lock:
+            changed = brokers != self._brokers
+            self._brokers = brokers
+        if changed:
+            log.info("live brokers: %s", sorted(brokers))
+            self._notify(None)
+
+    def _on_controller(self, data: bytes | None, _stat: object) -> None:
+        with self._lock:
+            self._controller = ControllerInfo.from_bytes(data) if data else None
+        self._notify(None)
+
+    def _on_topics(self, children: list[str]) -> None:
+        names = set(children)
+        with self._lock:
+            gone = [name for name in self._watches if name not in names]
+            for name in gone:
+                self._watches.pop(name).active = False
+                self._topics.pop(name, None)
+            new = [name for name in names if name not in self._watches]
+        for name in gone:
+            self._notify(name)
+        for name in new:
+            self._watches[name] = _TopicWatch(self, name)
+
+    def _set_topic(self, name: str, record: TopicRecord | None) -> None:
+        with self._lock:
+            old = self._topics.get(name)
+            if record is None:
+                self._topics.pop(name, None)
+            else:
+                keep = old.states if old and old.topic_id == record.topic_id else {}
+                self._topics[name] = TopicMetadata(name, record, dict(keep))
+        self._notify(name)
+
+    def _set_state(self, name: str, index: int, state: PartitionState | None) -> None:
+        with self._lock:
+            topic = self._topics.get(name)
+            if topic is None:
+                return
+            states = dict(topic.states)
+            if state is None:
+                states.pop(index, None)
+            else:
+                states[index] = state
+            self._topics[name] = TopicMetadata(name, topic.record, states)
+        self._notify(name)
+
+    def _get(self, path: str) -> tuple[bytes | None, object]:
+        try:
+            return self.session.client.get(path)
+        except NoNodeError:
+            return None, None

@@ -1,0 +1,90 @@
+"""The JSON documents stored in ZooKeeper znodes, as typed values.
+
+Each class converts to and from the bytes of its znode so no other module handles raw JSON.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+NO_LEADER = -1
+
+
+def _dump(doc: dict[str, Any]) -> bytes:
+    return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
+
+
+@dataclass(frozen=True)
+class BrokerInfo:
+    """A live broker's registration: where clients reach it."""
+    id: int
+    host: str
+    port: int
+
+    def to_bytes(self) -> bytes:
+        return _dump({"id": self.id, "host": self.host, "port": self.port})
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "BrokerInfo":
+        doc = json.loads(data)
+        return cls(int(doc["id"]), str(doc["host"]), int(doc["port"]))
+
+
+@dataclass(frozen=True)
+class TopicRecord:
+    """A topic's identity, replica assignment ``{partition: [broker ids]}`` and config overrides.
+
+    ``topic_id`` tells a re-created topic from an older one of the same name, so a broker that
+    was down while a topic was deleted and re-created never serves the old data.
+    """
+    topic_id: str
+    assignment: dict[int, list[int]]
+    config: dict[str, str] = field(default_factory=dict)
+
+    def to_bytes(self) -> bytes:
+        return _dump({"topic_id": self.topic_id,
+                      "partitions": {str(p): r for p, r in self.assignment.items()},
+                      "config": self.config})
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "TopicRecord":
+        doc = json.loads(data)
+        assignment = {int(p): [int(b) for b in r] for p, r in doc["partitions"].items()}
+        return cls(str(doc["topic_id"]), dict(sorted(assignment.items())),
+                   {str(k): str(v) for k, v in doc.get("config", {}).items()})
+
+
+@dataclass(frozen=True)
+class PartitionState:
+    """Leadership of one partition. ``version`` is the znode version it was read at (for CAS)."""
+    leader: int
+    leader_epoch: int
+    isr: list[int]
+    controller_epoch: int
+    version: int = -1
+
+    def to_bytes(self) -> bytes:
+        return _dump({"leader": self.leader, "leader_epoch": self.leader_epoch,
+                      "isr": self.isr, "controller_epoch": self.controller_epoch})
+
+    @classmethod
+    def from_bytes(cls, data: bytes, version: int = -1) -> "PartitionState":
+        doc = json.loads(data)
+        return cls(int(doc["leader"]), int(doc["leader_epoch"]), [int(b) for b in doc["isr"]],
+                   int(doc["controller_epoch"]), version)
+
+
+@dataclass(frozen=True)
+class ControllerInfo:
+    """Content of the ephemeral ``/controller`` znode."""
+    broker_id: int
+    epoch: int
+
+    def to_bytes(self) -> bytes:
+        return _dump({"broker_id": self.broker_id, "epoch": self.epoch})
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "ControllerInfo":
+        doc = json.loads(data)
+        return cls(int(doc["broker_id"]), int(doc["epoch"]))

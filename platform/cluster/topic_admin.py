@@ -1,0 +1,134 @@
+"""Creating, deleting and reconfiguring topics in ZooKeeper.
+
+Any broker may run these (they are plain ZooKeeper writes): creation writes the topic node and
+every partition's initial state in one transaction, deletion removes them in one transaction, and
+config changes are compare-and-set on the topic node. Brokers learn of the result through their
+watches (see :mod:`ember.cluster.metadata_cache`).
+"""
+from __future__ import annotations
+
+import re
+import uuid
+from typing import Mapping, Protocol, Sequence
+
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+from ember.cluster import zk_paths
+from ember.cluster.assignment import assign_replicas
+from ember.cluster.records import PartitionState, TopicRecord
+from ember.cluster.zk_session import ZkSession
+from ember.errors import (InvalidConfig, InvalidPartitions, InvalidTopic, RequestTimedOut,
+                          TopicAlreadyExists, UnknownTopicOrPartition)
+
+_LEGAL_NAME = re.compile(r"[a-zA-Z0-9._-]+")
+MAX_NAME_LENGTH = 249
+#: Every partition's state lives in ZooKeeper and is created in one transaction.
+MAX_PARTITIONS = 1000
+_CAS_ATTEMPTS = 5
+
+
+class TopicConfigPolicy(Protocol):
+    """How topic config overrides are checked (the broker backs this with ``ember.log``)."""
+
+    def validate(self, overrides: Mapping[str, str]) -> None: ...
+
+    def is_known(self, name: str) -> bool: ...
+
+
+def validate_topic_name(name: str) -> None:
+    if not name or name in (".", ".."):
+        raise InvalidTopic(f"topic name {name!r} is not allowed")
+    if len(name) > MAX_NAME_LENGTH:
+        raise InvalidTopic(f"topic name is {len(name)} characters long")
+    if not _LEGAL_NAME.fullmatch(name):
+        raise InvalidTopic(f"topic name {name!r} has illegal characters")
+
+
+def read_controller_epoch(session: ZkSession) -> int:
+    try:
+        data, _ = session.client.get(zk_paths.CONTROLLER_EPOCH)
+        return int(data)
+    except NoNodeError:
+        return 0
+
+
+class TopicAdmin:
+    def __init__(self, session: ZkSession, policy: TopicConfigPolicy) -> None:
+        self.session = session
+        self.policy = policy
+
+    def create_topic(self, name: str, partitions: int, replication_factor: int,
+                     config: Mapping[str, str], validate_only: bool = False) -> TopicRecord:
+        """Spread replicas over the brokers registered right now (read from ZooKeeper, not a
+        cache, so a broker that registered a moment ago counts)."""
+        validate_topic_name(name)
+        if partitions > MAX_PARTITIONS:
+            raise InvalidPartitions(f"{partitions} partitions requested; at most {MAX_PARTITIONS} per topic")
+        overrides = {str(k): str(v) for k, v in config.items()}
+        self.policy.validate(overrides)
+        client = self.session.client
+        live = [int(child) for child in client.get_children(zk_paths.BROKER_IDS)]
+        record = TopicRecord(uuid.uuid4().hex, assign_replicas(live, partitions, replication_factor),
+                             overrides)
+        if client.exists(zk_paths.topic(name)):
+            raise TopicAlreadyExists(f"topic {name!r} already exists")
+        if validate_only:
+            return record
+        epoch = read_controller_epoch(self.session)
+        tx = client.transaction()
+        tx.create(zk_paths.topic(name), record.to_bytes())
+        tx.create(zk_paths.partitions(name))
+        for index, replicas in record.assignment.items():
+            tx.create(zk_paths.partition(name, index))
+            tx.create(zk_paths.partition_state(name, index),
+                      PartitionState(replicas[0], 0, list(replicas), epoch).to_bytes())
+        results = tx.commit()
+        if any(isinstance(r, NodeExistsError) for r in results):
+            raise TopicAlreadyExists(f"topic {name!r} already exists")
+        for result in results:
+            if isinstance(result, Exception):
+                raise result
+        return record
+
+    def delete_topic(self, name: str) -> None:
+        client = self.session.client
+        for _ in range(_CAS_ATTEMPTS):
+            record, version = self._read(name)
+            tx = client.transaction()
+            for index in record.assignment:
+                tx.delete(zk_paths.partition_state(name, index))
+                tx.delete(zk_paths.partition(name, index))
+            tx.delete(zk_paths.partitions(name))
+            tx.delete(zk_paths.topic(name), version)
+            results = tx.commit()
+            if not any(isinstance(r, Exception) for r in results):
+                return
+        raise RequestTimedOut(f"topic {name!r} kept changing while it was being deleted; retry")
+
+    def alter_config(self, name: str, set_: Mapping[str, str], delete: Sequence[str],
+                     validate_only: bool = False) -> TopicRecord:
+        unknown = [key for key in delete if not self.policy.is_known(key)]
+        if unknown:
+            raise InvalidConfig(f"unknown topic config(s) {', '.join(sorted(unknown))}")
+        for _ in range(_CAS_ATTEMPTS):
+            record, version = self._read(name)
+            overrides = {k: v for k, v in record.config.items() if k not in delete}
+            overrides.update({str(k): str(v) for k, v in set_.items()})
+            self.policy.validate(overrides)
+            updated = TopicRecord(record.topic_id, record.assignment, overrides)
+            if validate_only:
+                return updated
+            try:
+                self.session.client.set(zk_paths.topic(name), updated.to_bytes(), version=version)
+                return updated
+            except BadVersionError:
+                continue
+        raise RequestTimedOut(f"topic {name!r} kept changing while its config was altered; retry")
+
+    def _read(self, name: str) -> tuple[TopicRecord, int]:
+        validate_topic_name(name)
+        try:
+            data, stat = self.session.client.get(zk_paths.topic(name))
+        except NoNodeError:
+            raise UnknownTopicOrPartition(f"topic {name!r} does not exist") from None
+        return TopicRecord.from_bytes(data), stat.version

@@ -1,0 +1,39 @@
+"""ZooKeeper paths of the cluster metadata (all below the chroot :data:`CHROOT`).
+
+One place names every znode, so brokers, the controller and tools agree on the layout
+documented in docs/broker.md.
+"""
+from __future__ import annotations
+
+CHROOT = "/ember"
+
+BROKER_IDS = "/brokers/ids"
+CONTROLLER = "/controller"
+CONTROLLER_EPOCH = "/controller_epoch"
+TOPICS = "/topics"
+PRODUCER_ID_BLOCK = "/producer_id_block"
+#: Created once per cluster; brokers refuse data directories of another cluster.
+CLUSTER_ID = "/cluster/id"
+
+
+def broker(broker_id: int) -> str:
+    """Ephemeral registration of a live broker."""
+    return f"{BROKER_IDS}/{broker_id}"
+
+
+def topic(name: str) -> str:
+    """Persistent topic node: topic id, replica assignment and config overrides."""
+    return f"{TOPICS}/{name}"
+
+
+def partitions(name: str) -> str:
+    return f"{topic(name)}/partitions"
+
+
+def partition(name: str, index: int) -> str:
+    return f"{partitions(name)}/{index}"
+
+
+def partition_state(name: str, index: int) -> str:
+    """Leader, leader epoch, ISR and controller epoch; always written by compare-and-set."""
+    return f"{partition(name, index)}/state"

@@ -1,0 +1,86 @@
+"""A kazoo client rooted at the ``/ember`` chroot that tells its users when a session is new.
+
+ZooKeeper drops every ephemeral node (broker registration, controller) when a session expires.
+kazoo reconnects by itself with a fresh session; :class:`ZkSession` runs the registered
+``on_new_session`` callbacks then, on their own thread, because kazoo forbids blocking calls
+inside its connection listener.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Callable
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import NodeExistsError
+from kazoo.handlers.threading import KazooTimeoutError
+
+from ember.cluster import zk_paths
+from ember.errors import EmberError
+
+log = logging.getLogger(__name__)
+
+
+class ZooKeeperConnectionError(EmberError):
+    """ZooKeeper could not be reached."""
+    retriable = True
+    hint = "check --zookeeper HOST:PORT and that ZooKeeper is running"
+
+
+class ZkSession:
+    """Owns the kazoo client; ``client`` paths are relative to the chroot."""
+
+    def __init__(self, connect: str, session_timeout_ms: int) -> None:
+        self.connect = connect
+        self.client = KazooClient(hosts=connect, timeout=session_timeout_ms / 1000.0)
+        self._callbacks: list[Callable[[], None]] = []
+        self._session_lost = False
+        self.client.add_listener(self._on_state)
+
+    def start(self, timeout_s: float = 15.0) -> None:
+        try:
+            self.client.start(timeout=timeout_s)
+        except KazooTimeoutError:
+            raise ZooKeeperConnectionError(f"no ZooKeeper answered at {self.connect} "
+                                           f"within {timeout_s:.0f}s") from None
+        self.client.ensure_path(zk_paths.CHROOT)
+        self.client.chroot = zk_paths.CHROOT
+        for path in (zk_paths.BROKER_IDS, zk_paths.TOPICS):
+            self.client.ensure_path(path)
+
+    def on_new_session(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` (on a worker thread) each time a lost session is replaced."""
+        self._callbacks.append(callback)
+
+    @property
+    def session_id(self) -> int:
+        return self.client.client_id[0] if self.client.client_id else 0
+
+    def _on_state(self, state: str) -> None:
+        if state == KazooState.LOST:
+            log.warning("ZooKeeper session lost; ephemeral nodes are gone until it is re-established")
+            self._session_lost = True
+        elif state == KazooState.SUSPENDED:
+            log.warning("ZooKeeper connection suspended; reconnecting")
+        elif state == KazooState.CONNECTED and self._session_lost:
+            self._session_lost = False
+            log.info("ZooKeeper session re-established")
+            for callback in self._callbacks:
+                threading.Thread(target=callback, name="zk-new-session", daemon=True).start()
+
+    def close(self) -> None:
+        self.client.remove_listener(self._on_state)
+        try:
+            self.client.stop()
+        finally:
+            self.client.close()
+
+
+def ensure_cluster_id(session: ZkSession, proposed: str) -> str:
+    """The cluster's id, creating it with ``proposed`` if this is the cluster's first broker."""
+    try:
+        session.client.create(zk_paths.CLUSTER_ID, proposed.encode(), makepath=True)
+        return proposed
+    except NodeExistsError:
+        data, _ = session.client.get(zk_paths.CLUSTER_ID)
+        return data.decode()

@@ -1,0 +1,53 @@
+"""``ember broker start``: run one broker process in the foreground until SIGTERM."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from pathlib import Path
+
+from ember.errors import InvalidConfig
+from ember.ingest.broker import Broker, BrokerOptions
+from ember.ingest.broker_config import BrokerConfig
+
+LOG_FORMAT = "%(asctime)s %(levelname)s [%(name)s] %(message)s"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    broker = subparsers.add_parser("broker", help="run a broker")
+    actions = broker.add_subparsers(dest="action", required=True, metavar="ACTION")
+    start = actions.add_parser("start", help="run a broker in the foreground until SIGTERM")
+    start.add_argument("--id", type=int, required=True, help="broker id, unique in the cluster")
+    start.add_argument("--zookeeper", required=True, metavar="HOST:PORT", help="ZooKeeper connect string")
+    start.add_argument("--listen", required=True, metavar="HOST:PORT", help="address clients connect to")
+    start.add_argument("--data", required=True, type=Path, metavar="DIR", help="data directory of this broker")
+    start.add_argument("--config", type=Path, metavar="FILE",
+                       help="broker properties (Kafka names; see conf/broker.properties)")
+    start.set_defaults(func=start_broker)
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise InvalidConfig(f"--listen {value!r}: expected HOST:PORT, e.g. 127.0.0.1:9092")
+    return host, int(port)
+
+
+def setup_logging(data_dir: Path) -> None:
+    data_dir.mkdir(parents=True, exist_ok=True)
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr),
+                                       logging.FileHandler(data_dir / "broker.log")]
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, handlers=handlers, force=True)
+    logging.getLogger("kazoo").setLevel(logging.WARNING)
+
+
+def start_broker(args: argparse.Namespace) -> int:
+    host, port = parse_listen(args.listen)
+    if args.config is not None and not args.config.is_file():
+        raise InvalidConfig(f"--config {args.config}: no such file")
+    config = BrokerConfig.load(args.config)
+    setup_logging(args.data)
+    options = BrokerOptions(args.id, args.zookeeper, host, port, args.data.resolve(), config)
+    asyncio.run(Broker(options).run())
+    return 0

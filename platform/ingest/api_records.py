@@ -1,0 +1,180 @@
+"""Produce, Fetch and ListOffsets: the record path. The broker never decodes record payloads;
+batches arrive and leave as raw bytes (fetches via ``sendfile`` from segment files)."""
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from ember.errors import EmberError, InvalidRequiredAcks, NotEnoughReplicasAfterAppend, OffsetOutOfRange
+from ember.ingest.dispatcher import Handler
+from ember.ingest.partition import CONSUMER_REPLICA_ID, Partition
+from ember.ingest.protocol import ApiKey, Request, split_payload
+from ember.ingest.reply import OK, CloseConnection, FileRegion, Reply, error_fields
+from ember.ingest.replica_manager import ReplicaManager
+from ember.ingest.signals import wait_any
+from ember.log import FetchSlice
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PRODUCE_TIMEOUT_MS = 30000
+DEFAULT_FETCH_MAX_BYTES = 50 * 1024 * 1024
+DEFAULT_PARTITION_MAX_BYTES = 1024 * 1024
+
+
+@dataclass
+class _FetchTarget:
+    topic: str
+    index: int
+    offset: int
+    max_bytes: int
+    leader_epoch: int | None
+
+
+@dataclass
+class _FetchResult:
+    fields: dict[str, Any]
+    slice: FetchSlice | None = None
+    partition: Partition | None = None
+
+    @property
+    def size(self) -> int:
+        return self.slice.size if self.slice is not None else 0
+
+
+class RecordApis:
+    def __init__(self, replicas: ReplicaManager) -> None:
+        self.replicas = replicas
+
+    def handlers(self) -> dict[ApiKey, Handler]:
+        return {ApiKey.PRODUCE: self.produce, ApiKey.FETCH: self.fetch,
+                ApiKey.LIST_OFFSETS: self.list_offsets}
+
+    # -- Produce -------------------------------------------------------------------------------
+
+    async def produce(self, request: Request) -> Reply | None:
+        body = request.body
+        acks = int(body.get("acks", 1))
+        timeout_s = int(body.get("timeout_ms", DEFAULT_PRODUCE_TIMEOUT_MS)) / 1000
+        entries = [(str(e["topic"]), int(e["partition"]), int(e["size"])) for e in body["partitions"]]
+        batches = split_payload(request.payload, [size for _, _, size in entries])
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        results = []
+        for (topic, index, _), raw in zip(entries, batches):
+            fields: dict[str, Any] = {"topic": topic, "partition": index}
+            try:
+                fields.update(await self._produce_one(topic, index, raw, acks, deadline))
+            except Exception as exc:
+                fields.update(error_fields(exc), base_offset=-1, log_append_time=-1, log_start_offset=-1)
+            results.append(fields)
+        if acks == 0:
+            failed = [r for r in results if r["error_code"]]
+            if failed:
+                raise CloseConnection(f"acks=0 produce failed: {failed[0].get('error_message')}")
+            return None
+        return Reply({**OK, "partitions": results})
+
+    async def _produce_one(self, topic: str, index: int, raw: memoryview, acks: int,
+                           deadline: float) -> dict[str, Any]:
+        if acks not in (0, 1, -1):
+            raise InvalidRequiredAcks(f"acks={acks}; use 0, 1 or -1 (all)")
+        partition = self.replicas.leader_partition(topic, index)
+        result = await partition.append(raw, acks)
+        if acks == -1:
+            await self._await_replication(partition, result.last_offset + 1, deadline)
+        log_append_time = result.max_timestamp \
+            if partition.config.message_timestamp_type == "LogAppendTime" else -1
+        return {**OK, "base_offset": result.first_offset, "log_append_time": log_append_time,
+                "log_start_offset": partition.log.log_start_offset}
+
+    @staticmethod
+    async def _await_replication(partition: Partition, end_offset: int, deadline: float) -> None:
+        """acks=all: wait until the ISR has the write (the high watermark passes it)."""
+        loop = asyncio.get_running_loop()
+        while not partition.is_replicated(end_offset):
+            remaining = deadline - loop.time()
+            if remaining <= 0 or not partition.is_leader:
+                raise NotEnoughReplicasAfterAppend(
+                    f"{partition}: written by the leader but not replicated to the ISR in time")
+            await wait_any([partition.changed], remaining)
+
+    # -- Fetch ---------------------------------------------------------------------------------
+
+    async def fetch(self, request: Request) -> Reply:
+        """Long poll: answer once ``min_bytes`` are readable, an error occurs, or ``max_wait_ms``
+        passes; waiting parks on the partitions' ``changed`` signals (woken by appends)."""
+        body = request.body
+        replica_id = int(body.get("replica_id", CONSUMER_REPLICA_ID))
+        min_bytes = int(body.get("min_bytes", 1))
+        max_bytes = int(body.get("max_bytes", DEFAULT_FETCH_MAX_BYTES))
+        targets = [_FetchTarget(str(e["topic"]), int(e["partition"]), int(e["fetch_offset"]),
+                                int(e.get("max_bytes", DEFAULT_PARTITION_MAX_BYTES)),
+                                e.get("current_leader_epoch"))
+                   for e in body["partitions"]]
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + int(body.get("max_wait_ms", 500)) / 1000
+        while True:
+            results = await self._read_all(targets, replica_id, max_bytes)
+            total = sum(r.size for r in results)
+            remaining = deadline - loop.time()
+            if total >= min_bytes or remaining <= 0 or any(r.fields["error_code"] for r in results):
+                break
+            await wait_any([r.partition.changed for r in results if r.partition is not None], remaining)
+        return self._fetch_reply(results)
+
+    async def _read_all(self, targets: list[_FetchTarget], replica_id: int,
+                        max_bytes: int) -> list[_FetchResult]:
+        results, room = [], max_bytes
+        for target in targets:
+            fields: dict[str, Any] = {"topic": target.topic, "partition": target.index}
+            try:
+                partition = self.replicas.leader_partition(target.topic, target.index)
+                partition.check_leader(target.leader_epoch)
+                if replica_id >= 0:
+                    partition.record_follower_position(replica_id, target.offset)
+                piece, offsets = await partition.read(
+                    target.offset, min(target.max_bytes, room), not any(r.size for r in results),
+                    replica_id)
+            except Exception as exc:
+                results.append(_FetchResult({**fields, **error_fields(exc), "high_watermark": -1,
+                                             "log_start_offset": -1, "log_end_offset": -1}))
+                continue
+            result = _FetchResult({**fields, **OK, **offsets}, piece, partition)
+            room = max(0, room - result.size)
+            results.append(result)
+        return results
+
+    @staticmethod
+    def _fetch_reply(results: list[_FetchResult]) -> Reply:
+        """Open each slice's segment file before anything is written, so a segment removed by
+        retention meanwhile becomes OFFSET_OUT_OF_RANGE for that partition, not a broken frame."""
+        payload: list[bytes | memoryview | FileRegion] = []
+        for result in results:
+            size = 0
+            if result.slice is not None:
+                try:
+                    region = FileRegion(result.slice.open(), result.slice.position, result.slice.size)
+                    payload.append(region)
+                    size = region.size
+                except OffsetOutOfRange as exc:
+                    result.fields.update(error_fields(exc))
+            result.fields["size"] = size
+        return Reply({**OK, "partitions": [r.fields for r in results]}, payload)
+
+    # -- ListOffsets ---------------------------------------------------------------------------
+
+    async def list_offsets(self, request: Request) -> Reply:
+        replica_id = int(request.body.get("replica_id", CONSUMER_REPLICA_ID))
+        results = []
+        for entry in request.body["partitions"]:
+            fields: dict[str, Any] = {"topic": str(entry["topic"]), "partition": int(entry["partition"])}
+            try:
+                partition = self.replicas.leader_partition(fields["topic"], fields["partition"])
+                partition.check_leader(entry.get("current_leader_epoch"))
+                offset, timestamp = await partition.offset_for_timestamp(int(entry["timestamp"]), replica_id)
+                fields.update(OK, offset=offset, timestamp=timestamp)
+            except EmberError as exc:
+                fields.update(error_fields(exc), offset=-1, timestamp=-1)
+            results.append(fields)
+        return Reply({**OK, "partitions": results})

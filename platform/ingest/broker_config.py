@@ -1,0 +1,179 @@
+"""Broker configuration: Kafka's broker property names, typed and validated.
+
+``BROKER_CONFIGS`` is the table of known broker properties (parsed with ``ember.log``'s
+:class:`ConfigDef`, so broker and topic configs share one parser). Several broker properties are
+the cluster-wide defaults of topic configs (``log.segment.bytes`` → ``segment.bytes``, ...);
+:meth:`BrokerConfig.topic_defaults` maps them, and a topic's overrides apply on top.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+from ember.errors import InvalidConfig
+from ember.log.config import TOPIC_CONFIGS, ConfigDef, LogConfig
+
+log = logging.getLogger(__name__)
+
+_INT32_MAX = (1 << 31) - 1
+_INT64_MAX = (1 << 63) - 1
+
+
+def _long(name: str, default: Optional[int], doc: str, minimum: int, **kw: Any) -> ConfigDef:
+    return ConfigDef(name, "long", default, doc, minimum=minimum, maximum=_INT64_MAX, **kw)
+
+
+def _int(name: str, default: Optional[int], doc: str, minimum: int, **kw: Any) -> ConfigDef:
+    return ConfigDef(name, "int", default, doc, minimum=minimum, maximum=_INT32_MAX, **kw)
+
+
+def _bool(name: str, default: bool, doc: str) -> ConfigDef:
+    return ConfigDef(name, "boolean", default, doc)
+
+
+BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in (
+    _int("num.partitions", 1, "Partitions of a topic created without a partition count.", 1),
+    _int("default.replication.factor", 1, "Replication factor of a topic created without one.", 1),
+    _long("log.retention.hours", 168, "Default retention.ms, in hours (used when log.retention.ms "
+          "is not set); -1 keeps data forever.", -1),
+    _long("log.retention.ms", None, "Default retention.ms; overrides log.retention.hours.", -1,
+          nullable=True),
+    _long("log.retention.bytes", -1, "Default retention.bytes; -1 = no size limit.", -1),
+    _int("log.segment.bytes", 1 << 30, "Default segment.bytes.", 14),
+    _long("log.roll.ms", None, "Default segment.ms (7 days when not set).", 1, nullable=True),
+    _long("log.retention.check.interval.ms", 300000,
+          "How often the broker deletes segments past their topic's retention.", 1),
+    _long("log.flush.interval.ms", None, "Default flush.ms (topic default when not set).", 0,
+          nullable=True),
+    _long("log.flush.scheduler.interval.ms", 1000,
+          "How often the broker checks whether a partition's flush.ms has elapsed.", 1),
+    _int("socket.request.max.bytes", 100 * 1024 * 1024,
+         "Largest request frame; a bigger one closes the connection.", 1024),
+    _int("zookeeper.session.timeout.ms", 6000,
+         "ZooKeeper session timeout: how long a dead broker stays registered.", 1000),
+    _bool("auto.create.topics.enable", False,
+          "Create a topic with default settings when a client asks for an unknown one."),
+    _long("replica.lag.time.max.ms", 30000, "A follower that has not caught up for this long "
+          "leaves the ISR.", 1),
+    _int("min.insync.replicas", 1, "Default min.insync.replicas.", 1),
+    _int("message.max.bytes", 1048588, "Default max.message.bytes.", 0),
+    _bool("unclean.leader.election.enable", False, "Default unclean.leader.election.enable."),
+)}
+
+#: Broker property -> the topic config it supplies the default of.
+_TOPIC_DEFAULTS = {
+    "log.retention.bytes": "retention.bytes",
+    "log.segment.bytes": "segment.bytes",
+    "log.roll.ms": "segment.ms",
+    "log.flush.interval.ms": "flush.ms",
+    "min.insync.replicas": "min.insync.replicas",
+    "message.max.bytes": "max.message.bytes",
+    "unclean.leader.election.enable": "unclean.leader.election.enable",
+}
+
+
+def _field(name: str) -> str:
+    return name.replace(".", "_")
+
+
+def read_properties(path: Path) -> dict[str, str]:
+    """A Java-style ``.properties`` file (``key=value``, ``#``/``!`` comments) as a dict."""
+    result: dict[str, str] = {}
+    for number, raw in enumerate(path.read_text().splitlines(), 1):
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        sep = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+        if sep < 0:
+            raise InvalidConfig(f"{path}:{number}: expected key=value, got {raw!r}")
+        result[line[:sep].strip()] = line[sep + 1:].strip()
+    return result
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    """Validated broker properties (field = property name with '_' for '.')."""
+    num_partitions: int
+    default_replication_factor: int
+    log_retention_hours: int
+    log_retention_ms: Optional[int]
+    log_retention_bytes: int
+    log_segment_bytes: int
+    log_roll_ms: Optional[int]
+    log_retention_check_interval_ms: int
+    log_flush_interval_ms: Optional[int]
+    log_flush_scheduler_interval_ms: int
+    socket_request_max_bytes: int
+    zookeeper_session_timeout_ms: int
+    auto_create_topics_enable: bool
+    replica_lag_time_max_ms: int
+    min_insync_replicas: int
+    message_max_bytes: int
+    unclean_leader_election_enable: bool
+
+    @classmethod
+    def from_properties(cls, properties: Mapping[str, Any] | None = None) -> "BrokerConfig":
+        """Defaults overridden by ``properties``; bad values raise InvalidConfig, unknown names
+        are logged and ignored (as Kafka does) so one file can serve several versions."""
+        values = {_field(name): d.default for name, d in BROKER_CONFIGS.items()}
+        for name, raw in (properties or {}).items():
+            definition = BROKER_CONFIGS.get(name)
+            if definition is None:
+                log.warning("ignoring unknown broker property %r", name)
+                continue
+            values[_field(name)] = definition.parse(raw)
+        config = cls(**values)
+        config.log_config()   # the topic defaults must themselves be valid
+        return config
+
+    @classmethod
+    def load(cls, path: Path | None) -> "BrokerConfig":
+        return cls.from_properties(read_properties(path) if path else None)
+
+    def get(self, name: str) -> Any:
+        return getattr(self, _field(name))
+
+    def topic_defaults(self) -> dict[str, Any]:
+        """Topic config defaults this broker supplies (Kafka names), before topic overrides."""
+        defaults = {topic: self.get(broker) for broker, topic in _TOPIC_DEFAULTS.items()
+                    if self.get(broker) is not None}
+        hours = self.log_retention_hours
+        defaults["retention.ms"] = self.log_retention_ms if self.log_retention_ms is not None \
+            else (-1 if hours < 0 else hours * 3600 * 1000)
+        return defaults
+
+    def log_config(self, overrides: Mapping[str, Any] | None = None) -> LogConfig:
+        """The effective config of a topic with these ``overrides``; raises InvalidConfig."""
+        return LogConfig.from_properties({**self.topic_defaults(), **(overrides or {})})
+
+    def describe_topic_config(self, overrides: Mapping[str, str]) -> list[dict[str, Any]]:
+        """DescribeConfigs entries: every known topic config, its value and whether it is a default."""
+        effective = self.log_config(overrides).to_properties()
+        return [{"name": name, "value": _text(effective[name]), "default": name not in overrides,
+                 "doc": definition.doc} for name, definition in TOPIC_CONFIGS.items()]
+
+    def as_properties(self) -> dict[str, Any]:
+        return {f.name.replace("_", "."): getattr(self, f.name) for f in fields(self)}
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+class TopicConfigPolicy:
+    """Checks topic overrides against this broker's defaults (for ``ember.cluster.topic_admin``)."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+
+    def validate(self, overrides: Mapping[str, str]) -> None:
+        self.config.log_config(overrides)
+
+    def is_known(self, name: str) -> bool:
+        return name in TOPIC_CONFIGS

@@ -1,0 +1,160 @@
+"""The broker's data directory: who owns it, which partition directories it holds, and the
+background schedules (retention, flush) over the open logs.
+
+A partition lives in ``<data>/<topic>-<partition>/`` (Kafka's naming) with a
+``partition.metadata`` file naming its topic, partition and topic id, so a directory left over
+from a deleted (or deleted and re-created) topic is recognised and removed. ``meta.properties``
+binds the directory to one broker id and cluster id; an exclusive ``flock`` keeps two broker
+processes out of one directory.
+"""
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import json
+import logging
+import os
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Awaitable, Callable, Iterable
+
+from ember.errors import EmberError
+from ember.ingest.broker_config import read_properties
+from ember.log.config import LogConfig
+
+if TYPE_CHECKING:
+    from ember.ingest.partition import Partition
+    from ember.log import Log
+
+log = logging.getLogger(__name__)
+
+META_FILE = "meta.properties"
+LOCK_FILE = ".lock"
+PARTITION_METADATA = "partition.metadata"
+IO_THREADS = 4
+
+
+class DataDirUnusable(EmberError):
+    """The broker cannot use its data directory."""
+    hint = "give each broker its own --data directory"
+
+
+@dataclass(frozen=True)
+class LocalPartition:
+    topic: str
+    index: int
+    topic_id: str
+    path: Path
+
+
+class LogManager:
+    def __init__(self, data_dir: Path, broker_id: int) -> None:
+        self.data_dir = data_dir
+        self.broker_id = broker_id
+        #: Every blocking log operation runs here (see ``Partition.run``).
+        self.io_pool = ThreadPoolExecutor(IO_THREADS, thread_name_prefix="log-io")
+        self._lock_fd: int | None = None
+        self._schedules: list[asyncio.Task[None]] = []
+
+    # -- ownership -----------------------------------------------------------------------------
+
+    def lock(self) -> None:
+        """Take the directory's exclusive lock for the life of this process."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise DataDirUnusable(f"{self.data_dir} is in use by another broker process") from None
+        self._lock_fd = fd
+
+    def claim(self, cluster_id: str) -> None:
+        """Bind the directory to this broker and cluster, or refuse a directory of another."""
+        path = self.data_dir / META_FILE
+        if path.exists():
+            meta = read_properties(path)
+            if meta.get("broker.id") != str(self.broker_id):
+                raise DataDirUnusable(f"{self.data_dir} belongs to broker {meta.get('broker.id')}, "
+                                      f"not {self.broker_id}")
+            if meta.get("cluster.id") != cluster_id:
+                raise DataDirUnusable(
+                    f"{self.data_dir} belongs to cluster {meta.get('cluster.id')} but ZooKeeper "
+                    f"holds cluster {cluster_id}; point --zookeeper at the right ensemble")
+            return
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(f"broker.id={self.broker_id}\ncluster.id={cluster_id}\n")
+        tmp.replace(path)
+
+    def close(self) -> None:
+        self.io_pool.shutdown(wait=True)
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    # -- partition directories (blocking: call on the I/O pool) --------------------------------
+
+    def partition_dir(self, topic: str, index: int) -> Path:
+        return self.data_dir / f"{topic}-{index}"
+
+    def local_partitions(self) -> list[LocalPartition]:
+        found = []
+        for meta in sorted(self.data_dir.glob(f"*/{PARTITION_METADATA}")):
+            try:
+                doc = json.loads(meta.read_text())
+                found.append(LocalPartition(doc["topic"], int(doc["partition"]), doc["topic_id"], meta.parent))
+            except (OSError, ValueError, KeyError):
+                log.warning("ignoring %s: unreadable partition metadata", meta.parent)
+        return found
+
+    def open_log(self, topic: str, index: int, topic_id: str, config: LogConfig) -> "Log":
+        """Open (recovering if needed) or create the partition's log."""
+        from ember.log import Log
+        directory = self.partition_dir(topic, index)
+        directory.mkdir(parents=True, exist_ok=True)
+        meta = directory / PARTITION_METADATA
+        if not meta.exists():
+            tmp = meta.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"topic": topic, "partition": index, "topic_id": topic_id}))
+            tmp.replace(meta)
+        return Log.open(directory, config)
+
+    @staticmethod
+    def delete_directory(path: Path) -> None:
+        shutil.rmtree(path, ignore_errors=True)
+
+    # -- schedules -----------------------------------------------------------------------------
+
+    def start_schedules(self, partitions: Callable[[], Iterable["Partition"]],
+                        retention_interval_ms: int, flush_interval_ms: int) -> None:
+        """Retention every ``log.retention.check.interval.ms``, the flush check every
+        ``log.flush.scheduler.interval.ms``; each log's job runs on the I/O pool."""
+        async def retention(p: "Partition") -> None:
+            await p.run(p.log.apply_retention)
+
+        async def flush(p: "Partition") -> None:
+            await p.run(p.log.flush_if_due)
+
+        self._schedules = [
+            asyncio.create_task(self._every(retention_interval_ms, partitions, retention), name="retention"),
+            asyncio.create_task(self._every(flush_interval_ms, partitions, flush), name="flush"),
+        ]
+
+    async def stop_schedules(self) -> None:
+        for task in self._schedules:
+            task.cancel()
+        await asyncio.gather(*self._schedules, return_exceptions=True)
+        self._schedules = []
+
+    @staticmethod
+    async def _every(interval_ms: int, partitions: Callable[[], Iterable["Partition"]],
+                     job: Callable[["Partition"], Awaitable[None]]) -> None:
+        while True:
+            await asyncio.sleep(interval_ms / 1000)
+            for partition in list(partitions()):
+                try:
+                    await job(partition)
+                except Exception:
+                    log.exception("%s of %s failed", getattr(job, "__name__", "job"), partition)

@@ -1,0 +1,168 @@
+"""Keeps this broker's partitions in step with cluster metadata.
+
+The metadata cache reports changed topics from kazoo's thread; :meth:`ReplicaManager.notify`
+hops onto the event loop and queues the topic, and a single task reconciles queued topics one
+at a time: it opens logs for partitions assigned to this broker, applies leadership and config
+changes, and deletes local partitions of topics that were deleted, re-created under a new id or
+moved away. Requests look partitions up here (:meth:`leader_partition`).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Iterable
+
+from ember.cluster.metadata_cache import MetadataCache, TopicMetadata
+from ember.cluster.records import NO_LEADER, PartitionState
+from ember.errors import (InvalidConfig, LeaderNotAvailable, NotLeaderOrFollower,
+                          UnknownTopicOrPartition)
+from ember.ingest.broker_config import BrokerConfig
+from ember.ingest.log_manager import LogManager
+from ember.ingest.partition import Partition
+from ember.ingest.signals import Signal
+from ember.log.config import LogConfig
+
+log = logging.getLogger(__name__)
+
+_ALL = "\0all"   # queue marker: reconcile every topic (start-up, new session)
+
+
+class ReplicaManager:
+    def __init__(self, broker_id: int, cache: MetadataCache, logs: LogManager, config: BrokerConfig) -> None:
+        self.broker_id = broker_id
+        self.cache = cache
+        self.logs = logs
+        self.config = config
+        self.partitions: dict[tuple[str, int], Partition] = {}
+        #: Fired after every reconcile, so admin requests can wait for their effect locally.
+        self.reconciled = Signal()
+        self._dirty: set[str] = set()
+        self._wake = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
+        self._task: asyncio.Task[None] | None = None
+
+    # -- lookups (event loop) ------------------------------------------------------------------
+
+    def leader_partition(self, topic: str, index: int) -> Partition:
+        """The partition if this broker leads it, else the error a client should act on."""
+        partition = self.partitions.get((topic, index))
+        if partition is not None and partition.is_leader:
+            return partition
+        meta = self.cache.topic(topic)
+        if meta is None or index not in meta.partitions:
+            raise UnknownTopicOrPartition(f"{topic}-{index} does not exist")
+        state = meta.states.get(index)
+        if state is None or state.leader < 0:
+            raise LeaderNotAvailable(f"{topic}-{index} has no leader right now")
+        if state.leader == self.broker_id:
+            raise LeaderNotAvailable(f"{topic}-{index} is still being opened on broker {self.broker_id}")
+        raise NotLeaderOrFollower(f"broker {self.broker_id} does not lead {topic}-{index}; "
+                                  f"broker {state.leader} does")
+
+    def all_partitions(self) -> Iterable[Partition]:
+        return self.partitions.values()
+
+    # -- reconciliation ------------------------------------------------------------------------
+
+    def notify(self, topic: str | None) -> None:
+        """Metadata listener (any thread): queue ``topic`` for reconciliation."""
+        if topic is not None:
+            self._loop.call_soon_threadsafe(self._mark, topic)
+
+    def _mark(self, topic: str) -> None:
+        self._dirty.add(topic)
+        self._wake.set()
+
+    async def start(self) -> None:
+        """Delete local partitions the cluster no longer assigns here, open the rest, and keep
+        reconciling as metadata changes."""
+        await self._remove_stale_directories()
+        self._mark(_ALL)
+        await self._drain()
+        self._task = asyncio.create_task(self._run(), name="replica-manager")
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            await self._drain()
+
+    async def _drain(self) -> None:
+        self._wake.clear()
+        while self._dirty:
+            names = self._dirty - {_ALL}
+            if _ALL in self._dirty:
+                names |= set(self.cache.topics()) | {topic for topic, _ in self.partitions}
+            self._dirty.clear()
+            for name in sorted(names):
+                try:
+                    await self._reconcile(name)
+                except Exception:
+                    log.exception("could not apply metadata of topic %s", name)
+            self.reconciled.fire()
+
+    async def _remove_stale_directories(self) -> None:
+        topics = self.cache.topics()
+        for local in await asyncio.to_thread(self.logs.local_partitions):
+            meta = topics.get(local.topic)
+            if meta is None or meta.topic_id != local.topic_id or \
+                    self.broker_id not in meta.partitions.get(local.index, ()):
+                log.info("deleting %s: its topic was deleted or the partition moved away", local.path)
+                await asyncio.get_running_loop().run_in_executor(
+                    self.logs.io_pool, self.logs.delete_directory, local.path)
+
+    async def _reconcile(self, name: str) -> None:
+        meta = self.cache.topic(name)
+        local = {i: p for (t, i), p in self.partitions.items() if t == name}
+        if meta is None:
+            for partition in local.values():
+                await self._delete(partition, "its topic was deleted")
+            return
+        try:
+            config = self.config.log_config(meta.record.config)
+        except InvalidConfig as exc:
+            log.error("topic %s has an invalid config in ZooKeeper (%s); keeping broker defaults", name, exc)
+            config = self.config.log_config()
+        for index, partition in local.items():
+            if partition.topic_id != meta.topic_id:
+                await self._delete(partition, "its topic was re-created")
+            elif self.broker_id not in meta.partitions.get(index, ()):
+                await self._delete(partition, "it is no longer assigned here")
+        for index, replicas in meta.partitions.items():
+            if self.broker_id in replicas:
+                await self._apply(meta, index, replicas, config)
+
+    async def _apply(self, meta: TopicMetadata, index: int, replicas: list[int], config: LogConfig) -> None:
+        partition = self.partitions.get((meta.name, index))
+        if partition is None:
+            log_ = await asyncio.get_running_loop().run_in_executor(
+                self.logs.io_pool, self.logs.open_log, meta.name, index, meta.topic_id, config)
+            partition = Partition(meta.name, index, meta.topic_id, log_, config, self.broker_id,
+                                  self.logs.io_pool)
+            self.partitions[(meta.name, index)] = partition
+            log.info("opened %s (log end %d)", partition, log_.log_end_offset)
+        elif partition.config != config:
+            await partition.run(partition.reconfigure, config)
+            log.info("%s: applied new topic config", partition)
+        state = meta.states.get(index)
+        if state is not None and (state.leader, state.leader_epoch, state.isr) != \
+                (partition.state.leader, partition.state.leader_epoch, partition.state.isr):
+            partition.apply_state(state, replicas)
+            log.info("%s: leader %d epoch %d isr %s", partition, state.leader, state.leader_epoch, state.isr)
+
+    async def _delete(self, partition: Partition, why: str) -> None:
+        del self.partitions[(partition.topic, partition.index)]
+        partition.apply_state(PartitionState(NO_LEADER, partition.leader_epoch, [], -1), [])
+        log.info("deleting %s: %s", partition, why)
+        await partition.run(partition.log.delete)
+
+    async def close(self) -> None:
+        """Stop reconciling, then flush and close every log (writes the logs' checkpoints)."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        for partition in list(self.partitions.values()):
+            try:
+                await partition.run(partition.log.close)
+            except Exception:
+                log.exception("closing %s failed", partition)
+        self.partitions.clear()

@@ -1,0 +1,30 @@
+"""Event-driven wake-ups for long polls: a waiter parks on a future that the next change resolves."""
+from __future__ import annotations
+
+import asyncio
+from typing import Iterable
+
+
+class Signal:
+    """Wakes every coroutine waiting for "something changed" (an append, a new high watermark,
+    new metadata). Costs nothing when nobody waits: the future exists only while someone does."""
+
+    def __init__(self) -> None:
+        self._future: asyncio.Future[None] | None = None
+
+    def future(self) -> asyncio.Future[None]:
+        if self._future is None or self._future.done():
+            self._future = asyncio.get_running_loop().create_future()
+        return self._future
+
+    def fire(self) -> None:
+        if self._future is not None and not self._future.done():
+            self._future.set_result(None)
+        self._future = None
+
+
+async def wait_any(signals: Iterable[Signal], timeout_s: float) -> None:
+    """Return when any of ``signals`` fires or ``timeout_s`` passes, whichever is first."""
+    futures = {signal.future() for signal in signals}
+    if futures and timeout_s > 0:
+        await asyncio.wait(futures, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
