@@ -64,10 +64,9 @@ class _Index:
             os.close(fd)
 
     def rewrite(self) -> None:
-        """Replace the file with the in-memory entries (after truncation or a rebuild)."""
-        self._pending = bytearray(self._serialize())
-        self.path.unlink(missing_ok=True)
-        self.write_pending()
+        """Replace the file with the in-memory entries (creation, truncation, rebuild)."""
+        self._pending.clear()
+        self.path.write_bytes(self._serialize())
 
     def flush(self) -> None:
         self.write_pending()

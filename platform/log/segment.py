@@ -74,6 +74,8 @@ class LogSegment:
         flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
         self._fd = os.open(self.path, flags, 0o644)
         self.size = os.fstat(self._fd).st_size
+        if create:
+            self._rewrite_indexes()
         self.next_offset = base_offset  # one past the last batch's last offset
         self.max_timestamp = -1
         self._max_timestamp_offset = base_offset

@@ -1,0 +1,64 @@
+"""LogConfig: Kafka names, defaults, validation, the shared config table."""
+from __future__ import annotations
+
+import pytest
+
+from ember import errors
+from ember.log import TOPIC_CONFIGS, LogConfig
+
+
+def test_defaults_match_kafka():
+    config = LogConfig()
+    assert config.segment_bytes == 1 << 30
+    assert config.retention_ms == 168 * 3600 * 1000
+    assert config.retention_bytes == -1
+    assert config.max_message_bytes == 1048588
+    assert config.index_interval_bytes == 4096
+    assert config.flush_messages is None
+    assert config.min_insync_replicas == 1
+    assert config.unclean_leader_election_enable is False
+    assert config.message_timestamp_type == "CreateTime"
+
+
+def test_from_properties_parses_wire_strings():
+    config = LogConfig.from_properties({"segment.bytes": "2048", "retention.ms": "-1",
+                                        "unclean.leader.election.enable": "TRUE",
+                                        "flush.messages": "none", "compression.type": "zstd"})
+    assert (config.segment_bytes, config.retention_ms, config.unclean_leader_election_enable,
+            config.flush_messages, config.compression_type) == (2048, -1, True, None, "zstd")
+
+
+@pytest.mark.parametrize("props, message", [
+    ({"segment.bites": 1}, "unknown topic config 'segment.bites'"),
+    ({"segment.bytes": "0"}, r"segment.bytes; allowed: \[14, 2147483647\]"),
+    ({"retention.ms": "-2"}, r"retention.ms; allowed: \[-1, "),
+    ({"min.insync.replicas": "two"}, "min.insync.replicas"),
+    ({"message.timestamp.type": "Now"}, "allowed: CreateTime, LogAppendTime"),
+    ({"cleanup.policy": "compact"}, "not supported yet"),
+    ({"compression.type": "gzip"}, "not supported yet"),
+    ({"flush.ms": 1.5}, "flush.ms"),
+])
+def test_invalid_configs_name_the_key_and_range(props, message):
+    with pytest.raises(errors.InvalidConfig, match=message):
+        LogConfig.from_properties(props)
+
+
+def test_direct_construction_is_validated_too():
+    with pytest.raises(errors.InvalidConfig, match="index.interval.bytes"):
+        LogConfig(index_interval_bytes=-1)
+
+
+def test_round_trip_and_overrides():
+    config = LogConfig.from_properties({"retention.bytes": 10})
+    props = config.to_properties()
+    assert set(props) == set(TOPIC_CONFIGS) and props["retention.bytes"] == 10
+    assert LogConfig.from_properties(props) == config
+    altered = config.overridden({"segment.ms": "60000"})
+    assert (altered.segment_ms, altered.retention_bytes) == (60000, 10)
+    assert config.segment_ms != 60000  # frozen original unchanged
+
+
+def test_config_table_describes_every_entry():
+    for name, definition in TOPIC_CONFIGS.items():
+        assert definition.name == name and definition.doc and definition.valid_values
+        assert definition.type in ("int", "long", "boolean", "string")
