@@ -94,9 +94,9 @@ class Sender(threading.Thread):
             except EmberError as exc:
                 log.debug("metadata refresh failed: %s", exc)
                 return self.config.retry_backoff_s
-        if self.idempotence is not None and not self._ensure_producer_id():
-            return self.config.retry_backoff_s
         ready, wait = self.acc.next_ready(now)
+        if ready and self.idempotence is not None and not self._ensure_producer_id():
+            return self.config.retry_backoff_s
         by_leader: dict[int, list[TopicPartition]] = {}
         for tp in ready:
             leader = self.metadata.leader(tp.topic, tp.partition)
@@ -125,7 +125,7 @@ class Sender(threading.Thread):
             if error is not None:
                 raise error
         except EmberError as exc:
-            log.warning("InitProducerId failed: %s", exc)
+            log.debug("InitProducerId failed: %s", exc)
             for tp in self.acc.partitions():
                 head = self.acc.peek(tp)
                 if head is not None:

@@ -1,0 +1,44 @@
+"""``ember produce TOPIC``: one record per stdin line (optionally ``KEY<sep>VALUE``)."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ember.client import Producer
+from ember.commands.topics import add_bootstrap
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("produce", help="send stdin lines to a topic, one record per line")
+    parser.add_argument("topic")
+    add_bootstrap(parser)
+    parser.add_argument("--key-separator", metavar="SEP",
+                        help="split each line at the first SEP into key and value (lines without it have no key)")
+    parser.add_argument("--acks", choices=["0", "1", "all"], default="all")
+    parser.add_argument("--partition", type=int, help="send every record to this partition")
+    parser.add_argument("--linger-ms", type=float, default=5)
+    parser.add_argument("--compression", choices=["none", "lz4", "zstd"], default="none")
+    parser.set_defaults(func=produce)
+
+
+def produce(args: argparse.Namespace) -> int:
+    acks = "all" if args.acks == "all" else int(args.acks)
+    failures: list[BaseException] = []
+    count = 0
+    with Producer(args.bootstrap, acks=acks, linger_ms=args.linger_ms, compression_type=args.compression) as producer:
+        for raw in sys.stdin.buffer:
+            line = raw.rstrip(b"\r\n")
+            key = None
+            if args.key_separator is not None:
+                head, sep, tail = line.partition(args.key_separator.encode())
+                if sep:
+                    key, line = head, tail
+            producer.send(args.topic, line, key=key, partition=args.partition).add_errback(failures.append)
+            count += 1
+        producer.flush()
+    if failures:
+        print(f"{count - len(failures)} of {count} records sent to {args.topic}; first error: "
+              f"{type(failures[0]).__name__}: {failures[0]}", file=sys.stderr)
+        return 1
+    print(f"{count} records sent to {args.topic}", file=sys.stderr)
+    return 0

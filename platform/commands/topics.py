@@ -1,0 +1,111 @@
+"""``ember topics create|list|describe|delete|alter`` and the ``--bootstrap`` option the client
+commands share."""
+from __future__ import annotations
+
+import argparse
+import os
+
+from ember.client import Admin
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+
+
+def add_bootstrap(parser: argparse.ArgumentParser) -> None:
+    default = os.environ.get("EMBER_BOOTSTRAP", DEFAULT_BOOTSTRAP)
+    parser.add_argument("--bootstrap", default=default, metavar="HOST:PORT[,...]",
+                        help=f"brokers to bootstrap from (default: $EMBER_BOOTSTRAP or {DEFAULT_BOOTSTRAP})")
+
+
+def parse_configs(pairs: list[str]) -> dict[str, str]:
+    """``["k=v", ...]`` as a dict; exits with a usage error on a malformed pair."""
+    configs = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise SystemExit(f"error: --config expects NAME=VALUE, got {pair!r}")
+        configs[key.strip()] = value.strip()
+    return configs
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("topics", help="create, list, describe, delete and configure topics")
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+    create = actions.add_parser("create", help="create a topic")
+    create.add_argument("topic")
+    create.add_argument("--partitions", type=int, default=1)
+    create.add_argument("--replication-factor", type=int, default=1)
+    create.add_argument("--config", action="append", default=[], metavar="NAME=VALUE",
+                        help="topic config, e.g. retention.ms=60000 (repeatable)")
+    create.set_defaults(func=create_topic)
+
+    listing = actions.add_parser("list", help="list topics")
+    listing.set_defaults(func=list_topics)
+
+    describe = actions.add_parser("describe", help="partitions (leader, replicas, ISR, offsets) and configs")
+    describe.add_argument("topic", nargs="*", help="topics to describe (default: all)")
+    describe.set_defaults(func=describe_topics)
+
+    delete = actions.add_parser("delete", help="delete a topic and its data")
+    delete.add_argument("topic")
+    delete.set_defaults(func=delete_topic)
+
+    alter = actions.add_parser("alter", help="set or reset topic configs")
+    alter.add_argument("topic")
+    alter.add_argument("--config", action="append", default=[], metavar="NAME=VALUE", help="set a config (repeatable)")
+    alter.add_argument("--delete-config", action="append", default=[], metavar="NAME",
+                       help="reset a config to its default (repeatable)")
+    alter.set_defaults(func=alter_topic)
+
+    for action in (create, listing, describe, delete, alter):
+        add_bootstrap(action)
+
+
+def create_topic(args: argparse.Namespace) -> int:
+    with Admin(args.bootstrap) as admin:
+        admin.create_topic(args.topic, args.partitions, args.replication_factor, parse_configs(args.config))
+    print(f"created topic {args.topic} ({args.partitions} partitions, replication factor {args.replication_factor})")
+    return 0
+
+
+def list_topics(args: argparse.Namespace) -> int:
+    with Admin(args.bootstrap) as admin:
+        for name in admin.list_topics():
+            print(name)
+    return 0
+
+
+def describe_topics(args: argparse.Namespace) -> int:
+    with Admin(args.bootstrap) as admin:
+        for name in args.topic or admin.list_topics():
+            description = admin.describe_topic(name)
+            overrides = ", ".join(f"{k}={v}" for k, v in sorted(description.config.items()))
+            print(f"topic {name}  partitions {len(description.partitions)}  configs: {overrides or '-'}")
+            rows = [("partition", "leader", "replicas", "isr", "log start", "high watermark", "log end")]
+            rows += [(str(p.partition), str(p.leader) if p.leader >= 0 else "none", _ids(p.replicas), _ids(p.isr),
+                      str(p.log_start_offset), str(p.high_watermark), str(p.log_end_offset))
+                     for p in description.partitions]
+            widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+            for row in rows:
+                print("  " + "  ".join(cell.rjust(width) for cell, width in zip(row, widths)))
+    return 0
+
+
+def _ids(ids: tuple[int, ...]) -> str:
+    return ",".join(map(str, ids)) or "-"
+
+
+def delete_topic(args: argparse.Namespace) -> int:
+    with Admin(args.bootstrap) as admin:
+        admin.delete_topic(args.topic)
+    print(f"deleted topic {args.topic}")
+    return 0
+
+
+def alter_topic(args: argparse.Namespace) -> int:
+    if not args.config and not args.delete_config:
+        raise SystemExit("error: give --config NAME=VALUE and/or --delete-config NAME")
+    with Admin(args.bootstrap) as admin:
+        admin.alter_configs(args.topic, parse_configs(args.config), args.delete_config)
+    print(f"altered topic {args.topic}")
+    return 0

@@ -1,0 +1,132 @@
+"""``ember.client.Admin``: create, delete, list, describe and configure topics."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Optional
+
+from ember.errors import EmberError, KafkaTimeoutError, error_for_code
+from ember.ingest.client_types import TopicPartition
+from ember.ingest.metadata_client import MetadataClient, response_error
+from ember.ingest.offsets import EARLIEST, LATEST, list_offsets
+from ember.ingest.protocol import ApiKey
+
+
+@dataclass(frozen=True)
+class PartitionDescription:
+    partition: int
+    leader: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    log_start_offset: int
+    high_watermark: int
+    log_end_offset: int
+
+
+@dataclass(frozen=True)
+class TopicDescription:
+    topic: str
+    partitions: tuple[PartitionDescription, ...]
+    config: dict[str, str]   # configs set on the topic (not defaults)
+
+
+class Admin:
+    """Topic administration against any broker of the cluster."""
+
+    def __init__(self, bootstrap_servers: str | Iterable[str] = "127.0.0.1:9092", *,
+                 request_timeout_ms: int = 30000) -> None:
+        self.request_timeout_s = request_timeout_ms / 1000
+        self._metadata = MetadataClient(bootstrap_servers, request_timeout_ms=request_timeout_ms)
+
+    def create_topic(self, name: str, partitions: int = 1, replication_factor: int = 1,
+                     config: Optional[Mapping[str, Any]] = None, validate_only: bool = False) -> None:
+        """Create a topic; ``config`` takes Kafka topic configs (``retention.ms``, ...)."""
+        self._topic_results(ApiKey.CREATE_TOPICS, {"topics": [{
+            "topic": name, "partitions": partitions, "replication_factor": replication_factor,
+            "config": {k: str(v) for k, v in (config or {}).items()}}], "validate_only": validate_only})
+
+    def delete_topic(self, name: str) -> None:
+        self._topic_results(ApiKey.DELETE_TOPICS, {"topics": [name]})
+
+    def list_topics(self) -> list[str]:
+        return sorted(self._metadata.refresh(None))
+
+    def describe_configs(self, name: str) -> dict[str, dict[str, Any]]:
+        """``{config: {"value", "default", "doc"}}`` of a topic, defaults included."""
+        (item,) = self._topic_results(ApiKey.DESCRIBE_CONFIGS, {"topics": [name]})
+        return {c["name"]: {"value": c.get("value"), "default": c.get("default", False), "doc": c.get("doc", "")}
+                for c in item.get("configs", [])}
+
+    def alter_configs(self, name: str, set: Optional[Mapping[str, Any]] = None,
+                      delete: Iterable[str] = (), validate_only: bool = False) -> None:
+        """Set and/or reset (to the default) topic configs."""
+        body = self._metadata.request(ApiKey.ALTER_CONFIGS, {
+            "topic": name, "set": {k: str(v) for k, v in (set or {}).items()}, "delete": list(delete),
+            "validate_only": validate_only}).body
+        error = response_error(body)
+        if error is not None:
+            raise error
+
+    def describe_topic(self, name: str) -> TopicDescription:
+        """Leader, replicas, ISR, log start, high watermark and log end of every partition."""
+        info = self._metadata.refresh([name]).get(name)
+        if info is None or info.error_code:
+            raise error_for_code(info.error_code if info else 3, f"topic {name!r} does not exist")
+        tps = [TopicPartition(name, p.partition) for p in info.partitions]
+        ends = self._log_ends(tps)
+        descriptions = []
+        for p in info.partitions:
+            start, hw, end = ends.get(TopicPartition(name, p.partition), (-1, -1, -1))
+            descriptions.append(PartitionDescription(p.partition, p.leader, p.replicas, p.isr, start, hw, end))
+        overrides = {k: v["value"] for k, v in self.describe_configs(name).items() if not v["default"]}
+        return TopicDescription(name, tuple(descriptions), overrides)
+
+    def _log_ends(self, tps: list[TopicPartition]) -> dict[TopicPartition, tuple[int, int, int]]:
+        """(log start, high watermark, log end) per partition: ListOffsets finds the high watermark,
+        then an empty Fetch there reports all three (log end is not in ListOffsets)."""
+        try:
+            hws = list_offsets(self._metadata, {tp: LATEST for tp in tps}, self.request_timeout_s)
+        except (EmberError, KafkaTimeoutError):
+            return {}
+        by_leader: dict[int, list[TopicPartition]] = {}
+        for tp in hws:
+            leader = self._metadata.leader(tp.topic, tp.partition)
+            if leader is not None:
+                by_leader.setdefault(leader, []).append(tp)
+        out = {}
+        for leader, group in by_leader.items():
+            try:
+                body = self._metadata.request(ApiKey.FETCH, {
+                    "replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1,
+                    "partitions": [{"topic": tp.topic, "partition": tp.partition, "fetch_offset": hws[tp][0],
+                                    "max_bytes": 1} for tp in group]}, broker_id=leader).body
+            except EmberError:
+                continue
+            for item in body.get("partitions", []):
+                out[TopicPartition(item["topic"], item["partition"])] = (
+                    item.get("log_start_offset", -1), item.get("high_watermark", -1), item.get("log_end_offset", -1))
+        missing = [tp for tp in tps if tp not in out and tp in hws]
+        if missing:
+            starts = list_offsets(self._metadata, {tp: EARLIEST for tp in missing}, self.request_timeout_s)
+            out.update({tp: (starts[tp][0], hws[tp][0], -1) for tp in missing})
+        return out
+
+    def _topic_results(self, api_key: int, body: dict[str, Any]) -> list[dict[str, Any]]:
+        """Send a per-topic admin request and raise the first topic's error, if any."""
+        response = self._metadata.request(api_key, body).body
+        error = response_error(response)
+        if error is not None:
+            raise error
+        items = response.get("topics", [])
+        for item in items:
+            if item.get("error_code"):
+                raise error_for_code(item["error_code"], item.get("error_message") or f"topic {item.get('topic')!r}")
+        return items
+
+    def close(self) -> None:
+        self._metadata.close()
+
+    def __enter__(self) -> "Admin":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,81 @@
+"""ListOffsets against partition leaders: earliest, latest, or first offset at a timestamp.
+
+Shared by the consumer (position resets, ``offsets_for_times``) and the admin client (describe).
+Requests go to each partition's leader, grouped per leader, and are retried after a metadata
+refresh while leaders move.
+"""
+from __future__ import annotations
+
+import time
+from typing import Mapping
+
+from ember.errors import (EmberError, KafkaTimeoutError, LeaderNotAvailable, UnknownTopicOrPartition,
+                          error_for_code)
+from ember.ingest.client_types import TopicPartition
+from ember.ingest.metadata_client import MetadataClient, response_error
+from ember.ingest.protocol import ApiKey
+
+EARLIEST = -2
+LATEST = -1
+
+
+def list_offsets(metadata: MetadataClient, query: Mapping[TopicPartition, int],
+                 timeout_s: float) -> dict[TopicPartition, tuple[int, int]]:
+    """``{tp: (offset, timestamp)}`` for ``{tp: timestamp}`` (EARLIEST, LATEST = high watermark, or ms).
+
+    Offset is -1 when no record has a timestamp at or after the one asked for."""
+    deadline = time.monotonic() + timeout_s
+    remaining = dict(query)
+    found: dict[TopicPartition, tuple[int, int]] = {}
+    last_error: EmberError | None = None
+    while remaining:
+        if any(metadata.leader(tp.topic, tp.partition) is None for tp in remaining) or metadata.needs_refresh():
+            try:
+                metadata.refresh({tp.topic for tp in remaining})
+            except EmberError as exc:
+                if not exc.retriable:
+                    raise
+                last_error = exc
+        by_leader: dict[int, list[TopicPartition]] = {}
+        for tp in remaining:
+            leader = metadata.leader(tp.topic, tp.partition)
+            if leader is None:
+                count = metadata.partition_count(tp.topic)
+                if count is not None and tp.partition >= count:
+                    raise UnknownTopicOrPartition(f"{tp.topic}-{tp.partition} does not exist ({count} partitions)")
+                error_type = LeaderNotAvailable if count else UnknownTopicOrPartition
+                last_error = error_type(f"no leader known for {tp.topic}-{tp.partition}")
+                continue
+            by_leader.setdefault(leader, []).append(tp)
+        for leader, tps in by_leader.items():
+            try:
+                body = metadata.request(ApiKey.LIST_OFFSETS, {"partitions": [
+                    {"topic": tp.topic, "partition": tp.partition, "timestamp": remaining[tp]} for tp in tps]},
+                    broker_id=leader).body
+                error = response_error(body)
+                if error is not None:
+                    raise error
+            except EmberError as exc:
+                if not exc.retriable:
+                    raise
+                last_error = exc
+                metadata.mark_stale()
+                continue
+            for item in body.get("partitions", []):
+                tp = TopicPartition(item["topic"], item["partition"])
+                code = item.get("error_code", 0)
+                if code:
+                    error = error_for_code(code, item.get("error_message") or f"ListOffsets for {tp.topic}-{tp.partition}")
+                    if not error.retriable:
+                        raise error
+                    last_error = error
+                    metadata.mark_stale()
+                elif tp in remaining:
+                    found[tp] = (item.get("offset", -1), item.get("timestamp", -1))
+                    del remaining[tp]
+        if remaining:
+            if time.monotonic() >= deadline:
+                raise KafkaTimeoutError(f"offsets of {len(remaining)} partition(s) not found in {timeout_s:.1f}s"
+                                        + (f"; last error: {type(last_error).__name__}: {last_error}" if last_error else ""))
+            time.sleep(metadata.retry_backoff_s)
+    return found
