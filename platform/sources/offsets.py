@@ -36,6 +36,3 @@ def offsets_from_json(data: Mapping[str, Mapping[str, int]]) -> PartitionOffsets
             offsets[(topic, int(partition))] = offset
     return offsets
 
-
-def describe(topic: str, partition: int) -> str:
-    return f"{topic}-{partition}"

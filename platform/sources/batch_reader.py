@@ -1,0 +1,35 @@
+"""Batch reads (``spark.read.format("ember")``): one fixed offset range per partition."""
+from __future__ import annotations
+
+from typing import Iterator, Sequence
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceReader
+
+from ember.sources.fetch import read_range
+from ember.sources.metadata import ClusterView, ending_offsets, starting_offsets
+from ember.sources.options import ReaderOptions
+from ember.sources.planning import OffsetRange, check_data_loss, plan_ranges
+from ember.sources.schema import arrow_schema
+
+
+class EmberBatchReader(DataSourceReader):
+    """Plans on the driver from the brokers' offsets; Spark pickles it to executors for ``read``."""
+
+    def __init__(self, options: ReaderOptions) -> None:
+        self._options = options
+        self._target = arrow_schema(options.include_headers)
+
+    def partitions(self) -> Sequence[OffsetRange]:
+        options = self._options
+        with ClusterView(options) as cluster:
+            replicas = cluster.replicas()
+            start = starting_offsets(cluster, options, replicas)
+            end = ending_offsets(cluster, options, replicas)
+            log_start = cluster.earliest(replicas)
+        start = {tp: check_data_loss(*tp, offset, log_start[tp], options.fail_on_data_loss)
+                 for tp, offset in start.items()}
+        return plan_ranges(start, end, replicas, options.min_partitions)
+
+    def read(self, partition: OffsetRange) -> Iterator[pa.RecordBatch]:
+        return read_range(partition, self._options, self._target)

@@ -1,0 +1,130 @@
+"""Executor side: the records of one :class:`OffsetRange`, as Arrow batches of the source's columns.
+
+Two paths give identical rows. ``direct`` reads segment files under ``storageRoot`` with
+``ember.log.reader`` (no broker round trip; only offsets below the high watermark the driver
+planned, which every in-sync copy holds). ``broker`` fetches through the brokers with the
+consumer's columnar ``poll_batches``. ``auto`` reads directly what it can and fetches the rest.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Generator, Iterator, Optional
+
+import pyarrow as pa
+
+from ember.client import Consumer, TopicPartition
+from ember.errors import OffsetOutOfRange
+from ember.log.reader import read_offset_range
+from ember.sources.options import ReaderOptions
+from ember.sources.planning import OffsetRange, check_data_loss
+from ember.sources.schema import slice_offsets, to_spark_batch
+
+BROKER_META_FILE = "meta.properties"
+FETCH_BYTES = 16 * 1024 * 1024  # per fetch: a task reads one partition, so large fetches pay off
+
+
+def read_range(task: OffsetRange, options: ReaderOptions, target: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """Yield the range's records in offset order, each batch already in Spark's Arrow layout."""
+    position = task.start
+    if options.read_path != "broker" and options.storage_root:
+        position = yield from _read_direct(task, Path(options.storage_root), options, target)
+    if position < task.end:
+        if options.read_path == "direct":
+            raise FileNotFoundError(
+                f"readPath=direct: no readable copy of topic {task.topic!r} partition {task.partition} holds "
+                f"offsets [{position}, {task.end}) under storageRoot {options.storage_root}; "
+                "use readPath=auto (falls back to the brokers) or fix storageRoot")
+        yield from _read_broker(task, position, options, target)
+
+
+def _read_direct(task: OffsetRange, root: Path, options: ReaderOptions,
+                 target: pa.Schema) -> Generator[pa.RecordBatch, None, int]:
+    """Batches from the first copy that has them, then the next copy from where it stopped;
+    returns the offset it got to (the rest is left to the broker path). A lagging or truncated
+    copy ends early and never yields wrong offsets."""
+    position = task.start
+    copies = partition_dirs(root, task.topic, task.partition, task.replicas)
+    while copies and position < task.end:
+        try:
+            for batch in read_offset_range(copies[0], position, task.end):  # contiguous, trimmed
+                position += batch.num_rows
+                yield to_spark_batch(batch, task.topic, task.partition, target)
+        except OffsetOutOfRange:
+            skipped_to = check_data_loss(task.topic, task.partition, position,
+                                         _log_start(task, options), options.fail_on_data_loss)
+            if skipped_to > position:
+                position = skipped_to
+                continue  # retention deleted what we wanted: read the same copy from the log start
+            # else this copy lags behind the high watermark: try the next one
+        copies.pop(0)
+    return position
+
+
+def partition_dirs(root: Path, topic: str, partition: int, replicas: tuple[int, ...]) -> list[Path]:
+    """Readable copies of a partition under ``root``, in the order of ``replicas`` (leader first).
+
+    ``root`` is either one broker's data dir (holding ``<topic>-<partition>/``) or a directory of
+    broker data dirs. A copy is only used when it belongs to a broker in ``replicas`` (read from the
+    data dir's ``meta.properties``, or a ``broker-<id>`` name), except when it is the only copy:
+    a replica outside the ISR may hold records the partition's leader never committed.
+    """
+    name = f"{topic}-{partition}"
+    candidates = [d for d in [root / name, *sorted(root.glob(f"*/{name}"))] if d.is_dir()]
+    if len(candidates) <= 1:
+        return candidates
+    owners = {d: broker_id_of(d.parent) for d in candidates}
+    return [d for broker in replicas for d in candidates if owners[d] == broker]
+
+
+def broker_id_of(data_dir: Path) -> Optional[int]:
+    """The broker id a data dir belongs to, or None when it cannot tell."""
+    meta = data_dir / BROKER_META_FILE
+    if meta.is_file():
+        for line in meta.read_text().splitlines():
+            key, _, value = line.partition("=")
+            if key.strip() == "broker.id" and value.strip().isdigit():
+                return int(value)
+    prefix, _, suffix = data_dir.name.rpartition("-")
+    return int(suffix) if prefix == "broker" and suffix.isdigit() else None
+
+
+def _read_broker(task: OffsetRange, position: int, options: ReaderOptions,
+                 target: pa.Schema) -> Iterator[pa.RecordBatch]:
+    tp = TopicPartition(task.topic, task.partition)
+    consumer = Consumer(bootstrap_servers=options.bootstrap, enable_auto_commit=False, auto_offset_reset="none",
+                        max_partition_fetch_bytes=FETCH_BYTES, fetch_max_bytes=FETCH_BYTES)
+    try:
+        consumer.assign([tp])
+        consumer.seek(tp, position)
+        deadline = time.monotonic() + options.fetch_timeout_ms / 1000
+        while position < task.end:
+            try:
+                batch = consumer.poll_batches(timeout_ms=500).get(tp)
+            except OffsetOutOfRange:
+                position = check_data_loss(task.topic, task.partition, position,
+                                           _log_start(task, options), options.fail_on_data_loss)
+                consumer.seek(tp, position)
+                continue
+            batch = None if batch is None else slice_offsets(batch, position, task.end)
+            if batch is not None and batch.num_rows:
+                position = batch.column("offset")[-1].as_py() + 1
+                deadline = time.monotonic() + options.fetch_timeout_ms / 1000
+                yield to_spark_batch(batch, task.topic, task.partition, target)
+            if position < task.end and time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"no records of topic {task.topic!r} partition {task.partition} at offset {position} "
+                    f"within fetchTimeoutMs={options.fetch_timeout_ms} (planned up to {task.end}); "
+                    "check that the brokers are up")
+    finally:
+        consumer.close()
+
+
+def _log_start(task: OffsetRange, options: ReaderOptions) -> int:
+    """The partition's log start now, asked of the brokers (retention moved it under our feet)."""
+    tp = TopicPartition(task.topic, task.partition)
+    consumer = Consumer(bootstrap_servers=options.bootstrap, enable_auto_commit=False)
+    try:
+        return int(consumer.beginning_offsets([tp])[tp])
+    finally:
+        consumer.close()

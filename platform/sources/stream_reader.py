@@ -1,0 +1,128 @@
+"""Streaming reads (``spark.readStream.format("ember")``): micro-batches of offset ranges.
+
+Offsets live in Spark's checkpoint as ``{"topic": {"partition": next_offset}}``; a restarted
+query resumes from the last committed end, so every record is read once. Each trigger asks the
+brokers for the current high watermarks, which also discovers new partitions and (with
+``topicPattern``) new topics; a partition that appears mid-query is read from offset 0.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Iterator, Optional, Sequence
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamReader
+from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxBytes, ReadMaxRows,
+                                              SupportsTriggerAvailableNow)
+
+from ember.sources.fetch import read_range
+from ember.sources.metadata import ClusterView, starting_offsets
+from ember.sources.offsets import PartitionOffsets, offsets_from_json, offsets_to_json
+from ember.sources.options import ReaderOptions
+from ember.sources.planning import OffsetRange, check_data_loss, limit_records, plan_ranges
+from ember.sources.schema import arrow_schema
+
+log = logging.getLogger(__name__)
+
+NEW_PARTITION_START = 0
+
+
+class EmberStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Runs in Spark's long-lived planner process on the driver; ``read`` runs on executors.
+
+    The broker connection is opened lazily and never pickled: Spark ships this object to the
+    executors for ``read`` and those only need the options.
+    """
+
+    def __init__(self, options: ReaderOptions) -> None:
+        self._options = options
+        self._target = arrow_schema(options.include_headers)
+        self._cluster: Optional[ClusterView] = None
+        self._available_now_end: Optional[PartitionOffsets] = None
+        self._latest: Optional[PartitionOffsets] = None
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_cluster": None}
+
+    @property
+    def cluster(self) -> ClusterView:
+        if self._cluster is None:
+            self._cluster = ClusterView(self._options)
+        return self._cluster
+
+    # -- offsets (driver) --------------------------------------------------------------------
+
+    def initialOffset(self) -> dict:
+        partitions = self.cluster.replicas()
+        return offsets_to_json(starting_offsets(self.cluster, self._options, partitions))
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self._options.max_records_per_trigger:
+            return ReadMaxRows(self._options.max_records_per_trigger)
+        if self._options.max_bytes_per_trigger:
+            return ReadMaxBytes(self._options.max_bytes_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Fix the end of an availableNow run: today's high watermarks, today's partitions."""
+        self._available_now_end = self.cluster.latest(self.cluster.replicas())
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        begin = offsets_from_json(start)
+        if self._available_now_end is not None:
+            available = dict(self._available_now_end)
+        else:
+            available = self.cluster.latest(self.cluster.replicas())
+        for tp in begin.keys() | available.keys():
+            begin.setdefault(tp, NEW_PARTITION_START)
+            # a partition that vanished (topic deleted) or whose start is above the high watermark
+            # (explicit startingOffsets) holds still: offsets never move backwards
+            available[tp] = max(available.get(tp, begin[tp]), begin[tp])
+        self._latest = available
+        return offsets_to_json(self._admit(begin, available, limit))
+
+    def _admit(self, begin: PartitionOffsets, available: PartitionOffsets, limit: ReadLimit) -> PartitionOffsets:
+        """Admission control: the end offsets of the next micro-batch under ``limit``."""
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        if isinstance(limit, ReadMaxBytes):
+            max_rows = self._rows_for_bytes(begin, available, limit.max_bytes)
+        elif max_rows is not None and self._options.max_bytes_per_trigger:
+            max_rows = min(max_rows, self._rows_for_bytes(begin, available, self._options.max_bytes_per_trigger))
+        return available if max_rows is None else limit_records(begin, available, max_rows)
+
+    def _rows_for_bytes(self, begin: PartitionOffsets, available: PartitionOffsets, max_bytes: int) -> int:
+        """maxBytesPerTrigger as a record count, from the average record size near the start."""
+        pending = [tp for tp in available if available[tp] > begin[tp]]
+        if not pending:
+            return 1
+        average = self.cluster.average_record_bytes({tp: begin[tp] for tp in pending})
+        return max(1, int(max_bytes // max(average, 1.0)))
+
+    def reportLatestOffset(self) -> Optional[dict]:
+        return None if self._latest is None else offsets_to_json(self._latest)
+
+    def partitions(self, start: dict, end: dict) -> Sequence[OffsetRange]:
+        begin, stop = offsets_from_json(start), offsets_from_json(end)
+        for tp in stop:
+            begin.setdefault(tp, NEW_PARTITION_START)
+        pending = [tp for tp in stop if stop[tp] > begin[tp]]
+        if not pending:
+            return []
+        log_start = self.cluster.earliest(pending)
+        for tp in pending:
+            begin[tp] = check_data_loss(*tp, begin[tp], log_start[tp], self._options.fail_on_data_loss)
+        return plan_ranges(begin, stop, self.cluster.replicas(), self._options.min_partitions)
+
+    def commit(self, end: dict) -> None:
+        """Offsets are tracked by Spark's checkpoint; once consumer groups exist, this is where
+        ``groupId`` gets the committed offsets for monitoring (see docs/spark.md)."""
+
+    def stop(self) -> None:
+        if self._cluster is not None:
+            self._cluster.close()
+            self._cluster = None
+
+    # -- data (executors) --------------------------------------------------------------------
+
+    def read(self, partition: OffsetRange) -> Iterator[pa.RecordBatch]:
+        return read_range(partition, self._options, self._target)
