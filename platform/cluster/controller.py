@@ -124,14 +124,14 @@ class Controller:
             pass
 
     def _on_brokers_changed(self) -> None:
+        """Re-check every partition against the live brokers. Both are read from ZooKeeper,
+        not the cache: the cache may not yet show this controller's own latest writes."""
         if not self.active:
             return
-        live = set(self.cache.brokers())
+        live = {int(child) for child in self.session.client.get_children(zk_paths.BROKER_IDS)}
         for name, topic in self.cache.topics().items():
             for index, replicas in topic.partitions.items():
-                state = topic.states.get(index)
-                if state is not None and next_state(state, replicas, live, self.epoch) is not None:
-                    self._update_partition(name, index, replicas, live)
+                self._update_partition(name, index, replicas, live)
 
     def _update_partition(self, topic: str, index: int, replicas: list[int], live: set[int]) -> None:
         path = zk_paths.partition_state(topic, index)

@@ -1,0 +1,125 @@
+"""Cluster metadata against a real ZooKeeper (no broker processes): topic admin writes, watch-
+driven caches on several sessions, controller election and failover, producer-id blocks."""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Iterator
+
+import pytest
+
+from ember.cluster import zk_paths
+from ember.cluster.controller import Controller
+from ember.cluster.metadata_cache import MetadataCache
+from ember.cluster.producer_ids import ProducerIdAllocator
+from ember.cluster.records import BrokerInfo
+from ember.cluster.registration import BrokerRegistration
+from ember.cluster.topic_admin import TopicAdmin
+from ember.cluster.zk_session import ZkSession
+from ember.cluster.zookeeper_server import ZooKeeperServer, free_port
+from ember.errors import InvalidConfig, TopicAlreadyExists, UnknownTopicOrPartition
+from ember.ingest.broker_config import BrokerConfig, TopicConfigPolicy
+
+pytestmark = pytest.mark.integration
+
+
+def eventually(check: Callable[[], Any], timeout_s: float = 20.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while not (result := check()):
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+    return result
+
+
+class Node:
+    """A broker's ZooKeeper side only: session, registration, cache, controller."""
+
+    def __init__(self, connect: str, broker_id: int) -> None:
+        self.session = ZkSession(connect, 2000)
+        self.session.start()
+        self.cache = MetadataCache(self.session)
+        self.cache.start()
+        self.registration = BrokerRegistration(self.session, BrokerInfo(broker_id, "127.0.0.1", 9000 + broker_id), 2000)
+        self.registration.register()
+        self.controller = Controller(self.session, self.cache, broker_id)
+        self.controller.start()
+        self.admin = TopicAdmin(self.session, TopicConfigPolicy(BrokerConfig.from_properties({})))
+
+    def close(self) -> None:
+        self.controller.close()
+        self.session.close()
+
+
+@pytest.fixture(scope="module")
+def zookeeper(tmp_path_factory) -> Iterator[ZooKeeperServer]:
+    server = ZooKeeperServer(tmp_path_factory.mktemp("zk"), free_port())
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def nodes(zookeeper) -> Iterator[dict[int, Node]]:
+    started = {i: Node(zookeeper.connect_string, i) for i in (1, 2, 3)}
+    yield started
+    for node in started.values():
+        try:
+            node.close()
+        except Exception:
+            pass
+    cleanup = ZkSession(zookeeper.connect_string, 2000)
+    cleanup.start()
+    cleanup.client.delete(zk_paths.TOPICS, recursive=True)
+    cleanup.close()
+
+
+def test_topic_lifecycle_reaches_every_cache(nodes, topic_name):
+    admin = nodes[1].admin
+    record = admin.create_topic(topic_name, 4, 3, {"retention.ms": "1000"})
+    for node in nodes.values():
+        meta = eventually(lambda: (m := node.cache.topic(topic_name)) and len(m.states) == 4 and m)
+        assert meta.topic_id == record.topic_id and meta.record.config == {"retention.ms": "1000"}
+        assert all(meta.states[p].leader == r[0] and meta.states[p].isr == r for p, r in meta.partitions.items())
+    with pytest.raises(TopicAlreadyExists):
+        nodes[2].admin.create_topic(topic_name, 1, 1, {})
+
+    admin.alter_config(topic_name, {"segment.bytes": "4096"}, ["retention.ms"])
+    eventually(lambda: nodes[3].cache.topic(topic_name).record.config == {"segment.bytes": "4096"})
+    with pytest.raises(InvalidConfig):
+        admin.alter_config(topic_name, {"segment.bytes": "nope"}, [])
+    with pytest.raises(InvalidConfig):
+        admin.alter_config(topic_name, {}, ["no.such.config"])
+
+    nodes[2].admin.delete_topic(topic_name)
+    for node in nodes.values():
+        eventually(lambda: node.cache.topic(topic_name) is None)
+    with pytest.raises(UnknownTopicOrPartition):
+        admin.delete_topic(topic_name)
+
+    # Re-created under the same name: caches see the new topic id, not stale state.
+    again = admin.create_topic(topic_name, 1, 1, {})
+    assert again.topic_id != record.topic_id
+    eventually(lambda: (m := nodes[3].cache.topic(topic_name)) and m.topic_id == again.topic_id and 0 in m.states)
+
+
+def test_controller_failover_elects_new_leaders(nodes, topic_name):
+    controller_id = eventually(lambda: nodes[1].cache.controller_id() > 0 and nodes[1].cache.controller_id())
+    assert sum(node.controller.active for node in nodes.values()) == 1
+    nodes[1].admin.create_topic(topic_name, 3, 2, {})
+    meta = eventually(lambda: (m := nodes[1].cache.topic(topic_name)) and len(m.states) == 3 and m)
+    led = [p for p, state in meta.states.items() if state.leader == controller_id]
+
+    nodes[controller_id].session.close()          # the controller's session ends: it "dies"
+    survivor = next(node for i, node in nodes.items() if i != controller_id)
+    new_id = eventually(lambda: survivor.cache.controller_id() not in (-1, controller_id) and survivor.cache.controller_id())
+    assert nodes[new_id].controller.epoch > 1
+    for p in led:
+        state = eventually(lambda: (s := survivor.cache.topic(topic_name).states[p]).leader != controller_id and s)
+        assert state.leader in meta.partitions[p] and state.leader_epoch == meta.states[p].leader_epoch + 1
+        assert controller_id not in state.isr
+        assert state.controller_epoch == nodes[new_id].controller.epoch
+
+
+def test_producer_id_blocks_never_overlap(nodes):
+    allocators = [ProducerIdAllocator(node.session, i, block_size=5) for i, node in nodes.items()]
+    ids = [allocator.next_id() for _ in range(12) for allocator in allocators]
+    assert len(ids) == len(set(ids))
