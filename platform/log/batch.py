@@ -12,7 +12,7 @@ offset     field                   type   meaning
 8          batch_length            int32  bytes after this field
 12         partition_leader_epoch  int32  leader epoch that appended the batch
 16         magic                   int8   format version, ``MAGIC``
-17         crc                     uint32 crc32 of bytes 21..end
+17         crc                     uint32 zlib crc32 of bytes 21..end
 21         attributes              int16  bits 0-2 codec, bit 3 LogAppendTime
 23         last_offset_delta       int32  record_count - 1
 27         first_timestamp         int64  timestamp of the first record (ms)
@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import struct
 import time
-import zlib
 from typing import Iterable, Iterator, NamedTuple, Optional, Sequence, Union
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ember import errors
+from ember.log.crc import crc32
 
 MAGIC = 1
 LOG_OVERHEAD = 12  # base_offset + batch_length: the bytes batch_length does not count
@@ -153,7 +153,7 @@ def check_batch(buf: Buffer, pos: int = 0, *, verify_crc: bool = True,
         reason = f"truncated batch: needs {header.size} bytes, {len(buf) - pos} left"
     if reason is None and verify_crc:
         with memoryview(buf) as view:
-            crc = zlib.crc32(view[pos + CRC_START:pos + header.size])
+            crc = crc32(view[pos + CRC_START:pos + header.size])
         if crc != header.crc:
             reason = f"CRC mismatch (stored {header.crc:#010x}, computed {crc:#010x})"
     if reason is not None:
@@ -190,7 +190,7 @@ def stamp_log_append_time(header: bytearray, payload: Buffer, timestamp_ms: int)
     fields = fields._replace(attributes=fields.attributes | LOG_APPEND_TIME_FLAG,
                              first_timestamp=timestamp_ms, max_timestamp=timestamp_ms)
     packed = fields.pack()
-    crc = zlib.crc32(payload, zlib.crc32(packed[CRC_START:]))
+    crc = crc32(payload, crc32(packed[CRC_START:]))
     header[:] = fields._replace(crc=crc).pack()
 
 
@@ -234,7 +234,7 @@ def build_batch(records: RecordsLike, *, compression: str = "none", producer_id:
         last_offset_delta=batch.num_rows - 1, first_timestamp=timestamps[0].as_py(),
         max_timestamp=pc.max(timestamps).as_py(), producer_id=producer_id,
         producer_epoch=producer_epoch, base_sequence=base_sequence, record_count=batch.num_rows)
-    crc = zlib.crc32(payload, zlib.crc32(header.pack()[CRC_START:]))
+    crc = crc32(payload, crc32(header.pack()[CRC_START:]))
     return b"".join((header._replace(crc=crc).pack(), payload))
 
 
@@ -286,13 +286,25 @@ def decode_payload(header: BatchHeader, batch: Buffer) -> pa.RecordBatch:
     if n != header.record_count:
         raise errors.CorruptRecord(
             f"batch at offset {header.base_offset} holds {n} records, header says {header.record_count}")
-    offsets = pc.cumulative_sum(pa.repeat(pa.scalar(1, pa.int64()), n), start=header.base_offset - 1)
+    offsets = _offsets(header.base_offset, n)
     timestamps = records.column("timestamp")
     if header.log_append_time:
         timestamps = pa.repeat(pa.scalar(header.max_timestamp, pa.int64()), n)
     return pa.RecordBatch.from_arrays(
         [offsets, timestamps, records.column("key"), records.column("value"),
          records.column("headers")], schema=DECODED_SCHEMA)
+
+
+_arange = pa.array([0], pa.int64())  # 0, 1, 2, ... grown on demand; immutable, so thread-safe
+
+
+def _offsets(base_offset: int, n: int) -> pa.Array:
+    """base_offset + [0, n): one vectorized add over a cached range (pass pa scalars: pyarrow's
+    inference of a Python int costs ten times the add)."""
+    global _arange
+    while len(_arange) < n:
+        _arange = pa.concat_arrays([_arange, pc.add(_arange, pa.scalar(len(_arange), pa.int64()))])
+    return pc.add(_arange.slice(0, n), pa.scalar(base_offset, pa.int64()))
 
 
 def decode_batches(raw: Buffer, *, verify_crc: bool = True) -> Iterator[pa.RecordBatch]:

@@ -22,8 +22,7 @@ import pyarrow.compute as pc
 
 from ember import errors
 from ember.log import checkpoint, recovery, retention
-from ember.log.batch import (HEADER_SIZE, BatchHeader, Buffer, decode_payload, iter_batches,
-                             patch_base_offset, patch_leader_epoch, stamp_log_append_time)
+from ember.log.batch import (HEADER_SIZE, BatchHeader, Buffer, decode_payload, iter_batches, patch_base_offset, patch_leader_epoch, stamp_log_append_time)
 from ember.log.config import LogConfig
 from ember.log.epoch_cache import LeaderEpochCache
 from ember.log.producer_state import ProducerStateManager
@@ -187,7 +186,7 @@ class Log:
         offsets with ``duplicate=True``.
         """
         view = memoryview(raw)
-        batches = self._validate(view, enforce_max_size=True)
+        batches = _validate(view, self._config.max_message_bytes)
         with self._lock:
             self._check_open()
             duplicate = self._producers.check([h for _, h in batches])
@@ -219,7 +218,7 @@ class Log:
         else ``UnexpectedAppendOffset``.
         """
         view = memoryview(raw)
-        headers = [h for _, h in self._validate(view, enforce_max_size=False)]
+        headers = [h for _, h in _validate(view, None)]
         with self._lock:
             self._check_open()
             expected = self.log_end_offset
@@ -233,19 +232,6 @@ class Log:
             for header in headers:
                 self._epochs.assign(header.partition_leader_epoch, header.base_offset)
             return _result(headers)
-
-    def _validate(self, view: memoryview, *, enforce_max_size: bool) -> list[tuple[int, BatchHeader]]:
-        batches, position = [], 0
-        for header, _ in iter_batches(view):
-            if enforce_max_size and header.size > self._config.max_message_bytes:
-                raise errors.MessageTooLarge(
-                    f"batch of {header.size} bytes exceeds max.message.bytes "
-                    f"{self._config.max_message_bytes}")
-            batches.append((position, header))
-            position += header.size
-        if not batches:
-            raise errors.CorruptRecord("no record batches to append")
-        return batches
 
     def _append(self, headers: Sequence[BatchHeader], buffers: Sequence[Buffer]) -> None:
         size = sum(h.size for h in headers)
@@ -534,6 +520,21 @@ class Log:
                     yield header
             except errors.CorruptSegment as e:  # reads there fail loudly; opening must not
                 _log.error("skipping the rest of a damaged segment: %s", e)
+
+
+def _validate(view: memoryview, max_batch_bytes: Optional[int]) -> list[tuple[int, BatchHeader]]:
+    """(position, header) of every batch, all checked (length, header, CRC, size) before any is
+    written; raises CorruptRecord or MessageTooLarge."""
+    batches, position = [], 0
+    for header, _ in iter_batches(view):
+        if max_batch_bytes is not None and header.size > max_batch_bytes:
+            raise errors.MessageTooLarge(
+                f"batch of {header.size} bytes exceeds max.message.bytes {max_batch_bytes}")
+        batches.append((position, header))
+        position += header.size
+    if not batches:
+        raise errors.CorruptRecord("no record batches to append")
+    return batches
 
 
 def _result(headers: Sequence[BatchHeader]) -> AppendResult:

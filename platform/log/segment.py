@@ -50,8 +50,11 @@ def scan_batches(fd: int, position: int, end: int, *, verify_crc: bool = True
     chunk, chunk_pos = memoryview(b""), position
     while position < end:
         rel = position - chunk_pos
-        need = BatchHeader.parse(chunk, rel).size if len(chunk) - rel >= HEADER_SIZE else HEADER_SIZE
-        if len(chunk) - rel < need:
+        for _ in range(2):  # read a chunk; again if it holds only the start of a larger batch
+            available = len(chunk) - rel
+            need = BatchHeader.parse(chunk, rel).size if available >= HEADER_SIZE else HEADER_SIZE
+            if available >= need:
+                break
             want = min(max(READ_CHUNK, need), end - position)
             chunk, chunk_pos, rel = memoryview(os.pread(fd, want, position)), position, 0
         header = check_batch(chunk, rel, verify_crc=verify_crc, origin=chunk_pos)

@@ -1,0 +1,58 @@
+"""fsync policy: flush.messages, the flush.ms timer, flushing concurrently with appends."""
+from __future__ import annotations
+
+import threading
+
+from ember.log import read_offset_range
+from ember.log.checkpoint import RECOVERY_POINT, read_offset
+
+from log_helpers import numbered, values_batch
+
+
+def test_flush_messages_fsyncs_every_n_records(open_log):
+    log = open_log(flush_messages=5)
+    log.append_as_leader(values_batch(numbered(0, 3)), 0)
+    assert log.recovery_point == 0
+    log.append_as_leader(values_batch(numbered(3, 3)), 0)
+    assert log.recovery_point == 6
+
+
+def test_flush_timer(open_log, clock, log_dir):
+    log = open_log(flush_ms=1000)
+    assert not log.flush_if_due(clock.now + 10_000)  # nothing to flush
+    log.append_as_leader(values_batch(numbered(0, 2)), 0)
+    assert not log.flush_if_due(clock.now + 999)
+    assert log.recovery_point == 0
+    assert log.flush_if_due(clock.now + 1000)
+    assert log.recovery_point == 2 and read_offset(log_dir / RECOVERY_POINT) == 2
+    log.update_high_watermark(2)
+    assert log.flush_if_due(clock.now + 5000)  # a moved high watermark gets checkpointed too
+
+
+def test_flush_from_another_thread_while_appending(open_log, log_dir):
+    log = open_log(segment_bytes=20_000)
+    stop = threading.Event()
+    failures = []
+
+    def flusher():
+        try:
+            for _ in range(10_000):  # bounded
+                if stop.is_set():
+                    return
+                log.flush()
+        except Exception as e:  # noqa: BLE001 - reported to the main thread
+            failures.append(e)
+
+    thread = threading.Thread(target=flusher)
+    thread.start()
+    try:
+        for i in range(300):
+            log.append_as_leader(values_batch(numbered(i * 3, 3)), 0)
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+    assert not failures
+    log.flush()
+    assert log.recovery_point == log.log_end_offset == 900
+    values = [v for b in read_offset_range(log_dir, 0, 900) for v in b.column("value").to_pylist()]
+    assert values == numbered(0, 900)
