@@ -24,8 +24,8 @@ from ember.ingest.client_types import TopicPartition
 from ember.ingest.futures import FutureRecordMetadata, ProduceResult
 from ember.log.batch import RECORD_SCHEMA
 
-#: Per-record bytes counted on top of key and value (offset/timestamp columns, list offsets).
-RECORD_OVERHEAD = 24
+#: Per-record bytes on top of key and value in the Arrow payload (offsets, timestamp, validity; measured ~29).
+RECORD_OVERHEAD = 32
 #: Bytes of an Arrow IPC stream around the columns (schema message, batch metadata, padding).
 BATCH_OVERHEAD = 1024
 
@@ -90,6 +90,7 @@ class RecordAccumulator:
         self.flushing = 0
         self.closing = False
         self._queues: dict[TopicPartition, deque[ProducerBatch]] = {}
+        self._open: dict[TopicPartition, ProducerBatch] = {}   # the batch append() adds to
         self._in_flight: dict[TopicPartition, list[ProducerBatch]] = {}
         self._lock = threading.Lock()
         self._space = threading.Condition(self._lock)
@@ -103,21 +104,22 @@ class RecordAccumulator:
         """Add a record to the partition's open batch; None if ``abort_on_new_batch`` and the
         record would start a new batch (the sticky partitioner then picks another partition)."""
         with self._lock:
-            queue = self._queues.get(tp)
-            batch = queue[-1] if queue else None
-            if batch is None or batch.table is not None or batch.encoded is not None or (
-                    batch.size + size > self.batch_size and batch.count):
+            batch = self._open.get(tp)
+            if batch is None or (batch.size + size > self.batch_size and batch.count):
                 if abort_on_new_batch:
                     return None
-                if batch is not None and batch.table is None and batch.encoded is None:
+            if self.used + size > self.buffer_memory and self.used:
+                self._wait_for_space(size, max_block_s)   # releases the lock: look again after
+                batch = self._open.get(tp)
+            if batch is None or (batch.size + size > self.batch_size and batch.count):
+                if batch is not None:
                     self.wakeup.set()   # the old batch just became full
-                self._reserve(size, max_block_s)
-                batch = ProducerBatch(tp, time.monotonic())
+                batch = self._open[tp] = ProducerBatch(tp, time.monotonic())
+                queue = self._queues.get(tp)
                 if queue is None:
                     queue = self._queues[tp] = deque()
                 queue.append(batch)
-            else:
-                self._reserve(size, max_block_s)
+            self.used += size
             batch.keys.append(key)
             batch.values.append(value)
             batch.timestamps.append(timestamp)
@@ -127,25 +129,26 @@ class RecordAccumulator:
             return FutureRecordMetadata(batch.future, batch.count - 1, timestamp)
 
     def append_table(self, tp: TopicPartition, table: pa.Table, size: int, max_block_s: float) -> ProducerBatch:
-        """Queue a ready-made, already sealed batch (``Producer.send_batch``)."""
+        """Queue a ready-made, sealed batch (``Producer.send_batch``) after everything sent before."""
         with self._lock:
-            self._reserve(size, max_block_s)
+            if self.used + size > self.buffer_memory and self.used:
+                self._wait_for_space(size, max_block_s)
+            self.used += size
+            self._open.pop(tp, None)
             batch = ProducerBatch(tp, time.monotonic(), table, size)
             self._queues.setdefault(tp, deque()).append(batch)
         self.wakeup.set()
         return batch
 
-    def _reserve(self, size: int, max_block_s: float) -> None:
-        if self.used + size > self.buffer_memory and self.used:
-            self.wakeup.set()
-            deadline = time.monotonic() + max_block_s
-            while self.used + size > self.buffer_memory and self.used:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise KafkaTimeoutError(f"buffer_memory ({self.buffer_memory} bytes) stayed full for "
-                                            f"max_block_ms; the brokers are not keeping up or unreachable")
-                self._space.wait(remaining)
-        self.used += size
+    def _wait_for_space(self, size: int, max_block_s: float) -> None:
+        self.wakeup.set()
+        deadline = time.monotonic() + max_block_s
+        while self.used + size > self.buffer_memory and self.used:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise KafkaTimeoutError(f"buffer_memory ({self.buffer_memory} bytes) stayed full for "
+                                        f"max_block_ms; the brokers are not keeping up or unreachable")
+            self._space.wait(remaining)
 
     # -- sender side -------------------------------------------------------------------------
 
@@ -183,9 +186,15 @@ class RecordAccumulator:
             head = queue[0]
             if (head.attempts and in_flight) or len(in_flight) >= max_in_flight:
                 return None
-            queue.popleft()
+            self._take_head(tp, queue)
             in_flight.append(head)
             return head
+
+    def _take_head(self, tp: TopicPartition, queue: deque[ProducerBatch]) -> ProducerBatch:
+        head = queue.popleft()
+        if self._open.get(tp) is head:
+            del self._open[tp]
+        return head
 
     def peek(self, tp: TopicPartition) -> Optional[ProducerBatch]:
         queue = self._queues.get(tp)
@@ -221,15 +230,16 @@ class RecordAccumulator:
         """Remove and return queued batches older than the delivery timeout."""
         out = []
         with self._lock:
-            for queue in self._queues.values():
+            for tp, queue in self._queues.items():
                 while queue and now - queue[0].created > delivery_timeout_s:
-                    out.append(queue.popleft())
+                    out.append(self._take_head(tp, queue))
         return out
 
     def abort_all(self) -> list[ProducerBatch]:
         with self._lock:
             batches = [b for q in self._queues.values() for b in q]
             self._queues.clear()
+            self._open.clear()
         return batches
 
     def reset_sequences(self) -> None:

@@ -211,9 +211,11 @@ class Sender(threading.Thread):
                 self._complete(batch, -1, -1)
             return
         body = response.body
-        results = {(p["topic"], p["partition"]): p for p in body.get("partitions", [])}
-        for batch in batches:
-            result = results.get(batch.tp)
+        # One result per batch, in request order (a partition may have several batches in a request).
+        results = body.get("partitions", [])
+        if len(results) != len(batches):
+            results = [None] * len(batches)
+        for batch, result in zip(batches, results):
             code = result.get("error_code", 0) if result else body.get("error_code") or ErrorCode.UNKNOWN_SERVER_ERROR
             if code in (ErrorCode.NONE, ErrorCode.DUPLICATE_SEQUENCE_NUMBER):
                 self._complete(batch, result.get("base_offset", -1), result.get("log_append_time", -1))

@@ -1,0 +1,249 @@
+"""Producer, Consumer and Admin against real brokers (LocalCluster: real ZooKeeper + processes)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections import defaultdict
+
+import pyarrow as pa
+import pytest
+
+from ember.client import Admin, Consumer, OffsetAndTimestamp, Producer, TopicPartition
+from ember.cluster.local import LocalCluster
+from ember.errors import (InvalidReplicationFactor, KafkaTimeoutError, MessageTooLarge, OffsetOutOfRange,
+                          TopicAlreadyExists, UnknownTopicOrPartition)
+from ember.ingest.connection import Connection
+from ember.ingest.partitioner import partition_for_key
+from ember.ingest.protocol import ApiKey, decode_response
+
+pytestmark = pytest.mark.integration
+
+
+def consume_all(bootstrap: str, topic: str, expected: int, timeout_s: float = 60) -> dict[int, list]:
+    """Every record of ``topic`` from the beginning, per partition, until ``expected`` arrived."""
+    out: dict[int, list] = defaultdict(list)
+    with Consumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest") as consumer:
+        deadline = time.monotonic() + timeout_s
+        count = 0
+        while count < expected and time.monotonic() < deadline:
+            for tp, records in consumer.poll(500).items():
+                out[tp.partition] += records
+                count += len(records)
+    return out
+
+
+def test_keyed_records_round_trip_in_order(shared_cluster: LocalCluster, topic_name: str) -> None:
+    bootstrap = shared_cluster.bootstrap
+    with Admin(bootstrap) as admin:
+        admin.create_topic(topic_name, partitions=6, replication_factor=2)
+    n = 100_000
+    with Producer(bootstrap, acks="all") as producer:
+        futures = [producer.send(topic_name, b"value-%d" % i, key=b"key-%d" % (i % 997),
+                                 headers=[("i", b"%d" % i)] if i % 10000 == 0 else None) for i in range(n)]
+        producer.flush(60)
+        metadata = [f.get(0) for f in futures]
+    for i, md in enumerate(metadata):
+        assert md.partition == partition_for_key(b"key-%d" % (i % 997), 6)
+    records = consume_all(bootstrap, topic_name, n)
+    assert sum(len(r) for r in records.values()) == n
+    sent_by_partition: dict[int, list[int]] = defaultdict(list)
+    for i, md in enumerate(metadata):
+        sent_by_partition[md.partition].append(i)
+    for partition, got in records.items():
+        indexes = sent_by_partition[partition]
+        assert [r.value for r in got] == [b"value-%d" % i for i in indexes]          # exact contents, in order
+        assert [r.offset for r in got] == [metadata[i].offset for i in indexes]
+        assert [r.offset for r in got] == list(range(len(got)))
+        assert all(r.key == b"key-%d" % (i % 997) for r, i in zip(got, indexes))
+        assert all(r.headers == ([("i", b"%d" % i)] if i % 10000 == 0 else []) for r, i in zip(got, indexes))
+
+
+def test_send_batch_round_trip(shared_cluster: LocalCluster, topic_name: str) -> None:
+    bootstrap = shared_cluster.bootstrap
+    with Admin(bootstrap) as admin:
+        admin.create_topic(topic_name, partitions=3)
+    n = 30_000
+    keys = [b"k%d" % (i % 101) if i % 7 else None for i in range(n)]
+    table = pa.table({"key": pa.array(keys, pa.binary()),
+                      "value": pa.array([os.urandom(8) + b"%d" % i for i in range(n)], pa.binary()),
+                      "timestamp": pa.array(range(1_000_000, 1_000_000 + n), pa.int64())})
+    with Producer(bootstrap) as producer:
+        result = producer.send_batch(topic_name, table).result(60)
+        explicit = producer.send_batch(topic_name, table.slice(0, 10), partition=2).result(30)
+    assert sum(b.record_count for batches in result.values() for b in batches) == n
+    assert explicit[TopicPartition(topic_name, 2)][0].record_count == 10
+    with Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest") as consumer:
+        consumer.assign([TopicPartition(topic_name, p) for p in range(3)])
+        got: dict[int, list[pa.RecordBatch]] = defaultdict(list)
+        deadline = time.monotonic() + 60
+        while sum(b.num_rows for bs in got.values() for b in bs) < n + 10 and time.monotonic() < deadline:
+            for tp, batch in consumer.poll_batches(500).items():
+                assert batch.schema.names == ["offset", "timestamp", "key", "value", "headers"]
+                got[tp.partition].append(batch)
+    rows = {p: pa.Table.from_batches(bs).to_pylist() for p, bs in got.items()}
+    seen = []
+    for partition, partition_rows in rows.items():
+        assert [r["offset"] for r in partition_rows] == list(range(len(partition_rows)))
+        if partition == 2:   # the explicitly placed rows come last
+            assert [r["value"] for r in partition_rows[-10:]] == table["value"].to_pylist()[:10]
+            partition_rows = partition_rows[:-10]
+        assert all(partition == partition_for_key(r["key"], 3) for r in partition_rows if r["key"] is not None)
+        seen += [(r["key"], r["value"], r["timestamp"]) for r in partition_rows]
+    assert sorted(seen, key=lambda r: r[2]) == list(zip(keys, table["value"].to_pylist(), range(1_000_000, 1_000_000 + n)))
+
+
+def test_idempotent_retry_writes_no_duplicates(shared_cluster: LocalCluster, topic_name: str,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The broker appends a batch but its answer is lost (connection dropped): the retry with the
+    same producer id and sequence must be deduplicated, not appended twice."""
+    bootstrap = shared_cluster.bootstrap
+    with Admin(bootstrap) as admin:
+        admin.create_topic(topic_name, partitions=1)
+    original = Connection._dispatch
+    dropped: list[int] = []
+
+    def lose_first_produce_answer(self: Connection, frame: memoryview) -> None:
+        entry = self._pending.get(decode_response(frame).correlation_id)
+        if entry is not None and entry.api_key == ApiKey.PRODUCE and len(dropped) < 2:
+            dropped.append(1)
+            self.close()
+            return
+        original(self, frame)
+
+    monkeypatch.setattr(Connection, "_dispatch", lose_first_produce_answer)
+    with Producer(bootstrap, acks="all", retry_backoff_ms=20) as producer:
+        futures = [producer.send(topic_name, b"%d" % i) for i in range(500)]
+        producer.flush(60)
+        offsets = [f.get(0).offset for f in futures]
+    assert dropped, "the test never dropped an answer"
+    assert offsets == list(range(500))
+    records = consume_all(bootstrap, topic_name, 500)[0]
+    with Consumer(bootstrap_servers=bootstrap) as consumer:
+        assert consumer.end_offsets([TopicPartition(topic_name, 0)]) == {TopicPartition(topic_name, 0): 500}
+    assert [r.value for r in records] == [b"%d" % i for i in range(500)]
+
+
+def test_offsets_timestamps_and_seek(shared_cluster: LocalCluster, topic_name: str) -> None:
+    bootstrap = shared_cluster.bootstrap
+    tp = TopicPartition(topic_name, 0)
+    with Admin(bootstrap) as admin:
+        admin.create_topic(topic_name, partitions=1)
+    with Producer(bootstrap) as producer:
+        for i in range(100):
+            producer.send(topic_name, b"%d" % i, timestamp_ms=10_000 + i * 10)
+    with Consumer(bootstrap_servers=bootstrap, auto_offset_reset="latest") as consumer:
+        consumer.assign([tp])
+        assert consumer.beginning_offsets([tp]) == {tp: 0}
+        assert consumer.end_offsets([tp]) == {tp: 100}
+        assert consumer.position(tp) == 100
+        assert consumer.offsets_for_times({tp: 10_500}) == {tp: OffsetAndTimestamp(50, 10_500)}
+        assert consumer.offsets_for_times({tp: 10_505}) == {tp: OffsetAndTimestamp(51, 10_510)}
+        assert consumer.offsets_for_times({tp: 99_999}) == {tp: None}
+        consumer.seek(tp, 42)
+        records = consumer.poll(10_000, max_records=5)[tp]
+        assert [(r.offset, r.value, r.timestamp) for r in records] == [(42 + i, b"%d" % (42 + i), 10_420 + 10 * i)
+                                                                     for i in range(5)]
+        assert consumer.position(tp) == 47
+        consumer.seek_to_beginning(tp)
+        assert consumer.poll(10_000, max_records=1)[tp][0].offset == 0
+        consumer.seek_to_end(tp)
+        assert consumer.position(tp) == 100
+
+
+def test_auto_offset_reset_none(shared_cluster: LocalCluster, topic_name: str) -> None:
+    bootstrap = shared_cluster.bootstrap
+    tp = TopicPartition(topic_name, 0)
+    with Admin(bootstrap) as admin:
+        admin.create_topic(topic_name, partitions=1)
+    with Producer(bootstrap) as producer:
+        producer.send(topic_name, b"only").get(30)
+    with Consumer(topic_name, bootstrap_servers=bootstrap, auto_offset_reset="none") as consumer:
+        with pytest.raises(OffsetOutOfRange, match="auto_offset_reset='none'"):
+            consumer.poll(100)
+        consumer.seek(tp, 5)
+        with pytest.raises(OffsetOutOfRange, match="offset 5 is out of range"):
+            consumer.poll(5000)
+        consumer.seek(tp, 0)
+        assert consumer.poll(5000)[tp][0].value == b"only"
+
+
+def test_unknown_topic_and_oversized_record(shared_cluster: LocalCluster, topic_name: str) -> None:
+    bootstrap = shared_cluster.bootstrap
+    with Producer(bootstrap, max_block_ms=1000) as producer:
+        started = time.monotonic()
+        with pytest.raises(UnknownTopicOrPartition, match=topic_name):
+            producer.send(topic_name, b"x")
+        assert time.monotonic() - started < 30
+        with Admin(bootstrap) as admin:
+            admin.create_topic(topic_name, partitions=2)
+        with pytest.raises(MessageTooLarge):
+            producer.send(topic_name, b"x" * (2 * 1024 * 1024))
+        with pytest.raises(UnknownTopicOrPartition, match="no partition 7"):
+            producer.send(topic_name, b"x", partition=7)
+        assert producer.send(topic_name, b"fits", partition=1).get(30).partition == 1
+
+
+def test_admin_topics(shared_cluster: LocalCluster, topic_name: str) -> None:
+    with Admin(shared_cluster.bootstrap) as admin:
+        admin.create_topic(topic_name, partitions=2, replication_factor=3, config={"retention.ms": 3600000})
+        with pytest.raises(TopicAlreadyExists):
+            admin.create_topic(topic_name)
+        with pytest.raises(InvalidReplicationFactor):
+            admin.create_topic(topic_name + "-rf", replication_factor=9)
+        assert topic_name in admin.list_topics()
+        with Producer(shared_cluster.bootstrap, acks="all") as producer:
+            for i in range(10):
+                producer.send(topic_name, b"%d" % i, partition=0)
+        description = admin.describe_topic(topic_name)
+        first = description.partitions[0]
+        assert (first.partition, len(first.replicas), first.log_start_offset, first.high_watermark) == (0, 3, 0, 10)
+        assert first.leader in first.replicas and first.log_end_offset == 10
+        assert description.config["retention.ms"] == "3600000"
+        admin.alter_configs(topic_name, {"retention.ms": 7200000})
+        assert admin.describe_configs(topic_name)["retention.ms"]["value"] == "7200000"
+        admin.delete_topic(topic_name)
+        assert topic_name not in admin.list_topics()
+        with pytest.raises(UnknownTopicOrPartition):
+            admin.describe_topic(topic_name)
+
+
+def test_broker_down_retries_then_times_out(make_cluster, topic_name: str) -> None:
+    cluster = make_cluster(brokers=1)
+    with Admin(cluster.bootstrap) as admin:
+        admin.create_topic(topic_name, partitions=1)
+    with Producer(cluster.bootstrap, request_timeout_ms=1000, delivery_timeout_ms=3000, retry_backoff_ms=50) as producer:
+        assert producer.send(topic_name, b"before").get(30).offset == 0
+        cluster.kill_broker(1)
+        future = producer.send(topic_name, b"after")
+        with pytest.raises(KafkaTimeoutError, match="delivery_timeout_ms.*last error"):
+            future.get(30)
+        cluster.restart_broker(1)
+        assert producer.send(topic_name, b"again").get(30).offset == 1
+
+
+def run_cli(*args: str, stdin: bytes = b"", env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ember.cli", *args], input=stdin, capture_output=True,
+                          timeout=60, env={**os.environ, **(env or {})})
+
+
+def test_cli_produce_consume(shared_cluster: LocalCluster, topic_name: str) -> None:
+    env = {"EMBER_BOOTSTRAP": shared_cluster.bootstrap}
+    created = run_cli("topics", "create", topic_name, "--partitions", "2", "--config", "retention.ms=600000", env=env)
+    assert created.returncode == 0, created.stderr
+    lines = [b"k%d:line %d" % (i % 3, i) for i in range(50)]
+    produced = run_cli("produce", topic_name, "--key-separator", ":", stdin=b"\n".join(lines) + b"\n", env=env)
+    assert produced.returncode == 0 and b"50 records sent" in produced.stderr, produced.stderr
+    consumed = run_cli("consume", topic_name, "--from-beginning", "--max-messages", "50", "--timeout-ms", "20000",
+                       "--print-key", "--separator", ":", env=env)
+    assert consumed.returncode == 0, consumed.stderr
+    assert sorted(consumed.stdout.splitlines()) == sorted(lines)
+    partition = partition_for_key(b"k0", 2)
+    one = run_cli("consume", topic_name, "--partition", str(partition), "--offset", "1", "--max-messages", "1",
+                  "--print-offset", "--timeout-ms", "20000", env=env)
+    assert one.stdout.startswith(b"%d:1\t" % partition), one.stdout
+    described = run_cli("topics", "describe", topic_name, env=env)
+    assert b"high watermark" in described.stdout and b"retention.ms=600000" in described.stdout
+    missing = run_cli("topics", "describe", topic_name + "-nope", env=env)
+    assert missing.returncode == 1 and b"UnknownTopicOrPartition" in missing.stderr
