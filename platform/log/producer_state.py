@@ -101,9 +101,6 @@ class ProducerStateManager:
     def clear(self) -> None:
         self._producers.clear()
 
-    def get(self, producer_id: int) -> Optional[ProducerEntry]:
-        return self._producers.get(producer_id)
-
 
 def _check_sequence(header: BatchHeader, epoch: int, last_seq: int, *, known: bool) -> None:
     if not known:
