@@ -11,7 +11,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
-from kazoo.exceptions import NoNodeError
+from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.protocol.states import ZnodeStat
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
@@ -120,11 +120,16 @@ class MetadataCache:
 
     def _on_brokers(self, children: list[str]) -> None:
         brokers: dict[int, BrokerInfo] = {}
-        for child in children:
-            data, _ = self._get(zk_paths.BROKER_IDS + "/" + child)
-            if data:
-                info = BrokerInfo.from_bytes(data)
-                brokers[info.id] = info
+        try:
+            for child in children:
+                data, _ = self._get(zk_paths.BROKER_IDS + "/" + child)
+                if data:
+                    info = BrokerInfo.from_bytes(data)
+                    brokers[info.id] = info
+        except KazooException as exc:
+            # The connection dropped mid-read; kazoo re-runs this watch when it reconnects.
+            log.warning("could not read broker registrations (%s); keeping the last known set", exc)
+            return
         with self._lock:
             changed = brokers != self._brokers
             self._brokers = brokers

@@ -4,8 +4,7 @@ AlterConfigs, InitProducerId. Any broker serves these; the ZooKeeper work runs o
 from __future__ import annotations
 
 import asyncio
-import logging
-from typing import Any, Callable
+from typing import Callable
 
 from ember.cluster.metadata_cache import MetadataCache
 from ember.cluster.producer_ids import ProducerIdAllocator
@@ -17,8 +16,6 @@ from ember.ingest.protocol import ApiKey, Request
 from ember.ingest.replica_manager import ReplicaManager
 from ember.ingest.reply import OK, Reply, error_fields
 from ember.ingest.signals import wait_any
-
-log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_MS = 10000
 PRODUCER_EPOCH = 0

@@ -3,11 +3,10 @@ batches arrive and leave as raw bytes (fetches via ``sendfile`` from segment fil
 from __future__ import annotations
 
 import asyncio
-import logging
 from dataclasses import dataclass
 from typing import Any
 
-from ember.errors import EmberError, InvalidRequiredAcks, NotEnoughReplicasAfterAppend, OffsetOutOfRange
+from ember.errors import InvalidRequiredAcks, NotEnoughReplicasAfterAppend, OffsetOutOfRange
 from ember.ingest.dispatcher import Handler
 from ember.ingest.partition import CONSUMER_REPLICA_ID, Partition
 from ember.ingest.protocol import ApiKey, Request, split_payload
@@ -15,8 +14,6 @@ from ember.ingest.reply import OK, CloseConnection, FileRegion, Reply, error_fie
 from ember.ingest.replica_manager import ReplicaManager
 from ember.ingest.signals import wait_any
 from ember.log import FetchSlice
-
-log = logging.getLogger(__name__)
 
 DEFAULT_PRODUCE_TIMEOUT_MS = 30000
 DEFAULT_FETCH_MAX_BYTES = 50 * 1024 * 1024
@@ -174,7 +171,7 @@ class RecordApis:
                 partition.check_leader(entry.get("current_leader_epoch"))
                 offset, timestamp = await partition.offset_for_timestamp(int(entry["timestamp"]), replica_id)
                 fields.update(OK, offset=offset, timestamp=timestamp)
-            except EmberError as exc:
+            except Exception as exc:
                 fields.update(error_fields(exc), offset=-1, timestamp=-1)
             results.append(fields)
         return Reply({**OK, "partitions": results})

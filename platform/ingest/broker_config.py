@@ -8,7 +8,7 @@ the cluster-wide defaults of topic configs (``log.segment.bytes`` → ``segment.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
@@ -153,9 +153,6 @@ class BrokerConfig:
         effective = self.log_config(overrides).to_properties()
         return [{"name": name, "value": _text(effective[name]), "default": name not in overrides,
                  "doc": definition.doc} for name, definition in TOPIC_CONFIGS.items()]
-
-    def as_properties(self) -> dict[str, Any]:
-        return {f.name.replace("_", "."): getattr(self, f.name) for f in fields(self)}
 
 
 def _text(value: Any) -> str | None:

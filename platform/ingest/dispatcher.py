@@ -6,14 +6,11 @@ UNSUPPORTED_VERSION. A handler returns None when the protocol wants no response 
 """
 from __future__ import annotations
 
-import logging
 from typing import Any, Awaitable, Callable, Mapping
 
 from ember.errors import ErrorCode, InvalidRequest, UnsupportedVersion
 from ember.ingest.protocol import ApiKey, Request
 from ember.ingest.reply import CloseConnection, Reply, error_fields
-
-log = logging.getLogger(__name__)
 
 Handler = Callable[[Request], Awaitable[Reply | None]]
 

@@ -6,6 +6,8 @@ import time
 from typing import Any, Callable, Iterator
 
 import pytest
+from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException
 
 from ember.cluster import zk_paths
 from ember.cluster.controller import Controller
@@ -123,3 +125,25 @@ def test_producer_id_blocks_never_overlap(nodes):
     allocators = [ProducerIdAllocator(node.session, i, block_size=5) for i, node in nodes.items()]
     ids = [allocator.next_id() for _ in range(12) for allocator in allocators]
     assert len(ids) == len(set(ids))
+
+
+def test_expired_session_reregisters_and_keeps_watching(nodes, zookeeper, topic_name):
+    node = nodes[2]
+    old_session = node.session.session_id
+    # Closing a second client that shares the session id and password expires the session.
+    twin = KazooClient(hosts=zookeeper.connect_string, client_id=node.session.client.client_id)
+    twin.start(timeout=10)
+    twin.stop()
+    twin.close()
+
+    def reregistered() -> bool:
+        try:
+            stat = node.session.client.exists(zk_paths.broker(2))
+        except KazooException:      # still reconnecting
+            return False
+        return bool(stat) and node.session.session_id != old_session and \
+            stat.ephemeralOwner == node.session.session_id
+    eventually(reregistered)
+    eventually(lambda: 2 in nodes[1].cache.brokers())
+    nodes[1].admin.create_topic(topic_name, 1, 1, {})
+    eventually(lambda: node.cache.topic(topic_name) is not None)
