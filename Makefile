@@ -9,7 +9,7 @@ setup:
 	@bash scripts/setup.sh
 
 demo: setup
-	$(PYTHON) bench/log_bench.py
+	cd jobs && ../$(PYTHON) clickstream_demo.py --data ../data/demo
 
 test: setup
 	$(PYTHON) -m pytest -q -p no:cacheprovider

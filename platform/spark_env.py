@@ -63,7 +63,10 @@ def spark_session(app_name: str = "ember", master: str = "local[2]", extra: dict
                .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
                .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
                .config("spark.ui.enabled", "false")
-               .config("spark.sql.shuffle.partitions", "4"))
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", "4")
+               # Delta rebuilds table snapshots with 50 tasks by default: far too many on 2 cores.
+               .config("spark.databricks.delta.snapshotPartitions", "2"))
     for key, value in (extra or {}).items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
