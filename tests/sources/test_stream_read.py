@@ -64,3 +64,13 @@ def test_topic_pattern_picks_up_new_topics(spark, shared_cluster, topic_name, tm
     out = spark.read.parquet(str(tmp_path / "out"))
     assert sorted((r["topic"], r["partition"], r["offset"]) for r in out.collect()) == sorted(
         [(first, 0, o) for o in range(5)] + [(second, 0, o) for o in range(3)] + [(second, 1, o) for o in range(2)])
+
+
+def test_max_bytes_per_trigger_is_turned_into_records(spark, shared_cluster, topic_name, tmp_path) -> None:
+    create_topic(shared_cluster.bootstrap, topic_name, partitions=1)
+    produce(shared_cluster.bootstrap, topic_name, {0: 40})  # key + value of 8-10 bytes each
+    query = run_available_now(spark, shared_cluster, tmp_path, {
+        "topic": topic_name, "startingOffsets": "earliest", "maxBytesPerTrigger": "100"})
+    sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    assert len(sizes) >= 3 and max(sizes) <= 12 and sum(sizes) == 40
+    assert written(spark, tmp_path) == expected({0: 40})
