@@ -7,7 +7,6 @@ brokers for the current high watermarks, which also discovers new partitions and
 """
 from __future__ import annotations
 
-import logging
 from typing import Iterator, Optional, Sequence
 
 import pyarrow as pa
@@ -21,8 +20,6 @@ from ember.sources.offsets import PartitionOffsets, offsets_from_json, offsets_t
 from ember.sources.options import ReaderOptions
 from ember.sources.planning import OffsetRange, check_data_loss, limit_records, plan_ranges
 from ember.sources.schema import arrow_schema
-
-log = logging.getLogger(__name__)
 
 NEW_PARTITION_START = 0
 
