@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Optional
 
-from ember.errors import EmberError, KafkaTimeoutError, error_for_code
+from ember.errors import BrokerNotAvailable, EmberError, NetworkError, error_for_code
 from ember.ingest.client_types import TopicPartition
 from ember.ingest.metadata_client import MetadataClient, response_error
 from ember.ingest.offsets import EARLIEST, LATEST, list_offsets
@@ -48,7 +48,7 @@ class Admin:
         self._topic_results(ApiKey.DELETE_TOPICS, {"topics": [name]})
 
     def list_topics(self) -> list[str]:
-        return sorted(self._metadata.refresh(None))
+        return sorted(self._metadata.refresh(None, broker_id=self._home()))
 
     def describe_configs(self, name: str) -> dict[str, dict[str, Any]]:
         """``{config: {"value", "default", "doc"}}`` of a topic, defaults included."""
@@ -59,16 +59,16 @@ class Admin:
     def alter_configs(self, name: str, set: Optional[Mapping[str, Any]] = None,
                       delete: Iterable[str] = (), validate_only: bool = False) -> None:
         """Set and/or reset (to the default) topic configs."""
-        body = self._metadata.request(ApiKey.ALTER_CONFIGS, {
+        body = self._request(ApiKey.ALTER_CONFIGS, {
             "topic": name, "set": {k: str(v) for k, v in (set or {}).items()}, "delete": list(delete),
-            "validate_only": validate_only}).body
+            "validate_only": validate_only})
         error = response_error(body)
         if error is not None:
             raise error
 
     def describe_topic(self, name: str) -> TopicDescription:
         """Leader, replicas, ISR, log start, high watermark and log end of every partition."""
-        info = self._metadata.refresh([name]).get(name)
+        info = self._metadata.refresh([name], broker_id=self._home()).get(name)
         if info is None or info.error_code:
             raise error_for_code(info.error_code if info else 3, f"topic {name!r} does not exist")
         tps = [TopicPartition(name, p.partition) for p in info.partitions]
@@ -85,7 +85,7 @@ class Admin:
         then an empty Fetch there reports all three (log end is not in ListOffsets)."""
         try:
             hws = list_offsets(self._metadata, {tp: LATEST for tp in tps}, self.request_timeout_s)
-        except (EmberError, KafkaTimeoutError):
+        except EmberError:
             return {}
         by_leader: dict[int, list[TopicPartition]] = {}
         for tp in hws:
@@ -110,9 +110,25 @@ class Admin:
             out.update({tp: (starts[tp][0], hws[tp][0], -1) for tp in missing})
         return out
 
+    def _home(self) -> int | None:
+        """Admin requests go to the controller when known, so a describe or list after a create,
+        alter or delete reads the same broker's view (each broker applies ZooKeeper changes on its
+        own schedule)."""
+        if self._metadata.controller_id not in self._metadata.brokers:
+            self._metadata.refresh([])
+        controller = self._metadata.controller_id
+        return controller if controller in self._metadata.brokers else None
+
+    def _request(self, api_key: int, body: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return self._metadata.request(api_key, body, broker_id=self._home()).body
+        except (BrokerNotAvailable, NetworkError):
+            self._metadata.refresh([])
+            return self._metadata.request(api_key, body).body
+
     def _topic_results(self, api_key: int, body: dict[str, Any]) -> list[dict[str, Any]]:
         """Send a per-topic admin request and raise the first topic's error, if any."""
-        response = self._metadata.request(api_key, body).body
+        response = self._request(api_key, body)
         error = response_error(response)
         if error is not None:
             raise error

@@ -118,10 +118,11 @@ class MetadataClient:
 
     # -- refresh -----------------------------------------------------------------------------
 
-    def refresh(self, topics: Iterable[str] | None = None) -> dict[str, TopicInfo]:
-        """Fetch metadata for ``topics`` (all topics when None) and merge it into the cache."""
+    def refresh(self, topics: Iterable[str] | None = None, broker_id: int | None = None) -> dict[str, TopicInfo]:
+        """Fetch metadata for ``topics`` (all topics when None; from ``broker_id`` or any broker)
+        and merge it into the cache."""
         names = None if topics is None else sorted(set(topics))
-        body = self.request(ApiKey.METADATA, {"topics": names}).body
+        body = self.request(ApiKey.METADATA, {"topics": names}, broker_id=broker_id).body
         error = response_error(body)
         if error is not None:
             raise error
