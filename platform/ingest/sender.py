@@ -105,20 +105,21 @@ class Sender(threading.Thread):
                 wait = min(wait, self.config.retry_backoff_s)
             else:
                 by_leader.setdefault(leader, []).append(tp)
-        for leader, tps in by_leader.items():
-            if not self._send_to(leader, tps):
-                wait = min(wait, self.config.retry_backoff_s)
-        return 0.0 if by_leader and not wait else wait
+        sent = [self._send_to(leader, tps) for leader, tps in by_leader.items()]
+        if any(sent):
+            return 0.0   # look again at once: more may be ready
+        # Nothing could go (connections busy or down): answers and appends set the wakeup event.
+        return wait or self.config.retry_backoff_s
 
     def _ensure_producer_id(self) -> bool:
         state = self.idempotence
-        if state.reset_requested and not self.acc.in_flight_count():
+        if state.reset_requested:
+            if self.acc.in_flight_count():
+                return False   # hold new batches until the old producer id has no requests out
             state.producer_id, state.next_sequence, state.reset_requested = -1, {}, False
             self.acc.reset_sequences()
         if state.producer_id >= 0:
             return True
-        if state.reset_requested:
-            return False
         try:
             body = self.metadata.request(ApiKey.INIT_PRODUCER_ID, {}).body
             error = response_error(body)
@@ -137,7 +138,7 @@ class Sender(threading.Thread):
     # -- requests ----------------------------------------------------------------------------
 
     def _send_to(self, leader: int, tps: list[TopicPartition]) -> bool:
-        """Send one Produce request with the ready batches led by ``leader``; False if it could not."""
+        """Send one Produce request with the ready batches led by ``leader``; True if one went out."""
         config = self.config
         try:
             conn = self.metadata.connection(leader)
@@ -149,7 +150,7 @@ class Sender(threading.Thread):
                     head.last_error = exc
             return False
         if conn.in_flight >= config.max_in_flight:
-            return True
+            return False
         batches: list[ProducerBatch] = []
         size = 0
         for tp in tps:
@@ -163,7 +164,7 @@ class Sender(threading.Thread):
                 if self.acc.peek(tp) is None or not self._sealed(tp):
                     break
         if not batches:
-            return True
+            return False
         body: dict[str, Any] = {"acks": config.acks, "timeout_ms": config.request_timeout_ms,
                                 "partitions": [{"topic": b.tp.topic, "partition": b.tp.partition,
                                                 "size": len(b.encoded)} for b in batches]}
@@ -254,7 +255,8 @@ class Sender(threading.Thread):
         self.acc.release(batch)
         if self.idempotence is not None and batch.base_sequence >= 0:
             # Later sequences of this partition now have a gap: start over with a new producer id.
-            self.idempotence.reset_requested = not isinstance(error, InvalidProducerEpoch)
+            if not isinstance(error, InvalidProducerEpoch):
+                self.idempotence.reset_requested = True
         if not batch.future.done():
             batch.future.set_exception(error)
         self.acc.wakeup.set()
