@@ -1,6 +1,6 @@
 """Stream ember topics into a Delta table, exactly-once.
 
-    spark-submit --properties-file conf/spark-defaults.conf jobs/stream_to_delta.py \
+    .venv/bin/spark-submit --properties-file conf/spark-defaults.conf jobs/stream_to_delta.py \
         --bootstrap 127.0.0.1:9092 --topic clicks --table data/delta/clicks \
         --checkpoint data/checkpoints/clicks --value-format json \
         --schema 'user STRING, page STRING, action STRING, ts LONG' --trigger availableNow
@@ -13,79 +13,60 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
+
+from _common import (add_decoding_args, add_source_args, check_decoding_args, decoded, job_session,
+                     partition_columns, read_stream, source_options as common_source_options, write_delta_stream)
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
 
 TRIGGERS = ("availableNow", "processingTime")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Stream ember topics into a Delta table (exactly-once).")
-    parser.add_argument("--bootstrap", required=True, help="HOST:PORT[,...] of the ember brokers")
-    parser.add_argument("--topic", required=True, help="topic name(s), comma separated")
+    add_source_args(parser)
     parser.add_argument("--table", required=True, help="path of the Delta table")
     parser.add_argument("--checkpoint", required=True, help="checkpoint directory (offsets live here)")
     parser.add_argument("--trigger", choices=TRIGGERS, default="processingTime")
     parser.add_argument("--interval", default="5 seconds", help="processingTime trigger interval")
-    parser.add_argument("--value-format", choices=("raw", "json"), default="raw",
-                        help="raw keeps value as binary; json parses it with --schema into columns")
-    parser.add_argument("--schema", help="DDL schema of JSON values, e.g. 'user STRING, ts LONG'")
+    add_decoding_args(parser)
     parser.add_argument("--partition-by", default="", help="comma-separated partition columns of the table")
-    parser.add_argument("--starting-offsets", default="earliest", help="earliest, latest or JSON per partition")
+    parser.add_argument("--starting-offsets", default="earliest",
+                        help="earliest, latest or JSON per partition (a new checkpoint only)")
+    parser.add_argument("--starting-timestamp", type=int, help="ms since the epoch; wins over --starting-offsets")
     parser.add_argument("--max-records-per-trigger", type=int)
-    parser.add_argument("--storage-root", help="broker data directory root readable here (direct segment reads)")
     args = parser.parse_args(argv)
-    if args.value_format == "json" and not args.schema:
-        parser.error("--value-format json needs --schema")
+    check_decoding_args(parser, args)
     return args
 
 
 def source_options(args: argparse.Namespace) -> dict[str, str]:
-    options = {"bootstrap": args.bootstrap, "topic": args.topic, "startingOffsets": args.starting_offsets}
+    options = {**common_source_options(args), "startingOffsets": args.starting_offsets}
+    if args.starting_timestamp is not None:
+        options["startingTimestamp"] = str(args.starting_timestamp)
     if args.max_records_per_trigger:
         options["maxRecordsPerTrigger"] = str(args.max_records_per_trigger)
-    if args.storage_root:
-        options["storageRoot"] = args.storage_root
     return options
 
 
-def decoded(frame, args: argparse.Namespace):
-    """Keep the record's coordinates; decode the value as asked."""
-    from pyspark.sql import functions as F
-
-    coordinates = [F.col("topic"), F.col("partition"), F.col("offset"), F.col("timestamp"),
-                   F.col("key").cast("string").alias("key")]
-    if args.value_format == "json":
-        parsed = F.from_json(F.col("value").cast("string"), args.schema).alias("v")
-        return frame.select(*coordinates, parsed).select(*[c for c in ("topic", "partition", "offset", "timestamp", "key")], "v.*")
-    return frame.select(*coordinates, F.col("value"))
-
-
-def start_stream(spark, args: argparse.Namespace):
+def start_stream(spark: "SparkSession", args: argparse.Namespace) -> "StreamingQuery":
     """Start the topic → Delta query and return it (the caller awaits or stops it)."""
     from ember.sources import register
 
     register(spark)
-    reader = spark.readStream.format("ember")
-    for key, value in source_options(args).items():
-        reader = reader.option(key, value)
-    writer = (decoded(reader.load(), args).writeStream.format("delta").outputMode("append")
-              .option("checkpointLocation", args.checkpoint).queryName(f"ember-to-delta-{args.topic}"))
-    if args.partition_by:
-        writer = writer.partitionBy(*[c.strip() for c in args.partition_by.split(",") if c.strip()])
-    if args.trigger == "availableNow":
-        writer = writer.trigger(availableNow=True)
-    else:
-        writer = writer.trigger(processingTime=args.interval)
-    return writer.start(args.table)
+    frame = decoded(read_stream(spark, source_options(args)), args)
+    return write_delta_stream(frame, table=args.table, checkpoint=args.checkpoint,
+                              name=f"ember-to-delta-{args.topic}", trigger=args.trigger,
+                              interval=args.interval, partition_by=partition_columns(args.partition_by))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    from ember.spark_env import spark_session
-
-    spark = spark_session("ember-stream-to-delta")
-    query = start_stream(spark, args)
-    query.awaitTermination()
+    query = start_stream(job_session("ember-stream-to-delta"), args)
+    query.awaitTermination()  # raises the query's failure: the exit code tells
     progress = query.lastProgress or {}
     print(f"stream_to_delta: stopped after batch {progress.get('batchId', '-')}; table {args.table}")
     return 0

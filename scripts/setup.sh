@@ -42,7 +42,14 @@ if [ ! -f "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ]; then
     touch "$STAMP"
 fi
 
-# 4. Delta Lake's JVM jars, fetched once from Maven Central into .cache/jars.
+# 4. `.venv/bin/spark-submit` must work without an activated venv: pip's launcher looks for
+#    SPARK_HOME by running `python3` from PATH, which has no pyspark; make it run the venv's Python.
+if grep -q '"python3"' "$VENV/bin/find-spark-home"; then
+    say "pointing .venv/bin/spark-submit at the virtual environment's Python"
+    sed -i "s|\"python3\"|\"$VENV/bin/python\"|" "$VENV/bin/find-spark-home"
+fi
+
+# 5. Delta Lake's JVM jars, fetched once from Maven Central into .cache/jars.
 "$VENV/bin/python" -m ember.spark_env fetch-jars
 
 say "ready"

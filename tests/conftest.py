@@ -1,4 +1,5 @@
-"""Shared fixtures: real local clusters (ZooKeeper + broker processes) started by ember's own launcher."""
+"""Shared fixtures: real local clusters (ZooKeeper + broker processes) started by ember's own launcher,
+and the one SparkSession of the test run."""
 from __future__ import annotations
 
 import uuid
@@ -31,6 +32,20 @@ def make_cluster(tmp_path: Path) -> Iterator[Callable[..., LocalCluster]]:
     yield start
     for cluster in clusters:
         cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """The one SparkSession of the run (local[2], 2 shuffle partitions), with ``ember`` registered;
+    every Spark test (sources, jobs) shares it."""
+    from ember.sources import register
+    from ember.spark_env import spark_session
+
+    session = spark_session("ember-sources-tests", extra={"spark.sql.shuffle.partitions": "2",
+                                                          "spark.default.parallelism": "2"})
+    register(session)
+    yield session
+    session.stop()
 
 
 @pytest.fixture

@@ -1,0 +1,112 @@
+"""Pieces every job shares: source and decoding arguments, value decoding, the Spark session and the
+exactly-once topic → Delta stream. Jobs import this module; it is not a job itself."""
+from __future__ import annotations
+
+import argparse
+import os
+from typing import TYPE_CHECKING, Iterable
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+VALUE_FORMATS = ("raw", "json")
+COORDINATES = ("topic", "partition", "offset", "timestamp")
+DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
+
+
+class JobError(RuntimeError):
+    """A job cannot run as configured (the message says what to change)."""
+
+
+def add_source_args(parser: argparse.ArgumentParser) -> None:
+    """The options every job reads a topic with."""
+    parser.add_argument("--bootstrap", required=True, help="HOST:PORT[,...] of the ember brokers")
+    parser.add_argument("--topic", required=True, help="topic name(s), comma separated")
+    parser.add_argument("--storage-root", help="broker data directory root readable here (direct segment reads)")
+    parser.add_argument("--fail-on-data-loss", choices=("true", "false"), default="true",
+                        help="fail (true) or skip with a warning (false) when retention deleted needed offsets")
+
+
+def add_decoding_args(parser: argparse.ArgumentParser) -> None:
+    """How record values become columns (shared so a replay decodes exactly as the stream did)."""
+    parser.add_argument("--value-format", choices=VALUE_FORMATS, default="raw",
+                        help="raw keeps value as binary; json parses it with --schema into columns")
+    parser.add_argument("--schema", help="DDL schema of JSON values, e.g. 'user STRING, ts LONG'")
+
+
+def check_decoding_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.value_format == "json" and not args.schema:
+        parser.error("--value-format json needs --schema")
+
+
+def source_options(args: argparse.Namespace) -> dict[str, str]:
+    """Options of the ember source that come from :func:`add_source_args`."""
+    options = {"bootstrap": args.bootstrap, "topic": args.topic, "failOnDataLoss": args.fail_on_data_loss}
+    if args.storage_root:
+        options["storageRoot"] = args.storage_root
+    return options
+
+
+def partition_columns(text: str) -> list[str]:
+    """``"a, b"`` → ``["a", "b"]`` (an empty string means an unpartitioned table)."""
+    return [column.strip() for column in text.split(",") if column.strip()]
+
+
+def parsed_value(args: argparse.Namespace) -> "Column":
+    """The value parsed as JSON with ``--schema`` (a struct; null fields where a record does not parse)."""
+    from pyspark.sql import functions as F
+
+    return F.from_json(F.col("value").cast("string"), args.schema)
+
+
+def decoded(frame: "DataFrame", args: argparse.Namespace) -> "DataFrame":
+    """The record's coordinates and string key, then the value: binary (raw) or one column per JSON field."""
+    from pyspark.sql import functions as F
+
+    coordinates = [F.col(name) for name in COORDINATES] + [F.col("key").cast("string").alias("key")]
+    if args.value_format == "json":
+        return frame.select(*coordinates, parsed_value(args).alias("v")).select(*COORDINATES, "key", "v.*")
+    return frame.select(*coordinates, F.col("value"))
+
+
+def read_stream(spark: "SparkSession", options: dict[str, str]) -> "DataFrame":
+    """A streaming DataFrame of the ember source with ``options``."""
+    reader = spark.readStream.format("ember")
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load()
+
+
+def write_delta_stream(frame: "DataFrame", *, table: str, checkpoint: str, name: str, trigger: str = "availableNow",
+                       interval: str = "5 seconds", partition_by: Iterable[str] = ()) -> "StreamingQuery":
+    """Start ``frame`` → Delta. Exactly-once: the source's offsets live in ``checkpoint`` and Delta's sink
+    commits each micro-batch idempotently (query id + batch id in its log), so a restart never duplicates."""
+    writer = (frame.writeStream.format("delta").outputMode("append")
+              .option("checkpointLocation", checkpoint).queryName(name))
+    columns = list(partition_by)
+    if columns:
+        writer = writer.partitionBy(*columns)
+    writer = writer.trigger(availableNow=True) if trigger == "availableNow" else writer.trigger(processingTime=interval)
+    return writer.start(table)
+
+
+def job_session(app_name: str) -> "SparkSession":
+    """The job's SparkSession (the job registers ``ember`` itself, as its functions also run in tests).
+
+    Under spark-submit the submit command configures Spark (``--properties-file conf/spark-defaults.conf``,
+    ``--master``...), so nothing is overridden here; run with plain ``python`` the job gets
+    :func:`ember.spark_env.spark_session` (local mode, Delta jars, the venv's Python)."""
+    if "PYSPARK_GATEWAY_PORT" in os.environ:  # set by spark-submit for the driver it launches
+        from pyspark.sql import SparkSession
+
+        spark = SparkSession.builder.appName(app_name).getOrCreate()
+        if DELTA_EXTENSION not in spark.conf.get("spark.sql.extensions", ""):
+            raise JobError("Delta is not configured: run spark-submit from the repository root with "
+                           "--properties-file conf/spark-defaults.conf")
+    else:
+        from ember.spark_env import spark_session
+
+        spark = spark_session(app_name)
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
