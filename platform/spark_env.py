@@ -44,15 +44,17 @@ def fetch_delta_jars() -> list[Path]:
     return jars
 
 
-def configure_python_workers() -> None:
-    """Spark's Python workers must run this interpreter, or they crash importing pyarrow."""
+def configure_local_environment() -> None:
+    """Spark's Python workers must run this interpreter, or they crash importing pyarrow; and a
+    local session binds loopback only (Spark otherwise picks the first non-loopback interface)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 
 def spark_session(app_name: str = "ember", master: str = "local[2]", extra: dict[str, str] | None = None):
     """A local SparkSession with Delta and the ember data source registered."""
-    configure_python_workers()
+    configure_local_environment()
     from pyspark.sql import SparkSession
 
     missing = [str(jar) for jar in delta_jars() if not jar.exists()]
@@ -62,6 +64,8 @@ def spark_session(app_name: str = "ember", master: str = "local[2]", extra: dict
                .config("spark.jars", ",".join(str(jar) for jar in delta_jars()))
                .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
                .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
+               .config("spark.driver.host", "127.0.0.1")
+               .config("spark.driver.bindAddress", "127.0.0.1")
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", "4")
