@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Awaitable
 
-from ember.errors import InvalidRequiredAcks, NotEnoughReplicasAfterAppend, OffsetOutOfRange
+from ember.errors import InvalidRequiredAcks, OffsetOutOfRange
 from ember.ingest.dispatcher import Handler
 from ember.ingest.partition import CONSUMER_REPLICA_ID, Partition
 from ember.ingest.protocol import ApiKey, Request, split_payload
@@ -18,6 +18,10 @@ from ember.log import FetchSlice
 DEFAULT_PRODUCE_TIMEOUT_MS = 30000
 DEFAULT_FETCH_MAX_BYTES = 50 * 1024 * 1024
 DEFAULT_PARTITION_MAX_BYTES = 1024 * 1024
+
+
+def _produce_error(exc: BaseException) -> dict[str, Any]:
+    return {**error_fields(exc), "base_offset": -1, "log_append_time": -1, "log_start_offset": -1}
 
 
 @dataclass
@@ -51,20 +55,30 @@ class RecordApis:
     # -- Produce -------------------------------------------------------------------------------
 
     async def produce(self, request: Request) -> Reply | None:
+        """Append every partition's batch, then (acks=all) wait for all of them to replicate at
+        once, so one slow partition does not delay the next one's append."""
         body = request.body
         acks = int(body.get("acks", 1))
         timeout_s = int(body.get("timeout_ms", DEFAULT_PRODUCE_TIMEOUT_MS)) / 1000
         entries = [(str(e["topic"]), int(e["partition"]), int(e["size"])) for e in body["partitions"]]
         batches = split_payload(request.payload, [size for _, _, size in entries])
         deadline = asyncio.get_running_loop().time() + timeout_s
-        results = []
+        results: list[dict[str, Any]] = []
+        waits: list[tuple[dict[str, Any], Awaitable[None]]] = []
         for (topic, index, _), raw in zip(entries, batches):
             fields: dict[str, Any] = {"topic": topic, "partition": index}
             try:
-                fields.update(await self._produce_one(topic, index, raw, acks, deadline))
+                produced, wait = await self._append_one(topic, index, raw, acks, deadline)
+                fields.update(produced)
+                if wait is not None:
+                    waits.append((fields, wait))
             except Exception as exc:
-                fields.update(error_fields(exc), base_offset=-1, log_append_time=-1, log_start_offset=-1)
+                fields.update(_produce_error(exc))
             results.append(fields)
+        outcomes = await asyncio.gather(*(wait for _, wait in waits), return_exceptions=True)
+        for (fields, _), outcome in zip(waits, outcomes):
+            if isinstance(outcome, BaseException):
+                fields.update(_produce_error(outcome))
         if acks == 0:
             failed = [r for r in results if r["error_code"]]
             if failed:
@@ -72,29 +86,19 @@ class RecordApis:
             return None
         return Reply({**OK, "partitions": results})
 
-    async def _produce_one(self, topic: str, index: int, raw: memoryview, acks: int,
-                           deadline: float) -> dict[str, Any]:
+    async def _append_one(self, topic: str, index: int, raw: memoryview, acks: int,
+                          deadline: float) -> tuple[dict[str, Any], Awaitable[None] | None]:
+        """Append as leader: the response fields and, for acks=all, the replication wait."""
         if acks not in (0, 1, -1):
             raise InvalidRequiredAcks(f"acks={acks}; use 0, 1 or -1 (all)")
         partition = self.replicas.leader_partition(topic, index)
+        leader_epoch = partition.leader_epoch
         result = await partition.append(raw, acks)
-        if acks == -1:
-            await self._await_replication(partition, result.last_offset + 1, deadline)
+        wait = partition.wait_replicated(result.last_offset + 1, leader_epoch, deadline) if acks == -1 else None
         log_append_time = result.max_timestamp \
             if partition.config.message_timestamp_type == "LogAppendTime" else -1
         return {**OK, "base_offset": result.first_offset, "log_append_time": log_append_time,
-                "log_start_offset": partition.log.log_start_offset}
-
-    @staticmethod
-    async def _await_replication(partition: Partition, end_offset: int, deadline: float) -> None:
-        """acks=all: wait until the ISR has the write (the high watermark passes it)."""
-        loop = asyncio.get_running_loop()
-        while not partition.is_replicated(end_offset):
-            remaining = deadline - loop.time()
-            if remaining <= 0 or not partition.is_leader:
-                raise NotEnoughReplicasAfterAppend(
-                    f"{partition}: written by the leader but not replicated to the ISR in time")
-            await wait_any([partition.changed], remaining)
+                "log_start_offset": partition.log.log_start_offset}, wait
 
     # -- Fetch ---------------------------------------------------------------------------------
 
@@ -129,7 +133,7 @@ class RecordApis:
                 partition = self.replicas.leader_partition(target.topic, target.index)
                 partition.check_leader(target.leader_epoch)
                 if replica_id >= 0:
-                    partition.record_follower_position(replica_id, target.offset)
+                    await self.replicas.follower_fetched(partition, replica_id, target.offset)
                 piece, offsets = await partition.read(
                     target.offset, min(target.max_bytes, room), not any(r.size for r in results),
                     replica_id)

@@ -29,7 +29,9 @@ from ember.ingest.api_admin import AdminApis
 from ember.ingest.api_cluster import ClusterApis
 from ember.ingest.api_records import RecordApis
 from ember.ingest.broker_config import BrokerConfig, TopicConfigPolicy
+from ember.ingest.api_replication import ReplicationApis
 from ember.ingest.dispatcher import Dispatcher
+from ember.ingest.isr import IsrWriter
 from ember.ingest.log_manager import LogManager
 from ember.ingest.replica_manager import ReplicaManager
 from ember.ingest.server import BrokerServer
@@ -70,7 +72,8 @@ class Broker:
         cluster_id = await asyncio.to_thread(ensure_cluster_id, self.session, uuid.uuid4().hex)
         self.logs.claim(cluster_id)
         await asyncio.to_thread(self.cache.start)
-        self.replicas = ReplicaManager(options.broker_id, self.cache, self.logs, self.config)
+        self.replicas = ReplicaManager(options.broker_id, self.cache, self.logs, self.config,
+                                       IsrWriter(self.session, options.broker_id))
         self.cache.add_listener(self.replicas.notify)
         await self.replicas.start()
 
@@ -78,7 +81,7 @@ class Broker:
                           self.replicas, self.config, ProducerIdAllocator(self.session, options.broker_id))
         dispatcher = Dispatcher(
             ClusterApis(self.cache, admin.create_topic if self.config.auto_create_topics_enable else None).handlers(),
-            RecordApis(self.replicas).handlers(), admin.handlers())
+            RecordApis(self.replicas).handlers(), ReplicationApis(self.replicas).handlers(), admin.handlers())
         self.server = BrokerServer(dispatcher, options.host, options.port, self.config.socket_request_max_bytes)
         await self.server.bind()
         await asyncio.to_thread(self.registration.register)

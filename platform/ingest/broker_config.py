@@ -57,6 +57,14 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in (
           "Create a topic with default settings when a client asks for an unknown one."),
     _long("replica.lag.time.max.ms", 30000, "A follower that has not caught up for this long "
           "leaves the ISR.", 1),
+    _int("replica.fetch.wait.max.ms", 500, "How long a follower fetch waits at the leader for new data.", 0),
+    _int("replica.fetch.min.bytes", 1, "Bytes a follower fetch waits for at the leader.", 1),
+    _int("replica.fetch.max.bytes", 1048576, "Bytes a follower fetches per partition per request "
+         "(at least one batch).", 1),
+    _int("replica.fetch.response.max.bytes", 10485760, "Bytes a follower fetches per request "
+         "(at least one batch).", 1),
+    _int("replica.fetch.backoff.ms", 1000, "Pause of a replica fetcher after a failed fetch.", 0),
+    _int("replica.socket.timeout.ms", 30000, "Request timeout of broker-to-broker requests.", 1),
     _int("min.insync.replicas", 1, "Default min.insync.replicas.", 1),
     _int("message.max.bytes", 1048588, "Default max.message.bytes.", 0),
     _bool("unclean.leader.election.enable", False, "Default unclean.leader.election.enable."),
@@ -109,6 +117,12 @@ class BrokerConfig:
     zookeeper_session_timeout_ms: int
     auto_create_topics_enable: bool
     replica_lag_time_max_ms: int
+    replica_fetch_wait_max_ms: int
+    replica_fetch_min_bytes: int
+    replica_fetch_max_bytes: int
+    replica_fetch_response_max_bytes: int
+    replica_fetch_backoff_ms: int
+    replica_socket_timeout_ms: int
     min_insync_replicas: int
     message_max_bytes: int
     unclean_leader_election_enable: bool

@@ -1,15 +1,21 @@
 """One partition replica hosted by this broker: its log and the leadership the controller gave it.
 
-This is the hook point of replication: the leader epoch, replica list and ISR come from the
-controller's partition state, :meth:`Partition.high_watermark_target` is the single rule for
-the high watermark (today the leader's log end; the replication work makes it the smallest log
-end over the ISR), and :meth:`record_follower_position` is where follower fetches report in.
+As leader it tracks every follower's log end (reported by follower fetches) and keeps the high
+watermark at the smallest log end over the ISR (:meth:`high_watermark_target`); acks=all waits
+for the high watermark (:meth:`wait_replicated`). As follower it appends what the replica fetcher
+brings (:meth:`append_as_follower`) and truncates where its log diverged from the leader's.
+
+A new leader hides its high watermark from consumers (OFFSET_NOT_AVAILABLE, retriable) until it
+reaches the log end the leader had when it took over: every offset an earlier leader exposed is
+below that point, so consumers never see the high watermark go back across a failover.
 
 Threading: the event loop never touches a disk. Every ``Log`` call runs on the broker's I/O
 pool (:meth:`run`); ``Log`` is thread-safe and fsyncs without blocking appends. The only
-broker-side critical section is advancing the high watermark (read log end, compare, set), which
-must never move it backwards when appends finish out of order. Leadership state and
-:attr:`changed` live on the event loop.
+broker-side critical section is advancing the high watermark (read target, compare, set), which
+must never move it backwards when appends finish out of order. Leadership state, follower
+progress and :attr:`changed` live on the event loop; follower appends and truncations are
+serialized by an asyncio lock and re-check the leader epoch under it, so nothing fetched from a
+former leader lands after the partition moved on.
 """
 from __future__ import annotations
 
@@ -19,8 +25,11 @@ from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from ember.cluster.records import PartitionState
-from ember.errors import FencedLeaderEpoch, NotEnoughReplicas, NotLeaderOrFollower, UnknownLeaderEpoch
-from ember.ingest.signals import Signal
+from ember.errors import (FencedLeaderEpoch, NotEnoughReplicas, NotEnoughReplicasAfterAppend, NotLeaderOrFollower,
+                          OffsetNotAvailable, RequestTimedOut, UnknownLeaderEpoch)
+from ember.ingest.isr import FollowerProgress, now_ms
+from ember.ingest.signals import Signal, wait_any
+from ember.log.batch import NO_EPOCH
 from ember.log.config import LogConfig
 
 if TYPE_CHECKING:
@@ -45,10 +54,15 @@ class Partition:
         self.state = PartitionState(-1, -1, [], -1)
         self.replicas: list[int] = []
         #: Fired on the event loop whenever readers may see more: an append, a higher high
-        #: watermark, or a leadership change (so parked fetches re-check who leads).
+        #: watermark, or a leadership change (so parked fetches and acks=all waits re-check).
         self.changed = Signal()
-        self._follower_end_offsets: dict[int, int] = {}
+        #: Log end when this broker last became leader; consumers wait for the HW to reach it.
+        self.epoch_start_offset = 0
+        #: Followers whose addition to the ISR is being written; they count for the HW already.
+        self.joining_isr: set[int] = set()
+        self._followers: dict[int, FollowerProgress] = {}
         self._hw_lock = threading.Lock()
+        self._follower_lock = asyncio.Lock()
         self._io_pool = io_pool
 
     def __repr__(self) -> str:
@@ -71,11 +85,16 @@ class Partition:
         return self.state.leader_epoch
 
     def apply_state(self, state: PartitionState, replicas: list[int]) -> None:
-        """Take the controller's latest state for this partition (event loop)."""
-        if self.state.leader != state.leader or self.state.leader_epoch != state.leader_epoch:
-            self._follower_end_offsets.clear()
+        """Take the latest partition state from ZooKeeper (event loop)."""
+        new_term = (self.state.leader, self.state.leader_epoch) != (state.leader, state.leader_epoch)
         self.state = state
         self.replicas = list(replicas)
+        if new_term:
+            self._followers.clear()
+            if self.is_leader:
+                # Followers get a full lag period to show up, as in Kafka.
+                self.epoch_start_offset = self.log.log_end_offset
+                self._followers = {r: FollowerProgress(now_ms()) for r in replicas if r != self.broker_id}
         self.changed.fire()
 
     def check_leader(self, current_leader_epoch: int | None = None) -> None:
@@ -92,27 +111,72 @@ class Partition:
             raise UnknownLeaderEpoch(f"{self}: leader epoch {current_leader_epoch} is newer than "
                                      f"{self.leader_epoch} known here; retry")
 
-    # -- replication hooks ---------------------------------------------------------------------
-
-    def high_watermark_target(self) -> int:
-        """The high watermark the leader may advance to. Without replication this is the
-        leader's log end (for RF=1 that is exact); replication replaces it with the smallest
-        log end offset over the ISR, fed by :meth:`record_follower_position`. I/O thread."""
-        return self.log.log_end_offset
+    # -- leader: followers, ISR, high watermark ------------------------------------------------
 
     def record_follower_position(self, replica_id: int, fetch_offset: int) -> None:
-        """A follower fetched from ``fetch_offset``, so its log ends there."""
-        self._follower_end_offsets[replica_id] = fetch_offset
+        """A follower fetched from ``fetch_offset``, so its log ends there (event loop)."""
+        progress = self._followers.get(replica_id)
+        if progress is None:
+            if replica_id not in self.replicas or replica_id == self.broker_id:
+                raise NotLeaderOrFollower(f"broker {replica_id} is not a follower of {self}")
+            progress = self._followers[replica_id] = FollowerProgress(0.0)
+        progress.fetched(fetch_offset, self.log.log_end_offset, now_ms())
 
-    def is_replicated(self, end_offset: int) -> bool:
-        """True when an acks=all write ending at ``end_offset`` is on every ISR member."""
-        return self.log.high_watermark >= end_offset
+    def may_join_isr(self, replica_id: int) -> bool:
+        """Kafka's rule: an out-of-sync follower rejoins once its log end reaches the high
+        watermark and the start of this leader's epoch."""
+        progress = self._followers.get(replica_id)
+        return self.is_leader and progress is not None and replica_id not in self.state.isr and \
+            progress.end_offset >= max(self.log.high_watermark, self.epoch_start_offset)
 
-    def _advance_high_watermark(self) -> None:
+    def out_of_sync_replicas(self, at_ms: float, lag_max_ms: int) -> list[int]:
+        """ISR followers that have not been caught up for ``lag_max_ms``."""
+        return [r for r in self.state.isr if r != self.broker_id
+                and (r not in self._followers or self._followers[r].lagging(at_ms, lag_max_ms))]
+
+    def high_watermark_target(self) -> int:
+        """The high watermark the leader may advance to: the smallest log end over the ISR (and
+        followers being added to it). A follower that has not fetched yet holds it back."""
+        target = self.log.log_end_offset
+        for replica in set(self.state.isr) | self.joining_isr:
+            if replica != self.broker_id:
+                progress = self._followers.get(replica)
+                target = min(target, progress.end_offset if progress is not None else -1)
+        return target
+
+    async def advance_high_watermark(self) -> None:
+        """Move the high watermark to its target if that is higher, waking readers and acks=all
+        waits (event loop; the write itself runs on the I/O pool)."""
+        if self.is_leader and self.high_watermark_target() > self.log.high_watermark:
+            if await self.run(self._advance_high_watermark):
+                self.changed.fire()
+
+    def _advance_high_watermark(self) -> bool:
         with self._hw_lock:
             target = self.high_watermark_target()
             if target > self.log.high_watermark:
                 self.log.update_high_watermark(target)
+                return True
+            return False
+
+    async def wait_replicated(self, end_offset: int, leader_epoch: int, deadline: float) -> None:
+        """acks=all: return once every ISR member has the write ending at ``end_offset`` and the
+        ISR still has ``min.insync.replicas`` members; woken by high-watermark changes."""
+        loop = asyncio.get_running_loop()
+        while True:
+            if not self.is_leader or self.leader_epoch != leader_epoch:
+                raise NotLeaderOrFollower(f"{self}: leadership moved while waiting for replication")
+            if self.log.high_watermark >= end_offset:
+                if len(self.state.isr) < self.config.min_insync_replicas:
+                    raise NotEnoughReplicasAfterAppend(
+                        f"{self}: written, but the ISR {self.state.isr} shrank below "
+                        f"min.insync.replicas {self.config.min_insync_replicas}")
+                return
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise RequestTimedOut(f"{self}: written by the leader but not by every in-sync replica "
+                                      f"{self.state.isr} within the request timeout")
+            await wait_any([self.changed], remaining)
 
     # -- records -------------------------------------------------------------------------------
 
@@ -141,11 +205,18 @@ class Partition:
     def _read(self, fetch_offset: int, max_bytes: int, min_one_batch: bool,
               replica_id: int) -> tuple["FetchSlice | None", dict[str, int]]:
         log = self.log
+        if replica_id < 0:
+            self._check_high_watermark_known()
         offsets = {"high_watermark": log.high_watermark, "log_start_offset": log.log_start_offset,
                    "log_end_offset": log.log_end_offset}
         limit = None if replica_id >= 0 else offsets["high_watermark"]
         piece = log.read(fetch_offset, max_bytes, max_offset=limit, min_one_batch=min_one_batch)
         return (piece if piece.size > 0 else None), offsets
+
+    def _check_high_watermark_known(self) -> None:
+        if self.log.high_watermark < self.epoch_start_offset:
+            raise OffsetNotAvailable(f"{self}: the new leader's high watermark {self.log.high_watermark} "
+                                     f"has not caught up to {self.epoch_start_offset} yet; retry")
 
     async def offset_for_timestamp(self, timestamp: int, replica_id: int) -> tuple[int, int]:
         """ListOffsets: (offset, timestamp) for earliest (-2), latest (-1) or a timestamp;
@@ -154,6 +225,8 @@ class Partition:
 
     def _offset(self, timestamp: int, replica_id: int) -> tuple[int, int]:
         log = self.log
+        if replica_id < 0:
+            self._check_high_watermark_known()
         visible_end = log.log_end_offset if replica_id >= 0 else log.high_watermark
         if timestamp == EARLIEST_TIMESTAMP:
             return log.log_start_offset, -1
@@ -163,6 +236,44 @@ class Partition:
         if found is None or found[0] >= visible_end:
             return -1, -1
         return found
+
+    async def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """OffsetForLeaderEpoch on the leader: (largest epoch ≤ ``epoch``, where it ended). With
+        no such epoch the answer is (-1, log end): the follower keeps at most what this log has."""
+        return await self.run(self._end_offset_for_epoch, epoch)
+
+    def _end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        found, end = self.log.end_offset_for_epoch(epoch)
+        return (found, end) if found != NO_EPOCH else (NO_EPOCH, self.log.log_end_offset)
+
+    # -- follower ------------------------------------------------------------------------------
+
+    async def append_as_follower(self, raw: memoryview, leader_epoch: int, leader_high_watermark: int) -> None:
+        """Append batches fetched from the leader of ``leader_epoch`` and follow its high
+        watermark; raises NotLeaderOrFollower if the partition moved to another term meanwhile."""
+        if not raw and min(leader_high_watermark, self.log.log_end_offset) <= self.log.high_watermark:
+            return
+        async with self._follower_lock:
+            self._check_following(leader_epoch)
+            await self.run(self._append_as_follower, raw, leader_high_watermark)
+
+    def _append_as_follower(self, raw: memoryview, leader_high_watermark: int) -> None:
+        if raw:
+            self.log.append_as_follower(raw)
+        with self._hw_lock:
+            if min(leader_high_watermark, self.log.log_end_offset) > self.log.high_watermark:
+                self.log.update_high_watermark(leader_high_watermark)
+
+    async def truncate(self, offset: int, leader_epoch: int, *, fully: bool = False) -> None:
+        """Drop everything from ``offset`` on (``fully``: everything, restarting the log empty at
+        ``offset``, for a follower that fell below the leader's log start)."""
+        async with self._follower_lock:
+            self._check_following(leader_epoch)
+            await self.run(self.log.truncate_fully_and_start_at if fully else self.log.truncate_to, offset)
+
+    def _check_following(self, leader_epoch: int) -> None:
+        if self.is_leader or self.state.leader < 0 or self.leader_epoch != leader_epoch:
+            raise NotLeaderOrFollower(f"{self}: no longer follows the leader of epoch {leader_epoch}")
 
     # -- maintenance ---------------------------------------------------------------------------
 

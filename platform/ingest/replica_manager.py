@@ -1,10 +1,13 @@
-"""Keeps this broker's partitions in step with cluster metadata.
+"""Keeps this broker's partitions in step with cluster metadata, and their replication roles.
 
 The metadata cache reports changed topics from kazoo's thread; :meth:`ReplicaManager.notify`
 hops onto the event loop and queues the topic, and a single task reconciles queued topics one
 at a time: it opens logs for partitions assigned to this broker, applies leadership and config
 changes, and deletes local partitions of topics that were deleted, re-created under a new id or
-moved away. Requests look partitions up here (:meth:`leader_partition`).
+moved away. Every new partition state (from the watch, or from this broker's own ISR writes)
+goes through :meth:`ReplicaManager.apply_state`, which ignores states older than the one applied
+and starts or stops the partition's replica fetcher. Requests look partitions up here
+(:meth:`leader_partition`); follower fetches report in through :meth:`follower_fetched`.
 """
 from __future__ import annotations
 
@@ -17,8 +20,11 @@ from ember.cluster.records import NO_LEADER, PartitionState
 from ember.errors import (InvalidConfig, LeaderNotAvailable, NotLeaderOrFollower,
                           UnknownTopicOrPartition)
 from ember.ingest.broker_config import BrokerConfig
+from ember.ingest.connection import Address
+from ember.ingest.isr import IsrManager, IsrWriter
 from ember.ingest.log_manager import LogManager
 from ember.ingest.partition import Partition
+from ember.ingest.replica_fetcher import FetcherConfig, ReplicaFetchers
 from ember.ingest.signals import Signal
 from ember.log.config import LogConfig
 
@@ -28,12 +34,15 @@ _ALL = "\0all"   # queue marker: reconcile every topic (start-up, new session)
 
 
 class ReplicaManager:
-    def __init__(self, broker_id: int, cache: MetadataCache, logs: LogManager, config: BrokerConfig) -> None:
+    def __init__(self, broker_id: int, cache: MetadataCache, logs: LogManager, config: BrokerConfig,
+                 isr_writer: IsrWriter) -> None:
         self.broker_id = broker_id
         self.cache = cache
         self.logs = logs
         self.config = config
         self.partitions: dict[tuple[str, int], Partition] = {}
+        self.fetchers = ReplicaFetchers(broker_id, self._broker_address, FetcherConfig.from_broker_config(config))
+        self.isr = IsrManager(isr_writer, config.replica_lag_time_max_ms, self.all_partitions, self.apply_state)
         #: Fired after every reconcile, so admin requests can wait for their effect locally.
         self.reconciled = Signal()
         self._dirty: set[str] = set()
@@ -62,6 +71,31 @@ class ReplicaManager:
     def all_partitions(self) -> Iterable[Partition]:
         return self.partitions.values()
 
+    def _broker_address(self, broker_id: int) -> Address | None:
+        info = self.cache.brokers().get(broker_id)
+        return (info.host, info.port) if info is not None else None
+
+    # -- replication ---------------------------------------------------------------------------
+
+    async def follower_fetched(self, partition: Partition, replica_id: int, fetch_offset: int) -> None:
+        """A follower fetch reached the leader: its log ends at ``fetch_offset``. Advance the high
+        watermark (waking acks=all waits) and let a caught-up follower rejoin the ISR."""
+        partition.record_follower_position(replica_id, fetch_offset)
+        await partition.advance_high_watermark()
+        self.isr.maybe_expand(partition, replica_id)
+
+    async def apply_state(self, partition: Partition, state: PartitionState,
+                          replicas: list[int] | None = None) -> None:
+        """Apply a partition state unless an equal or newer znode version is applied already;
+        start or stop fetching, and as leader advance the high watermark (the ISR may allow it)."""
+        if state.version <= partition.state.version or \
+                self.partitions.get((partition.topic, partition.index)) is not partition:
+            return
+        partition.apply_state(state, partition.replicas if replicas is None else replicas)
+        log.info("%s: leader %d epoch %d isr %s", partition, state.leader, state.leader_epoch, state.isr)
+        self.fetchers.update(partition)
+        await partition.advance_high_watermark()
+
     # -- reconciliation ------------------------------------------------------------------------
 
     def notify(self, topic: str | None) -> None:
@@ -80,6 +114,7 @@ class ReplicaManager:
         self._mark(_ALL)
         await self._drain()
         self._task = asyncio.create_task(self._run(), name="replica-manager")
+        self.isr.start()
 
     async def _run(self) -> None:
         while True:
@@ -144,22 +179,24 @@ class ReplicaManager:
             await partition.run(partition.reconfigure, config)
             log.info("%s: applied new topic config", partition)
         state = meta.states.get(index)
-        if state is not None and (state.leader, state.leader_epoch, state.isr) != \
-                (partition.state.leader, partition.state.leader_epoch, partition.state.isr):
-            partition.apply_state(state, replicas)
-            log.info("%s: leader %d epoch %d isr %s", partition, state.leader, state.leader_epoch, state.isr)
+        if state is not None:
+            await self.apply_state(partition, state, replicas)
 
     async def _delete(self, partition: Partition, why: str) -> None:
         del self.partitions[(partition.topic, partition.index)]
+        self.fetchers.remove(partition)
         partition.apply_state(PartitionState(NO_LEADER, partition.leader_epoch, [], -1), [])
         log.info("deleting %s: %s", partition, why)
         await partition.run(partition.log.delete)
 
     async def close(self) -> None:
-        """Stop reconciling, then flush and close every log (writes the logs' checkpoints)."""
+        """Stop reconciling, ISR changes and fetchers, then flush and close every log (writes
+        the logs' checkpoints)."""
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+        await self.isr.close()
+        await self.fetchers.close()
         for partition in list(self.partitions.values()):
             try:
                 await partition.run(partition.log.close)

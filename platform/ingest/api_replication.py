@@ -1,0 +1,35 @@
+"""OffsetForLeaderEpoch (key 23): where a leader epoch ended in the leader's log.
+
+A follower asks before fetching from a new leader, with its own latest epoch, and truncates to
+the smaller of the answer and its own end of that epoch (see ``ember.ingest.replica_fetcher``).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ember.ingest.dispatcher import Handler
+from ember.ingest.protocol import ApiKey, Request
+from ember.ingest.reply import OK, Reply, error_fields
+from ember.ingest.replica_manager import ReplicaManager
+
+
+class ReplicationApis:
+    def __init__(self, replicas: ReplicaManager) -> None:
+        self.replicas = replicas
+
+    def handlers(self) -> dict[ApiKey, Handler]:
+        return {ApiKey.OFFSET_FOR_LEADER_EPOCH: self.offset_for_leader_epoch}
+
+    async def offset_for_leader_epoch(self, request: Request) -> Reply:
+        results = []
+        for entry in request.body["partitions"]:
+            fields: dict[str, Any] = {"topic": str(entry["topic"]), "partition": int(entry["partition"])}
+            try:
+                partition = self.replicas.leader_partition(fields["topic"], fields["partition"])
+                partition.check_leader(entry.get("current_leader_epoch"))
+                epoch, end_offset = await partition.end_offset_for_epoch(int(entry["leader_epoch"]))
+                fields.update(OK, leader_epoch=epoch, end_offset=end_offset)
+            except Exception as exc:
+                fields.update(error_fields(exc), leader_epoch=-1, end_offset=-1)
+            results.append(fields)
+        return Reply({**OK, "partitions": results})

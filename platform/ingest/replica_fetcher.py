@@ -1,0 +1,300 @@
+"""Follower replication: one fetcher task per leader broker pulls every partition this broker
+follows from that leader, as Kafka's ReplicaFetcherThread does.
+
+Before a partition fetches from a leader (of a new epoch) it truncates its log to where it
+stops agreeing with the leader's: it asks the leader (OffsetForLeaderEpoch) where the
+follower's latest epoch ended and truncates to the smaller of that and its own end of that
+epoch — never to its high watermark, which may be stale. Then it fetches from its log end with
+``replica_id`` = this broker and the leader epoch it follows, appends the leader's batches as
+they are (offsets and epochs kept) and follows the leader's high watermark. The fetch offset is
+what tells the leader where this follower's log ends.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ember.errors import (EmberError, ErrorCode, NotLeaderOrFollower, OffsetOutOfRange, UnexpectedAppendOffset,
+                          error_for_code)
+from ember.ingest.broker_client import BrokerClient
+from ember.ingest.broker_config import BrokerConfig
+from ember.ingest.connection import Address
+from ember.ingest.partition import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Partition
+from ember.ingest.protocol import ApiKey, split_payload
+from ember.log.batch import NO_EPOCH
+
+log = logging.getLogger(__name__)
+
+LeaderAddress = Callable[[int], Address | None]
+
+
+@dataclass(frozen=True)
+class FetcherConfig:
+    """The broker's ``replica.*`` settings."""
+    wait_max_ms: int
+    min_bytes: int
+    partition_max_bytes: int
+    response_max_bytes: int
+    backoff_ms: int
+    socket_timeout_ms: int
+
+    @classmethod
+    def from_broker_config(cls, config: BrokerConfig) -> "FetcherConfig":
+        return cls(config.replica_fetch_wait_max_ms, config.replica_fetch_min_bytes, config.replica_fetch_max_bytes,
+                   config.replica_fetch_response_max_bytes, config.replica_fetch_backoff_ms,
+                   config.replica_socket_timeout_ms)
+
+
+def truncation_point(leader_epoch: int, leader_end_offset: int, log_end_offset: int,
+                     end_offset_for_epoch: Callable[[int], tuple[int, int]]) -> tuple[int, bool]:
+    """Where a follower's log stops agreeing with its leader's, from the leader's answer
+    (``leader_epoch``, ``leader_end_offset``) for the follower's latest epoch.
+
+    Returns (offset to truncate to, done). Not done means the follower lacks the epoch the leader
+    named: it truncates to the end of its own largest earlier epoch and asks again (Kafka's rule).
+    """
+    if leader_epoch == NO_EPOCH:
+        return min(leader_end_offset, log_end_offset), True
+    own_epoch, own_end = end_offset_for_epoch(leader_epoch)
+    if own_epoch == NO_EPOCH:
+        return min(leader_end_offset, log_end_offset), True
+    if own_epoch != leader_epoch:
+        return min(own_end, log_end_offset), False
+    return min(own_end, leader_end_offset, log_end_offset), True
+
+
+@dataclass
+class _Follow:
+    partition: Partition
+    leader_epoch: int
+    truncated: bool = False
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return self.partition.topic, self.partition.index
+
+    def target(self, **fields: Any) -> dict[str, Any]:
+        return {"topic": self.partition.topic, "partition": self.partition.index,
+                "current_leader_epoch": self.leader_epoch, **fields}
+
+
+class ReplicaFetcher:
+    """Replicates the partitions this broker follows from one leader broker (event loop task)."""
+
+    def __init__(self, broker_id: int, leader_id: int, leader_address: LeaderAddress,
+                 config: FetcherConfig) -> None:
+        self.broker_id = broker_id
+        self.leader_id = leader_id
+        self._leader_address = leader_address
+        self.config = config
+        self._follows: dict[tuple[str, int], _Follow] = {}
+        self._wake = asyncio.Event()
+        self._client: BrokerClient | None = None
+        self._task = asyncio.create_task(self._run(), name=f"replica-fetcher-{leader_id}")
+
+    def __len__(self) -> int:
+        return len(self._follows)
+
+    def follow(self, partition: Partition) -> None:
+        """Fetch ``partition`` at its current leader epoch (truncating first on a new epoch)."""
+        key = (partition.topic, partition.index)
+        current = self._follows.get(key)
+        if current is None or current.leader_epoch != partition.leader_epoch:
+            self._follows[key] = _Follow(partition, partition.leader_epoch)
+            self._wake.set()
+
+    def unfollow(self, partition: Partition) -> None:
+        self._follows.pop((partition.topic, partition.index), None)
+
+    async def close(self) -> None:
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+        self._disconnect()
+
+    # -- loop ----------------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        while True:
+            if not self._follows:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            try:
+                client = await self._connect()
+                pending = [f for f in self._follows.values() if not f.truncated]
+                if pending:
+                    await self._truncate(client, pending)
+                if not await self._fetch(client):
+                    await asyncio.sleep(self.config.backoff_ms / 1000)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("replica fetcher for leader %d: %s; retrying in %d ms", self.leader_id, exc,
+                            self.config.backoff_ms)
+                self._disconnect()
+                await asyncio.sleep(self.config.backoff_ms / 1000)
+
+    async def _connect(self) -> BrokerClient:
+        if self._client is not None and not self._client.closed:
+            return self._client
+        address = self._leader_address(self.leader_id)
+        if address is None:
+            raise NotLeaderOrFollower(f"leader broker {self.leader_id} is not registered")
+        self._client = await BrokerClient.connect(address, self.config.socket_timeout_ms)
+        return self._client
+
+    def _disconnect(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def _current(self, follow: _Follow) -> bool:
+        """True while ``follow`` is still what this fetcher should do (not replaced or dropped)."""
+        return self._follows.get(follow.key) is follow
+
+    # -- truncation ----------------------------------------------------------------------------
+
+    async def _truncate(self, client: BrokerClient, follows: list[_Follow]) -> None:
+        """One OffsetForLeaderEpoch round for ``follows``; a partition whose answer needs another
+        round (or failed) stays pending."""
+        asked = [(f, f.partition.log.latest_epoch) for f in follows]
+        for follow, epoch in asked:
+            if epoch == NO_EPOCH:   # nothing that could diverge
+                follow.truncated = True
+        asked = [(f, e) for f, e in asked if e != NO_EPOCH]
+        if not asked:
+            return
+        body = {"replica_id": self.broker_id,
+                "partitions": [f.target(leader_epoch=epoch) for f, epoch in asked]}
+        response = await client.call(ApiKey.OFFSET_FOR_LEADER_EPOCH, body)
+        for (follow, _), item in zip(asked, response.body["partitions"]):
+            if not self._current(follow):
+                continue
+            if item["error_code"]:
+                log.info("%s: leader %d cannot answer OffsetForLeaderEpoch yet (%s)", follow.partition,
+                         self.leader_id, item.get("error_message"))
+                continue
+            partition = follow.partition
+            offset, done = truncation_point(int(item["leader_epoch"]), int(item["end_offset"]),
+                                            partition.log.log_end_offset, partition.log.end_offset_for_epoch)
+            if offset < partition.log.log_end_offset:
+                log.info("%s: truncating to %d (log end %d) before following leader %d at epoch %d", partition,
+                         offset, partition.log.log_end_offset, self.leader_id, follow.leader_epoch)
+                await partition.truncate(offset, follow.leader_epoch)
+            follow.truncated = done
+
+    # -- fetching ------------------------------------------------------------------------------
+
+    async def _fetch(self, client: BrokerClient) -> bool:
+        """One fetch for every truncated partition; False when nothing could be fetched (back off)."""
+        follows = [f for f in self._follows.values() if f.truncated]
+        if not follows:
+            return False
+        config = self.config
+        body = {"replica_id": self.broker_id, "max_wait_ms": config.wait_max_ms, "min_bytes": config.min_bytes,
+                "max_bytes": config.response_max_bytes,
+                "partitions": [f.target(fetch_offset=f.partition.log.log_end_offset,
+                                        max_bytes=config.partition_max_bytes) for f in follows]}
+        timeout_s = (config.socket_timeout_ms + config.wait_max_ms) / 1000
+        response = await client.call(ApiKey.FETCH, body, timeout_s=timeout_s)
+        items = response.body["partitions"]
+        pieces = split_payload(response.payload, [int(item["size"]) for item in items])
+        outcomes = await asyncio.gather(*(self._apply(client, f, item, raw)
+                                          for f, item, raw in zip(follows, items, pieces)))
+        return any(outcomes)
+
+    async def _apply(self, client: BrokerClient, follow: _Follow, item: dict[str, Any], raw: memoryview) -> bool:
+        """Append one partition's fetched batches; False if it failed (the loop backs off)."""
+        if not self._current(follow):
+            return True
+        partition = follow.partition
+        code = int(item["error_code"])
+        try:
+            if code == ErrorCode.OFFSET_OUT_OF_RANGE:
+                await self._reset_out_of_range(client, follow)
+                return True
+            if code:
+                raise error_for_code(code, item.get("error_message", ""))
+            await partition.append_as_follower(raw, follow.leader_epoch, int(item["high_watermark"]))
+            return True
+        except UnexpectedAppendOffset as exc:
+            log.warning("%s: %s; checking for divergence again", partition, exc)
+            follow.truncated = False
+        except EmberError as exc:
+            if not self._current(follow) or partition.leader_epoch != follow.leader_epoch:
+                return True   # this broker moved on meanwhile
+            log.log(logging.INFO if exc.retriable else logging.WARNING, "%s: fetching from leader %d: %s",
+                    partition, self.leader_id, exc)
+        return False
+
+    async def _reset_out_of_range(self, client: BrokerClient, follow: _Follow) -> None:
+        """The leader has no data at our log end: above its end, keep only what it has; below its
+        log start (retention moved on while we were away), restart empty at its log start."""
+        partition = follow.partition
+        body = {"replica_id": self.broker_id,
+                "partitions": [follow.target(timestamp=EARLIEST_TIMESTAMP),
+                               follow.target(timestamp=LATEST_TIMESTAMP)]}
+        items = (await client.call(ApiKey.LIST_OFFSETS, body)).body["partitions"]
+        for item in items:
+            if item["error_code"]:
+                raise error_for_code(int(item["error_code"]), item.get("error_message", ""))
+        start, end = int(items[0]["offset"]), int(items[1]["offset"])
+        log_end = partition.log.log_end_offset
+        if log_end > end:
+            log.warning("%s: log end %d is past leader %d's log end %d; truncating", partition, log_end,
+                        self.leader_id, end)
+            await partition.truncate(end, follow.leader_epoch)
+        elif log_end < start:
+            log.warning("%s: log end %d is below leader %d's log start %d; restarting the log there",
+                        partition, log_end, self.leader_id, start)
+            await partition.truncate(start, follow.leader_epoch, fully=True)
+        else:
+            raise OffsetOutOfRange(f"{partition}: offset {log_end} is inside the leader's log [{start}, {end}]")
+
+
+class ReplicaFetchers:
+    """The fetchers of this broker, one per leader it follows; created and stopped on demand."""
+
+    def __init__(self, broker_id: int, leader_address: LeaderAddress, config: FetcherConfig) -> None:
+        self.broker_id = broker_id
+        self._leader_address = leader_address
+        self.config = config
+        self._fetchers: dict[int, ReplicaFetcher] = {}
+        self._leaders: dict[tuple[str, int], int] = {}
+        self._closing: set[asyncio.Task[None]] = set()
+
+    def update(self, partition: Partition) -> None:
+        """Follow ``partition``'s current leader, or stop fetching it when this broker leads it or
+        it has no leader."""
+        key = (partition.topic, partition.index)
+        leader = partition.state.leader
+        previous = self._leaders.get(key)
+        if previous is not None and previous != leader:
+            self.remove(partition)
+        if leader < 0 or leader == self.broker_id:
+            return
+        fetcher = self._fetchers.get(leader)
+        if fetcher is None:
+            fetcher = self._fetchers[leader] = ReplicaFetcher(self.broker_id, leader, self._leader_address,
+                                                              self.config)
+        fetcher.follow(partition)
+        self._leaders[key] = leader
+
+    def remove(self, partition: Partition) -> None:
+        leader = self._leaders.pop((partition.topic, partition.index), None)
+        fetcher = self._fetchers.get(leader) if leader is not None else None
+        if fetcher is None:
+            return
+        fetcher.unfollow(partition)
+        if not len(fetcher):
+            del self._fetchers[fetcher.leader_id]
+            task = asyncio.create_task(fetcher.close(), name=f"close-replica-fetcher-{fetcher.leader_id}")
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+
+    async def close(self) -> None:
+        fetchers, self._fetchers = list(self._fetchers.values()), {}
+        self._leaders.clear()
+        await asyncio.gather(*(f.close() for f in fetchers), *self._closing, return_exceptions=True)
