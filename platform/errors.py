@@ -171,6 +171,12 @@ class RebalanceInProgress(EmberError):
     retriable = True
 
 
+class InconsistentGroupProtocol(EmberError):
+    """The member's partition assignors share none with the group's other members (or are unknown)."""
+    code = ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    hint = "use partition_assignment_strategy names every member supports: range, roundrobin, sticky"
+
+
 class InvalidGroupId(EmberError):
     """The group id is empty or invalid."""
     code = ErrorCode.INVALID_GROUP_ID

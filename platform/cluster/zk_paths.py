@@ -37,3 +37,20 @@ def partition(name: str, index: int) -> str:
 def partition_state(name: str, index: int) -> str:
     """Leader, leader epoch, ISR and controller epoch; always written by compare-and-set."""
     return f"{partition(name, index)}/state"
+
+
+GROUPS = "/groups"
+
+
+def group(group_id: str) -> str:
+    """Persistent consumer-group node: protocol, generation and the last assignment (JSON)."""
+    return f"{GROUPS}/{group_id}"
+
+
+def group_offsets(group_id: str) -> str:
+    return f"{group(group_id)}/offsets"
+
+
+def group_offset(group_id: str, topic_name: str, index: int) -> str:
+    """A committed offset: ``{offset, metadata, commit_timestamp}`` (the seeds' layout)."""
+    return f"{group_offsets(group_id)}/{topic_name}/{index}"

@@ -25,8 +25,11 @@ from ember.cluster.records import BrokerInfo
 from ember.cluster.registration import BrokerRegistration
 from ember.cluster.topic_admin import TopicAdmin
 from ember.cluster.zk_session import ZkSession, ensure_cluster_id
+from ember.groups.coordinator import GroupCoordinator
+from ember.groups.store import GroupStore
 from ember.ingest.api_admin import AdminApis
 from ember.ingest.api_cluster import ClusterApis
+from ember.ingest.api_groups import GroupApis
 from ember.ingest.api_records import RecordApis
 from ember.ingest.broker_config import BrokerConfig, TopicConfigPolicy
 from ember.ingest.api_replication import ReplicationApis
@@ -61,6 +64,8 @@ class Broker:
             self.session, BrokerInfo(options.broker_id, options.host, options.port),
             self.config.zookeeper_session_timeout_ms)
         self.replicas: ReplicaManager | None = None
+        self.groups = GroupCoordinator(options.broker_id, self.cache, GroupStore(self.session),
+                                       self.config.group_initial_rebalance_delay_ms)
         self.server: BrokerServer | None = None
 
     async def start(self) -> None:
@@ -81,12 +86,14 @@ class Broker:
                           self.replicas, self.config, ProducerIdAllocator(self.session, options.broker_id))
         dispatcher = Dispatcher(
             ClusterApis(self.cache, admin.create_topic if self.config.auto_create_topics_enable else None).handlers(),
-            RecordApis(self.replicas).handlers(), ReplicationApis(self.replicas).handlers(), admin.handlers())
+            RecordApis(self.replicas).handlers(), ReplicationApis(self.replicas).handlers(), admin.handlers(),
+            GroupApis(self.groups).handlers())
         self.server = BrokerServer(dispatcher, options.host, options.port, self.config.socket_request_max_bytes)
         await self.server.bind()
         await asyncio.to_thread(self.registration.register)
         await self.server.start_serving()
         self.controller.start()
+        self.groups.start()
         self.logs.start_schedules(self.replicas.all_partitions, self.config.log_retention_check_interval_ms,
                                   self.config.log_flush_scheduler_interval_ms)
         log.info("broker %d started (cluster %s) on %s:%d", options.broker_id, cluster_id,
@@ -98,6 +105,7 @@ class Broker:
         steps: list[Callable[[], Awaitable[object]]] = [
             lambda: asyncio.to_thread(self.controller.close),
             lambda: asyncio.to_thread(self.registration.deregister),
+            self.groups.close,
             lambda: self.server.close() if self.server else asyncio.sleep(0),
             self.logs.stop_schedules,
             lambda: self.replicas.close() if self.replicas else asyncio.sleep(0),

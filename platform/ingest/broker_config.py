@@ -68,6 +68,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in (
     _int("min.insync.replicas", 1, "Default min.insync.replicas.", 1),
     _int("message.max.bytes", 1048588, "Default max.message.bytes.", 0),
     _bool("unclean.leader.election.enable", False, "Default unclean.leader.election.enable."),
+    _int("group.initial.rebalance.delay.ms", 3000, "How long the first rebalance of an empty consumer "
+         "group waits for more members, so a group starting together rebalances once.", 0),
 )}
 
 #: Broker property -> the topic config it supplies the default of.
@@ -126,6 +128,7 @@ class BrokerConfig:
     min_insync_replicas: int
     message_max_bytes: int
     unclean_leader_election_enable: bool
+    group_initial_rebalance_delay_ms: int
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, Any] | None = None) -> "BrokerConfig":

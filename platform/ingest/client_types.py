@@ -38,3 +38,9 @@ class ConsumerRecord(NamedTuple):
 class OffsetAndTimestamp(NamedTuple):
     offset: int
     timestamp: int
+
+
+class OffsetAndMetadata(NamedTuple):
+    """A committed position: the next offset to read, plus an application string."""
+    offset: int
+    metadata: str = ""

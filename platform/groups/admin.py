@@ -1,0 +1,149 @@
+"""``GroupAdmin``: list, describe, delete consumer groups and reset their committed offsets.
+
+Used by ``ember groups``. Describe joins three sources: the coordinator's view (state, members,
+assignment), the committed offsets (OffsetFetch) and each partition's high watermark
+(ListOffsets), so lag = high watermark - committed offset, exactly what the group has left to read.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Optional
+
+from ember.errors import NonEmptyGroup, error_for_code
+from ember.groups.coordinator_client import CoordinatorClient
+from ember.ingest.client_types import TopicPartition
+from ember.ingest.metadata_client import MetadataClient, response_error
+from ember.ingest.offsets import EARLIEST, LATEST, list_offsets
+from ember.ingest.protocol import ApiKey
+
+
+@dataclass(frozen=True)
+class MemberDescription:
+    member_id: str
+    client_id: str
+    assignment: tuple[TopicPartition, ...]
+
+
+@dataclass(frozen=True)
+class PartitionLag:
+    partition: TopicPartition
+    committed: Optional[int]      # None: nothing committed
+    log_end: int                  # high watermark: one past the last readable record
+    lag: Optional[int]
+    member_id: Optional[str]      # current owner, if any
+
+
+@dataclass(frozen=True)
+class GroupDescription:
+    group_id: str
+    state: str
+    protocol: str
+    generation: int
+    members: tuple[MemberDescription, ...]
+    partitions: tuple[PartitionLag, ...]
+
+
+class GroupAdmin:
+    def __init__(self, bootstrap_servers: str | Iterable[str] = "127.0.0.1:9092", *,
+                 request_timeout_ms: int = 30000) -> None:
+        self.request_timeout_s = request_timeout_ms / 1000
+        self._metadata = MetadataClient(bootstrap_servers, request_timeout_ms=request_timeout_ms)
+
+    def list_groups(self) -> dict[str, str]:
+        """``{group id: state}`` over the whole cluster (each broker lists the groups it coordinates)."""
+        self._metadata.refresh([])
+        groups: dict[str, str] = {}
+        for broker_id in sorted(self._metadata.brokers):
+            body = self._metadata.request(ApiKey.LIST_GROUPS, {}, broker_id=broker_id).body
+            error = response_error(body)
+            if error is not None:
+                raise error
+            groups.update({g["group_id"]: g["state"] for g in body["groups"]})
+        return dict(sorted(groups.items()))
+
+    def describe_group(self, group_id: str) -> GroupDescription:
+        with self._coordinator(group_id) as coordinator:
+            (doc,) = coordinator.request(ApiKey.DESCRIBE_GROUPS, {"groups": [group_id]})["groups"]
+            if doc.get("error_code"):
+                raise error_for_code(doc["error_code"], doc.get("error_message", ""))
+            committed = self._committed(coordinator, None)
+        members = tuple(MemberDescription(m["member_id"], m["client_id"],
+                                          tuple(TopicPartition(a["topic"], a["partition"]) for a in m["assignment"]))
+                        for m in doc["members"])
+        owner = {tp: m.member_id for m in members for tp in m.assignment}
+        tps = sorted(set(committed) | set(owner))
+        ends = self._offsets(tps, LATEST)
+        partitions = tuple(PartitionLag(tp, committed.get(tp), ends[tp],
+                                        ends[tp] - committed[tp] if tp in committed else None, owner.get(tp))
+                           for tp in tps)
+        return GroupDescription(group_id, doc["state"], doc["protocol"], doc["generation"], members, partitions)
+
+    def delete_group(self, group_id: str) -> None:
+        """Delete the group's committed offsets and metadata (NonEmptyGroup while it has members)."""
+        with self._coordinator(group_id) as coordinator:
+            (doc,) = coordinator.request(ApiKey.DELETE_GROUPS, {"groups": [group_id]})["groups"]
+        if doc.get("error_code"):
+            raise error_for_code(doc["error_code"], doc.get("error_message", ""))
+
+    def plan_reset(self, group_id: str, topics: Iterable[str], to: str,
+                   value: Optional[int] = None) -> dict[TopicPartition, tuple[Optional[int], int]]:
+        """``{partition: (committed now, new offset)}`` for a reset of ``topics`` (every topic the
+        group has committed offsets for when empty) ``to`` "earliest", "latest", "offset" (value,
+        clamped to the log) or "timestamp" (value in ms: the first record at or after it, else
+        the log end)."""
+        with self._coordinator(group_id) as coordinator:
+            committed = self._committed(coordinator, None)
+        names = list(topics) or sorted({tp.topic for tp in committed})
+        tps = []
+        for name in names:
+            info = self._metadata.wait_for_topic(name, self.request_timeout_s)
+            tps += [TopicPartition(name, p.partition) for p in info.partitions]
+        starts, ends = self._offsets(tps, EARLIEST), self._offsets(tps, LATEST)
+        if to == "earliest":
+            targets = starts
+        elif to == "latest":
+            targets = ends
+        elif to == "offset":
+            targets = {tp: min(max(int(value), starts[tp]), ends[tp]) for tp in tps}
+        elif to == "timestamp":
+            found = list_offsets(self._metadata, {tp: int(value) for tp in tps}, self.request_timeout_s)
+            targets = {tp: found[tp][0] if found[tp][0] >= 0 else ends[tp] for tp in tps}
+        else:
+            raise ValueError(f"reset target must be earliest, latest, offset or timestamp, not {to!r}")
+        return {tp: (committed.get(tp), targets[tp]) for tp in tps}
+
+    def reset_offsets(self, group_id: str, offsets: dict[TopicPartition, int]) -> None:
+        """Commit ``offsets`` for a group without active members (NonEmptyGroup otherwise)."""
+        with self._coordinator(group_id) as coordinator:
+            (doc,) = coordinator.request(ApiKey.DESCRIBE_GROUPS, {"groups": [group_id]})["groups"]
+            if not doc.get("error_code") and doc["members"]:
+                raise NonEmptyGroup(f"group {group_id!r} has {len(doc['members'])} active member(s); "
+                                    f"offsets can only be reset while none is running")
+            coordinator.request(ApiKey.OFFSET_COMMIT, {
+                "group_id": group_id, "member_id": "", "generation": -1,
+                "offsets": [{"topic": tp.topic, "partition": tp.partition, "offset": offset, "metadata": ""}
+                            for tp, offset in offsets.items()]})
+
+    def _coordinator(self, group_id: str) -> CoordinatorClient:
+        return CoordinatorClient(self._metadata, group_id, self.request_timeout_s)
+
+    @staticmethod
+    def _committed(coordinator: CoordinatorClient, tps: Optional[list[TopicPartition]]) -> dict[TopicPartition, int]:
+        body = coordinator.request(ApiKey.OFFSET_FETCH, {"group_id": coordinator.group_id, "partitions": tps})
+        return {TopicPartition(p["topic"], p["partition"]): p["offset"] for p in body["partitions"] if p["offset"] >= 0}
+
+    def _offsets(self, tps: list[TopicPartition], where: int) -> dict[TopicPartition, int]:
+        if not tps:
+            return {}
+        return {tp: offset for tp, (offset, _) in
+                list_offsets(self._metadata, {tp: where for tp in tps}, self.request_timeout_s).items()}
+
+    def close(self) -> None:
+        self._metadata.close()
+
+    def __enter__(self) -> "GroupAdmin":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+

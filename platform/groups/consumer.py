@@ -1,0 +1,261 @@
+"""The consumer with group membership: ``ember.client.Consumer``.
+
+Without ``group_id`` it is exactly :class:`ember.ingest.consumer.Consumer`. With one, a
+subscription is shared by the group's members: the coordinator assigns partitions (one member
+per partition) and reassigns them when members join, leave or die; positions start at the
+group's committed offsets (``auto_offset_reset`` only where none is committed); offsets are
+committed explicitly (``commit``, ``commit_async``) or every ``auto_commit_interval_ms`` from
+``poll``. Delivery is at least once: records returned after the last commit of a member that
+dies are read again by the partition's next owner.
+"""
+from __future__ import annotations
+
+import logging
+import re
+import time
+from concurrent.futures import Future
+from typing import Any, Callable, Iterable, Mapping, Optional, Protocol, Sequence
+
+from ember.errors import EmberError, IllegalGeneration, InvalidGroupId, UnknownMemberId, error_for_code
+from ember.groups.assignors import ASSIGNORS
+from ember.groups.coordinator_client import CoordinatorClient
+from ember.groups.membership import Membership
+from ember.ingest.client_types import OffsetAndMetadata, TopicPartition
+from ember.ingest.consumer import Consumer
+from ember.ingest.metadata_client import response_error
+from ember.ingest.protocol import ApiKey
+
+log = logging.getLogger(__name__)
+
+Offsets = Mapping[TopicPartition, OffsetAndMetadata]
+CommitCallback = Callable[[Offsets, Optional[Exception]], None]
+PATTERN_CHECK_S = 5.0
+
+
+class ConsumerRebalanceListener(Protocol):
+    def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None: ...
+    def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None: ...
+
+
+class GroupConsumer(Consumer):
+    """A Consumer that can be a member of a consumer group (see docs/groups.md)."""
+
+    def __init__(self, *topics: str, group_id: Optional[str] = None, client_id: str = "ember-consumer",
+                 partition_assignment_strategy: Sequence[str] = ("range", "roundrobin"),
+                 session_timeout_ms: int = 10000, heartbeat_interval_ms: int = 3000,
+                 max_poll_interval_ms: int = 300000, auto_commit_interval_ms: int = 5000,
+                 **options: Any) -> None:
+        unknown = [name for name in partition_assignment_strategy if name not in ASSIGNORS]
+        if unknown or not partition_assignment_strategy:
+            raise ValueError(f"partition_assignment_strategy must list assignors among {sorted(ASSIGNORS)}, "
+                             f"got {list(partition_assignment_strategy)}")
+        self.partition_assignment_strategy = list(partition_assignment_strategy)
+        self.auto_commit_interval_s = auto_commit_interval_ms / 1000
+        self._listener: Optional[ConsumerRebalanceListener] = None
+        self._pattern: Optional[re.Pattern[str]] = None
+        self._pattern_checked = 0.0
+        self._last_commit = time.monotonic()
+        self._prefetched: dict[TopicPartition, Optional[int]] = {}
+        self._membership: Optional[Membership] = None
+        self._coordinator: Optional[CoordinatorClient] = None
+        super().__init__(group_id=group_id, **options)
+        if group_id is not None:
+            self._coordinator = CoordinatorClient(self._metadata, group_id, self.request_timeout_s)
+            self._membership = Membership(self._coordinator, client_id, session_timeout_ms,
+                                          heartbeat_interval_ms, max_poll_interval_ms)
+        if topics:
+            self.subscribe(list(topics))
+
+    # -- subscription ------------------------------------------------------------------------
+
+    def subscribe(self, topics: Optional[Iterable[str]] = None, pattern: Optional[str] = None,
+                  listener: Optional[ConsumerRebalanceListener] = None) -> None:
+        """Consume ``topics``, or every topic matching the regex ``pattern`` (checked again every
+        few seconds, so new matching topics join the subscription). ``listener`` hears
+        ``on_partitions_revoked`` before a rebalance and ``on_partitions_assigned`` after it."""
+        if (topics is None) == (pattern is None):
+            raise ValueError("subscribe() takes topics or pattern, not both and not neither")
+        self._listener = listener
+        self._pattern = re.compile(pattern) if pattern is not None else None
+        super().subscribe(self._matching_topics() if self._pattern else topics)
+
+    def _matching_topics(self) -> list[str]:
+        self._pattern_checked = time.monotonic()
+        return sorted(t for t in self.topics() if self._pattern.fullmatch(t))
+
+    def _assign_subscription(self) -> None:
+        """With a group the coordinator assigns partitions: join (or rejoin) on the next poll."""
+        if self._membership is None:
+            super()._assign_subscription()
+        else:
+            self._membership.rejoin_needed.set()
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        """Manual assignment: leaves the group if this consumer was a member."""
+        if self._membership is not None and self._membership.active:
+            self._revoke()
+            self._membership.leave()
+        if self._membership is not None:
+            self._membership.rejoin_needed.clear()
+        super().assign(partitions)
+
+    def _set_assignment(self, partitions: list[TopicPartition]) -> None:
+        """Start new partitions at the group's committed offsets (fetched in one request)."""
+        new = [tp for tp in partitions if tp not in self._positions]
+        if self.group_id is not None and new:
+            self._prefetched = {tp: c.offset if c else None for tp, c in self._fetch_committed(new).items()}
+        try:
+            super()._set_assignment(partitions)
+        finally:
+            self._prefetched = {}
+
+    def _committed_position(self, tp: TopicPartition) -> Optional[int]:
+        return self._prefetched.get(tp)
+
+    # -- the group's part of poll ------------------------------------------------------------
+
+    def _poll(self, timeout_ms: float, drain: Callable[[], dict]) -> dict:
+        if self._membership is None:
+            return super()._poll(timeout_ms, drain)
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            self._coordinate()
+            step = min(max(deadline - time.monotonic(), 0), self._membership.heartbeat_interval_s)
+            out = super()._poll(step * 1000, drain)
+            if out or time.monotonic() >= deadline:
+                return out
+
+    def _coordinate(self) -> None:
+        """Rejoin when the group rebalances or the subscription changed; auto-commit when due."""
+        membership = self._membership
+        membership.polled()
+        if self._pattern is not None and time.monotonic() - self._pattern_checked > PATTERN_CHECK_S:
+            topics = self._matching_topics()
+            if topics != sorted(self._subscription):
+                self._subscription = topics
+                membership.rejoin_needed.set()
+        if self._subscription and (membership.rejoin_needed.is_set() or not membership.active):
+            self._rejoin()
+        if self.enable_auto_commit and time.monotonic() - self._last_commit >= self.auto_commit_interval_s:
+            self.commit_async(callback=_log_failed_auto_commit)
+
+    def _rejoin(self) -> None:
+        if self._membership.active or self._positions:
+            self._revoke()
+        assigned = self._membership.join(self._subscription, self.partition_assignment_strategy)
+        self._set_assignment(assigned)
+        if self._listener is not None:
+            self._listener.on_partitions_assigned(set(assigned))
+
+    def _revoke(self) -> None:
+        """Before giving partitions up: commit what was consumed (auto commit), tell the listener."""
+        if self.enable_auto_commit and self._positions:
+            self._commit_quietly()
+        if self._listener is not None:
+            self._listener.on_partitions_revoked(set(self._positions))
+        self._set_assignment([])
+
+    # -- offsets -----------------------------------------------------------------------------
+
+    def commit(self, offsets: Optional[Offsets] = None) -> None:
+        """Commit ``offsets`` (default: the position of every assigned partition) and wait.
+
+        Raises IllegalGeneration / UnknownMemberId when the group has rebalanced since this
+        member joined: its partitions may belong to another member now (it rejoins on the next
+        poll)."""
+        _, sent = self._send_commit(offsets)
+        self._check_commit_result(sent.result(self.request_timeout_s + 1))
+
+    def commit_async(self, offsets: Optional[Offsets] = None,
+                     callback: Optional[CommitCallback] = None) -> Future:
+        """Commit without waiting; ``callback(offsets, error_or_None)`` runs on a client thread.
+        The returned future resolves to None or raises the commit's error."""
+        offsets, sent = self._send_commit(offsets)
+        done: Future = Future()
+
+        def finish(response_future: Future) -> None:
+            try:
+                self._check_commit_result(response_future.result())
+            except Exception as exc:
+                done.set_exception(exc)
+            else:
+                done.set_result(None)
+            if callback is not None:
+                callback(offsets, done.exception())
+        sent.add_done_callback(finish)
+        return done
+
+    def _send_commit(self, offsets: Optional[Offsets]) -> tuple[Offsets, Future]:
+        """The offsets committed (default: every position) and the future of the response."""
+        coordinator = self._require_group()
+        if offsets is None:
+            offsets = {tp: OffsetAndMetadata(pos, "") for tp, pos in self._positions.items() if pos is not None}
+        member_id, generation = self._membership.generation_info()
+        body = {"group_id": self.group_id, "member_id": member_id, "generation": generation,
+                "offsets": [{"topic": tp.topic, "partition": tp.partition, "offset": om.offset,
+                             "metadata": om.metadata} for tp, om in offsets.items()]}
+        self._last_commit = time.monotonic()
+        return offsets, coordinator.send(ApiKey.OFFSET_COMMIT, body)
+
+    def _check_commit_result(self, response: Any) -> None:
+        error = response_error(response.body)
+        if error is None:
+            return
+        if isinstance(error, (IllegalGeneration, UnknownMemberId)):
+            self._membership.rejoin_needed.set()
+        else:
+            self._coordinator.forget()
+        raise error
+
+    def _commit_quietly(self) -> None:
+        try:
+            self.commit()
+        except EmberError as exc:
+            log.warning("group %s: committing before the rebalance failed (records since the last commit "
+                        "will be read again): %s", self.group_id, exc)
+
+    def committed(self, partition: TopicPartition, metadata: bool = False) -> Optional[int | OffsetAndMetadata]:
+        """The group's committed offset of ``partition`` (None if none); with ``metadata=True``
+        an OffsetAndMetadata."""
+        tp = TopicPartition(*partition)
+        found = self._fetch_committed([tp]).get(tp)
+        if found is None:
+            return None
+        return found if metadata else found.offset
+
+    def _fetch_committed(self, partitions: list[TopicPartition]) -> dict[TopicPartition, Optional[OffsetAndMetadata]]:
+        body = self._require_group().request(ApiKey.OFFSET_FETCH, {
+            "group_id": self.group_id, "partitions": [{"topic": tp.topic, "partition": tp.partition}
+                                                      for tp in partitions]})
+        out: dict[TopicPartition, Optional[OffsetAndMetadata]] = {}
+        for item in body["partitions"]:
+            if item.get("error_code"):
+                raise error_for_code(item["error_code"], item.get("error_message", ""))
+            tp = TopicPartition(item["topic"], item["partition"])
+            out[tp] = OffsetAndMetadata(item["offset"], item.get("metadata", "")) if item["offset"] >= 0 else None
+        return out
+
+    def _require_group(self) -> CoordinatorClient:
+        if self._coordinator is None:
+            raise InvalidGroupId("committed offsets need a group: pass group_id= to the Consumer")
+        return self._coordinator
+
+    # -- shutdown ----------------------------------------------------------------------------
+
+    def close(self, autocommit: bool = True) -> None:
+        """Commit (with auto commit), leave the group so its partitions move at once, close."""
+        if self._closed:
+            return
+        try:
+            if self._membership is not None:
+                if autocommit and self.enable_auto_commit and self._membership.active and self._positions:
+                    self._commit_quietly()
+                self._membership.close()
+                self._coordinator.close()
+        finally:
+            super().close()
+
+
+def _log_failed_auto_commit(offsets: Offsets, error: Optional[Exception]) -> None:
+    if error is not None:
+        log.warning("auto commit of %d partition(s) failed: %s", len(offsets), error)

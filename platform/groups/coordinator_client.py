@@ -1,0 +1,84 @@
+"""Client side of the coordinator protocol: find a group's coordinator and send it requests.
+
+The coordinator gets its own connection (not the pooled one partition fetches use): a broker
+answers a connection's requests one at a time, so a JoinGroup waiting for a rebalance would
+otherwise hold up fetches, and a long-poll fetch would delay heartbeats. NotCoordinator,
+CoordinatorNotAvailable and network errors make the client look the coordinator up again and
+retry until the request's deadline.
+"""
+from __future__ import annotations
+
+import time
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any, Optional
+
+from ember.errors import (BrokerNotAvailable, CoordinatorNotAvailable, ErrorCode, KafkaTimeoutError,
+                          NetworkError, RequestTimedOut)
+from ember.ingest.connection import Address, ConnectionPool
+from ember.ingest.metadata_client import MetadataClient, response_error
+from ember.ingest.protocol import ApiKey
+
+_MOVED = frozenset({ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE})
+
+
+class CoordinatorClient:
+    def __init__(self, metadata: MetadataClient, group_id: str, request_timeout_s: float) -> None:
+        self.metadata = metadata
+        self.group_id = group_id
+        self.request_timeout_s = request_timeout_s
+        self._pool = ConnectionPool(request_timeout_ms=int(request_timeout_s * 1000))
+        self._address: Optional[Address] = None
+
+    def coordinator(self) -> Address:
+        """The coordinator's address, asking any broker (FindCoordinator) when not known."""
+        if self._address is None:
+            body = self.metadata.request(ApiKey.FIND_COORDINATOR, {"key": self.group_id}).body
+            error = response_error(body)
+            if error is not None:
+                raise error
+            self._address = (body["host"], int(body["port"]))
+        return self._address
+
+    def send(self, api_key: int, body: dict[str, Any], timeout_s: Optional[float] = None) -> Future:
+        """Send once to the coordinator; the future holds the response (errors not raised)."""
+        timeout = self.request_timeout_s if timeout_s is None else timeout_s
+        return self._pool.get(self.coordinator()).request(api_key, body, timeout_s=timeout)
+
+    def request(self, api_key: int, body: dict[str, Any], timeout_s: Optional[float] = None,
+                deadline_s: Optional[float] = None) -> dict[str, Any]:
+        """Send to the coordinator and return the response body, raising its error; retries
+        while the coordinator moves or is unreachable, until ``deadline_s`` (default: one timeout)."""
+        timeout = self.request_timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + (timeout if deadline_s is None else deadline_s)
+        while True:
+            try:
+                response = self.send(api_key, body, timeout).result(timeout + 1.0)
+                error = response_error(response.body)
+                if error is None:
+                    return response.body
+                if error.code not in _MOVED:
+                    raise error
+            except (BrokerNotAvailable, NetworkError, RequestTimedOut, CoordinatorNotAvailable) as exc:
+                error = exc
+            except FutureTimeout:
+                error = KafkaTimeoutError(f"no answer from the coordinator of {self.group_id!r} in {timeout:.1f}s")
+            self._address = None
+            if time.monotonic() + self.metadata.retry_backoff_s >= deadline:
+                raise CoordinatorNotAvailable(f"no coordinator of group {self.group_id!r} answered "
+                                              f"({type(error).__name__}: {error})")
+            time.sleep(self.metadata.retry_backoff_s)
+
+    def forget(self) -> None:
+        """Look the coordinator up again before the next request."""
+        self._address = None
+
+    def close(self) -> None:
+        self._pool.close()
+
+    def __enter__(self) -> "CoordinatorClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+

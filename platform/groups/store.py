@@ -1,0 +1,113 @@
+"""Durable group state in ZooKeeper: committed offsets and group metadata.
+
+Layout (under the ``/ember`` chroot, the seeds' layout): ``/groups/<group>`` holds the group's
+metadata (protocol, generation, last assignment) as JSON; ``/groups/<group>/offsets/<topic>/<p>``
+holds one committed offset. Writes of one commit are issued as parallel async ZooKeeper
+operations, so a commit of N partitions costs about one round trip, not N. Blocking (kazoo):
+callers on an event loop run these methods with ``asyncio.to_thread``.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any, Iterable, Optional
+
+from kazoo.exceptions import NodeExistsError, NoNodeError, NotEmptyError
+
+from ember.cluster import zk_paths
+from ember.cluster.zk_session import ZkSession
+from ember.ingest.client_types import TopicPartition
+
+
+@dataclass(frozen=True)
+class CommittedOffset:
+    offset: int
+    metadata: str
+    commit_timestamp: int
+
+    def to_bytes(self) -> bytes:
+        return json.dumps({"offset": self.offset, "metadata": self.metadata,
+                           "commit_timestamp": self.commit_timestamp}).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "CommittedOffset":
+        doc = json.loads(data)
+        return cls(int(doc["offset"]), str(doc.get("metadata", "")), int(doc.get("commit_timestamp", -1)))
+
+
+class GroupStore:
+    def __init__(self, session: ZkSession) -> None:
+        self.client = session.client
+
+    def commit(self, group_id: str, offsets: dict[TopicPartition, tuple[int, str]]) -> None:
+        """Store every offset; znodes missing so far are created (their parents too)."""
+        now = int(time.time() * 1000)
+        docs = {tp: CommittedOffset(offset, metadata, now).to_bytes() for tp, (offset, metadata) in offsets.items()}
+        pending = {tp: self.client.set_async(zk_paths.group_offset(group_id, *tp), data) for tp, data in docs.items()}
+        for tp, result in pending.items():
+            try:
+                result.get()
+            except NoNodeError:
+                self._create_or_set(zk_paths.group_offset(group_id, *tp), docs[tp])
+
+    def _create_or_set(self, path: str, data: bytes) -> None:
+        try:
+            self.client.create(path, data, makepath=True)
+        except NodeExistsError:
+            self.client.set(path, data)
+
+    def fetch(self, group_id: str, partitions: Optional[Iterable[TopicPartition]]) -> dict[TopicPartition, CommittedOffset]:
+        """Committed offsets of ``partitions`` (all of the group's when None); absent ones are left out."""
+        wanted = self._all_partitions(group_id) if partitions is None else list(partitions)
+        pending = {tp: self.client.get_async(zk_paths.group_offset(group_id, *tp)) for tp in wanted}
+        found = {}
+        for tp, result in pending.items():
+            try:
+                data, _ = result.get()
+            except NoNodeError:
+                continue
+            found[tp] = CommittedOffset.from_bytes(data)
+        return found
+
+    def _all_partitions(self, group_id: str) -> list[TopicPartition]:
+        try:
+            topics = self.client.get_children(zk_paths.group_offsets(group_id))
+        except NoNodeError:
+            return []
+        out = []
+        for topic in topics:
+            try:
+                out += [TopicPartition(topic, int(p)) for p in
+                        self.client.get_children(f"{zk_paths.group_offsets(group_id)}/{topic}")]
+            except NoNodeError:
+                continue
+        return out
+
+    def load_metadata(self, group_id: str) -> Optional[dict[str, Any]]:
+        """The group's metadata document; ``{}`` for a group known only by its offsets, None if unknown."""
+        try:
+            data, _ = self.client.get(zk_paths.group(group_id))
+        except NoNodeError:
+            return None
+        return json.loads(data) if data else {}
+
+    def save_metadata(self, group_id: str, doc: dict[str, Any]) -> None:
+        self._create_or_set(zk_paths.group(group_id), json.dumps(doc).encode())
+
+    def groups(self) -> list[str]:
+        try:
+            return sorted(self.client.get_children(zk_paths.GROUPS))
+        except NoNodeError:
+            return []
+
+    def delete(self, group_id: str) -> bool:
+        """Remove the group and its offsets; False if it did not exist."""
+        try:
+            self.client.delete(zk_paths.group(group_id), recursive=True)
+            return True
+        except NoNodeError:
+            return False
+        except NotEmptyError:   # a commit raced in; deleting again takes it too
+            self.client.delete(zk_paths.group(group_id), recursive=True)
+            return True

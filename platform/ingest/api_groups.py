@@ -1,0 +1,116 @@
+"""Consumer-group APIs: FindCoordinator, JoinGroup, Heartbeat, LeaveGroup, OffsetCommit,
+OffsetFetch, DescribeGroups, ListGroups, DeleteGroups. Wire format only: the work is in
+``ember.groups.coordinator``. SyncGroup is not served: JoinGroup answers with the member's
+assignment, which the coordinator computes (docs/groups.md)."""
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from ember.errors import CoordinatorNotAvailable
+from ember.groups.coordinator import Group, GroupCoordinator, coordinator_id, validate_group_id
+from ember.ingest.client_types import TopicPartition
+from ember.ingest.dispatcher import Handler
+from ember.ingest.protocol import ApiKey, Request
+from ember.ingest.reply import OK, Reply, error_fields
+
+
+def _tps(partitions: Iterable[TopicPartition]) -> list[dict[str, Any]]:
+    return [{"topic": tp.topic, "partition": tp.partition} for tp in partitions]
+
+
+def _parse_tps(items: Iterable[dict[str, Any]]) -> list[TopicPartition]:
+    return [TopicPartition(str(item["topic"]), int(item["partition"])) for item in items]
+
+
+class GroupApis:
+    def __init__(self, coordinator: GroupCoordinator) -> None:
+        self.coordinator = coordinator
+
+    def handlers(self) -> dict[ApiKey, Handler]:
+        return {ApiKey.FIND_COORDINATOR: self.find_coordinator, ApiKey.JOIN_GROUP: self.join_group,
+                ApiKey.HEARTBEAT: self.heartbeat, ApiKey.LEAVE_GROUP: self.leave_group,
+                ApiKey.OFFSET_COMMIT: self.offset_commit, ApiKey.OFFSET_FETCH: self.offset_fetch,
+                ApiKey.DESCRIBE_GROUPS: self.describe_groups, ApiKey.LIST_GROUPS: self.list_groups,
+                ApiKey.DELETE_GROUPS: self.delete_groups}
+
+    async def find_coordinator(self, request: Request) -> Reply:
+        group_id = str(request.body["key"])
+        validate_group_id(group_id)
+        brokers = self.coordinator.cache.brokers()
+        node = coordinator_id(group_id, brokers)
+        if node is None:
+            raise CoordinatorNotAvailable("no live broker can coordinate groups")
+        return Reply({**OK, "node_id": node, "host": brokers[node].host, "port": brokers[node].port})
+
+    async def join_group(self, request: Request) -> Reply:
+        body = request.body
+        result = await self.coordinator.join(
+            str(body["group_id"]), str(body.get("member_id", "")), str(body.get("client_id", "")),
+            int(body["session_timeout_ms"]), int(body.get("rebalance_timeout_ms", body["session_timeout_ms"])),
+            [str(t) for t in body["topics"]], [str(p) for p in body["protocols"]])
+        return Reply({**OK, "member_id": result.member_id, "generation": result.generation,
+                      "protocol": result.protocol, "leader": result.leader,
+                      "assignment": _tps(result.assignment)})
+
+    async def heartbeat(self, request: Request) -> Reply:
+        body = request.body
+        await self.coordinator.heartbeat(str(body["group_id"]), str(body["member_id"]), int(body["generation"]))
+        return Reply(dict(OK))
+
+    async def leave_group(self, request: Request) -> Reply:
+        await self.coordinator.leave(str(request.body["group_id"]), str(request.body["member_id"]))
+        return Reply(dict(OK))
+
+    async def offset_commit(self, request: Request) -> Reply:
+        body = request.body
+        offsets = {}
+        for item in body["offsets"]:
+            offset = int(item["offset"])
+            if offset < 0:
+                raise ValueError(f"offset {offset} for {item['topic']}-{item['partition']} is negative")
+            offsets[TopicPartition(str(item["topic"]), int(item["partition"]))] = (offset, str(item.get("metadata") or ""))
+        await self.coordinator.commit(str(body["group_id"]), str(body.get("member_id", "")),
+                                      int(body.get("generation", -1)), offsets)
+        return Reply({**OK, "partitions": [{**tp, **OK} for tp in _tps(offsets)]})
+
+    async def offset_fetch(self, request: Request) -> Reply:
+        body = request.body
+        wanted = None if body.get("partitions") is None else _parse_tps(body["partitions"])
+        found = await self.coordinator.fetch(str(body["group_id"]), wanted)
+        partitions = []
+        for tp in (sorted(found) if wanted is None else wanted):
+            committed = found.get(tp)
+            partitions.append({"topic": tp.topic, "partition": tp.partition, **OK,
+                               "offset": committed.offset if committed else -1,
+                               "metadata": committed.metadata if committed else "",
+                               "commit_timestamp": committed.commit_timestamp if committed else -1})
+        return Reply({**OK, "partitions": partitions})
+
+    async def describe_groups(self, request: Request) -> Reply:
+        results = []
+        for group_id in request.body["groups"]:
+            try:
+                results.append({**OK, **_describe(await self.coordinator.describe(str(group_id)))})
+            except Exception as exc:
+                results.append({"group_id": group_id, **error_fields(exc)})
+        return Reply({**OK, "groups": results})
+
+    async def list_groups(self, _request: Request) -> Reply:
+        return Reply({**OK, "groups": await self.coordinator.list_groups()})
+
+    async def delete_groups(self, request: Request) -> Reply:
+        results = []
+        for group_id in request.body["groups"]:
+            try:
+                await self.coordinator.delete(str(group_id))
+                results.append({"group_id": group_id, **OK})
+            except Exception as exc:
+                results.append({"group_id": group_id, **error_fields(exc)})
+        return Reply({**OK, "groups": results})
+
+
+def _describe(group: Group) -> dict[str, Any]:
+    return {"group_id": group.group_id, "state": group.state, "protocol_type": "consumer",
+            "protocol": group.protocol, "generation": group.generation, "leader": group.leader,
+            "members": [{"member_id": m.member_id, "client_id": m.client_id, "topics": m.topics,
+                         "assignment": _tps(m.assignment)} for m in group.members.values()]}
