@@ -1,0 +1,107 @@
+"""Helpers of the replication tests: raw protocol calls, partition state, on-disk contents."""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable, Iterable
+
+from ember.cluster.local import LocalCluster
+from ember.errors import EmberError
+from ember.ingest.connection import Connection, parse_bootstrap
+from ember.ingest.protocol import ApiKey
+from ember.log import build_batch
+from ember.log.reader import read_offset_range
+
+WAIT_S = 60.0
+
+
+def eventually(check: Callable[[], Any], what: str, timeout_s: float = WAIT_S) -> Any:
+    """Poll ``check`` until it returns something truthy; fail after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = check()
+        if result:
+            return result
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def call(address: str, api_key: ApiKey, body: dict[str, Any], payload: tuple[bytes, ...] = (),
+         timeout_s: float = 20.0) -> dict[str, Any]:
+    """One request on a fresh connection; the response body."""
+    connection = Connection(parse_bootstrap(address)[0], request_timeout_ms=int(timeout_s * 1000))
+    try:
+        return connection.request(api_key, body, payload).result(timeout_s).body
+    finally:
+        connection.close()
+
+
+def partition_meta(cluster: LocalCluster, topic: str, partition: int = 0,
+                   ask: Iterable[int] | None = None) -> dict[str, Any] | None:
+    """Leader, leader epoch, replicas and ISR as the first answering broker (of ``ask``, default
+    every running one) shows them."""
+    for broker_id in cluster.brokers if ask is None else ask:
+        broker = cluster.brokers[broker_id]
+        if broker.pid is None:
+            continue
+        try:
+            topics = call(broker.address, ApiKey.METADATA, {"topics": [topic]}, timeout_s=5)["topics"]
+        except (EmberError, TimeoutError):
+            continue
+        parts = {p["partition"]: p for p in topics[0]["partitions"]}
+        return parts.get(partition)
+    return None
+
+
+def wait_for_isr(cluster: LocalCluster, topic: str, isr: set[int], partition: int = 0,
+                 ask: Iterable[int] | None = None) -> dict[str, Any]:
+    def check() -> dict[str, Any] | None:
+        meta = partition_meta(cluster, topic, partition, ask)
+        return meta if meta and meta["leader"] >= 0 and set(meta["isr"]) == isr else None
+    return eventually(check, f"ISR of {topic}-{partition} to become {sorted(isr)}")
+
+
+def produce(address: str, topic: str, values: list[bytes], acks: int, partition: int = 0) -> dict[str, Any]:
+    batch = build_batch([(None, v) for v in values])
+    body = {"acks": acks, "timeout_ms": 10000,
+            "partitions": [{"topic": topic, "partition": partition, "size": len(batch)}]}
+    return call(address, ApiKey.PRODUCE, body, (batch,))["partitions"][0]
+
+
+def disk_values(cluster: LocalCluster, broker_id: int, topic: str, end: int, partition: int = 0) -> list[bytes]:
+    """Values of offsets [0, end) in one broker's partition directory, read from the files."""
+    directory = cluster.brokers[broker_id].data_dir / f"{topic}-{partition}"
+    return [v for batch in read_offset_range(directory, 0, end) for v in batch.column("value").to_pylist()]
+
+
+class HighWatermarkWatch:
+    """Samples the high watermark consumers see (ListOffsets latest at the current leader) on a
+    thread, so a test can check it never went back across failovers."""
+
+    def __init__(self, cluster: LocalCluster, topic: str, partition: int = 0) -> None:
+        self.cluster, self.topic, self.partition = cluster, topic, partition
+        self.samples: list[int] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> "HighWatermarkWatch":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        body = {"partitions": [{"topic": self.topic, "partition": self.partition, "timestamp": -1}]}
+        while not self._stop.wait(0.05):
+            try:
+                meta = partition_meta(self.cluster, self.topic, self.partition)
+                if not meta or meta["leader"] < 0:
+                    continue
+                item = call(self.cluster.brokers[meta["leader"]].address, ApiKey.LIST_OFFSETS, body,
+                            timeout_s=2)["partitions"][0]
+            except (EmberError, TimeoutError, KeyError):
+                continue   # leader moving or down: no sample
+            if item["error_code"] == 0:
+                self.samples.append(item["offset"])
