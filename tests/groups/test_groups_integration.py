@@ -187,3 +187,86 @@ def test_commit_with_a_stale_generation_is_rejected(cluster: LocalCluster, topic
     with GroupAdmin(cluster.bootstrap) as admin:
         assert {p.partition: p.committed for p in admin.describe_group("g-stale").partitions}[
             TopicPartition(topic_name, 0)] == 5
+
+
+def ember(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ember.cli", *args, "--bootstrap", cluster.bootstrap],
+                          capture_output=True, text=True, timeout=WAIT_S)
+
+
+def drain(cluster: LocalCluster, topic: str, group: str, expected: int) -> list:
+    """Consume ``expected`` records as a one-member group, commit, leave."""
+    records: list = []
+    with Consumer(topic, bootstrap_servers=cluster.bootstrap, group_id=group, auto_offset_reset="earliest",
+                  enable_auto_commit=False) as consumer:
+        deadline = time.monotonic() + WAIT_S
+        while len(records) < expected and time.monotonic() < deadline:
+            for batch in consumer.poll(200).values():
+                records += batch
+        consumer.commit()
+    return records
+
+
+def test_describe_lag_is_exact_and_reset_offsets_replays(cluster: LocalCluster, topic_name: str) -> None:
+    create(cluster, topic_name, 2)
+    produce(cluster, topic_name, 0, 100)
+    assert len(drain(cluster, topic_name, "g-reset", 100)) == 100
+    produce(cluster, topic_name, 100, 30)
+    with GroupAdmin(cluster.bootstrap) as admin:
+        description = admin.describe_group("g-reset")
+        assert description.state == "Empty" and not description.members
+        with Admin(cluster.bootstrap) as topics:
+            hw = {p.partition: p.high_watermark for p in topics.describe_topic(topic_name).partitions}
+        assert sum(hw.values()) == 130
+        for p in description.partitions:
+            assert p.log_end == hw[p.partition.partition]
+            assert p.lag == p.log_end - p.committed
+        assert sum(p.lag for p in description.partitions) == 30
+        assert "g-reset" in admin.list_groups()
+
+    dry = ember(cluster, "groups", "reset-offsets", "g-reset", "--topic", topic_name, "--to-earliest")
+    assert dry.returncode == 0, dry.stderr
+    assert "dry run" in dry.stdout
+    with GroupAdmin(cluster.bootstrap) as admin:
+        assert sum(p.lag for p in admin.describe_group("g-reset").partitions) == 30      # unchanged
+    done = ember(cluster, "groups", "reset-offsets", "g-reset", "--topic", topic_name, "--to-earliest", "--execute")
+    assert done.returncode == 0, done.stderr
+    replayed = drain(cluster, topic_name, "g-reset", 130)
+    assert sorted(r.value for r in replayed) == sorted(b"v%d" % i for i in range(130))  # everything again
+
+    to_offset = ember(cluster, "groups", "reset-offsets", "g-reset", "--to-offset", "10", "--execute")
+    assert to_offset.returncode == 0, to_offset.stderr
+    with GroupAdmin(cluster.bootstrap) as admin:
+        assert {p.committed for p in admin.describe_group("g-reset").partitions} == {10}
+    future = ember(cluster, "groups", "reset-offsets", "g-reset", "--to-datetime", "2999-01-01T00:00:00Z", "--execute")
+    assert future.returncode == 0, future.stderr
+    with GroupAdmin(cluster.bootstrap) as admin:
+        assert sum(p.lag for p in admin.describe_group("g-reset").partitions) == 0
+
+    deleted = ember(cluster, "groups", "delete", "g-reset")
+    assert deleted.returncode == 0, deleted.stderr
+    missing = ember(cluster, "groups", "describe", "g-reset")
+    assert missing.returncode == 1 and "GroupIdNotFound" in missing.stderr
+
+
+def test_reset_and_delete_refused_while_members_run(cluster: LocalCluster, topic_name: str, tmp_path: Path,
+                                                    members: list[Member]) -> None:
+    create(cluster, topic_name, 2)
+    group = start_members(cluster, topic_name, "g-busy", 1, tmp_path, members)
+    wait_for(lambda: settled(group, 2), "the member joined")
+    described = ember(cluster, "groups", "describe", "g-busy")
+    assert described.returncode == 0 and "Stable" in described.stdout and "member ember-consumer-" in described.stdout
+    reset = ember(cluster, "groups", "reset-offsets", "g-busy", "--topic", topic_name, "--to-latest", "--execute")
+    assert reset.returncode == 1 and "NonEmptyGroup" in reset.stderr
+    delete = ember(cluster, "groups", "delete", "g-busy")
+    assert delete.returncode == 1 and "NonEmptyGroup" in delete.stderr
+
+
+def test_cli_consume_with_group_commits_and_resumes(cluster: LocalCluster, topic_name: str) -> None:
+    create(cluster, topic_name, 3)
+    produce(cluster, topic_name, 0, 50)
+    first = ember(cluster, "consume", topic_name, "--group", "g-cli", "--from-beginning", "--max-messages", "50")
+    assert first.returncode == 0 and len(first.stdout.splitlines()) == 50, first.stderr
+    produce(cluster, topic_name, 50, 5)
+    second = ember(cluster, "consume", topic_name, "--group", "g-cli", "--timeout-ms", "3000")
+    assert sorted(second.stdout.splitlines()) == sorted(f"v{i}" for i in range(50, 55))   # resumed at the commit
