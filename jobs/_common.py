@@ -3,6 +3,7 @@ exactly-once topic → Delta stream. Jobs import this module; it is not a job it
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from typing import TYPE_CHECKING, Iterable
 
@@ -13,6 +14,9 @@ if TYPE_CHECKING:
 VALUE_FORMATS = ("raw", "json")
 COORDINATES = ("topic", "partition", "offset", "timestamp")
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
+
+Offsets = dict[tuple[str, int], int]
+"""Offsets per (topic, partition)."""
 
 
 class JobError(RuntimeError):
@@ -89,6 +93,44 @@ def write_delta_stream(frame: "DataFrame", *, table: str, checkpoint: str, name:
         writer = writer.partitionBy(*columns)
     writer = writer.trigger(availableNow=True) if trigger == "availableNow" else writer.trigger(processingTime=interval)
     return writer.start(table)
+
+
+def resolve_offsets(options: dict[str, str], *, to_timestamp: int | None = None) -> tuple[Offsets, Offsets]:
+    """``[start, end)`` of every partition a batch read with these ember options would read, asked of the
+    brokers once, so a job can print (and pin) the exact range it reads. ``to_timestamp`` ends each
+    partition before its first record at or after it. With ``failOnDataLoss=false`` the start is moved
+    past what retention has deleted, so the range holds only readable offsets."""
+    from ember.sources.metadata import ClusterView, ending_offsets, starting_offsets
+    from ember.sources.options import reader_options
+
+    reader = reader_options(options, streaming=False)
+    with ClusterView(reader) as cluster:
+        partitions = sorted(cluster.replicas())
+        start = starting_offsets(cluster, reader, partitions)
+        if to_timestamp is None:
+            end = ending_offsets(cluster, reader, partitions)
+        else:
+            end = cluster.offsets_for_time(partitions, to_timestamp)
+        log_start = cluster.earliest(partitions)
+    reversed_ = {tp: (start[tp], end[tp]) for tp in partitions if start[tp] > end[tp]}
+    if reversed_:
+        raise JobError("offset range starts after its end (ends are capped at the high watermark): "
+                       + ", ".join(f"{t}/{p} from {s} to {e}" for (t, p), (s, e) in reversed_.items()))
+    if not reader.fail_on_data_loss:
+        start = {tp: min(max(offset, log_start[tp]), end[tp]) for tp, offset in start.items()}
+    return start, end
+
+
+def read_offsets(spark: "SparkSession", options: dict[str, str], start: Offsets, end: Offsets) -> "DataFrame":
+    """A batch read of exactly ``[start, end)`` per partition (headers included) with the ember ``options``."""
+    from ember.sources.offsets import offsets_to_json
+
+    reader = spark.read.format("ember")
+    pinned = {**options, "includeHeaders": "true", "startingOffsets": json.dumps(offsets_to_json(start)),
+              "endingOffsets": json.dumps(offsets_to_json(end))}
+    for key, value in pinned.items():
+        reader = reader.option(key, value)
+    return reader.load()
 
 
 def job_session(app_name: str) -> "SparkSession":

@@ -17,17 +17,14 @@ through the ember sink, which is at-least-once (a retried Spark task sends its r
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import TYPE_CHECKING, Sequence
 
-from _common import (JobError, add_decoding_args, add_source_args, check_decoding_args, decoded, job_session,
-                     parsed_value, partition_columns, source_options)
+from _common import (Offsets, add_decoding_args, add_source_args, check_decoding_args, decoded, job_session,
+                     parsed_value, partition_columns, read_offsets, resolve_offsets, source_options)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-
-Offsets = dict[tuple[str, int], int]
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -54,41 +51,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def resolve_range(args: argparse.Namespace) -> tuple[Offsets, Offsets]:
-    """``(from, to)`` offsets of every partition, asked of the brokers once so the printed range is the one read."""
-    from ember.sources.metadata import ClusterView, ending_offsets, starting_offsets
-    from ember.sources.options import reader_options
-
-    spec = {**source_options(args), "startingOffsets": args.from_offsets, "endingOffsets": args.to_offsets}
+    """The ``[from, to)`` offsets of every partition the arguments select."""
+    options = {**source_options(args), "startingOffsets": args.from_offsets, "endingOffsets": args.to_offsets}
     if args.from_timestamp is not None:
-        spec["startingTimestamp"] = str(args.from_timestamp)
-    options = reader_options(spec, streaming=False)
-    with ClusterView(options) as cluster:
-        partitions = sorted(cluster.replicas())
-        start = starting_offsets(cluster, options, partitions)
-        if args.to_timestamp is not None:
-            end = cluster.offsets_for_time(partitions, args.to_timestamp)
-        else:
-            end = ending_offsets(cluster, options, partitions)
-        log_start = cluster.earliest(partitions)
-    reversed_ = {tp: (start[tp], end[tp]) for tp in partitions if start[tp] > end[tp]}
-    if reversed_:
-        raise JobError("replay range starts after its end (ends are capped at the high watermark): "
-                       + ", ".join(f"{t}/{p} from {s} to {e}" for (t, p), (s, e) in reversed_.items()))
-    if not options.fail_on_data_loss:  # skip what retention deleted now, so the printed range is the one read
-        start = {tp: min(max(offset, log_start[tp]), end[tp]) for tp, offset in start.items()}
-    return start, end
-
-
-def read_range(spark: "SparkSession", args: argparse.Namespace, start: Offsets, end: Offsets) -> "DataFrame":
-    """A batch read of exactly ``[start, end)`` per partition, headers included."""
-    from ember.sources.offsets import offsets_to_json
-
-    reader = spark.read.format("ember")
-    options = {**source_options(args), "includeHeaders": "true",
-               "startingOffsets": json.dumps(offsets_to_json(start)), "endingOffsets": json.dumps(offsets_to_json(end))}
-    for key, value in options.items():
-        reader = reader.option(key, value)
-    return reader.load()
+        options["startingTimestamp"] = str(args.from_timestamp)
+    return resolve_offsets(options, to_timestamp=args.to_timestamp)
 
 
 def for_topic(frame: "DataFrame", args: argparse.Namespace) -> "DataFrame":
@@ -119,10 +86,12 @@ def replay(spark: "SparkSession", args: argparse.Namespace) -> int:
 
     register(spark)
     start, end = resolve_range(args)
-    write(read_range(spark, args, start, end), args)
     for (topic, partition) in sorted(start):
         print(f"replay: {topic}/{partition} [{start[(topic, partition)]}, {end[(topic, partition)]})")
-    return sum(end[tp] - start[tp] for tp in start)
+    records = sum(end[tp] - start[tp] for tp in start)
+    if records:
+        write(read_offsets(spark, source_options(args), start, end), args)
+    return records
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -54,5 +54,13 @@ def test_range_starting_after_its_end_is_rejected(source) -> None:
     bootstrap, topic = source
     args = parse_args(["--bootstrap", bootstrap, "--topic", topic, "--to-topic", "unused",
                        "--from-offsets", json.dumps({topic: {"1": 8}}), "--to-offsets", json.dumps({topic: {"1": 3}})])
-    with pytest.raises(JobError, match=rf"{topic}/1 from 8 to 3"):
+    with pytest.raises(JobError, match=rf"starts after its end.*{topic}/1 from 8 to 3"):
         resolve_range(args)
+
+
+def test_empty_range_replays_nothing(spark, source, tmp_path) -> None:
+    bootstrap, topic = source
+    args = parse_args(["--bootstrap", bootstrap, "--topic", topic, "--table", str(tmp_path / "none"),
+                       "--from-offsets", "latest"])
+    assert replay(spark, args) == 0
+    assert not (tmp_path / "none").exists()
