@@ -119,10 +119,13 @@ class GroupAdmin:
             if not doc.get("error_code") and doc["members"]:
                 raise NonEmptyGroup(f"group {group_id!r} has {len(doc['members'])} active member(s); "
                                     f"offsets can only be reset while none is running")
-            coordinator.request(ApiKey.OFFSET_COMMIT, {
-                "group_id": group_id, "member_id": "", "generation": -1,
-                "offsets": [{"topic": tp.topic, "partition": tp.partition, "offset": offset, "metadata": ""}
-                            for tp, offset in offsets.items()]})
+            _commit_standalone(coordinator, offsets)
+
+    def commit_offsets(self, group_id: str, offsets: dict[TopicPartition, int], metadata: str = "") -> None:
+        """Commit for a reader outside group membership (a Spark query): the broker refuses it with
+        NonEmptyGroup while consumers are members of the group, so the two never fight."""
+        with self._coordinator(group_id) as coordinator:
+            _commit_standalone(coordinator, offsets, metadata)
 
     def _coordinator(self, group_id: str) -> CoordinatorClient:
         return CoordinatorClient(self._metadata, group_id, self.request_timeout_s)
@@ -147,3 +150,10 @@ class GroupAdmin:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+
+def _commit_standalone(coordinator: CoordinatorClient, offsets: dict[TopicPartition, int], metadata: str = "") -> None:
+    """OffsetCommit with generation -1: the commit of a group with no active members."""
+    coordinator.request(ApiKey.OFFSET_COMMIT, {
+        "group_id": coordinator.group_id, "member_id": "", "generation": -1,
+        "offsets": [{"topic": tp.topic, "partition": tp.partition, "offset": offset, "metadata": metadata}
+                    for tp, offset in offsets.items()]})

@@ -7,6 +7,7 @@ brokers for the current high watermarks, which also discovers new partitions and
 """
 from __future__ import annotations
 
+import logging
 from typing import Iterator, Optional, Sequence
 
 import pyarrow as pa
@@ -14,6 +15,9 @@ from pyspark.sql.datasource import DataSourceStreamReader
 from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxBytes, ReadMaxRows,
                                               SupportsTriggerAvailableNow)
 
+from ember.client import TopicPartition
+from ember.errors import EmberError
+from ember.groups.admin import GroupAdmin
 from ember.sources.fetch import read_range
 from ember.sources.metadata import ClusterView, starting_offsets
 from ember.sources.offsets import PartitionOffsets, offsets_from_json, offsets_to_json
@@ -22,6 +26,7 @@ from ember.sources.planning import OffsetRange, check_data_loss, limit_records, 
 from ember.sources.schema import arrow_schema
 
 NEW_PARTITION_START = 0
+log = logging.getLogger(__name__)
 
 
 class EmberStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -37,9 +42,10 @@ class EmberStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._cluster: Optional[ClusterView] = None
         self._available_now_end: Optional[PartitionOffsets] = None
         self._latest: Optional[PartitionOffsets] = None
+        self._group_admin: Optional[GroupAdmin] = None
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_cluster": None}
+        return {**self.__dict__, "_cluster": None, "_group_admin": None}
 
     @property
     def cluster(self) -> ClusterView:
@@ -111,13 +117,32 @@ class EmberStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return plan_ranges(begin, stop, self.cluster.replicas(), self._options.min_partitions)
 
     def commit(self, end: dict) -> None:
-        """Offsets are tracked by Spark's checkpoint; once consumer groups exist, this is where
-        ``groupId`` gets the committed offsets for monitoring (see docs/spark.md)."""
+        """Spark's checkpoint stays the source of truth; with ``groupId`` the finished offsets are
+        also committed to that consumer group, so ``ember groups describe`` shows the query's lag.
+        A failed group commit only warns: monitoring must never stop the query."""
+        if not self._options.group_id:
+            return
+        offsets = {TopicPartition(topic, partition): offset
+                   for (topic, partition), offset in offsets_from_json(end).items()}
+        try:
+            self.group_admin.commit_offsets(self._options.group_id, offsets, metadata="spark")
+        except EmberError as exc:
+            log.warning("could not commit offsets of group %r (lag shown by `ember groups` may be stale): %s",
+                        self._options.group_id, exc)
+
+    @property
+    def group_admin(self) -> GroupAdmin:
+        if self._group_admin is None:
+            self._group_admin = GroupAdmin(bootstrap_servers=self._options.bootstrap)
+        return self._group_admin
 
     def stop(self) -> None:
         if self._cluster is not None:
             self._cluster.close()
             self._cluster = None
+        if self._group_admin is not None:
+            self._group_admin.close()
+            self._group_admin = None
 
     # -- data (executors) --------------------------------------------------------------------
 

@@ -74,3 +74,23 @@ def test_max_bytes_per_trigger_is_turned_into_records(spark, shared_cluster, top
     sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
     assert len(sizes) >= 3 and max(sizes) <= 12 and sum(sizes) == 40
     assert written(spark, tmp_path) == expected({0: 40})
+
+
+def test_group_id_publishes_the_query_offsets_and_lag(spark, shared_cluster, topic_name, tmp_path) -> None:
+    """Spark commits a micro-batch's offsets to its source when it starts the next one, so the group
+    trails the checkpoint by at most one run; it never runs ahead of what the query wrote."""
+    from ember.groups.admin import GroupAdmin
+
+    create_topic(shared_cluster.bootstrap, topic_name, partitions=2)
+    produce(shared_cluster.bootstrap, topic_name, {0: 6, 1: 4})
+    group = f"spark-{topic_name}"
+    options = {"topic": topic_name, "startingOffsets": "earliest", "groupId": group}
+    run_available_now(spark, shared_cluster, tmp_path, options)
+    produce(shared_cluster.bootstrap, topic_name, {0: 3}, first=6)
+    run_available_now(spark, shared_cluster, tmp_path, options)
+    produce(shared_cluster.bootstrap, topic_name, {1: 2}, first=4)
+    with GroupAdmin(bootstrap_servers=shared_cluster.bootstrap) as admin:
+        described = admin.describe_group(group)
+    lag = {p.partition.partition: (p.committed, p.log_end, p.lag) for p in described.partitions}
+    # run 2's start (= run 1's end) is committed; run 2's own end (0: 9) waits for the next run
+    assert lag == {0: (6, 9, 3), 1: (4, 6, 2)}
