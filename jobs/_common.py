@@ -1,11 +1,13 @@
-"""Pieces every job shares: source and decoding arguments, value decoding, the Spark session and the
-exactly-once topic → Delta stream. Jobs import this module; it is not a job itself."""
+"""Pieces every job shares: source and decoding arguments, value decoding, offset-range resolution and
+pinned batch reads, the exactly-once topic → Delta stream, the Spark session and error exits. Jobs
+import this module; it is not a job itself."""
 from __future__ import annotations
 
 import argparse
 import json
 import os
-from typing import TYPE_CHECKING, Iterable
+import sys
+from typing import TYPE_CHECKING, Callable, Iterable
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -152,3 +154,14 @@ def job_session(app_name: str) -> "SparkSession":
         spark = spark_session(app_name)
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def run(main: Callable[[], int]) -> int:
+    """Run a job's ``main``: a configuration mistake exits 2 with its message instead of a traceback."""
+    from ember.sources.options import OptionError
+
+    try:
+        return main()
+    except (JobError, OptionError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2

@@ -20,7 +20,7 @@ import json
 import sys
 from typing import TYPE_CHECKING, Optional, Sequence
 
-from _common import (add_source_args, job_session, read_offsets, read_stream, resolve_offsets, source_options,
+from _common import (add_source_args, job_session, read_offsets, read_stream, resolve_offsets, run, source_options,
                      write_delta_stream)
 
 if TYPE_CHECKING:
@@ -102,4 +102,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main))

@@ -21,7 +21,7 @@ import sys
 from typing import TYPE_CHECKING, Sequence
 
 from _common import (Offsets, add_decoding_args, add_source_args, check_decoding_args, decoded, job_session,
-                     parsed_value, partition_columns, read_offsets, resolve_offsets, source_options)
+                     parsed_value, partition_columns, read_offsets, resolve_offsets, run, source_options)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -102,4 +102,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main))

@@ -15,8 +15,8 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Sequence
 
-from _common import (add_decoding_args, add_source_args, check_decoding_args, decoded, job_session,
-                     partition_columns, read_stream, source_options as common_source_options, write_delta_stream)
+from _common import (add_decoding_args, add_source_args, check_decoding_args, decoded, job_session, partition_columns,
+                     read_stream, run, source_options as common_source_options, write_delta_stream)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -73,4 +73,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main))
