@@ -4,6 +4,10 @@
 background :class:`~ember.ingest.sender.Sender` ships batches to partition leaders. ``send_batch``
 is the columnar path: it partitions a whole Arrow table with vectorized murmur2 and queues large,
 ready-made batches. Config names are Kafka's in snake_case (``linger_ms`` = ``linger.ms``).
+
+``producer_id=`` gives an idempotent producer a caller-chosen identity instead of one from
+``InitProducerId``: sending the same batches again under it is deduplicated by the broker, which
+is how the Spark sink makes re-run micro-batches exactly-once.
 """
 from __future__ import annotations
 
@@ -37,7 +41,8 @@ class Producer:
                  retry_backoff_ms: int = 100, delivery_timeout_ms: int = 120000, request_timeout_ms: int = 30000,
                  max_request_size: int = 1024 * 1024, enable_idempotence: bool | None = None,
                  max_in_flight_requests_per_connection: int = 5, metadata_max_age_ms: int = 300000,
-                 key_serializer: Serializer = None, value_serializer: Serializer = None) -> None:
+                 key_serializer: Serializer = None, value_serializer: Serializer = None,
+                 producer_id: int | None = None, producer_epoch: int = 0) -> None:
         if acks not in _ACKS:
             raise ValueError(f"acks must be 0, 1 or 'all', not {acks!r}")
         acks = _ACKS[acks]
@@ -48,6 +53,9 @@ class Producer:
             raise ValueError("max_in_flight_requests_per_connection must be between 1 and 5")
         if enable_idempotence and acks == 0:
             raise ValueError("enable_idempotence needs acks=1 or 'all' (acks=0 gets no answer to dedup by)")
+        idempotent = acks != 0 if enable_idempotence is None else enable_idempotence
+        if producer_id is not None:
+            _check_identity(producer_id, producer_epoch, idempotent)
         if delivery_timeout_ms < linger_ms + request_timeout_ms:
             raise ValueError("delivery_timeout_ms must be at least linger_ms + request_timeout_ms")
         self.max_block_s = max_block_ms / 1000
@@ -65,7 +73,8 @@ class Producer:
             acks=acks, compression=compression, retries=retries, retry_backoff_s=retry_backoff_ms / 1000,
             delivery_timeout_s=delivery_timeout_ms / 1000, request_timeout_ms=request_timeout_ms,
             max_in_flight=max_in_flight_requests_per_connection, max_request_size=max_request_size,
-            idempotent=acks != 0 if enable_idempotence is None else enable_idempotence), self._topics)
+            idempotent=idempotent, producer_id=-1 if producer_id is None else producer_id,
+            producer_epoch=producer_epoch), self._topics)
         self._sender.start()
 
     # -- single records ----------------------------------------------------------------------
@@ -250,24 +259,32 @@ def _header_sizes(headers: pa.Array) -> pa.Array:
 
 
 def _chunks(table: pa.Table, sizes: pa.Array, limit: int) -> Iterable[tuple[pa.Table, int]]:
-    """Contiguous slices of ``table`` whose row sizes add up to at most ``limit`` bytes each."""
+    """Contiguous slices of ``table`` of at most ``limit`` bytes (a larger row alone), cut greedily.
+
+    A slice ends where the next row would not fit, so a cut depends only on the rows before it:
+    the same rows always give the same batches, and a prefix of a table is cut like the table up
+    to the prefix's last slice (what the Spark sink's exactly-once writes rely on)."""
     ends = pc.cumulative_sum(sizes)
-    total = ends[-1].as_py() if len(ends) else 0
-    if total <= limit:
-        yield table, total
-        return
-    # Chunk number of each row from the bytes before it; a straddling row is split off below.
-    starts = pc.subtract(ends, sizes)
-    runs = pc.run_end_encode(pc.divide(starts, pa.scalar(limit, pa.int64())))
-    begin = 0
-    for end in runs.run_ends.to_pylist():
-        size = ends[end - 1].as_py() - (ends[begin - 1].as_py() if begin else 0)
-        if size > limit and end - begin > 1:
-            yield from _chunks(table.slice(begin, end - begin - 1), sizes.slice(begin, end - begin - 1), limit)
-            yield from _chunks(table.slice(end - 1, 1), sizes.slice(end - 1, 1), limit)
-        else:
-            yield table.slice(begin, end - begin), size
-        begin = end
+    begin, consumed = 0, 0
+    while begin < len(ends):
+        end = max(pc.search_sorted(ends, pa.scalar(consumed + limit, ends.type), side="right").as_py(), begin + 1)
+        total = ends[end - 1].as_py()
+        yield table.slice(begin, end - begin), total - consumed
+        begin, consumed = end, total
+
+
+def split_batches(table: pa.Table, max_request_size: int) -> list[pa.Table]:
+    """The batches ``send_batch(topic, table, partition=p)`` sends for ``table``, in order."""
+    return [chunk for chunk, _ in _chunks(table, _row_sizes(table), max_request_size - BATCH_OVERHEAD)]
+
+
+def _check_identity(producer_id: int, producer_epoch: int, idempotent: bool) -> None:
+    if not idempotent:
+        raise ValueError("producer_id needs an idempotent producer (acks=1 or 'all', enable_idempotence not False)")
+    if not 0 <= producer_id < 2**63:
+        raise ValueError(f"producer_id must be in [0, 2**63), not {producer_id}")
+    if not 0 <= producer_epoch < 2**15:
+        raise ValueError(f"producer_epoch must be in [0, 2**15), not {producer_epoch}")
 
 
 def _gather(batches: list[ProducerBatch]) -> "Future[dict[TopicPartition, list[BatchMetadata]]]":

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ember.errors import (EmberError, ErrorCode, InvalidProducerEpoch, KafkaTimeoutError, OutOfOrderSequenceNumber,
-                          error_for_code)
+                          UnknownProducerId, error_for_code)
 from ember.ingest.accumulator import RecordAccumulator, ProducerBatch
 from ember.ingest.client_types import TopicPartition
 from ember.ingest.futures import ProduceResult
@@ -38,14 +38,20 @@ class SenderConfig:
     max_in_flight: int
     max_request_size: int
     idempotent: bool
+    producer_id: int = -1      # >= 0: a caller-chosen identity (no InitProducerId, never replaced)
+    producer_epoch: int = 0
 
 
 class IdempotenceState:
-    """Producer id/epoch and the next sequence number of every partition."""
+    """Producer id/epoch and the next sequence number of every partition.
 
-    def __init__(self) -> None:
-        self.producer_id = -1
-        self.producer_epoch = -1
+    A ``fixed`` identity (given by the caller) is never replaced by a new producer id: its
+    sequences must stay the same on a re-send so that the broker deduplicates it."""
+
+    def __init__(self, producer_id: int = -1, producer_epoch: int = -1) -> None:
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.fixed = producer_id >= 0
         self.next_sequence: dict[TopicPartition, int] = {}
         self.reset_requested = False
 
@@ -65,7 +71,7 @@ class Sender(threading.Thread):
         self.acc = accumulator
         self.config = config
         self.topics = topics
-        self.idempotence = IdempotenceState() if config.idempotent else None
+        self.idempotence = IdempotenceState(config.producer_id, config.producer_epoch) if config.idempotent else None
         self.running = True
         self.force_close = False
 
@@ -233,6 +239,8 @@ class Sender(threading.Thread):
         if isinstance(error, OutOfOrderSequenceNumber) and self.idempotence is not None:
             # A later batch rejected because an earlier one is being retried: retry it after that one.
             retriable = self.acc.has_earlier_unacked(batch)
+        elif isinstance(error, UnknownProducerId) and self.idempotence is not None and self.idempotence.fixed:
+            retriable = False   # the same id would be refused again; only the caller can decide
         now = time.monotonic()
         if (retriable and batch.attempts < self.config.retries
                 and now + self.config.retry_backoff_s - batch.created < self.config.delivery_timeout_s):
@@ -253,10 +261,13 @@ class Sender(threading.Thread):
         if in_flight:
             self.acc.landed(batch)
         self.acc.release(batch)
-        if self.idempotence is not None and batch.base_sequence >= 0:
+        state = self.idempotence
+        if (state is not None and not state.fixed and batch.base_sequence >= 0
+                and not isinstance(error, InvalidProducerEpoch)):
             # Later sequences of this partition now have a gap: start over with a new producer id.
-            if not isinstance(error, InvalidProducerEpoch):
-                self.idempotence.reset_requested = True
+            # A fixed identity keeps it (and its later batches fail too): a new id would turn a
+            # deduplicated re-send into duplicates.
+            state.reset_requested = True
         if not batch.future.done():
             batch.future.set_exception(error)
         self.acc.wakeup.set()

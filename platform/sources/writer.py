@@ -1,28 +1,36 @@
 """Writes (``df.write/writeStream.format("ember")``): Arrow batches straight into ``Producer.send_batch``.
 
-Each Spark task sends its rows columnar (no Python per row) through one idempotent producer with
-``acks=all`` by default and returns only once every batch is acknowledged, so a task that
-succeeds has its rows durably in the log. A task that Spark retries, or a micro-batch a restarted
-query runs again, sends its rows again: delivery is at-least-once (docs/spark.md explains why and
-what exactly-once needs from the producer).
+Each Spark task sends its rows columnar (no Python per row) with ``acks=all`` by default and
+returns only once every batch is acknowledged, so a task that succeeds has its rows durably in
+the log. Batch writes are at-least-once: a retried task sends its rows again. Streaming writes are
+exactly-once by default (option ``exactlyOnce``): a task sends the same batches under the same
+producer ids on every run of its micro-batch, so the broker drops a re-run's batches as duplicates
+(docs/spark.md, "Exactly-once streaming writes").
 """
 from __future__ import annotations
 
+import hashlib
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Iterator, List, Optional
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import BinaryType, IntegerType, StringType, StructType
 
 from ember.client import Producer
+from ember.ingest.partitioner import partitions_for_keys
+from ember.ingest.producer import split_batches
+from ember.log.producer_state import MAX_CACHED_BATCHES
 from ember.sources.options import OptionError, WriterOptions
 from ember.sources.schema import HEADERS_TYPE
 
 _COLUMN_TYPES = {"value": (BinaryType(), StringType()), "key": (BinaryType(), StringType()),
                  "topic": (StringType(),), "partition": (IntegerType(),), "headers": (HEADERS_TYPE,)}
+_MAX_REQUEST_SIZE = 1024 * 1024
+_POSITION = "__ember_position"   # a row's position in its task (exactly-once placement of null keys)
 
 
 @dataclass
@@ -51,21 +59,13 @@ class _ArrowWriteMixin:
         check_write_schema(schema, options)
         self._options = options
 
+    def _exactly_once(self) -> bool:
+        return False
+
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteResult:
-        rows: dict[str, int] = {}
-        pending: list[Future] = []
-        producer = Producer(bootstrap_servers=self._options.bootstrap, acks=self._options.acks, linger_ms=0)
-        try:
-            for batch in iterator:
-                for topic, partition, records in split_by_destination(batch, self._options.topic):
-                    pending.append(producer.send_batch(topic, records, partition=partition))
-                    rows[topic] = rows.get(topic, 0) + records.num_rows
-            producer.flush()
-            for future in pending:
-                future.result()  # raises the first delivery error: the task fails and Spark retries it
-        finally:
-            producer.close()
-        return WriteResult(rows)
+        if self._exactly_once():
+            return ExactlyOnceWrite(self._options, TaskIdentity.current()).run(iterator)
+        return _write_at_least_once(self._options, iterator)
 
 
 class EmberBatchWriter(_ArrowWriteMixin, DataSourceArrowWriter):
@@ -74,42 +74,213 @@ class EmberBatchWriter(_ArrowWriteMixin, DataSourceArrowWriter):
 
 class EmberStreamWriter(_ArrowWriteMixin, DataSourceStreamArrowWriter):
     """``df.writeStream.format("ember")``: each micro-batch's rows are acknowledged before Spark
-    commits the batch; a re-run batch is sent again (at-least-once)."""
+    commits the batch; a re-run batch is deduplicated by the brokers (exactly-once), or sent
+    again with ``exactlyOnce=false`` (at-least-once)."""
+
+    def __init__(self, options: WriterOptions, schema: StructType) -> None:
+        super().__init__(options, schema)
+        if options.exactly_once and options.acks == "0":
+            raise OptionError("exactlyOnce needs acks=1 or all (acks=0 gets no answer to deduplicate by); "
+                              "set exactlyOnce=false to write with acks=0")
+
+    def _exactly_once(self) -> bool:
+        return self._options.exactly_once
 
     def commit(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:
         """Nothing to do: rows are durable once each task returned."""
 
     def abort(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:
-        """Nothing to undo: acknowledged rows stay in the log (readers see them; at-least-once)."""
+        """Nothing to undo: acknowledged rows stay in the log (a re-run of the batch repeats them,
+        deduplicated when exactly-once)."""
+
+
+def _write_at_least_once(options: WriterOptions, iterator: Iterator[pa.RecordBatch]) -> WriteResult:
+    """Send every row through one broker-assigned idempotent producer (a re-run sends them again)."""
+    rows: dict[str, int] = {}
+    pending: list[Future] = []
+    producer = Producer(bootstrap_servers=options.bootstrap, acks=options.acks, linger_ms=0)
+    try:
+        for batch in iterator:
+            for topic, partition, records in split_by_destination(batch, options.topic):
+                pending.append(producer.send_batch(topic, records, partition=partition))
+                rows[topic] = rows.get(topic, 0) + records.num_rows
+        producer.flush()
+        for future in pending:
+            future.result()  # raises the first delivery error: the task fails and Spark retries it
+    finally:
+        producer.close()
+    return WriteResult(rows)
+
+
+@dataclass(frozen=True)
+class TaskIdentity:
+    """What a task's output is named after: the same for every attempt and every re-run of the
+    task's micro-batch (the query id is kept in the checkpoint), different for anything else."""
+    query_id: str
+    batch_id: int
+    partition_id: int
+
+    @classmethod
+    def current(cls) -> "TaskIdentity":
+        """The running task's identity, from the local properties Spark sets for streaming jobs."""
+        context = TaskContext.get()
+        query_id = context.getLocalProperty("sql.streaming.queryId") if context else None
+        batch_id = context.getLocalProperty("streaming.sql.batchId") if context else None
+        if query_id is None or batch_id is None:
+            raise RuntimeError("exactly-once writes need a streaming query's id and batch id; "
+                               "this task has none (set the option exactlyOnce=false)")
+        return cls(query_id, int(batch_id), context.partitionId())
+
+    def producer_id(self, chunk: int) -> int:
+        """A 63-bit id in [2^62, 2^63): brokers assign ids from 0 up, so the two never meet."""
+        name = f"{self.query_id}/{self.batch_id}/{self.partition_id}/{chunk}".encode()
+        return (1 << 62) | int.from_bytes(hashlib.blake2b(name, digest_size=8).digest(), "big") >> 2
+
+
+@dataclass
+class _Destination:
+    """A task's output to one topic-partition: batches sent so far and rows not yet a full batch."""
+    topic: str
+    partition: int
+    batches: int = 0
+    pending: Optional[pa.Table] = None
+
+    @property
+    def chunk(self) -> int:
+        """The producer id index of the next batch: a new id every MAX_CACHED_BATCHES batches,
+        so every batch a re-run repeats is still in the broker's duplicate cache."""
+        return self.batches // MAX_CACHED_BATCHES
+
+    @property
+    def mid_chunk(self) -> bool:
+        return self.batches % MAX_CACHED_BATCHES != 0
+
+
+class ExactlyOnceWrite:
+    """One task's exactly-once write: on every run of the task, the same batches (cut greedily per
+    destination partition, independent of Spark's Arrow batch boundaries) go out under the same
+    producer ids and sequences, so the broker answers a repeated batch with its original offsets."""
+
+    def __init__(self, options: WriterOptions, identity: TaskIdentity,
+                 max_request_size: int = _MAX_REQUEST_SIZE) -> None:
+        self._options = options
+        self._identity = identity
+        self._max_request_size = max_request_size
+        self._destinations: dict[tuple[str, int], _Destination] = {}
+        self._producers: dict[int, Producer] = {}   # chunk -> producer with that chunk's id
+        self._futures: list[Future] = []
+        self._partition_counts: dict[str, int] = {}
+        self._position = identity.partition_id   # tasks start their null-key round-robin apart
+
+    def run(self, iterator: Iterator[pa.RecordBatch]) -> WriteResult:
+        rows: dict[str, int] = {}
+        try:
+            for batch in iterator:
+                for topic, partition, records in self._route(batch):
+                    self._append(topic, partition, records)
+                    rows[topic] = rows.get(topic, 0) + records.num_rows
+            for destination in self._destinations.values():
+                if destination.pending is not None:
+                    self._send(destination, destination.pending)
+            for producer in self._producers.values():
+                producer.flush()
+            for future in self._futures:
+                future.result()  # raises the first delivery error: the task fails, a re-run repeats it
+        finally:
+            for producer in self._producers.values():
+                producer.close()
+        return WriteResult(rows)
+
+    def _route(self, batch: pa.RecordBatch) -> Iterator[tuple[str, Optional[int], pa.Table]]:
+        """Rows per (topic, partition), every row placed deterministically (never sticky)."""
+        if batch.num_rows == 0:
+            return
+        table = pa.Table.from_batches([batch]).append_column(_POSITION, _positions(self._position, batch.num_rows))
+        self._position += batch.num_rows
+        for topic, rows in _by_topic(table, self._options.topic):
+            placed = place_rows(rows, self._partition_count(topic))
+            yield from _split_partitions(topic, _set_column(rows, "partition", placed))
+
+    def _partition_count(self, topic: str) -> int:
+        if topic not in self._partition_counts:
+            self._partition_counts[topic] = len(self._producer(0).partitions_for(topic))
+        return self._partition_counts[topic]
+
+    def _append(self, topic: str, partition: int, records: pa.Table) -> None:
+        """Add rows to the destination and send every batch that can no longer grow."""
+        destination = self._destinations.setdefault((topic, partition), _Destination(topic, partition))
+        table = records if destination.pending is None else pa.concat_tables([destination.pending, records])
+        *full, destination.pending = split_batches(table, self._max_request_size)
+        for batch in full:
+            self._send(destination, batch)
+
+    def _send(self, destination: _Destination, batch: pa.Table) -> None:
+        chunk = destination.chunk
+        producer = self._producer(chunk)
+        self._futures.append(producer.send_batch(destination.topic, batch, partition=destination.partition))
+        destination.batches += 1
+        if chunk and not any(d.chunk == chunk and d.mid_chunk for d in self._destinations.values()):
+            # Nobody is in the middle of this id's sequences: a later destination starting the
+            # chunk gets a fresh producer (sequence 0 on a partition this id never wrote to).
+            self._producers.pop(chunk).close()
+
+    def _producer(self, chunk: int) -> Producer:
+        if chunk not in self._producers:
+            self._producers[chunk] = Producer(
+                bootstrap_servers=self._options.bootstrap, acks=self._options.acks, linger_ms=0,
+                max_request_size=self._max_request_size, producer_id=self._identity.producer_id(chunk))
+        return self._producers[chunk]
+
+
+def place_rows(rows: pa.Table, count: int) -> pa.Array:
+    """Every row's partition, the same on every run over the same rows: the ``partition`` column,
+    else murmur2 of the key, else round-robin by the row's position in the task."""
+    placed = pc.cast(pc.remainder(rows.column(_POSITION), count), pa.int32())
+    if "key" in rows.column_names:
+        placed = pc.coalesce(partitions_for_keys(rows.column("key"), count), placed)
+    if "partition" in rows.column_names:
+        placed = pc.coalesce(rows.column("partition"), placed)
+    return placed
 
 
 def split_by_destination(batch: pa.RecordBatch, default_topic: Optional[str]) -> Iterator[tuple[str, Optional[int], pa.Table]]:
-    """Rows grouped by (topic, partition) as producer-ready tables (columns key, value, headers).
+    """Rows grouped by (topic, partition) as producer-ready tables (columns key, value, headers);
+    rows with a null ``partition`` are left to the producer's partitioner (partition None)."""
+    for topic, rows in _by_topic(pa.Table.from_batches([batch]), default_topic):
+        yield from _split_partitions(topic, rows)
 
-    The ``topic`` option wins over a ``topic`` column (as in Spark's Kafka sink); rows with a null
-    ``partition`` are placed by the producer's partitioner (murmur2 of the key).
-    """
-    table = pa.Table.from_batches([batch])
-    records = _records(table)
+
+def _by_topic(table: pa.Table, default_topic: Optional[str]) -> Iterator[tuple[str, pa.Table]]:
+    """Rows per destination topic: the ``topic`` option wins over a ``topic`` column (as in Spark's
+    Kafka sink)."""
     if default_topic is not None or "topic" not in table.column_names:
-        yield from _split_partitions(default_topic, table, records)
+        yield default_topic, table
         return
     topics = table.column("topic")
     if topics.null_count:
         raise ValueError("a row has a null 'topic' and no 'topic' option is set; give every row a topic")
     for topic in pc.unique(topics).to_pylist():
-        mask = pc.equal(topics, topic)
-        yield from _split_partitions(topic, table.filter(mask), records.filter(mask))
+        yield topic, table.filter(pc.equal(topics, topic))
 
 
-def _split_partitions(topic: str, table: pa.Table, records: pa.Table) -> Iterator[tuple[str, Optional[int], pa.Table]]:
+def _split_partitions(topic: str, table: pa.Table) -> Iterator[tuple[str, Optional[int], pa.Table]]:
     if "partition" not in table.column_names or table.column("partition").null_count == table.num_rows:
-        yield topic, None, records
+        yield topic, None, _records(table)
         return
     partitions = table.column("partition")
     for partition in pc.unique(partitions).to_pylist():
         mask = pc.is_null(partitions) if partition is None else pc.fill_null(pc.equal(partitions, partition), False)
-        yield topic, partition, records.filter(mask)
+        yield topic, partition, _records(table.filter(mask))
+
+
+def _positions(first: int, count: int) -> pa.Array:
+    """first, first + 1, ..., first + count - 1 (int64), without a Python loop."""
+    return pc.cumulative_sum(pa.nulls(count, pa.int64()).fill_null(1), start=first - 1)
+
+
+def _set_column(table: pa.Table, name: str, values: pa.Array) -> pa.Table:
+    index = table.schema.get_field_index(name)
+    return table.set_column(index, name, values) if index >= 0 else table.append_column(name, values)
 
 
 def _records(table: pa.Table) -> pa.Table:
