@@ -32,4 +32,8 @@ class EmberBatchReader(DataSourceReader):
         return plan_ranges(start, end, replicas, options.min_partitions)
 
     def read(self, partition: OffsetRange) -> Iterator[pa.RecordBatch]:
+        # With no range planned (nothing to read), Spark still runs one task with a bare
+        # InputPartition: it reads nothing.
+        if not isinstance(partition, OffsetRange):
+            return iter(())
         return read_range(partition, self._options, self._target)

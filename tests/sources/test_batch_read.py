@@ -44,6 +44,10 @@ def test_starting_and_ending_offsets_json(spark, shared_cluster, topic) -> None:
     assert rows(df) == [r for r in expected(COUNTS) if (r[0] == 0 and 10 <= r[1] < 15) or (r[0] == 1 and r[1] < 3)]
 
 
+def test_nothing_to_read_gives_an_empty_frame(spark, shared_cluster, topic) -> None:
+    assert reader(spark, shared_cluster, topic, startingOffsets="latest").count() == 0
+
+
 def test_starting_timestamp(spark, shared_cluster, topic) -> None:
     df = reader(spark, shared_cluster, topic, startingTimestamp=str(1_700_000_000_000 + 22_000))
     assert rows(df) == [r for r in expected(COUNTS) if r[1] >= 22]
