@@ -261,9 +261,6 @@ def test_long_poll_returns_records_produced_while_waiting(shared_cluster: LocalC
         assert [r.value for r in consumer.poll(20_000)[tp]] == [b"late"]
 
 
-@pytest.mark.xfail(reason="broker replication: after the leader is killed the new leader's log lacks records "
-                          "acknowledged with acks=all (seen 2026-11-22; the producer side acks and retries correctly)",
-                   strict=False)
 def test_leader_failover_keeps_every_acknowledged_record_once(make_cluster, topic_name: str) -> None:
     cluster = make_cluster(brokers=3)
     with Admin(cluster.bootstrap) as admin:
