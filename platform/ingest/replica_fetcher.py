@@ -131,8 +131,9 @@ class ReplicaFetcher:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                log.warning("replica fetcher for leader %d: %s; retrying in %d ms", self.leader_id, exc,
-                            self.config.backoff_ms)
+                retriable = isinstance(exc, EmberError) and exc.retriable
+                log.log(logging.INFO if retriable else logging.WARNING, "replica fetcher for leader %d: %s; "
+                        "retrying in %d ms", self.leader_id, exc, self.config.backoff_ms)
                 self._disconnect()
                 await asyncio.sleep(self.config.backoff_ms / 1000)
 

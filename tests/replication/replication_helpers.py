@@ -55,10 +55,23 @@ def partition_meta(cluster: LocalCluster, topic: str, partition: int = 0,
 
 def wait_for_isr(cluster: LocalCluster, topic: str, isr: set[int], partition: int = 0,
                  ask: Iterable[int] | None = None) -> dict[str, Any]:
+    """Metadata once the ISR is ``isr`` and the leader serves the partition to consumers."""
     def check() -> dict[str, Any] | None:
         meta = partition_meta(cluster, topic, partition, ask)
-        return meta if meta and meta["leader"] >= 0 and set(meta["isr"]) == isr else None
+        if not meta or meta["leader"] < 0 or set(meta["isr"]) != isr:
+            return None
+        return meta if high_watermark(cluster.brokers[meta["leader"]].address, topic, partition) is not None else None
     return eventually(check, f"ISR of {topic}-{partition} to become {sorted(isr)}")
+
+
+def high_watermark(address: str, topic: str, partition: int = 0) -> int | None:
+    """The high watermark a consumer sees at ``address`` (ListOffsets latest), None on an error."""
+    body = {"partitions": [{"topic": topic, "partition": partition, "timestamp": -1}]}
+    try:
+        item = call(address, ApiKey.LIST_OFFSETS, body, timeout_s=5)["partitions"][0]
+    except (EmberError, TimeoutError):
+        return None
+    return item["offset"] if item["error_code"] == 0 else None
 
 
 def produce(address: str, topic: str, values: list[bytes], acks: int, partition: int = 0) -> dict[str, Any]:
@@ -75,12 +88,12 @@ def disk_values(cluster: LocalCluster, broker_id: int, topic: str, end: int, par
 
 
 class HighWatermarkWatch:
-    """Samples the high watermark consumers see (ListOffsets latest at the current leader) on a
-    thread, so a test can check it never went back across failovers."""
+    """Samples (leader, high watermark) as consumers see it (ListOffsets latest at the current
+    leader) on a thread, so a test can check it never went back across failovers."""
 
     def __init__(self, cluster: LocalCluster, topic: str, partition: int = 0) -> None:
         self.cluster, self.topic, self.partition = cluster, topic, partition
-        self.samples: list[int] = []
+        self.samples: list[tuple[int, int]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -92,16 +105,18 @@ class HighWatermarkWatch:
         self._stop.set()
         self._thread.join(10)
 
+    def sampled(self, leader: Callable[[int], bool]) -> bool:
+        return any(leader(sampled_leader) for sampled_leader, _ in self.samples)
+
+    @property
+    def high_watermarks(self) -> list[int]:
+        return [hw for _, hw in self.samples]
+
     def _run(self) -> None:
-        body = {"partitions": [{"topic": self.topic, "partition": self.partition, "timestamp": -1}]}
         while not self._stop.wait(0.05):
-            try:
-                meta = partition_meta(self.cluster, self.topic, self.partition)
-                if not meta or meta["leader"] < 0:
-                    continue
-                item = call(self.cluster.brokers[meta["leader"]].address, ApiKey.LIST_OFFSETS, body,
-                            timeout_s=2)["partitions"][0]
-            except (EmberError, TimeoutError, KeyError):
-                continue   # leader moving or down: no sample
-            if item["error_code"] == 0:
-                self.samples.append(item["offset"])
+            meta = partition_meta(self.cluster, self.topic, self.partition)
+            if meta and meta["leader"] >= 0:
+                leader = meta["leader"]
+                sample = high_watermark(self.cluster.brokers[leader].address, self.topic, self.partition)
+                if sample is not None:   # None: the leader is moving or down
+                    self.samples.append((leader, sample))

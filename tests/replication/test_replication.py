@@ -16,8 +16,7 @@ from ember.client import Admin, Consumer, Producer
 from ember.errors import ErrorCode, OffsetOutOfRange
 from ember.log.reader import read_offset_range
 
-from replication_helpers import (HighWatermarkWatch, disk_values, eventually, partition_meta, produce,
-                                 wait_for_isr)
+from replication_helpers import HighWatermarkWatch, disk_values, eventually, partition_meta, produce, wait_for_isr
 
 pytestmark = pytest.mark.integration
 
@@ -62,25 +61,25 @@ def test_leader_kill_keeps_every_acknowledged_record_once(make_cluster, topic_na
     cluster = make_cluster(brokers=3, config=FAST)
     create_topic(cluster.bootstrap, topic_name)
     old_leader = wait_for_isr(cluster, topic_name, {1, 2, 3})["leader"]
-    acked: dict[int, int] = {}
-    with HighWatermarkWatch(cluster, topic_name) as watch, \
-            Producer(cluster.bootstrap, acks="all", request_timeout_ms=5000, retry_backoff_ms=100,
-                     delivery_timeout_ms=120000) as producer:
-        for i in range(4000):
-            producer.send(topic_name, b"%d" % i).add_callback(lambda md, i=i: acked.__setitem__(i, md.offset))
-            if i == 1500:
-                producer.flush(30)
-                cluster.kill_broker(old_leader, signal.SIGKILL)
-        producer.flush(120)
-    assert len(acked) == 4000
-    meta = partition_meta(cluster, topic_name)
-    assert meta is not None and meta["leader"] not in (old_leader, -1)
-    assert meta["leader_epoch"] >= 1
-
-    consumed = consume_values(cluster.bootstrap, topic_name, 4000)
+    with HighWatermarkWatch(cluster, topic_name) as watch:
+        with Producer(cluster.bootstrap, acks="all", request_timeout_ms=5000, retry_backoff_ms=100,
+                      delivery_timeout_ms=120000) as producer:
+            futures = []
+            for i in range(4000):
+                futures.append(producer.send(topic_name, b"%d" % i))
+                if i == 1500:
+                    producer.flush(30)
+                    eventually(lambda: watch.sampled(lambda leader: leader == old_leader), "a sample of the leader")
+                    cluster.kill_broker(old_leader, signal.SIGKILL)
+            producer.flush(120)
+        acked = [future.get(0).offset for future in futures]   # raises if any record failed
+        consumed = consume_values(cluster.bootstrap, topic_name, 4000)
+        eventually(lambda: watch.sampled(lambda leader: leader != old_leader), "a sample of the new leader")
     assert [value for _, value in consumed] == [b"%d" % i for i in range(4000)]   # none lost or duplicated, in order
-    assert [offset for offset, _ in consumed] == [acked[i] for i in range(4000)]  # where the acks said
-    assert watch.samples and watch.samples == sorted(watch.samples), "the high watermark went back"
+    assert [offset for offset, _ in consumed] == acked                             # where the acks said
+    assert watch.high_watermarks == sorted(watch.high_watermarks), "the high watermark went back"
+    meta = partition_meta(cluster, topic_name)
+    assert meta is not None and meta["leader"] not in (old_leader, -1) and meta["leader_epoch"] >= 1
 
     # The old leader comes back, truncates whatever it had beyond the new leader's log and
     # rejoins the ISR with exactly the same records.
@@ -91,7 +90,9 @@ def test_leader_kill_keeps_every_acknowledged_record_once(make_cluster, topic_na
 
 
 def test_restarted_leader_truncates_its_divergent_tail_by_epoch(make_cluster, topic_name) -> None:
-    cluster = make_cluster(brokers=3, config=FAST)
+    # Short follower long polls: once frozen, a follower has no fetch parked at the leader.
+    cluster = make_cluster(brokers=3, config={**FAST, "zookeeper.session.timeout.ms": "3000",
+                                              "replica.fetch.wait.max.ms": "100"})
     create_topic(cluster.bootstrap, topic_name)
     old_leader = wait_for_isr(cluster, topic_name, {1, 2, 3})["leader"]
     followers = [b for b in cluster.brokers if b != old_leader]
@@ -99,9 +100,12 @@ def test_restarted_leader_truncates_its_divergent_tail_by_epoch(make_cluster, to
     assert produce(cluster.brokers[old_leader].address, topic_name, committed, acks=-1)["error_code"] == 0
 
     # Records only the old leader gets (acks=1 while its followers are frozen), then it dies.
+    # The pause outlasts the followers' parked fetches (100 ms), else the leader would still push
+    # the records into their sockets; it stays well inside the session timeout.
     for broker_id in followers:
         cluster.pause_broker(broker_id)
     try:
+        time.sleep(0.5)
         lost = [b"lost%d" % i for i in range(5)]
         assert produce(cluster.brokers[old_leader].address, topic_name, lost, acks=1)["error_code"] == 0
         cluster.kill_broker(old_leader, signal.SIGKILL)
@@ -109,11 +113,9 @@ def test_restarted_leader_truncates_its_divergent_tail_by_epoch(make_cluster, to
         for broker_id in followers:
             cluster.resume_broker(broker_id)
 
-    meta = eventually(lambda: (m := partition_meta(cluster, topic_name)) and m["leader"] in followers and m,
-                      "a follower to take over")
+    new_leader = wait_for_isr(cluster, topic_name, set(followers), ask=followers)["leader"]
     newer = [b"b%d" % i for i in range(10)]
-    eventually(lambda: produce(cluster.brokers[meta["leader"]].address, topic_name, newer, acks=-1)["error_code"] == 0,
-               "the new leader to accept acks=all writes")
+    assert produce(cluster.brokers[new_leader].address, topic_name, newer, acks=-1)["error_code"] == 0
 
     cluster.restart_broker(old_leader)
     wait_for_isr(cluster, topic_name, {1, 2, 3})
