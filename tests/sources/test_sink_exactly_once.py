@@ -55,7 +55,9 @@ def stored_values(bootstrap: str, topic: str, partitions: int) -> list[bytes]:
     with Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest") as consumer:
         consumer.assign(tps)
         remaining = sum(consumer.end_offsets(tps).values())
+        deadline = time.monotonic() + 60
         while remaining > 0:   # more may arrive meanwhile
+            assert time.monotonic() < deadline, f"{remaining} records of {topic!r} never arrived"
             for tp, records in consumer.poll(1000).items():
                 out[tp.partition] += [r.value for r in records]
                 remaining -= len(records)
