@@ -26,10 +26,6 @@ class BrokerClient:
         return cls(connection)
 
     @property
-    def address(self) -> Address:
-        return self._connection.address
-
-    @property
     def closed(self) -> bool:
         return self._connection.closed
 
