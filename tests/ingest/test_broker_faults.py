@@ -63,9 +63,13 @@ def test_controller_failover_moves_leadership(make_cluster, topic_name):
     cluster = make_cluster(brokers=3, config=FAST_SESSIONS)
     with RawClient(cluster.brokers[1].address) as client:
         assert create_topic(client, topic_name, partitions=3, replication_factor=3)["error_code"] == 0
-    before = metadata(cluster.brokers[1].address, topic_name)
+    def settled() -> dict | None:
+        """Metadata once broker 1's cache has the controller and every partition's leader."""
+        body = metadata(cluster.brokers[1].address, topic_name)
+        leaders = [p["leader"] for p in body["topics"][0]["partitions"]]
+        return body if body["controller_id"] in (1, 2, 3) and len(leaders) == 3 and -1 not in leaders else None
+    before = eventually(settled, what="the new topic's leaders in broker 1's metadata")
     controller = before["controller_id"]
-    assert controller in (1, 2, 3)
     led = {p["partition"]: p for p in before["topics"][0]["partitions"] if p["leader"] == controller}
     assert led, "leaders are spread over all brokers, so the controller leads a partition"
 
