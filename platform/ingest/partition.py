@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from ember.cluster.records import PartitionState
 from ember.errors import (FencedLeaderEpoch, NotEnoughReplicas, NotEnoughReplicasAfterAppend, NotLeaderOrFollower,
-                          OffsetNotAvailable, RequestTimedOut, UnknownLeaderEpoch)
+                          OffsetNotAvailable, OffsetOutOfRange, RequestTimedOut, UnknownLeaderEpoch)
 from ember.ingest.isr import FollowerProgress, now_ms
 from ember.ingest.signals import Signal, wait_any
 from ember.log.batch import NO_EPOCH
@@ -114,7 +114,12 @@ class Partition:
     # -- leader: followers, ISR, high watermark ------------------------------------------------
 
     def record_follower_position(self, replica_id: int, fetch_offset: int) -> None:
-        """A follower fetched from ``fetch_offset``, so its log ends there (event loop)."""
+        """A follower fetched from ``fetch_offset``, so its log ends there (event loop). An offset
+        past this log's end is out of range: such a follower must truncate first, and must never
+        count towards the high watermark or the ISR."""
+        if fetch_offset > self.log.log_end_offset:
+            raise OffsetOutOfRange(f"{self}: follower {replica_id} fetches from {fetch_offset}, past the "
+                                   f"log end {self.log.log_end_offset}")
         progress = self._followers.get(replica_id)
         if progress is None:
             if replica_id not in self.replicas or replica_id == self.broker_id:
