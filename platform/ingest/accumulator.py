@@ -44,7 +44,7 @@ class ProducerBatch:
     """Records for one partition, sent (and retried) as one unit."""
 
     __slots__ = ("tp", "keys", "values", "timestamps", "headers", "table", "size", "count", "created",
-                 "future", "attempts", "retry_at", "base_sequence", "encoded", "last_error")
+                 "future", "settled", "attempts", "retry_at", "base_sequence", "encoded", "last_error")
 
     def __init__(self, tp: TopicPartition, now: float, table: Optional[pa.Table] = None, size: int = 0) -> None:
         self.tp = tp
@@ -57,6 +57,9 @@ class ProducerBatch:
         self.count = 0 if table is None else table.num_rows
         self.created = now
         self.future: Future[ProduceResult] = Future()
+        # Done once ``future`` is resolved *and* its callbacks have run: Future wakes waiters
+        # before it runs callbacks, and flush() promises that callbacks have run.
+        self.settled: Future[None] = Future()
         self.attempts = 0
         self.retry_at = 0.0
         self.base_sequence = -1
@@ -254,9 +257,9 @@ class RecordAccumulator:
             return sum(len(batches) for batches in self._in_flight.values())
 
     def unfinished(self) -> list[Future]:
-        """Futures of every batch queued or in flight now (what ``flush`` waits for)."""
+        """``settled`` futures of every batch queued or in flight now (what ``flush`` waits for)."""
         with self._lock:
-            return [b.future for group in (*self._queues.values(), *self._in_flight.values()) for b in group]
+            return [b.settled for group in (*self._queues.values(), *self._in_flight.values()) for b in group]
 
     def pending(self) -> bool:
         with self._lock:

@@ -253,14 +253,14 @@ class Sender(threading.Thread):
         self._fail(batch, error, in_flight=True)
 
     def _complete(self, batch: ProducerBatch, base_offset: int, log_append_time: int) -> None:
+        # Resolve (running the record callbacks) before the batch leaves the accumulator, so a
+        # flush() never returns while a callback of an acknowledged batch is still to run.
+        batch.future.set_result(ProduceResult(batch.tp.topic, batch.tp.partition, base_offset, log_append_time))
+        batch.settled.set_result(None)
         self.acc.landed(batch)
         self.acc.release(batch)
-        batch.future.set_result(ProduceResult(batch.tp.topic, batch.tp.partition, base_offset, log_append_time))
 
     def _fail(self, batch: ProducerBatch, error: BaseException, *, in_flight: bool) -> None:
-        if in_flight:
-            self.acc.landed(batch)
-        self.acc.release(batch)
         state = self.idempotence
         if (state is not None and not state.fixed and batch.base_sequence >= 0
                 and not isinstance(error, InvalidProducerEpoch)):
@@ -270,6 +270,11 @@ class Sender(threading.Thread):
             state.reset_requested = True
         if not batch.future.done():
             batch.future.set_exception(error)
+        if not batch.settled.done():
+            batch.settled.set_result(None)
+        if in_flight:
+            self.acc.landed(batch)
+        self.acc.release(batch)
         self.acc.wakeup.set()
 
     def _expiry_error(self, batch: ProducerBatch, now: float) -> KafkaTimeoutError:

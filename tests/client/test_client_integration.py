@@ -278,3 +278,21 @@ def test_leader_failover_keeps_every_acknowledged_record_once(make_cluster, topi
     assert len(acked) == 2000
     values = [int(r.value) for r in consume_all(cluster.bootstrap, topic_name, 2000, timeout_s=15)[0]]
     assert values == list(range(2000))       # none lost, none duplicated, in order
+
+
+def test_flush_returns_after_every_callback_ran(shared_cluster: LocalCluster, topic_name: str) -> None:
+    """Kafka's contract: when flush() returns, the callbacks of the flushed records have run."""
+    with Admin(shared_cluster.bootstrap) as admin:
+        admin.create_topic(topic_name, partitions=1)
+    acked: list[int] = []
+
+    def slow_callback(metadata) -> None:
+        time.sleep(0.0005)   # widens the window between "future resolved" and "callbacks done"
+        acked.append(metadata.offset)
+
+    with Producer(shared_cluster.bootstrap, acks=1, linger_ms=50) as producer:
+        for i in range(1000):
+            producer.send(topic_name, b"v%d" % i).add_callback(slow_callback)
+        producer.flush(timeout=60)
+        assert len(acked) == 1000
+        assert sorted(acked) == list(range(1000))
