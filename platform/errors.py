@@ -42,6 +42,7 @@ class ErrorCode(IntEnum):
     TOPIC_ALREADY_EXISTS = 36
     INVALID_PARTITIONS = 37
     INVALID_REPLICATION_FACTOR = 38
+    INVALID_REPLICA_ASSIGNMENT = 39
     INVALID_REQUEST = 42
     INVALID_CONFIG = 40
     NOT_CONTROLLER = 41
@@ -50,9 +51,12 @@ class ErrorCode(IntEnum):
     INVALID_PRODUCER_EPOCH = 47
     KAFKA_STORAGE_ERROR = 56
     UNKNOWN_PRODUCER_ID = 59
+    REASSIGNMENT_IN_PROGRESS = 60
     FENCED_LEADER_EPOCH = 74
     UNKNOWN_LEADER_EPOCH = 75
     OFFSET_NOT_AVAILABLE = 78
+    PREFERRED_LEADER_NOT_AVAILABLE = 80
+    ELECTION_NOT_NEEDED = 84
     GROUP_ID_NOT_FOUND = 69
     NON_EMPTY_GROUP = 68
     UNSTABLE_OFFSET_COMMIT = 88
@@ -219,6 +223,29 @@ class InvalidReplicationFactor(EmberError):
     hint = "start more brokers or lower --replication-factor"
 
 
+class InvalidReplicaAssignment(EmberError):
+    """A replica list is invalid (empty, repeated or unregistered brokers)."""
+    code = ErrorCode.INVALID_REPLICA_ASSIGNMENT
+    hint = "list distinct ids of registered brokers (`ember cluster status`)"
+
+
+class ReassignmentInProgress(EmberError):
+    """The partition is already being reassigned."""
+    code = ErrorCode.REASSIGNMENT_IN_PROGRESS
+    hint = "wait until `ember topics describe` no longer shows it reassigning"
+
+
+class PreferredLeaderNotAvailable(EmberError):
+    """The preferred replica cannot lead now (not registered or not in the ISR)."""
+    code = ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
+    retriable = True
+
+
+class ElectionNotNeeded(EmberError):
+    """The preferred replica already leads the partition."""
+    code = ErrorCode.ELECTION_NOT_NEEDED
+
+
 class InvalidConfig(EmberError):
     """A configuration name or value is invalid."""
     code = ErrorCode.INVALID_CONFIG
@@ -300,7 +327,8 @@ class KafkaTimeoutError(EmberError):
 
 class CorruptSegment(EmberError):
     """A sealed segment holds damaged bytes; the data at that position cannot be read."""
-    code = ErrorCode.KAFKA_STORAGE_ERROR
+    # Sent as CORRUPT_RECORD, which is not retriable: retrying a damaged segment never helps.
+    code = ErrorCode.CORRUPT_RECORD
     hint = "restore the segment from a replica or delete the partition directory to re-replicate"
 
 

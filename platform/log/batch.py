@@ -281,18 +281,24 @@ def _table_from_python(records: Iterable[Union[Record, tuple]]) -> pa.Table:
 def decode_payload(header: BatchHeader, batch: Buffer) -> pa.RecordBatch:
     """Columns of one raw batch (``batch`` = header + payload), offsets derived from the header."""
     payload = pa.py_buffer(batch)[HEADER_SIZE:header.size]
-    records = pa.ipc.open_stream(payload).read_next_batch()
-    n = records.num_rows
-    if n != header.record_count:
+    try:
+        records = pa.ipc.open_stream(payload).read_next_batch()
+        n = records.num_rows
+        if n != header.record_count:
+            raise errors.CorruptRecord(
+                f"batch at offset {header.base_offset} holds {n} records, header says {header.record_count}")
+        timestamps = records.column("timestamp")
+        if header.log_append_time:
+            timestamps = pa.repeat(pa.scalar(header.max_timestamp, pa.int64()), n)
+        return pa.RecordBatch.from_arrays(
+            [_offsets(header.base_offset, n), timestamps, records.column("key"), records.column("value"),
+             records.column("headers")], schema=DECODED_SCHEMA)
+    except (pa.ArrowException, OSError, KeyError, TypeError, ValueError) as exc:  # in-memory: OSError is pyarrow's
+        # The CRC only proves the bytes are the producer's; they may still not be a valid record
+        # batch (a buggy or hostile producer). Readers get a typed error, never a pyarrow one.
         raise errors.CorruptRecord(
-            f"batch at offset {header.base_offset} holds {n} records, header says {header.record_count}")
-    offsets = _offsets(header.base_offset, n)
-    timestamps = records.column("timestamp")
-    if header.log_append_time:
-        timestamps = pa.repeat(pa.scalar(header.max_timestamp, pa.int64()), n)
-    return pa.RecordBatch.from_arrays(
-        [offsets, timestamps, records.column("key"), records.column("value"),
-         records.column("headers")], schema=DECODED_SCHEMA)
+            f"batch at offset {header.base_offset} has a payload that is not a valid ember record batch: "
+            f"{type(exc).__name__}: {exc}") from None
 
 
 _arange = pa.array([0], pa.int64())  # 0, 1, 2, ... grown on demand; immutable, so thread-safe

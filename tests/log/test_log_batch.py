@@ -115,3 +115,18 @@ def test_header_sanity_checks():
     raw[16] = 2  # magic
     with pytest.raises(errors.CorruptRecord, match="magic"):
         list(b.iter_batches(raw))
+
+
+def test_valid_crc_over_a_garbage_payload_is_a_typed_error_on_read(tmp_path):
+    """The CRC proves the bytes are the producer's, not that they are a record batch: a log
+    accepts such a batch (the broker never decodes payloads), but every reader gets CorruptRecord."""
+    from ember.log import Log
+
+    raw = bytearray(values_batch([b"a", b"b"]))
+    raw[b.HEADER_SIZE:] = b"\xff" * (len(raw) - b.HEADER_SIZE)
+    struct.pack_into(">I", raw, 17, zlib.crc32(bytes(raw[b.CRC_START:])))
+    log = Log.open(tmp_path / "t-0")
+    log.append_as_leader(bytes(raw), leader_epoch=0)
+    with pytest.raises(errors.CorruptRecord, match="not a valid ember record batch"):
+        b.to_table(log.read(0, 1 << 20).read_bytes())
+    log.close()

@@ -25,3 +25,8 @@ def test_raise_for_code_none_is_silent_and_errors_raise():
 def test_retriable_flags_follow_kafka():
     assert errors.NotLeaderOrFollower.retriable
     assert not errors.MessageTooLarge.retriable
+
+
+def test_a_corrupt_segment_reaches_clients_as_a_non_retriable_error():
+    received = errors.error_for_code(int(errors.CorruptSegment.code), "bad bytes in 000.log at 4096")
+    assert not received.retriable
