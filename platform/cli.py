@@ -29,6 +29,9 @@ def main(argv: list[str] | None = None) -> int:
     except EmberError as exc:
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
+    except ValueError as exc:  # a malformed argument value (address, number, config), caught late
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
 

@@ -26,3 +26,10 @@ def test_cli_lists_every_command_module():
     commands = sorted(p.stem for p in (REPO / "platform" / "commands").glob("*.py") if p.stem != "__init__")
     for command in commands:
         assert command in out.stdout
+
+
+def test_cli_reports_a_malformed_argument_without_a_traceback():
+    out = subprocess.run([sys.executable, "-m", "ember.cli", "topics", "list", "--bootstrap", "not-an-address"],
+                         capture_output=True, text=True)
+    assert out.returncode == 2
+    assert "is not HOST:PORT" in out.stderr and "Traceback" not in out.stderr
