@@ -9,10 +9,19 @@ STAMP="$VENV/.ember-installed"
 
 say() { printf '[setup] %s\n' "$*"; }
 
+# Install Debian packages (needs root; says what to run otherwise).
+apt_install() {
+    if [ "$(id -u)" -ne 0 ]; then
+        say "error: missing Debian package(s) $*; run: sudo apt-get install $*" >&2
+        exit 1
+    fi
+    say "installing Debian package(s): $*"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
 # 1. Java 17+ (Spark 4 and ZooKeeper run on it).
 if ! command -v java >/dev/null 2>&1; then
-    say "Java not found: installing Debian's default JRE"
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq default-jre-headless >/dev/null
+    apt_install default-jre-headless
 fi
 java_major=$(java -version 2>&1 | awk -F'"' '/version/ {split($2, v, "."); print v[1]; exit}')
 if [ "${java_major:-0}" -lt 17 ]; then
@@ -22,17 +31,17 @@ fi
 
 # 2. ZooKeeper server from Debian's package (we start our own instances; the system service is not used).
 if [ ! -f /usr/share/java/zookeeper.jar ]; then
-    say "installing Debian's zookeeper package"
-    if [ "$(id -u)" -ne 0 ]; then
-        say "error: installing zookeeper needs root: sudo apt-get install zookeeper" >&2
-        exit 1
-    fi
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq zookeeper >/dev/null
+    apt_install zookeeper
 fi
 
 # 3. Python virtual environment with pinned packages (re-installed only when pyproject.toml changes).
-if [ ! -x "$VENV/bin/python" ]; then
+#    Debian ships venv's ensurepip separately; a venv left without pip by a failed run is rebuilt.
+if ! python3 -c 'import ensurepip' >/dev/null 2>&1; then
+    apt_install python3-venv
+fi
+if [ ! -x "$VENV/bin/pip" ]; then
     say "creating virtual environment in .venv"
+    rm -rf "$VENV"
     python3 -m venv "$VENV"
 fi
 if [ ! -f "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ]; then
