@@ -2,6 +2,7 @@
 duplicates to the sink topic."""
 from __future__ import annotations
 
+import select
 import signal
 import subprocess
 import sys
@@ -113,6 +114,8 @@ def test_task_rerun_after_kill_sends_every_row_once(shared_cluster, topic_name) 
                                f"from {Path(__file__).stem} import stalled_task; stalled_task(*sys.argv[1:])",
          bootstrap, topic_name], stdout=subprocess.PIPE, text=True)
     try:
+        ready, _, _ = select.select([child.stdout], [], [], 120)
+        assert ready, "the task child never reported that it had sent its first batches"
         assert child.stdout.readline() == "sent\n"
         deadline = time.monotonic() + 30
         while not stored_values(bootstrap, topic_name, 2) and time.monotonic() < deadline:
