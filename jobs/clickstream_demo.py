@@ -66,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
 
     with LocalCluster(args.data / "cluster", broker_count=3).start(progress=lambda m: print(f"[cluster] {m}")) as cluster:
-        Admin(bootstrap_servers=cluster.bootstrap).create_topic(TOPIC, partitions=6, replication_factor=3)
+        with Admin(bootstrap_servers=cluster.bootstrap) as admin:
+            admin.create_topic(TOPIC, partitions=6, replication_factor=3)
         print(f"[topic] created {TOPIC}: 6 partitions, replication factor 3")
 
         spark = spark_session("ember-clickstream-demo")
@@ -140,7 +141,8 @@ def print_lag(bootstrap: str, end_offsets: str | dict | None) -> None:
     if isinstance(end_offsets, str):
         end_offsets = json.loads(end_offsets)
     committed = {int(p): o for p, o in (end_offsets or {}).get(TOPIC, {}).items()}
-    description = Admin(bootstrap_servers=bootstrap).describe_topic(TOPIC)
+    with Admin(bootstrap_servers=bootstrap) as admin:
+        description = admin.describe_topic(TOPIC)
     print("\nConsumer lag of the streaming query:")
     print(f"  {'partition':>9} {'high watermark':>15} {'query offset':>13} {'lag':>6}")
     for partition in description.partitions:
