@@ -124,8 +124,9 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in (
     ConfigDef("cleanup.policy", "string", "delete", "How old segments are cleaned up.",
               choices=("delete",), unsupported=("compact", "compact,delete", "delete,compact")),
     ConfigDef("compression.type", "string", "producer",
-              "Codec of stored batches; producer keeps what the producer sent.",
-              choices=("producer", "none", "lz4", "zstd"), unsupported=("gzip", "snappy")),
+              "Codec of stored batches; producer keeps what the producer sent (brokers never re-encode "
+              "payloads, so broker-side recompression is not offered).",
+              choices=("producer",), unsupported=("none", "lz4", "zstd", "gzip", "snappy", "uncompressed")),
 )}
 
 
