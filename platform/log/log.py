@@ -189,6 +189,12 @@ class Log:
         batches = _validate(view, self._config.max_message_bytes)
         with self._lock:
             self._check_open()
+            if leader_epoch < self._epochs.latest_epoch:
+                # A leader append that lost a race with a leadership change: writing it would put
+                # an old epoch after a newer one and diverge this replica from the new leader.
+                raise errors.FencedLeaderEpoch(
+                    f"append with leader epoch {leader_epoch} refused: the log is already at epoch "
+                    f"{self._epochs.latest_epoch}")
             duplicate = self._producers.check([h for _, h in batches])
             if duplicate is not None:
                 return AppendResult(duplicate.first_offset, duplicate.last_offset,

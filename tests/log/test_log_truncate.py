@@ -87,3 +87,17 @@ def test_delete_records_before(open_log):
     assert log.delete_records_before(3) == 9  # never moves back
     log.close()
     assert open_log(segment_bytes=2000).log_start_offset == 9
+
+
+def test_a_stale_leader_epoch_append_is_fenced(tmp_path):
+    """An append racing a leadership change must not write an old epoch after a newer one."""
+    from ember.log import Log
+    from log_helpers import values_batch
+
+    log = Log.open(tmp_path / "t-0")
+    log.append_as_leader(values_batch([b"a"]), leader_epoch=1)
+    log.append_as_leader(values_batch([b"b"]), leader_epoch=3)
+    with pytest.raises(errors.FencedLeaderEpoch, match="epoch 1 refused"):
+        log.append_as_leader(values_batch([b"c"]), leader_epoch=1)
+    assert log.log_end_offset == 2 and log.end_offset_for_epoch(1) == (1, 1)
+    log.close()
