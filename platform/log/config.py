@@ -123,6 +123,10 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in (
               "Allow an out-of-sync replica to become leader (may lose acknowledged records)."),
     ConfigDef("cleanup.policy", "string", "delete", "How old segments are cleaned up.",
               choices=("delete",), unsupported=("compact", "compact,delete", "delete,compact")),
+    _int("producer.id.expiration.ms", 86_400_000,
+         "Forget an idempotent producer this long after its last batch's timestamp; later retries "
+         "of its batches are no longer deduplicated (Kafka's broker setting, per topic here).",
+         1, _INT64_MAX),
     ConfigDef("compression.type", "string", "producer",
               "Codec of stored batches; producer keeps what the producer sent (brokers never re-encode "
               "payloads, so broker-side recompression is not offered).",
@@ -147,6 +151,7 @@ class LogConfig:
     min_insync_replicas: int = TOPIC_CONFIGS["min.insync.replicas"].default
     unclean_leader_election_enable: bool = TOPIC_CONFIGS["unclean.leader.election.enable"].default
     cleanup_policy: str = TOPIC_CONFIGS["cleanup.policy"].default
+    producer_id_expiration_ms: int = TOPIC_CONFIGS["producer.id.expiration.ms"].default
     compression_type: str = TOPIC_CONFIGS["compression.type"].default
 
     def __post_init__(self) -> None:

@@ -416,7 +416,8 @@ class Log:
             return self._log_start_offset
 
     def apply_retention(self, now_ms: Optional[int] = None) -> int:
-        """Delete sealed segments past retention.ms / retention.bytes; returns how many."""
+        """Delete sealed segments past retention.ms / retention.bytes (returns how many) and
+        forget producers idle past producer.id.expiration.ms."""
         now = self._now_ms() if now_ms is None else now_ms
         with self._flush_lock, self._lock:
             self._check_open()
@@ -425,6 +426,7 @@ class Log:
                 log_start_offset=self._log_start_offset, high_watermark=self._high_watermark)
             self._delete_oldest(count)
             self._purge_deleted_files(now)
+            self._producers.remove_expired(now, self._config.producer_id_expiration_ms)
             return count
 
     def _delete_oldest(self, count: int) -> None:

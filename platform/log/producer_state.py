@@ -98,6 +98,19 @@ class ProducerStateManager:
         for pid in [p for p, e in self._producers.items() if e.last_offset < log_start_offset]:
             del self._producers[pid]
 
+    def remove_expired(self, now_ms: int, expiration_ms: int) -> int:
+        """Forget producers whose last batch is older than ``expiration_ms``; returns how many.
+        Without this, state grows with every producer id ever seen (the exactly-once Spark sink
+        uses one per micro-batch task) until retention passes their batches."""
+        cutoff = now_ms - expiration_ms
+        expired = [p for p, e in self._producers.items() if e.batches and e.batches[-1].max_timestamp < cutoff]
+        for pid in expired:
+            del self._producers[pid]
+        return len(expired)
+
+    def __len__(self) -> int:
+        return len(self._producers)
+
     def clear(self) -> None:
         self._producers.clear()
 

@@ -80,3 +80,13 @@ def test_truncation_rebuilds_producer_state(open_log):
     log.truncate_to(2)
     assert not produce(log, 9, 0, 2, 2).duplicate  # the truncated batch is written again
     assert log.log_end_offset == 4
+
+
+def test_idle_producers_expire_after_producer_id_expiration_ms(open_log):
+    log = open_log(producer_id_expiration_ms=3_600_000)
+    now = produce(log, 7, 0, 0, 3).max_timestamp
+    log.apply_retention(now_ms=now + 60_000)            # idle a minute: still remembered
+    assert produce(log, 7, 0, 0, 3).duplicate
+    log.apply_retention(now_ms=now + 2 * 3_600_000)     # idle two hours: forgotten
+    retry = produce(log, 7, 0, 0, 3)
+    assert not retry.duplicate and retry.first_offset == 3
