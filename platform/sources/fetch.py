@@ -14,7 +14,7 @@ from typing import Generator, Iterator, Optional
 import pyarrow as pa
 
 from ember.client import Consumer, TopicPartition
-from ember.errors import OffsetOutOfRange
+from ember.errors import EmberError, ErrorCode, KafkaTimeoutError, OffsetOutOfRange
 from ember.log.reader import read_offset_range
 from ember.sources.options import ReaderOptions
 from ember.sources.planning import OffsetRange, check_data_loss
@@ -24,6 +24,17 @@ BROKER_META_FILE = "meta.properties"
 FETCH_BYTES = 16 * 1024 * 1024  # per fetch: a task reads one partition, so large fetches pay off
 
 
+class DirectReadError(EmberError):
+    """readPath=direct: no readable in-sync copy under storageRoot holds the planned offsets."""
+    code = ErrorCode.KAFKA_STORAGE_ERROR
+    hint = "use readPath=auto (falls back to the brokers) or point storageRoot at the brokers' data dirs"
+
+
+class FetchTimeout(KafkaTimeoutError):
+    """A broker fetch made no progress within fetchTimeoutMs."""
+    hint = "check that the brokers are up (`ember cluster status`) or raise fetchTimeoutMs"
+
+
 def read_range(task: OffsetRange, options: ReaderOptions, target: pa.Schema) -> Iterator[pa.RecordBatch]:
     """Yield the range's records in offset order, each batch already in Spark's Arrow layout."""
     position = task.start
@@ -31,10 +42,9 @@ def read_range(task: OffsetRange, options: ReaderOptions, target: pa.Schema) -> 
         position = yield from _read_direct(task, Path(options.storage_root), options, target)
     if position < task.end:
         if options.read_path == "direct":
-            raise FileNotFoundError(
+            raise DirectReadError(
                 f"readPath=direct: no readable copy of topic {task.topic!r} partition {task.partition} holds "
-                f"offsets [{position}, {task.end}) under storageRoot {options.storage_root}; "
-                "use readPath=auto (falls back to the brokers) or fix storageRoot")
+                f"offsets [{position}, {task.end}) under storageRoot {options.storage_root}")
         yield from _read_broker(task, position, options, target)
 
 
@@ -112,10 +122,9 @@ def _read_broker(task: OffsetRange, position: int, options: ReaderOptions,
                 deadline = time.monotonic() + options.fetch_timeout_ms / 1000
                 yield to_spark_batch(batch, task.topic, task.partition, target)
             if position < task.end and time.monotonic() > deadline:
-                raise TimeoutError(
+                raise FetchTimeout(
                     f"no records of topic {task.topic!r} partition {task.partition} at offset {position} "
-                    f"within fetchTimeoutMs={options.fetch_timeout_ms} (planned up to {task.end}); "
-                    "check that the brokers are up")
+                    f"within fetchTimeoutMs={options.fetch_timeout_ms} (planned up to {task.end})")
     finally:
         consumer.close()
 

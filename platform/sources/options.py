@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Optional, Union
 
+from ember.errors import EmberError, ErrorCode
 from ember.sources.offsets import EARLIEST, LATEST, PartitionOffsets, offsets_from_json
 
 READ_PATHS = ("auto", "direct", "broker")
@@ -19,8 +20,14 @@ OffsetSpec = Union[str, PartitionOffsets]
 """``"earliest"``, ``"latest"`` or explicit offsets per partition (-2 earliest, -1 latest)."""
 
 
-class OptionError(ValueError):
-    """An ember source or sink option is missing or malformed."""
+class OptionError(EmberError, ValueError):
+    """An ember source or sink option is missing or malformed.
+
+    An :class:`~ember.errors.EmberError` (so ``except EmberError`` catches every ember failure) and
+    still a ``ValueError`` (what it was first), so existing ``except ValueError`` handlers keep working.
+    """
+    code = ErrorCode.INVALID_CONFIG
+    hint = "fix the option and start the read or write again; docs/spark.md lists every option"
 
 
 @dataclass(frozen=True)

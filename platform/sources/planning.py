@@ -11,13 +11,18 @@ from typing import Mapping, Optional
 
 from pyspark.sql.datasource import InputPartition
 
+from ember.errors import EmberError, ErrorCode
 from ember.sources.offsets import PartitionOffsets, TopicPartition
 
 log = logging.getLogger(__name__)
 
 
-class DataLossError(RuntimeError):
-    """Offsets a query still needs are gone (retention deleted them, or the topic was recreated)."""
+class DataLossError(EmberError, RuntimeError):
+    """Offsets a query still needs are gone (retention deleted them, or the topic was recreated).
+
+    Still a ``RuntimeError`` (what it was first) for existing handlers.
+    """
+    code = ErrorCode.OFFSET_OUT_OF_RANGE
 
 
 @dataclass(frozen=True)

@@ -127,7 +127,7 @@ class TaskIdentity:
         query_id = context.getLocalProperty("sql.streaming.queryId") if context else None
         batch_id = context.getLocalProperty("streaming.sql.batchId") if context else None
         if query_id is None or batch_id is None:
-            raise RuntimeError("exactly-once writes need a streaming query's id and batch id; "
+            raise OptionError("exactly-once writes need a streaming query's id and batch id; "
                                "this task has none (set the option exactlyOnce=false)")
         return cls(query_id, int(batch_id), context.partitionId())
 
@@ -258,7 +258,7 @@ def _by_topic(table: pa.Table, default_topic: Optional[str]) -> Iterator[tuple[s
         return
     topics = table.column("topic")
     if topics.null_count:
-        raise ValueError("a row has a null 'topic' and no 'topic' option is set; give every row a topic")
+        raise OptionError("a row has a null 'topic' and no 'topic' option is set; give every row a topic")
     for topic in pc.unique(topics).to_pylist():
         yield topic, table.filter(pc.equal(topics, topic))
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 import pyarrow as pa
+from ember.errors import EmberError
 from ember.sources.offsets import offsets_from_json, offsets_to_json
 from ember.sources.options import OptionError, reader_options
 from ember.sources.planning import DataLossError, OffsetRange, check_data_loss, limit_records, plan_ranges
@@ -35,6 +36,15 @@ def test_reader_options_defaults_and_errors() -> None:
             reader_options(bad, streaming=False)
     with pytest.raises(OptionError, match="batch reads only"):
         reader_options({"bootstrap": "h:1", "topic": "a", "endingOffsets": "latest"}, streaming=True)
+
+
+def test_source_errors_are_ember_errors_that_say_what_to_do() -> None:
+    with pytest.raises(EmberError, match="readPath must be one of.*docs/spark.md") as option_error:
+        reader_options({"bootstrap": "h:1", "topic": "a", "readPath": "nfs"}, streaming=False)
+    assert isinstance(option_error.value, OptionError) and isinstance(option_error.value, ValueError)
+    with pytest.raises(EmberError, match="Set failOnDataLoss=false") as loss:
+        check_data_loss("t", 3, 10, 40, fail=True)
+    assert isinstance(loss.value, DataLossError)
 
 
 def test_plan_ranges_skips_empty_and_splits_for_min_partitions() -> None:

@@ -1,0 +1,57 @@
+"""The executor side of reads (``ember.sources.fetch``), called in-process without Spark: which
+on-disk copies the direct path trusts, how far it reads them, and its typed failures."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import pytest
+
+from ember.errors import EmberError, KafkaTimeoutError
+from ember.log import Log, build_batch
+from ember.sources.fetch import DirectReadError, FetchTimeout, read_range
+from ember.sources.options import reader_options
+from ember.sources.planning import OffsetRange
+from ember.sources.schema import arrow_schema
+from spark_helpers import create_topic, produce
+
+TOPIC = "direct"
+NO_BROKER = "127.0.0.1:1"  # the direct path must never need it
+
+
+def write_copy(data_dir: Path, broker_id: Optional[int], batches: list[list[str]]) -> Path:
+    """A broker data dir (``meta.properties`` naming ``broker_id`` unless None) holding partition 0
+    of TOPIC with one batch of records per list of values; returns the partition dir."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    if broker_id is not None:
+        (data_dir / "meta.properties").write_text(f"version=0\nbroker.id={broker_id}\n")
+    log = Log.open(data_dir / f"{TOPIC}-0")
+    for values in batches:
+        log.append_as_leader(build_batch([(v.encode(), v.encode(), 1_000) for v in values]), 0)
+    log.close()
+    return data_dir / f"{TOPIC}-0"
+
+
+def read(root: Path, start: int, end: int, replicas: tuple[int, ...], *, read_path: str = "direct",
+         bootstrap: str = NO_BROKER, **options: str) -> list[tuple[int, str]]:
+    """(offset, value) of every record ``read_range`` yields for [start, end) of partition 0."""
+    opts = reader_options({"bootstrap": bootstrap, "topic": TOPIC, "readPath": read_path,
+                           "storageRoot": str(root), **options}, streaming=False)
+    batches = read_range(OffsetRange(TOPIC, 0, start, end, replicas), opts, arrow_schema(False))
+    return [(r["offset"], r["value"].decode()) for b in batches for r in b.to_pylist()]
+
+
+def test_direct_read_failures_are_typed_ember_errors(tmp_path) -> None:
+    with pytest.raises(DirectReadError, match=r"offsets \[0, 3\).*readPath=auto") as failure:
+        read(tmp_path, 0, 3, (1,))
+    assert isinstance(failure.value, EmberError)
+
+
+def test_fetch_timeout_is_a_typed_ember_error(shared_cluster, topic_name) -> None:
+    create_topic(shared_cluster.bootstrap, topic_name, partitions=1)
+    produce(shared_cluster.bootstrap, topic_name, {0: 2})
+    opts = reader_options({"bootstrap": shared_cluster.bootstrap, "topic": topic_name, "readPath": "broker",
+                           "fetchTimeoutMs": "300"}, streaming=False)
+    with pytest.raises(FetchTimeout, match="at offset 2 within fetchTimeoutMs=300.*raise fetchTimeoutMs") as failure:
+        list(read_range(OffsetRange(topic_name, 0, 0, 5), opts, arrow_schema(False)))
+    assert isinstance(failure.value, KafkaTimeoutError) and isinstance(failure.value, EmberError)
