@@ -37,54 +37,61 @@ class FetchTimeout(KafkaTimeoutError):
 
 def read_range(task: OffsetRange, options: ReaderOptions, target: pa.Schema) -> Iterator[pa.RecordBatch]:
     """Yield the range's records in offset order, each batch already in Spark's Arrow layout."""
-    position = task.start
+    position, problems = task.start, []
     if options.read_path != "broker" and options.storage_root:
-        position = yield from _read_direct(task, Path(options.storage_root), options, target)
+        position, problems = yield from _read_direct(task, Path(options.storage_root), options, target)
     if position < task.end:
         if options.read_path == "direct":
             raise DirectReadError(
-                f"readPath=direct: no readable copy of topic {task.topic!r} partition {task.partition} holds "
-                f"offsets [{position}, {task.end}) under storageRoot {options.storage_root}")
+                f"readPath=direct: no readable in-sync copy of topic {task.topic!r} partition {task.partition} "
+                f"holds offsets [{position}, {task.end}) under storageRoot {options.storage_root} "
+                f"(ISR {list(task.replicas)}): {'; '.join(problems) or 'no copy found'}")
         yield from _read_broker(task, position, options, target)
 
 
 def _read_direct(task: OffsetRange, root: Path, options: ReaderOptions,
-                 target: pa.Schema) -> Generator[pa.RecordBatch, None, int]:
+                 target: pa.Schema) -> Generator[pa.RecordBatch, None, tuple[int, list[str]]]:
     """Batches from the first copy that has them, then the next copy from where it stopped;
-    returns the offset it got to (the rest is left to the broker path). A lagging or truncated
-    copy ends early and never yields wrong offsets."""
+    returns the offset it got to (the rest is left to the broker path) and why the copies found
+    could not give more. A lagging or truncated copy ends early and never yields wrong offsets."""
     position = task.start
-    copies = partition_dirs(root, task.topic, task.partition, task.replicas)
+    copies, problems = find_copies(root, task.topic, task.partition, task.replicas)
     while copies and position < task.end:
         try:
             for batch in read_offset_range(copies[0], position, task.end):  # contiguous, trimmed
                 position += batch.num_rows
                 yield to_spark_batch(batch, task.topic, task.partition, target)
-        except OffsetOutOfRange:
+        except OffsetOutOfRange as exc:
             skipped_to = check_data_loss(task.topic, task.partition, position,
                                          _log_start(task, options), options.fail_on_data_loss)
             if skipped_to > position:
                 position = skipped_to
                 continue  # retention deleted what we wanted: read the same copy from the log start
             # else this copy lags behind the high watermark: try the next one
+            problems.append(f"{copies[0]} stops early ({exc})")
         copies.pop(0)
-    return position
+    return position, problems
 
 
-def partition_dirs(root: Path, topic: str, partition: int, replicas: tuple[int, ...]) -> list[Path]:
-    """Readable copies of a partition under ``root``, in the order of ``replicas`` (leader first).
+def find_copies(root: Path, topic: str, partition: int, replicas: tuple[int, ...]) -> tuple[list[Path], list[str]]:
+    """The copies of a partition under ``root`` that may be read, in the order of ``replicas``
+    (the ISR, leader first), and why each other copy found is not read.
 
     ``root`` is either one broker's data dir (holding ``<topic>-<partition>/``) or a directory of
-    broker data dirs. A copy is only used when it belongs to a broker in ``replicas`` (read from the
-    data dir's ``meta.properties``, or a ``broker-<id>`` name), except when it is the only copy:
-    a replica outside the ISR may hold records the partition's leader never committed.
+    broker data dirs. A copy is read only when its owner, told by the data dir's
+    ``meta.properties`` (brokers write it) or a ``broker-<id>`` name, is in ``replicas`` -- even
+    when it is the only copy: a replica outside the ISR (a stale former leader) may hold records
+    that were never committed, below the high watermark too, and a copy whose owner cannot be
+    told may be such a replica. Those are left to the brokers (``auto``) or fail (``direct``).
     """
     name = f"{topic}-{partition}"
     candidates = [d for d in [root / name, *sorted(root.glob(f"*/{name}"))] if d.is_dir()]
-    if len(candidates) <= 1:
-        return candidates
     owners = {d: broker_id_of(d.parent) for d in candidates}
-    return [d for broker in replicas for d in candidates if owners[d] == broker]
+    copies = [d for broker in replicas for d in candidates if owners[d] == broker]
+    problems = [f"{d} not read: its owner is unknown (no {BROKER_META_FILE} with broker.id, no broker-<id> name)"
+                if owners[d] is None else f"{d} not read: broker {owners[d]} is not in the ISR"
+                for d in candidates if d not in copies]
+    return copies, problems
 
 
 def broker_id_of(data_dir: Path) -> Optional[int]:

@@ -55,3 +55,38 @@ def test_fetch_timeout_is_a_typed_ember_error(shared_cluster, topic_name) -> Non
     with pytest.raises(FetchTimeout, match="at offset 2 within fetchTimeoutMs=300.*raise fetchTimeoutMs") as failure:
         list(read_range(OffsetRange(topic_name, 0, 0, 5), opts, arrow_schema(False)))
     assert isinstance(failure.value, KafkaTimeoutError) and isinstance(failure.value, EmberError)
+
+
+def broker_calls(monkeypatch) -> list[int]:
+    """Stub the broker path; returns the list of offsets it was asked to read from."""
+    from ember.sources import fetch
+
+    calls: list[int] = []
+
+    def fake_read_broker(task, position, options, target):
+        calls.append(position)
+        return iter(())
+
+    monkeypatch.setattr(fetch, "_read_broker", fake_read_broker)
+    return calls
+
+
+def test_only_copies_of_in_sync_brokers_are_read(tmp_path, monkeypatch) -> None:
+    """A stale former leader (broker 2, out of the ISR) holds different records below the high
+    watermark: even as the only copy under storageRoot it is never read."""
+    stale = write_copy(tmp_path / "broker-2", 2, [["stale0", "stale1", "stale2"]]).parent
+    with pytest.raises(DirectReadError, match="broker 2 is not in the ISR"):
+        read(tmp_path, 0, 3, (1, 3))
+    with pytest.raises(DirectReadError, match="broker 2 is not in the ISR"):
+        read(stale, 0, 3, (1,))  # storageRoot = that broker's data dir itself
+    calls = broker_calls(monkeypatch)
+    assert read(tmp_path, 0, 3, (1,), read_path="auto") == [] and calls == [0]  # all from the brokers
+
+    write_copy(tmp_path / "broker-1", 1, [["v0", "v1", "v2"]])
+    assert read(tmp_path, 0, 3, (1,)) == [(0, "v0"), (1, "v1"), (2, "v2")]
+
+
+def test_a_copy_whose_owner_is_unknown_is_never_read(tmp_path) -> None:
+    write_copy(tmp_path / "copied", None, [["a", "b"]])
+    with pytest.raises(DirectReadError, match="owner is unknown"):
+        read(tmp_path, 0, 2, (1,))
