@@ -1,12 +1,15 @@
 """Executor side: the records of one :class:`OffsetRange`, as Arrow batches of the source's columns.
 
 Two paths give identical rows. ``direct`` reads segment files under ``storageRoot`` with
-``ember.log.reader`` (no broker round trip; only offsets below the high watermark the driver
-planned, which every in-sync copy holds). ``broker`` fetches through the brokers with the
-consumer's columnar ``poll_batches``. ``auto`` reads directly what it can and fetches the rest.
+``ember.log.reader`` (no broker round trip): only in-sync copies, only offsets below the high
+watermark the driver planned (which every in-sync copy holds) and only what the copy's broker has
+fsynced (its recovery point, or its sealed segments), so a shared mount (NFS) never shows it a
+missing or torn tail. ``broker`` fetches through the brokers with the consumer's columnar
+``poll_batches``. ``auto`` reads directly what it can and fetches the rest.
 """
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 from typing import Generator, Iterator, Optional
@@ -14,14 +17,21 @@ from typing import Generator, Iterator, Optional
 import pyarrow as pa
 
 from ember.client import Consumer, TopicPartition
-from ember.errors import EmberError, ErrorCode, KafkaTimeoutError, OffsetOutOfRange
+from ember.errors import CorruptRecord, CorruptSegment, EmberError, ErrorCode, KafkaTimeoutError, OffsetOutOfRange
+from ember.log import checkpoint
 from ember.log.reader import read_offset_range
+from ember.log.recovery import segment_bases
 from ember.sources.options import ReaderOptions
 from ember.sources.planning import OffsetRange, check_data_loss
 from ember.sources.schema import slice_offsets, to_spark_batch
 
 BROKER_META_FILE = "meta.properties"
 FETCH_BYTES = 16 * 1024 * 1024  # per fetch: a task reads one partition, so large fetches pay off
+FLUSH_POLL_S = 0.2  # readPath=direct: how often to look again for a copy's broker to flush the rest
+# what a damaged or vanishing copy raises: try the next copy (or the brokers) instead
+UNREADABLE_COPY = (CorruptSegment, CorruptRecord, pa.ArrowException, OSError)
+
+log = logging.getLogger(__name__)
 
 
 class DirectReadError(EmberError):
@@ -39,7 +49,21 @@ def read_range(task: OffsetRange, options: ReaderOptions, target: pa.Schema) -> 
     """Yield the range's records in offset order, each batch already in Spark's Arrow layout."""
     position, problems = task.start, []
     if options.read_path != "broker" and options.storage_root:
-        position, problems = yield from _read_direct(task, Path(options.storage_root), options, target)
+        root = Path(options.storage_root)
+        deadline = time.monotonic() + options.fetch_timeout_ms / 1000
+        while True:
+            before = position
+            position, problems, unflushed = yield from _read_direct(task, position, root, options, target)
+            # auto: the brokers serve what is not flushed yet; direct: wait for the brokers to flush
+            if position >= task.end or options.read_path != "direct" or not unflushed:
+                break
+            if position > before:
+                deadline = time.monotonic() + options.fetch_timeout_ms / 1000
+            elif time.monotonic() > deadline:
+                problems.append(f"waited fetchTimeoutMs={options.fetch_timeout_ms} for the brokers to flush "
+                                f"offset {position}")
+                break
+            time.sleep(FLUSH_POLL_S)
     if position < task.end:
         if options.read_path == "direct":
             raise DirectReadError(
@@ -49,28 +73,61 @@ def read_range(task: OffsetRange, options: ReaderOptions, target: pa.Schema) -> 
         yield from _read_broker(task, position, options, target)
 
 
-def _read_direct(task: OffsetRange, root: Path, options: ReaderOptions,
-                 target: pa.Schema) -> Generator[pa.RecordBatch, None, tuple[int, list[str]]]:
-    """Batches from the first copy that has them, then the next copy from where it stopped;
-    returns the offset it got to (the rest is left to the broker path) and why the copies found
-    could not give more. A lagging or truncated copy ends early and never yields wrong offsets."""
-    position = task.start
+def _read_direct(task: OffsetRange, position: int, root: Path, options: ReaderOptions, target: pa.Schema
+                 ) -> Generator[pa.RecordBatch, None, tuple[int, list[str], bool]]:
+    """Batches from ``position`` on, from the first copy that has them, then the next copy from
+    where it stopped. Returns the offset it got to (the rest is left to the broker path), why the
+    copies found could not give more, and whether one of them only lacked flushed data (so waiting
+    can help). A lagging, unflushed, truncated or damaged copy ends early, never yields wrong
+    offsets, and is never read past its flushed end."""
     copies, problems = find_copies(root, task.topic, task.partition, task.replicas)
+    unflushed = False
     while copies and position < task.end:
+        copy = copies[0]
         try:
-            for batch in read_offset_range(copies[0], position, task.end):  # contiguous, trimmed
-                position += batch.num_rows
-                yield to_spark_batch(batch, task.topic, task.partition, target)
-        except OffsetOutOfRange as exc:
-            skipped_to = check_data_loss(task.topic, task.partition, position,
-                                         _log_start(task, options), options.fail_on_data_loss)
-            if skipped_to > position:
-                position = skipped_to
-                continue  # retention deleted what we wanted: read the same copy from the log start
-            # else this copy lags behind the high watermark: try the next one
-            problems.append(f"{copies[0]} stops early ({exc})")
+            stop = min(task.end, flushed_end(copy))
+        except OSError as exc:
+            problems.append(f"{copy}: {exc}")
+            copies.pop(0)
+            continue
+        if stop < task.end:
+            unflushed = True
+            problems.append(f"{copy} is flushed only up to offset {stop}")
+        batches = read_offset_range(copy, position, stop) if stop > position else iter(())
+        while True:
+            try:
+                batch = next(batches, None)  # contiguous, trimmed
+            except OffsetOutOfRange as exc:
+                skipped_to = check_data_loss(task.topic, task.partition, position,
+                                             _log_start(task, options), options.fail_on_data_loss)
+                if skipped_to > position:
+                    position = skipped_to
+                    batches = read_offset_range(copy, position, stop) if stop > position else iter(())
+                    continue  # retention deleted what we wanted: read the same copy from the log start
+                problems.append(f"{copy} stops early ({exc})")  # it lags behind the high watermark
+                break
+            except UNREADABLE_COPY as exc:
+                log.warning("topic %r partition %d: cannot read offset %d from %s (%s: %s); trying the next "
+                            "in-sync copy%s", task.topic, task.partition, position, copy, type(exc).__name__, exc,
+                            "" if options.read_path == "direct" else " or the brokers")
+                problems.append(f"{copy} is unreadable at offset {position} ({type(exc).__name__}: {exc})")
+                break
+            if batch is None:
+                break
+            position += batch.num_rows
+            yield to_spark_batch(batch, task.topic, task.partition, target)
         copies.pop(0)
-    return position, problems
+    return position, problems, unflushed
+
+
+def flushed_end(copy: Path) -> int:
+    """The offset below which ``copy`` is safe to read from another host: its broker's recovery
+    point checkpoint (everything below was fsynced), or the base of its newest segment when that is
+    larger (every older segment was sealed and fsynced when the log rolled). The active segment's
+    unflushed tail may be missing or torn on a shared mount (NFS)."""
+    recovery_point = checkpoint.read_offset(copy / checkpoint.RECOVERY_POINT) or 0
+    bases = segment_bases(copy)
+    return max(recovery_point, bases[-1] if bases else 0)
 
 
 def find_copies(root: Path, topic: str, partition: int, replicas: tuple[int, ...]) -> tuple[list[Path], list[str]]:

@@ -2,13 +2,14 @@
 on-disk copies the direct path trusts, how far it reads them, and its typed failures."""
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Optional
 
 import pytest
 
 from ember.errors import EmberError, KafkaTimeoutError
-from ember.log import Log, build_batch
+from ember.log import Log, LogConfig, build_batch, checkpoint
 from ember.sources.fetch import DirectReadError, FetchTimeout, read_range
 from ember.sources.options import reader_options
 from ember.sources.planning import OffsetRange
@@ -19,16 +20,21 @@ TOPIC = "direct"
 NO_BROKER = "127.0.0.1:1"  # the direct path must never need it
 
 
-def write_copy(data_dir: Path, broker_id: Optional[int], batches: list[list[str]]) -> Path:
+def write_copy(data_dir: Path, broker_id: Optional[int], batches: list[list[str]], *,
+               recovery_point: Optional[int] = None, segment_bytes: Optional[int] = None) -> Path:
     """A broker data dir (``meta.properties`` naming ``broker_id`` unless None) holding partition 0
-    of TOPIC with one batch of records per list of values; returns the partition dir."""
+    of TOPIC with one batch of records per list of values; returns the partition dir. The log is
+    closed (all flushed) unless ``recovery_point`` says how far its broker has flushed."""
     data_dir.mkdir(parents=True, exist_ok=True)
     if broker_id is not None:
         (data_dir / "meta.properties").write_text(f"version=0\nbroker.id={broker_id}\n")
-    log = Log.open(data_dir / f"{TOPIC}-0")
+    config = LogConfig() if segment_bytes is None else LogConfig(segment_bytes=segment_bytes)
+    log = Log.open(data_dir / f"{TOPIC}-0", config)
     for values in batches:
         log.append_as_leader(build_batch([(v.encode(), v.encode(), 1_000) for v in values]), 0)
     log.close()
+    if recovery_point is not None:
+        checkpoint.write_offset(data_dir / f"{TOPIC}-0" / checkpoint.RECOVERY_POINT, recovery_point)
     return data_dir / f"{TOPIC}-0"
 
 
@@ -90,3 +96,57 @@ def test_a_copy_whose_owner_is_unknown_is_never_read(tmp_path) -> None:
     write_copy(tmp_path / "copied", None, [["a", "b"]])
     with pytest.raises(DirectReadError, match="owner is unknown"):
         read(tmp_path, 0, 2, (1,))
+
+
+def test_direct_reads_stop_at_what_the_broker_has_flushed(tmp_path, monkeypatch) -> None:
+    """Offsets above a copy's recovery point (its active segment's unflushed tail) may be missing or
+    torn on a shared mount: auto reads them through the brokers, direct waits for the flush."""
+    copy = write_copy(tmp_path / "broker-1", 1, [["a"], ["b", "c"]], recovery_point=1)
+    seen: list[int] = []
+    with pytest.raises(DirectReadError, match="flushed only up to offset 1.*waited fetchTimeoutMs=200"):
+        opts = reader_options({"bootstrap": NO_BROKER, "topic": TOPIC, "readPath": "direct",
+                               "storageRoot": str(tmp_path), "fetchTimeoutMs": "200"}, streaming=False)
+        for batch in read_range(OffsetRange(TOPIC, 0, 0, 3, (1,)), opts, arrow_schema(False)):
+            seen += batch.column("offset").to_pylist()
+    assert seen == [0]
+    calls = broker_calls(monkeypatch)
+    assert read(tmp_path, 0, 3, (1,), read_path="auto") == [(0, "a")] and calls == [1]
+
+    flush = threading.Timer(0.3, checkpoint.write_offset, (copy / checkpoint.RECOVERY_POINT, 3))
+    flush.start()
+    try:
+        assert read(tmp_path, 0, 3, (1,)) == [(0, "a"), (1, "b"), (2, "c")]  # direct: waited for it
+    finally:
+        flush.join()
+
+
+def test_sealed_segments_are_flushed_without_a_recovery_point(tmp_path, monkeypatch) -> None:
+    copy = write_copy(tmp_path / "broker-1", 1, [[f"r{i}" * 20] for i in range(6)], recovery_point=0,
+                      segment_bytes=2048)
+    *_, newest = sorted(int(p.stem) for p in copy.glob("*.log"))
+    assert 0 < newest < 6
+    calls = broker_calls(monkeypatch)
+    assert [o for o, _ in read(tmp_path, 0, 6, (1,), read_path="auto")] == list(range(newest))
+    assert calls == [newest]
+
+
+def corrupt_last_batch(copy: Path) -> None:
+    segment = copy / "00000000000000000000.log"
+    data = bytearray(segment.read_bytes())
+    data[-20] ^= 0xFF  # inside the last batch's payload: its CRC no longer matches
+    segment.write_bytes(bytes(data))
+
+
+def test_a_corrupt_copy_is_skipped_for_the_next_copy_or_the_brokers(tmp_path, monkeypatch) -> None:
+    batches = [["a"], ["b"], ["c", "d"]]
+    corrupt_last_batch(write_copy(tmp_path / "broker-1", 1, batches))
+    write_copy(tmp_path / "broker-2", 2, batches)
+    everything = [(0, "a"), (1, "b"), (2, "c"), (3, "d")]
+    assert read(tmp_path, 0, 4, (1, 2)) == everything  # offsets 2-3 from broker 2's copy
+    assert read(tmp_path, 0, 4, (1, 2), read_path="auto") == everything
+
+    corrupt_last_batch(tmp_path / "broker-2" / f"{TOPIC}-0")
+    with pytest.raises(DirectReadError, match=r"offsets \[2, 4\).*unreadable at offset 2 \(CorruptSegment"):
+        read(tmp_path, 0, 4, (1, 2))
+    calls = broker_calls(monkeypatch)
+    assert read(tmp_path, 0, 4, (1, 2), read_path="auto") == everything[:2] and calls == [2]
