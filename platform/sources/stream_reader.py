@@ -4,10 +4,15 @@ Offsets live in Spark's checkpoint as ``{"topic": {"partition": next_offset}}``;
 query resumes from the last committed end, so every record is read once. Each trigger asks the
 brokers for the current high watermarks, which also discovers new partitions and (with
 ``topicPattern``) new topics; a partition that appears mid-query is read from offset 0.
+
+A partition whose high watermark is below the query's offset (the topic was deleted and
+re-created, or its log truncated) fails the query with ``DataLossError`` (failOnDataLoss=true) or
+is read again from its earliest offset (false), as Spark's Kafka source reports such data loss.
 """
 from __future__ import annotations
 
 import logging
+import time
 from typing import Iterator, Optional, Sequence
 
 import pyarrow as pa
@@ -22,10 +27,15 @@ from ember.sources.fetch import read_range
 from ember.sources.metadata import ClusterView, starting_offsets
 from ember.sources.offsets import PartitionOffsets, offsets_from_json, offsets_to_json
 from ember.sources.options import ReaderOptions
-from ember.sources.planning import OffsetRange, check_data_loss, limit_records, plan_ranges
+from ember.sources.planning import DataLossError, OffsetRange, check_data_loss, limit_records, plan_ranges
 from ember.sources.schema import arrow_schema
 
 NEW_PARTITION_START = 0
+# A high watermark below the query's offset is asked again before it counts as data loss: a new
+# leader's high watermark can trail its predecessor's for a moment after a failover (Spark's Kafka
+# source retries the same way, fetchOffset.numRetries).
+LATEST_RETRIES = 3
+LATEST_RETRY_INTERVAL_S = 0.5
 log = logging.getLogger(__name__)
 
 
@@ -78,11 +88,32 @@ class EmberStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             available = self.cluster.latest(self.cluster.replicas())
         for tp in begin.keys() | available.keys():
             begin.setdefault(tp, NEW_PARTITION_START)
-            # a partition that vanished (topic deleted) or whose start is above the high watermark
-            # (explicit startingOffsets) holds still: offsets never move backwards
-            available[tp] = max(available.get(tp, begin[tp]), begin[tp])
+            # a partition that vanished (topic deleted, not re-created yet) holds still
+            available.setdefault(tp, begin[tp])
+        behind = self._behind(begin, available)
+        if behind and self._options.fail_on_data_loss:
+            raise DataLossError("; ".join(_behind_message(tp, begin[tp], available[tp]) for tp in sorted(behind)) +
+                                ". Some data was lost, and resuming at the query's offset would skip the "
+                                "partition's new records below it. Set failOnDataLoss=false to read such partitions "
+                                "again from their earliest offset, or restart the query with a new checkpoint and a "
+                                "valid startingOffsets.")
+        # failOnDataLoss=false: such a partition is read again from its earliest offset; its end
+        # offset stays below the checkpointed one, which is how partitions() recognises it
+        admit_from = {**begin, **self.cluster.earliest(behind)} if behind else begin
         self._latest = available
-        return offsets_to_json(self._admit(begin, available, limit))
+        return offsets_to_json(self._admit(admit_from, available, limit))
+
+    def _behind(self, begin: PartitionOffsets, available: PartitionOffsets) -> list[tuple[str, int]]:
+        """Partitions whose high watermark is below the query's offset, asked again a few times (a
+        new leader's high watermark may trail for a moment); ``available`` gets the last answers."""
+        behind = [tp for tp in available if available[tp] < begin[tp]]
+        for _ in range(LATEST_RETRIES - 1):
+            if not behind:
+                break
+            time.sleep(LATEST_RETRY_INTERVAL_S)
+            available.update(self.cluster.latest(behind))
+            behind = [tp for tp in behind if available[tp] < begin[tp]]
+        return behind
 
     def _admit(self, begin: PartitionOffsets, available: PartitionOffsets, limit: ReadLimit) -> PartitionOffsets:
         """Admission control: the end offsets of the next micro-batch under ``limit``."""
@@ -108,6 +139,13 @@ class EmberStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin, stop = offsets_from_json(start), offsets_from_json(end)
         for tp in stop:
             begin.setdefault(tp, NEW_PARTITION_START)
+        restart = [tp for tp in stop if stop[tp] < begin[tp]]  # only planned with failOnDataLoss=false
+        if restart:
+            earliest = self.cluster.earliest(restart)
+            for tp in restart:
+                log.warning("%s (failOnDataLoss=false): reading it again from its earliest offset %d",
+                            _behind_message(tp, begin[tp], stop[tp], planned=True), earliest[tp])
+                begin[tp] = earliest[tp]
         pending = [tp for tp in stop if stop[tp] > begin[tp]]
         if not pending:
             return []
@@ -148,3 +186,10 @@ class EmberStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: OffsetRange) -> Iterator[pa.RecordBatch]:
         return read_range(partition, self._options, self._target)
+
+
+def _behind_message(tp: tuple[str, int], checkpointed: int, latest: int, planned: bool = False) -> str:
+    topic, partition = tp
+    now = "was planned to end" if planned else "now ends"
+    return (f"topic {topic!r} partition {partition} {now} at offset {latest}, below the query's offset "
+            f"{checkpointed} (the topic was deleted and re-created, or its log was truncated)")

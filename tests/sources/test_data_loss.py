@@ -58,3 +58,45 @@ def test_stream_fails_or_skips(spark, retained, tmp_path) -> None:
     lenient.awaitTermination(120)
     assert lenient.exception() is None
     assert [o for _, o, _, _ in rows(spark.read.parquet(str(tmp_path / "lenient")))] == list(range(log_start, 60))
+
+
+def recreate(bootstrap: str, topic: str) -> None:
+    """Delete ``topic`` and create it again (retrying while the deletion is still under way)."""
+    from ember.client import Admin
+    from ember.errors import TopicAlreadyExists
+
+    with Admin(bootstrap_servers=bootstrap) as admin:
+        admin.delete_topic(topic)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                admin.create_topic(topic, partitions=1)
+                return
+            except TopicAlreadyExists:
+                assert time.monotonic() < deadline, f"{topic} was not deleted"
+                time.sleep(0.2)
+
+
+def test_stream_on_recreated_topic_reads_it_from_the_start(spark, shared_cluster, topic_name, tmp_path) -> None:
+    """The new topic's offsets start below the checkpoint: with failOnDataLoss=false the query reads
+    it from its earliest offset, never resumes at the old offset (skipping its first records)."""
+    def run(fail_on_data_loss: str):
+        return (spark.readStream.format("ember").option("bootstrap", shared_cluster.bootstrap)
+                .option("topic", topic_name).option("startingOffsets", "earliest")
+                .option("failOnDataLoss", fail_on_data_loss).load()
+                .writeStream.format("parquet").option("path", str(tmp_path / "out"))
+                .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(availableNow=True).start())
+
+    create_topic(shared_cluster.bootstrap, topic_name, partitions=1)
+    produce(shared_cluster.bootstrap, topic_name, {0: 6})
+    run("true").awaitTermination(120)
+    recreate(shared_cluster.bootstrap, topic_name)
+    produce(shared_cluster.bootstrap, topic_name, {0: 2}, first=100)
+
+    # failOnDataLoss=true fails in latestOffset (test_stream_offsets.py); Spark must also accept the
+    # end offset below the start that failOnDataLoss=false plans
+    lenient = run("false")
+    lenient.awaitTermination(120)
+    assert lenient.exception() is None
+    assert [(o, v) for _, o, _, v in rows(spark.read.parquet(str(tmp_path / "out")))] == sorted(
+        [(o, f"v0-{o}".encode()) for o in range(6)] + [(0, b"v0-100"), (1, b"v0-101")])
