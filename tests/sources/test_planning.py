@@ -83,3 +83,12 @@ def test_decoded_batch_becomes_spark_layout() -> None:
     assert (row["key"], row["value"], row["topic"], row["partition"], row["offset"], row["headers"]) == (
         None, b"w", "t", 2, 8, None)
     assert row["timestamp"].timestamp() == 2.0
+
+
+def test_docs_options_table_describes_group_id_as_committing_offsets() -> None:
+    """docs/spark.md's reader options table matches what groupId does (stream_reader.commit)."""
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "spark.md").read_text()
+    row, = [line for line in doc.splitlines() if line.startswith("| `groupId` |")]
+    assert "commit" in row and "offsets" in row and "future" not in row
