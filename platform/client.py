@@ -4,7 +4,7 @@
 """
 from ember.groups.consumer import ConsumerRebalanceListener
 from ember.groups.consumer import GroupConsumer as Consumer
-from ember.ingest.admin import Admin, PartitionDescription, TopicDescription
+from ember.ingest.admin import Admin, ElectionResult, PartitionDescription, TopicDescription
 from ember.ingest.client_types import (BatchMetadata, ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp,
                                        RecordMetadata, TopicPartition)
 from ember.ingest.futures import FutureRecordMetadata
@@ -12,4 +12,4 @@ from ember.ingest.producer import Producer
 
 __all__ = ["Admin", "Producer", "Consumer", "TopicPartition", "RecordMetadata", "ConsumerRecord",
            "OffsetAndTimestamp", "OffsetAndMetadata", "ConsumerRebalanceListener", "BatchMetadata",
-           "FutureRecordMetadata", "TopicDescription", "PartitionDescription"]
+           "FutureRecordMetadata", "TopicDescription", "PartitionDescription", "ElectionResult"]

@@ -1,71 +1,108 @@
-"""Controller election and leader election on broker failure.
+"""Controller election and the leadership changes only the controller makes.
 
 Every broker runs a :class:`Controller`; the one that creates the ephemeral ``/controller`` node
-(atomically with bumping ``/controller_epoch``) is active. When the set of live brokers changes,
-the active controller moves leadership of partitions whose leader died to the first live replica
-in the ISR (bumping the leader epoch), drops dead brokers from ISRs, and revives leaderless
-partitions when an ISR member returns. Every state write is a compare-and-set on the znode
-version and carries the controller epoch, so a deposed controller cannot overwrite newer state.
+(atomically with bumping ``/controller_epoch``) is active. It moves leadership when brokers die
+or return (:func:`ember.cluster.election.failover_state`, unclean election if a topic allows it),
+back to preferred replicas (periodically and on demand), and drives partition reassignments
+(:mod:`ember.cluster.reassignment`). Every state write is a compare-and-set on the znode version
+and carries the controller epoch, so a deposed controller cannot overwrite newer state.
 
-All controller work runs on one dedicated thread, in the order events arrive.
+All controller work runs on one dedicated thread, in the order events arrive: broker and topic
+changes from the metadata cache, the imbalance timer, and admin requests (:meth:`Controller.call`).
 """
 from __future__ import annotations
 
 import logging
-from concurrent.futures import ThreadPoolExecutor
-from typing import Callable
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Callable, Mapping, NamedTuple, TypeVar
 
 from kazoo.exceptions import BadVersionError, NoNodeError
 from kazoo.recipe.watchers import DataWatch
 
 from ember.cluster import zk_paths
+from ember.cluster.election import failover_state, imbalanced_partitions, is_unclean, preferred_state
 from ember.cluster.metadata_cache import MetadataCache
-from ember.cluster.records import NO_LEADER, ControllerInfo, PartitionState
+from ember.cluster.reassignment import (completion_state, finish_reassignment, reassignment_complete,
+                                        reassignment_ready, start_reassignment)
+from ember.cluster.records import ControllerInfo, PartitionState, TopicRecord
 from ember.cluster.zk_session import ZkSession
+from ember.errors import ElectionNotNeeded, EmberError, NotController, PreferredLeaderNotAvailable, \
+    UnknownTopicOrPartition
+from ember.log.config import LogConfig
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+StateRule = Callable[[PartitionState], "PartitionState | None"]
 
-def next_state(state: PartitionState, replicas: list[int], live: set[int],
-               controller_epoch: int) -> PartitionState | None:
-    """The state a partition should move to given the live brokers, or None if it is fine.
 
-    Only ISR members are eligible (no unclean election); preferred order is the replica list.
-    """
-    alive_isr = [b for b in state.isr if b in live]
-    if state.leader in live:
-        if alive_isr == state.isr:
-            return None
-        return PartitionState(state.leader, state.leader_epoch, alive_isr, controller_epoch)
-    candidates = [b for b in replicas if b in alive_isr]
-    if candidates:
-        return PartitionState(candidates[0], state.leader_epoch + 1, alive_isr, controller_epoch)
-    if state.leader == NO_LEADER:
-        return None
-    # Keep the last ISR so one of its members can lead again when it comes back.
-    return PartitionState(NO_LEADER, state.leader_epoch + 1, state.isr, controller_epoch)
+def topic_unclean_election(overrides: Mapping[str, str]) -> bool:
+    """A topic's ``unclean.leader.election.enable`` with the built-in default."""
+    return LogConfig.from_properties(overrides).unclean_leader_election_enable
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    """The broker settings the controller acts on (Kafka's names and defaults)."""
+    #: A topic's effective ``unclean.leader.election.enable`` from its config overrides.
+    unclean_election: Callable[[Mapping[str, str]], bool] = topic_unclean_election
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_check_interval_s: float = 300.0
+    leader_imbalance_per_broker_percentage: int = 10
+
+
+class ElectionResult(NamedTuple):
+    """One partition's outcome of a preferred-leader election."""
+    topic: str
+    partition: int
+    previous_leader: int
+    leader: int
+    error: EmberError | None = None
 
 
 class Controller:
-    def __init__(self, session: ZkSession, cache: MetadataCache, broker_id: int) -> None:
+    def __init__(self, session: ZkSession, cache: MetadataCache, broker_id: int,
+                 config: ControllerConfig | None = None) -> None:
         self.session = session
         self.cache = cache
         self.broker_id = broker_id
+        self.config = config or ControllerConfig()
         self.epoch = -1
         self.active = False
         self._closed = False
+        self._stopped = threading.Event()
+        self._records: dict[str, TopicRecord] = {}   # topic records acted on (controller thread)
         self._events = ThreadPoolExecutor(1, thread_name_prefix="controller")
 
     def start(self) -> None:
-        self.cache.add_listener(lambda topic: self._submit(self._on_brokers_changed) if topic is None else None)
+        self.cache.add_listener(self._on_metadata)
         self.session.on_new_session(lambda: self._submit(self._resign_lost_session))
         DataWatch(self.session.client, zk_paths.CONTROLLER, self._on_controller_node)
+        if self.config.auto_leader_rebalance_enable:
+            threading.Thread(target=self._check_imbalance_periodically, name="leader-imbalance",
+                             daemon=True).start()
 
     def close(self) -> None:
         """Resign (so another broker takes over at once) and stop the event thread."""
         self._closed = True
+        self._stopped.set()
         self._events.submit(self._resign).result(timeout=10)
         self._events.shutdown(wait=True)
+
+    def call(self, job: Callable[[], T]) -> "Future[T]":
+        """Run an admin ``job`` on the controller thread; the future raises NotController unless
+        this broker is the active controller when the job runs."""
+        def run() -> T:
+            if not self.active:
+                raise NotController(f"broker {self.broker_id} is not the controller")
+            return job()
+        if self._closed:
+            failed: Future[T] = Future()
+            failed.set_exception(NotController(f"broker {self.broker_id} is shutting down"))
+            return failed
+        return self._events.submit(run)
 
     def _submit(self, job: Callable[[], None]) -> None:
         if not self._closed:
@@ -77,6 +114,8 @@ class Controller:
             job()
         except Exception:
             log.exception("controller task %s failed", getattr(job, "__name__", job))
+
+    # -- controller election -------------------------------------------------------------------
 
     def _on_controller_node(self, data: bytes | None, _stat: object) -> None:
         if data is None:
@@ -109,6 +148,7 @@ class Controller:
         if any(isinstance(r, Exception) for r in tx.commit()):
             return   # another broker won; its node's watch tells us when it goes away
         self.epoch, self.active = epoch, True
+        self._records.clear()
         log.info("broker %d is the controller (epoch %d)", self.broker_id, epoch)
         self._on_brokers_changed()
 
@@ -123,37 +163,206 @@ class Controller:
         except NoNodeError:
             pass
 
+    # -- events --------------------------------------------------------------------------------
+
+    def _on_metadata(self, topic: str | None) -> None:
+        """Metadata listener (kazoo thread): queue the matching controller work."""
+        if topic is None:
+            self._submit(self._on_brokers_changed)
+        else:
+            self._submit(lambda: self._on_topic_changed(topic))
+
+    def _live(self) -> set[int]:
+        """Registered brokers, read from ZooKeeper: the cache may lag behind this controller."""
+        return {int(child) for child in self.session.client.get_children(zk_paths.BROKER_IDS)}
+
     def _on_brokers_changed(self) -> None:
-        """Re-check every partition against the live brokers. Both are read from ZooKeeper,
-        not the cache: the cache may not yet show this controller's own latest writes."""
         if not self.active:
             return
-        live = {int(child) for child in self.session.client.get_children(zk_paths.BROKER_IDS)}
-        for name, topic in self.cache.topics().items():
-            for index, replicas in topic.partitions.items():
-                self._update_partition(name, index, replicas, live)
+        live = self._live()
+        for name in self.cache.topics():
+            self._check_topic(name, live)
 
-    def _update_partition(self, topic: str, index: int, replicas: list[int], live: set[int]) -> None:
+    def _on_topic_changed(self, name: str) -> None:
+        """A new or changed topic record gets every partition checked (its config may now allow
+        unclean election); a state change only advances the topic's reassignments."""
+        meta = self.cache.topic(name) if self.active else None
+        if meta is None:
+            self._records.pop(name, None)
+        elif meta.record != self._records.get(name):
+            self._check_topic(name, self._live())
+        elif meta.record.reassignments:
+            self._advance_reassignments(name, self._live())
+
+    def _check_topic(self, name: str, live: set[int]) -> None:
+        meta = self.cache.topic(name)
+        if meta is None:
+            return
+        self._records[name] = meta.record
+        try:
+            unclean = self.config.unclean_election(meta.record.config)
+        except EmberError as exc:
+            log.error("topic %s has an invalid config (%s); unclean election stays off", name, exc)
+            unclean = False
+        for index, replicas in meta.partitions.items():
+            self._transition(name, index, "failover", lambda s, r=replicas: failover_state(
+                s, r, live, self.epoch, unclean))
+        if meta.record.reassignments:
+            self._advance_reassignments(name, live)
+
+    def _transition(self, topic: str, index: int, why: str,
+                    rule: StateRule) -> tuple[PartitionState, PartitionState] | None:
+        """Compare-and-set the partition state to ``rule(current)`` (None: leave it). Returns
+        (state before, state now stored), or None if the topic is gone or this controller was
+        deposed. Exceptions of ``rule`` propagate."""
         path = zk_paths.partition_state(topic, index)
         client = self.session.client
         while self.active:
             try:
                 data, stat = client.get(path)
             except NoNodeError:
-                return   # topic deleted meanwhile
+                return None   # topic deleted meanwhile
             current = PartitionState.from_bytes(data, stat.version)
             if current.controller_epoch > self.epoch:
                 log.warning("a newer controller (epoch %d) owns %s-%d; stepping down",
                             current.controller_epoch, topic, index)
                 self.active = False
-                return
-            target = next_state(current, replicas, live, self.epoch)
+                return None
+            target = rule(current)
             if target is None:
-                return
+                return current, current
             try:
                 client.set(path, target.to_bytes(), version=stat.version)
             except BadVersionError:
                 continue
-            log.info("%s-%d: leader %d -> %d (epoch %d), isr %s", topic, index, current.leader,
-                     target.leader, target.leader_epoch, target.isr)
+            if is_unclean(current, target):
+                log.warning("%s-%d: UNCLEAN leader election: broker %d was not in the ISR %s and becomes leader "
+                            "(epoch %d); records it lacks are lost (data may be lost)", topic, index,
+                            target.leader, current.isr, target.leader_epoch)
+            else:
+                log.info("%s-%d (%s): leader %d -> %d (epoch %d), isr %s", topic, index, why, current.leader,
+                         target.leader, target.leader_epoch, target.isr)
+            return current, target
+        return None
+
+    # -- preferred leaders ---------------------------------------------------------------------
+
+    def elect_preferred(self, partitions: list[tuple[str, int]] | None = None) -> list[ElectionResult]:
+        """Move leadership of ``partitions`` (None: all) to their preferred replicas (controller
+        thread; use :meth:`call`)."""
+        topics = self.cache.topics()
+        keys = partitions if partitions is not None else \
+            [(name, index) for name, meta in sorted(topics.items()) for index in meta.partitions]
+        live = self._live()
+        results = []
+        for name, index in keys:
+            meta = topics.get(name)
+            if meta is None or index not in meta.partitions:
+                results.append(ElectionResult(name, index, -1, -1,
+                                              UnknownTopicOrPartition(f"{name}-{index} does not exist")))
+                continue
+            replicas = meta.partitions[index]
+            state = meta.states.get(index)
+            leader = state.leader if state is not None else -1
+            try:
+                moved = self._transition(name, index, "preferred leader",
+                                         lambda s: preferred_state(s, replicas, live, self.epoch))
+                if moved is None:
+                    raise NotController(f"broker {self.broker_id} stopped being the controller")
+                results.append(ElectionResult(name, index, moved[0].leader, moved[1].leader))
+            except EmberError as exc:
+                results.append(ElectionResult(name, index, leader, leader, exc))
+        return results
+
+    def _check_imbalance_periodically(self) -> None:
+        while not self._stopped.wait(self.config.leader_imbalance_check_interval_s):
+            self._submit(self._rebalance_leaders)
+
+    def _rebalance_leaders(self) -> None:
+        """Kafka's auto leader rebalance: brokers whose preferred partitions are too often led
+        elsewhere get them back (partitions being reassigned are left alone)."""
+        if not self.active:
+            return
+        leadership = {(name, index): (replicas, meta.states[index].leader)
+                      for name, meta in self.cache.topics().items()
+                      for index, replicas in meta.partitions.items()
+                      if index in meta.states and index not in meta.record.reassignments}
+        moves = imbalanced_partitions(leadership, self.config.leader_imbalance_per_broker_percentage)
+        if not moves:
+            return
+        live = self._live()
+        for name, index in moves:
+            replicas = leadership[(name, index)][0]
+            try:
+                self._transition(name, index, "preferred leader",
+                                 lambda s: preferred_state(s, replicas, live, self.epoch))
+            except (ElectionNotNeeded, PreferredLeaderNotAvailable):
+                pass   # back already, or not caught up yet: the next check looks again
+
+    # -- reassignment --------------------------------------------------------------------------
+
+    def reassign(self, moves: list[tuple[str, int, list[int]]]) -> list[EmberError | None]:
+        """Start moving partitions to new replicas (controller thread; use :meth:`call`): one
+        error or None per move, in order."""
+        live = self._live()
+        errors: list[EmberError | None] = [None] * len(moves)
+        for name in dict.fromkeys(name for name, _, _ in moves):
+            mine = [(i, index, target) for i, (topic, index, target) in enumerate(moves) if topic == name]
+            self._start_reassignments(name, mine, live, errors)
+            self._advance_reassignments(name, live)
+        return errors
+
+    def _start_reassignments(self, name: str, moves: list[tuple[int, int, list[int]]], live: set[int],
+                             errors: list[EmberError | None]) -> None:
+        path = zk_paths.topic(name)
+        client = self.session.client
+        while True:
+            try:
+                data, stat = client.get(path)
+            except NoNodeError:
+                for i, _, _ in moves:
+                    errors[i] = UnknownTopicOrPartition(f"topic {name!r} does not exist")
+                return
+            record = updated = TopicRecord.from_bytes(data)
+            for i, index, target in moves:
+                try:
+                    updated = start_reassignment(name, updated, index, target, live)
+                    errors[i] = None
+                except EmberError as exc:
+                    errors[i] = exc
+            if updated == record:
+                return
+            try:
+                client.set(path, updated.to_bytes(), version=stat.version)
+            except BadVersionError:
+                continue
+            for index, move in updated.reassignments.items():
+                if index not in record.reassignments:
+                    log.info("%s-%d: reassigning: adding %s, removing %s", name, index, move.adding, move.removing)
+            return
+
+    def _advance_reassignments(self, name: str, live: set[int]) -> None:
+        """Finish every move of topic ``name`` whose new replicas have all caught up."""
+        path = zk_paths.topic(name)
+        client = self.session.client
+        while self.active:
+            try:
+                data, stat = client.get(path)
+            except NoNodeError:
+                return
+            record = updated = TopicRecord.from_bytes(data)
+            for index, move in record.reassignments.items():
+                target = move.target(record.assignment[index])
+                moved = self._transition(name, index, "reassignment", lambda s, t=target: completion_state(
+                    s, t, live, self.epoch) if reassignment_ready(s, t, live) else None)
+                if moved is not None and reassignment_complete(moved[1], target):
+                    updated = finish_reassignment(updated, index)
+            if updated is record:
+                return
+            try:
+                client.set(path, updated.to_bytes(), version=stat.version)
+            except BadVersionError:
+                continue
+            for index in record.reassignments.keys() - updated.reassignments.keys():
+                log.info("%s-%d: reassignment done; replicas %s", name, index, updated.assignment[index])
             return

@@ -32,8 +32,28 @@ class BrokerInfo:
 
 
 @dataclass(frozen=True)
+class Reassignment:
+    """A partition moving to new replicas. During the move its assignment is the target replicas
+    followed by the ones being removed (Kafka's order), so the target's first replica stays the
+    preferred leader."""
+    adding: list[int]
+    removing: list[int]
+
+    def target(self, assignment: list[int]) -> list[int]:
+        return [b for b in assignment if b not in self.removing]
+
+    def to_doc(self) -> dict[str, list[int]]:
+        return {"adding": self.adding, "removing": self.removing}
+
+    @classmethod
+    def from_doc(cls, doc: dict[str, Any]) -> "Reassignment":
+        return cls([int(b) for b in doc["adding"]], [int(b) for b in doc["removing"]])
+
+
+@dataclass(frozen=True)
 class TopicRecord:
-    """A topic's identity, replica assignment ``{partition: [broker ids]}`` and config overrides.
+    """A topic's identity, replica assignment ``{partition: [broker ids]}``, config overrides and
+    partitions being reassigned.
 
     ``topic_id`` tells a re-created topic from an older one of the same name, so a broker that
     was down while a topic was deleted and re-created never serves the old data.
@@ -41,18 +61,23 @@ class TopicRecord:
     topic_id: str
     assignment: dict[int, list[int]]
     config: dict[str, str] = field(default_factory=dict)
+    reassignments: dict[int, Reassignment] = field(default_factory=dict)
 
     def to_bytes(self) -> bytes:
-        return _dump({"topic_id": self.topic_id,
-                      "partitions": {str(p): r for p, r in self.assignment.items()},
-                      "config": self.config})
+        doc: dict[str, Any] = {"topic_id": self.topic_id,
+                               "partitions": {str(p): r for p, r in self.assignment.items()},
+                               "config": self.config}
+        if self.reassignments:
+            doc["reassigning"] = {str(p): r.to_doc() for p, r in self.reassignments.items()}
+        return _dump(doc)
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "TopicRecord":
         doc = json.loads(data)
         assignment = {int(p): [int(b) for b in r] for p, r in doc["partitions"].items()}
+        reassignments = {int(p): Reassignment.from_doc(r) for p, r in doc.get("reassigning", {}).items()}
         return cls(str(doc["topic_id"]), dict(sorted(assignment.items())),
-                   {str(k): str(v) for k, v in doc.get("config", {}).items()})
+                   {str(k): str(v) for k, v in doc.get("config", {}).items()}, dict(sorted(reassignments.items())))
 
 
 @dataclass(frozen=True)

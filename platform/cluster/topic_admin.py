@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from dataclasses import replace
 from typing import Mapping, Protocol, Sequence
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
@@ -115,7 +116,7 @@ class TopicAdmin:
             overrides = {k: v for k, v in record.config.items() if k not in delete}
             overrides.update({str(k): str(v) for k, v in set_.items()})
             self.policy.validate(overrides)
-            updated = TopicRecord(record.topic_id, record.assignment, overrides)
+            updated = replace(record, config=overrides)
             if validate_only:
                 return updated
             try:

@@ -1,11 +1,14 @@
-"""``ember topics create|list|describe|delete|alter`` and the ``--bootstrap`` option the client
-commands share."""
+"""``ember topics create|list|describe|delete|alter|elect-leaders|reassign`` and the
+``--bootstrap`` option the client commands share."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
+from pathlib import Path
 
-from ember.client import Admin
+from ember.client import Admin, TopicPartition
+from ember.errors import ElectionNotNeeded
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
@@ -57,7 +60,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="reset a config to its default (repeatable)")
     alter.set_defaults(func=alter_topic)
 
-    for action in (create, listing, describe, delete, alter):
+    elect = actions.add_parser("elect-leaders", help="move leadership back to preferred replicas (the first "
+                               "of each assignment) that are in sync")
+    elect.add_argument("--topic", help="only this topic (default: every partition of the cluster)")
+    elect.add_argument("--partition", type=int, help="only this partition of --topic")
+    elect.set_defaults(func=elect_leaders)
+
+    reassign = actions.add_parser("reassign", help="move partitions to new replicas")
+    reassign.add_argument("topic", nargs="?", help="topic of --partition")
+    reassign.add_argument("--partition", type=int, help="partition to move")
+    reassign.add_argument("--replicas", help="new replica broker ids, preferred leader first, e.g. 2,3,1")
+    reassign.add_argument("--plan", type=Path, help='JSON plan: {"partitions": [{"topic", "partition", '
+                          '"replicas"}, ...]} (Kafka\'s reassignment file)')
+    reassign.set_defaults(func=reassign_partitions)
+
+    for action in (create, listing, describe, delete, alter, elect, reassign):
         add_bootstrap(action)
 
 
@@ -88,6 +105,12 @@ def describe_topics(args: argparse.Namespace) -> int:
             widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
             for row in rows:
                 print("  " + "  ".join(cell.rjust(width) for cell, width in zip(row, widths)))
+            for p in description.partitions:
+                if p.adding_replicas or p.removing_replicas:
+                    print(f"  partition {p.partition} reassigning: adding {list(p.adding_replicas)}, "
+                          f"removing {list(p.removing_replicas)}")
+                if p.error:
+                    print(f"  partition {p.partition}: {p.error}")
     return 0
 
 
@@ -109,3 +132,58 @@ def alter_topic(args: argparse.Namespace) -> int:
         admin.alter_configs(args.topic, parse_configs(args.config), args.delete_config)
     print(f"altered topic {args.topic}")
     return 0
+
+
+def elect_leaders(args: argparse.Namespace) -> int:
+    """Prints every leadership move; exits 1 if a partition could not get its preferred leader."""
+    if args.partition is not None and args.topic is None:
+        raise SystemExit("error: --partition needs --topic")
+    with Admin(args.bootstrap) as admin:
+        if args.topic is None:
+            partitions = None
+        elif args.partition is None:
+            partitions = [TopicPartition(args.topic, p.partition) for p in admin.describe_topic(args.topic).partitions]
+        else:
+            partitions = [TopicPartition(args.topic, args.partition)]
+        results = admin.elect_leaders(partitions)
+    failed = 0
+    for r in results:
+        if r.moved:
+            print(f"{r.topic}-{r.partition}: leader {r.previous_leader} -> {r.leader}")
+        elif r.error is not None and not isinstance(r.error, ElectionNotNeeded):
+            failed += 1
+            print(f"{r.topic}-{r.partition}: not moved: {type(r.error).__name__}: {r.error}")
+    unchanged = len(results) - failed - sum(r.moved for r in results)
+    if unchanged:
+        print(f"{unchanged} partition(s) already led by their preferred replica")
+    return 1 if failed else 0
+
+
+def reassign_partitions(args: argparse.Namespace) -> int:
+    moves = _plan(args)
+    with Admin(args.bootstrap) as admin:
+        admin.reassign_partitions(moves)
+    for tp, replicas in moves.items():
+        print(f"reassigning {tp.topic}-{tp.partition} to replicas {replicas}; follow it with "
+              f"`ember topics describe {tp.topic}`")
+    return 0
+
+
+def _plan(args: argparse.Namespace) -> dict[TopicPartition, list[int]]:
+    """The moves of ``--plan FILE`` or of ``TOPIC --partition P --replicas IDS``."""
+    if args.plan is not None:
+        if args.topic or args.partition is not None or args.replicas:
+            raise SystemExit("error: give either --plan or TOPIC --partition --replicas, not both")
+        try:
+            doc = json.loads(args.plan.read_text())
+            return {TopicPartition(str(p["topic"]), int(p["partition"])): [int(b) for b in p["replicas"]]
+                    for p in doc["partitions"]}
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise SystemExit(f"error: {args.plan} is not a reassignment plan ({exc})") from None
+    if args.topic is None or args.partition is None or not args.replicas:
+        raise SystemExit("error: give TOPIC --partition P --replicas IDS, or --plan FILE")
+    try:
+        replicas = [int(b) for b in args.replicas.split(",")]
+    except ValueError:
+        raise SystemExit(f"error: --replicas expects broker ids like 2,3,1, got {args.replicas!r}") from None
+    return {TopicPartition(args.topic, args.partition): replicas}

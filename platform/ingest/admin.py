@@ -1,6 +1,7 @@
 """``ember.client.Admin``: create, delete, list, describe and configure topics."""
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Optional
 
@@ -9,6 +10,8 @@ from ember.ingest.client_types import TopicPartition
 from ember.ingest.metadata_client import MetadataClient, response_error
 from ember.ingest.offsets import EARLIEST, LATEST, list_offsets
 from ember.ingest.protocol import ApiKey
+
+_CONTROLLER_RETRY_S = 0.2
 
 
 @dataclass(frozen=True)
@@ -20,6 +23,23 @@ class PartitionDescription:
     log_start_offset: int
     high_watermark: int
     log_end_offset: int
+    adding_replicas: tuple[int, ...] = ()     # a reassignment in progress
+    removing_replicas: tuple[int, ...] = ()
+    error: str = ""                           # why there is no leader, when there is none
+
+
+@dataclass(frozen=True)
+class ElectionResult:
+    """A partition's preferred-leader election: who led before and after, or why nothing moved."""
+    topic: str
+    partition: int
+    previous_leader: int
+    leader: int
+    error: EmberError | None = None
+
+    @property
+    def moved(self) -> bool:
+        return self.error is None and self.leader != self.previous_leader
 
 
 @dataclass(frozen=True)
@@ -66,6 +86,27 @@ class Admin:
         if error is not None:
             raise error
 
+    def elect_leaders(self, partitions: Iterable[TopicPartition] | None = None) -> list[ElectionResult]:
+        """Move leadership of ``partitions`` (None: every partition) back to their preferred
+        replica (the first of the assignment) where it is in the ISR. Per-partition failures
+        (ElectionNotNeeded, PreferredLeaderNotAvailable, ...) are in the results, not raised."""
+        listed = None if partitions is None else [{"topic": tp.topic, "partition": tp.partition} for tp in partitions]
+        body = self._controller_request(ApiKey.ELECT_LEADERS, {"election_type": 0, "partitions": listed})
+        return [ElectionResult(item["topic"], item["partition"], item["previous_leader"], item["leader"],
+                               error_for_code(item["error_code"], item.get("error_message", ""))
+                               if item["error_code"] else None) for item in body["partitions"]]
+
+    def reassign_partitions(self, moves: Mapping[TopicPartition, Iterable[int]]) -> None:
+        """Start moving partitions to new replica lists (the first is the preferred leader); the
+        controller adds the new replicas, waits until they are in sync, then drops the old ones.
+        Follow the progress with :meth:`describe_topic`. Raises the first partition's error."""
+        body = self._controller_request(ApiKey.ALTER_PARTITION_REASSIGNMENTS, {"partitions": [
+            {"topic": tp.topic, "partition": tp.partition, "replicas": [int(b) for b in replicas]}
+            for tp, replicas in moves.items()]})
+        for item in body["partitions"]:
+            if item["error_code"]:
+                raise error_for_code(item["error_code"], item.get("error_message", ""))
+
     def describe_topic(self, name: str) -> TopicDescription:
         """Leader, replicas, ISR, log start, high watermark and log end of every partition."""
         info = self._metadata.refresh([name], broker_id=self._home()).get(name)
@@ -76,7 +117,8 @@ class Admin:
         descriptions = []
         for p in info.partitions:
             start, hw, end = ends.get(TopicPartition(name, p.partition), (-1, -1, -1))
-            descriptions.append(PartitionDescription(p.partition, p.leader, p.replicas, p.isr, start, hw, end))
+            descriptions.append(PartitionDescription(p.partition, p.leader, p.replicas, p.isr, start, hw, end,
+                                                     p.adding_replicas, p.removing_replicas, p.error_message))
         overrides = {k: v["value"] for k, v in self.describe_configs(name).items() if not v["default"]}
         return TopicDescription(name, tuple(descriptions), overrides)
 
@@ -125,6 +167,19 @@ class Admin:
         except (BrokerNotAvailable, NetworkError):
             self._metadata.refresh([])
             return self._metadata.request(api_key, body).body
+
+    def _controller_request(self, api_key: int, body: dict[str, Any]) -> dict[str, Any]:
+        """A request only the controller serves, retried while the controller moves."""
+        deadline = time.monotonic() + self.request_timeout_s
+        while True:
+            response = self._request(api_key, body)
+            error = response_error(response)
+            if error is None:
+                return response
+            if not error.retriable or time.monotonic() + _CONTROLLER_RETRY_S > deadline:
+                raise error
+            self._metadata.refresh([])
+            time.sleep(_CONTROLLER_RETRY_S)
 
     def _topic_results(self, api_key: int, body: dict[str, Any]) -> list[dict[str, Any]]:
         """Send a per-topic admin request and raise the first topic's error, if any."""

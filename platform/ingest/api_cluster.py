@@ -6,18 +6,21 @@ from typing import Any, Awaitable, Callable
 
 from ember.cluster.metadata_cache import MetadataCache, TopicMetadata
 from ember.cluster.topic_admin import validate_topic_name
-from ember.errors import ErrorCode, LeaderNotAvailable, TopicAlreadyExists, UnknownTopicOrPartition
+from ember.errors import LeaderNotAvailable, TopicAlreadyExists, UnknownTopicOrPartition
 from ember.ingest.dispatcher import Handler
 from ember.ingest.protocol import ApiKey, Request
 from ember.ingest.reply import OK, Reply, error_fields
 
 AutoCreate = Callable[[str], Awaitable[Any]]
+UnavailableReason = Callable[[TopicMetadata, int], str]
 
 
 class ClusterApis:
-    def __init__(self, cache: MetadataCache, auto_create: AutoCreate | None) -> None:
+    def __init__(self, cache: MetadataCache, auto_create: AutoCreate | None,
+                 unavailable_reason: UnavailableReason) -> None:
         self.cache = cache
         self.auto_create = auto_create
+        self.unavailable_reason = unavailable_reason
 
     def handlers(self) -> dict[ApiKey, Handler]:
         return {ApiKey.METADATA: self.metadata}
@@ -51,15 +54,19 @@ class ClusterApis:
             pass
         raise LeaderNotAvailable(f"topic {name!r} is being created; retry")
 
-    @staticmethod
-    def _partitions(meta: TopicMetadata, live: dict[int, Any]) -> list[dict[str, Any]]:
+    def _partitions(self, meta: TopicMetadata, live: dict[int, Any]) -> list[dict[str, Any]]:
         partitions = []
         for index, replicas in meta.partitions.items():
             state = meta.states.get(index)
             leader = state.leader if state is not None and state.leader in live else -1
-            partitions.append({
+            entry: dict[str, Any] = {
                 "partition": index, "leader": leader,
                 "leader_epoch": state.leader_epoch if state else -1,
-                "replicas": replicas, "isr": state.isr if state else [],
-                "error_code": int(ErrorCode.NONE if leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE)})
+                "replicas": replicas, "isr": state.isr if state else [], **OK}
+            if leader < 0:
+                entry.update(error_fields(LeaderNotAvailable(self.unavailable_reason(meta, index))))
+            move = meta.record.reassignments.get(index)
+            if move is not None:
+                entry.update(adding_replicas=move.adding, removing_replicas=move.removing)
+            partitions.append(entry)
         return partitions

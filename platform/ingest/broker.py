@@ -30,6 +30,7 @@ from ember.groups.store import GroupStore
 from ember.ingest.api_admin import AdminApis
 from ember.ingest.api_cluster import ClusterApis
 from ember.ingest.api_groups import GroupApis
+from ember.ingest.api_leadership import LeadershipApis
 from ember.ingest.api_records import RecordApis
 from ember.ingest.broker_config import BrokerConfig, TopicConfigPolicy
 from ember.ingest.api_replication import ReplicationApis
@@ -59,7 +60,7 @@ class Broker:
         self.logs = LogManager(options.data_dir, options.broker_id)
         self.session = ZkSession(options.zookeeper, self.config.zookeeper_session_timeout_ms)
         self.cache = MetadataCache(self.session)
-        self.controller = Controller(self.session, self.cache, options.broker_id)
+        self.controller = Controller(self.session, self.cache, options.broker_id, self.config.controller_config())
         self.registration = BrokerRegistration(
             self.session, BrokerInfo(options.broker_id, options.host, options.port),
             self.config.zookeeper_session_timeout_ms)
@@ -85,9 +86,10 @@ class Broker:
         admin = AdminApis(TopicAdmin(self.session, TopicConfigPolicy(self.config)), self.cache,
                           self.replicas, self.config, ProducerIdAllocator(self.session, options.broker_id))
         dispatcher = Dispatcher(
-            ClusterApis(self.cache, admin.create_topic if self.config.auto_create_topics_enable else None).handlers(),
+            ClusterApis(self.cache, admin.create_topic if self.config.auto_create_topics_enable else None,
+                        self.replicas.unavailable_reason).handlers(),
             RecordApis(self.replicas).handlers(), ReplicationApis(self.replicas).handlers(), admin.handlers(),
-            GroupApis(self.groups).handlers())
+            LeadershipApis(self.controller).handlers(), GroupApis(self.groups).handlers())
         self.server = BrokerServer(dispatcher, options.host, options.port, self.config.socket_request_max_bytes)
         await self.server.bind()
         await asyncio.to_thread(self.registration.register)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
+from ember.cluster.controller import ControllerConfig
 from ember.errors import InvalidConfig
 from ember.log.config import TOPIC_CONFIGS, ConfigDef, LogConfig
 
@@ -68,6 +69,12 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in (
     _int("min.insync.replicas", 1, "Default min.insync.replicas.", 1),
     _int("message.max.bytes", 1048588, "Default max.message.bytes.", 0),
     _bool("unclean.leader.election.enable", False, "Default unclean.leader.election.enable."),
+    _bool("auto.leader.rebalance.enable", True, "The controller moves leadership back to preferred replicas "
+          "when a broker's leadership imbalance passes leader.imbalance.per.broker.percentage."),
+    _long("leader.imbalance.check.interval.seconds", 300, "How often the controller checks leadership "
+          "imbalance.", 1),
+    ConfigDef("leader.imbalance.per.broker.percentage", "int", 10, "Share (percent) of a broker's preferred "
+              "partitions that may be led elsewhere before the controller moves them back.", minimum=0, maximum=100),
     _int("group.initial.rebalance.delay.ms", 3000, "How long the first rebalance of an empty consumer "
          "group waits for more members, so a group starting together rebalances once.", 0),
 )}
@@ -128,6 +135,9 @@ class BrokerConfig:
     min_insync_replicas: int
     message_max_bytes: int
     unclean_leader_election_enable: bool
+    auto_leader_rebalance_enable: bool
+    leader_imbalance_check_interval_seconds: int
+    leader_imbalance_per_broker_percentage: int
     group_initial_rebalance_delay_ms: int
 
     @classmethod
@@ -164,6 +174,14 @@ class BrokerConfig:
     def log_config(self, overrides: Mapping[str, Any] | None = None) -> LogConfig:
         """The effective config of a topic with these ``overrides``; raises InvalidConfig."""
         return LogConfig.from_properties({**self.topic_defaults(), **(overrides or {})})
+
+    def controller_config(self) -> ControllerConfig:
+        """What the controller needs: leader rebalancing settings and each topic's effective
+        unclean-election flag (the topic override, else this broker's default)."""
+        return ControllerConfig(lambda overrides: self.log_config(overrides).unclean_leader_election_enable,
+                                self.auto_leader_rebalance_enable,
+                                float(self.leader_imbalance_check_interval_seconds),
+                                self.leader_imbalance_per_broker_percentage)
 
     def describe_topic_config(self, overrides: Mapping[str, str]) -> list[dict[str, Any]]:
         """DescribeConfigs entries: every known topic config, its value and whether it is a default."""

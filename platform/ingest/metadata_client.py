@@ -33,6 +33,9 @@ class PartitionInfo:
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
     error_code: int = 0
+    error_message: str = ""                 # why there is no leader, when there is none
+    adding_replicas: tuple[int, ...] = ()   # a reassignment in progress
+    removing_replicas: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,15 @@ class MetadataClient:
             return None
         leader = info.partitions[partition].leader
         return leader if leader >= 0 and leader in self.brokers else None
+
+    def leader_error(self, topic: str, partition: int) -> EmberError:
+        """Why ``topic``-``partition`` has no usable leader, as the broker explained it."""
+        info = self.topics.get(topic)
+        if info is None or partition >= len(info.partitions):
+            return error_for_code(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic}-{partition} is not in the metadata")
+        p = info.partitions[partition]
+        return error_for_code(p.error_code or ErrorCode.LEADER_NOT_AVAILABLE,
+                              p.error_message or f"leader broker {p.leader} of {topic}-{partition} is not known")
 
     def mark_stale(self) -> None:
         """Ask for a refresh before the next lookup that needs fresh data."""
@@ -148,11 +160,13 @@ class MetadataClient:
             try:
                 info = self.refresh([topic]).get(topic)
                 code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if info is None else info.error_code
-                if code == 0 and any(p.leader < 0 for p in info.partitions):
-                    code = ErrorCode.LEADER_NOT_AVAILABLE
-                if code == 0:
-                    return info
-                error: EmberError = error_for_code(code, _topic_message(topic, code))
+                if code:
+                    error: EmberError = error_for_code(code, _topic_message(topic, code))
+                else:
+                    leaderless = [p.partition for p in info.partitions if p.leader < 0]
+                    if not leaderless:
+                        return info
+                    error = self.leader_error(topic, leaderless[0])
             except EmberError as exc:
                 if not exc.retriable:
                     raise
@@ -168,7 +182,8 @@ class MetadataClient:
 def _topic_info(doc: dict[str, Any]) -> TopicInfo:
     partitions = sorted((PartitionInfo(p["partition"], p.get("leader", -1), p.get("leader_epoch", -1),
                                        tuple(p.get("replicas", ())), tuple(p.get("isr", ())),
-                                       p.get("error_code", 0))
+                                       p.get("error_code", 0), p.get("error_message", ""),
+                                       tuple(p.get("adding_replicas", ())), tuple(p.get("removing_replicas", ())))
                          for p in doc.get("partitions", [])), key=lambda p: p.partition)
     return TopicInfo(doc["topic"], doc.get("error_code", 0), tuple(partitions))
 

@@ -53,6 +53,7 @@ class Partition:
         self.broker_id = broker_id
         self.state = PartitionState(-1, -1, [], -1)
         self.replicas: list[int] = []
+        self.removing: frozenset[int] = frozenset()
         #: Fired on the event loop whenever readers may see more: an append, a higher high
         #: watermark, or a leadership change (so parked fetches and acks=all waits re-check).
         self.changed = Signal()
@@ -84,17 +85,22 @@ class Partition:
     def leader_epoch(self) -> int:
         return self.state.leader_epoch
 
-    def apply_state(self, state: PartitionState, replicas: list[int]) -> None:
+    def assign(self, replicas: list[int], removing: list[int]) -> None:
+        """Take the partition's replica assignment (event loop). Replicas being removed by a
+        reassignment still fetch but never rejoin the ISR."""
+        self.replicas = list(replicas)
+        self.removing = frozenset(removing)
+
+    def apply_state(self, state: PartitionState) -> None:
         """Take the latest partition state from ZooKeeper (event loop)."""
         new_term = (self.state.leader, self.state.leader_epoch) != (state.leader, state.leader_epoch)
         self.state = state
-        self.replicas = list(replicas)
         if new_term:
             self._followers.clear()
             if self.is_leader:
                 # Followers get a full lag period to show up, as in Kafka.
                 self.epoch_start_offset = self.log.log_end_offset
-                self._followers = {r: FollowerProgress(now_ms()) for r in replicas if r != self.broker_id}
+                self._followers = {r: FollowerProgress(now_ms()) for r in self.replicas if r != self.broker_id}
         self.changed.fire()
 
     def check_leader(self, current_leader_epoch: int | None = None) -> None:
@@ -120,18 +126,19 @@ class Partition:
         if fetch_offset > self.log.log_end_offset:
             raise OffsetOutOfRange(f"{self}: follower {replica_id} fetches from {fetch_offset}, past the "
                                    f"log end {self.log.log_end_offset}")
+        if replica_id not in self.replicas or replica_id == self.broker_id:
+            raise NotLeaderOrFollower(f"broker {replica_id} is not a follower of {self}")
         progress = self._followers.get(replica_id)
         if progress is None:
-            if replica_id not in self.replicas or replica_id == self.broker_id:
-                raise NotLeaderOrFollower(f"broker {replica_id} is not a follower of {self}")
             progress = self._followers[replica_id] = FollowerProgress(0.0)
         progress.fetched(fetch_offset, self.log.log_end_offset, now_ms())
 
     def may_join_isr(self, replica_id: int) -> bool:
         """Kafka's rule: an out-of-sync follower rejoins once its log end reaches the high
-        watermark and the start of this leader's epoch."""
+        watermark and the start of this leader's epoch (unless a reassignment removes it)."""
         progress = self._followers.get(replica_id)
         return self.is_leader and progress is not None and replica_id not in self.state.isr and \
+            replica_id in self.replicas and replica_id not in self.removing and \
             progress.end_offset >= max(self.log.high_watermark, self.epoch_start_offset)
 
     def out_of_sync_replicas(self, at_ms: float, lag_max_ms: int) -> list[int]:

@@ -49,6 +49,8 @@ class ApiKey(IntEnum):
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
     DELETE_GROUPS = 42
+    ELECT_LEADERS = 43
+    ALTER_PARTITION_REASSIGNMENTS = 45
 
 
 @dataclass

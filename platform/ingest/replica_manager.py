@@ -15,6 +15,7 @@ import asyncio
 import logging
 from typing import Iterable
 
+from ember.cluster.election import offline_reason
 from ember.cluster.metadata_cache import MetadataCache, TopicMetadata
 from ember.cluster.records import NO_LEADER, PartitionState
 from ember.errors import (InvalidConfig, LeaderNotAvailable, NotLeaderOrFollower,
@@ -62,11 +63,20 @@ class ReplicaManager:
             raise UnknownTopicOrPartition(f"{topic}-{index} does not exist")
         state = meta.states.get(index)
         if state is None or state.leader < 0:
-            raise LeaderNotAvailable(f"{topic}-{index} has no leader right now")
+            raise LeaderNotAvailable(self.unavailable_reason(meta, index))
         if state.leader == self.broker_id:
             raise LeaderNotAvailable(f"{topic}-{index} is still being opened on broker {self.broker_id}")
         raise NotLeaderOrFollower(f"broker {self.broker_id} does not lead {topic}-{index}; "
                                   f"broker {state.leader} does")
+
+    def unavailable_reason(self, meta: TopicMetadata, index: int) -> str:
+        """Why partition ``index`` of ``meta`` has no serving leader (LEADER_NOT_AVAILABLE)."""
+        try:
+            unclean = self.config.log_config(meta.record.config).unclean_leader_election_enable
+        except InvalidConfig:
+            unclean = self.config.unclean_leader_election_enable
+        return offline_reason(f"{meta.name}-{index}", meta.states.get(index), meta.partitions[index],
+                              self.cache.brokers(), unclean)
 
     def all_partitions(self) -> Iterable[Partition]:
         return self.partitions.values()
@@ -84,14 +94,13 @@ class ReplicaManager:
         await partition.advance_high_watermark()
         self.isr.maybe_expand(partition, replica_id)
 
-    async def apply_state(self, partition: Partition, state: PartitionState,
-                          replicas: list[int] | None = None) -> None:
+    async def apply_state(self, partition: Partition, state: PartitionState) -> None:
         """Apply a partition state unless an equal or newer znode version is applied already;
         start or stop fetching, and as leader advance the high watermark (the ISR may allow it)."""
         if state.version <= partition.state.version or \
                 self.partitions.get((partition.topic, partition.index)) is not partition:
             return
-        partition.apply_state(state, partition.replicas if replicas is None else replicas)
+        partition.apply_state(state)
         log.info("%s: leader %d epoch %d isr %s", partition, state.leader, state.leader_epoch, state.isr)
         self.fetchers.update(partition)
         await partition.advance_high_watermark()
@@ -178,14 +187,17 @@ class ReplicaManager:
         elif partition.config != config:
             await partition.run(partition.reconfigure, config)
             log.info("%s: applied new topic config", partition)
+        move = meta.record.reassignments.get(index)
+        partition.assign(replicas, move.removing if move is not None else [])
         state = meta.states.get(index)
         if state is not None:
-            await self.apply_state(partition, state, replicas)
+            await self.apply_state(partition, state)
 
     async def _delete(self, partition: Partition, why: str) -> None:
         del self.partitions[(partition.topic, partition.index)]
         self.fetchers.remove(partition)
-        partition.apply_state(PartitionState(NO_LEADER, partition.leader_epoch, [], -1), [])
+        partition.assign([], [])
+        partition.apply_state(PartitionState(NO_LEADER, partition.leader_epoch, [], -1))
         log.info("deleting %s: %s", partition, why)
         await partition.run(partition.log.delete)
 

@@ -108,6 +108,9 @@ class Sender(threading.Thread):
             leader = self.metadata.leader(tp.topic, tp.partition)
             if leader is None:
                 self.metadata.mark_stale()
+                head = self.acc.peek(tp)
+                if head is not None:   # a delivery timeout then says why (e.g. the partition is offline)
+                    head.last_error = self.metadata.leader_error(tp.topic, tp.partition)
                 wait = min(wait, self.config.retry_backoff_s)
             else:
                 by_leader.setdefault(leader, []).append(tp)

@@ -1,4 +1,5 @@
-"""Pure cluster-metadata rules: replica assignment and the controller's leader election."""
+"""Pure cluster-metadata rules: replica assignment, the controller's leader elections (failover,
+unclean, preferred, imbalance) and reassignment steps."""
 from __future__ import annotations
 
 import random
@@ -7,9 +8,13 @@ from collections import Counter
 import pytest
 
 from ember.cluster.assignment import assign_replicas
-from ember.cluster.controller import next_state
-from ember.cluster.records import NO_LEADER, PartitionState, TopicRecord
-from ember.errors import InvalidPartitions, InvalidReplicationFactor
+from ember.cluster.election import (failover_state, imbalanced_partitions, is_unclean, offline_reason,
+                                    preferred_state)
+from ember.cluster.reassignment import (completion_state, finish_reassignment, reassignment_complete,
+                                        reassignment_ready, start_reassignment)
+from ember.cluster.records import NO_LEADER, PartitionState, Reassignment, TopicRecord
+from ember.errors import (ElectionNotNeeded, InvalidPartitions, InvalidReplicaAssignment, InvalidReplicationFactor,
+                          PreferredLeaderNotAvailable, ReassignmentInProgress)
 
 
 @pytest.mark.parametrize("brokers, partitions, rf", [([1, 2, 3], 6, 3), ([1, 2, 3, 4, 5], 10, 2), ([7], 4, 1)])
@@ -35,26 +40,95 @@ def test_assignment_rejects_impossible_requests():
 
 def test_leader_moves_to_first_live_isr_member_with_bumped_epoch():
     state = PartitionState(1, 4, [1, 2, 3], 1)
-    moved = next_state(state, [1, 2, 3], live={2, 3}, controller_epoch=2)
+    moved = failover_state(state, [1, 2, 3], live={2, 3}, controller_epoch=2)
     assert moved == PartitionState(2, 5, [2, 3], 2)
 
 
 def test_dead_follower_leaves_isr_without_epoch_bump():
     state = PartitionState(1, 4, [1, 2, 3], 1)
-    assert next_state(state, [1, 2, 3], live={1, 2}, controller_epoch=2) == PartitionState(1, 4, [1, 2], 2)
-    assert next_state(state, [1, 2, 3], live={1, 2, 3}, controller_epoch=2) is None
+    assert failover_state(state, [1, 2, 3], live={1, 2}, controller_epoch=2) == PartitionState(1, 4, [1, 2], 2)
+    assert failover_state(state, [1, 2, 3], live={1, 2, 3}, controller_epoch=2) is None
 
 
 def test_no_unclean_election_and_revival_from_last_isr():
     state = PartitionState(1, 4, [1], 1)
-    offline = next_state(state, [1, 2], live={2}, controller_epoch=2)
+    offline = failover_state(state, [1, 2], live={2}, controller_epoch=2)
     assert offline == PartitionState(NO_LEADER, 5, [1], 2)       # 2 is not in the ISR
-    assert next_state(offline, [1, 2], live={2}, controller_epoch=2) is None
-    assert next_state(offline, [1, 2], live={1, 2}, controller_epoch=3) == PartitionState(1, 6, [1], 3)
+    assert failover_state(offline, [1, 2], live={2}, controller_epoch=2) is None
+    assert failover_state(offline, [1, 2], live={1, 2}, controller_epoch=3) == PartitionState(1, 6, [1], 3)
 
 
 def test_znode_documents_round_trip():
     record = TopicRecord("abc", {0: [1, 2], 1: [2, 1]}, {"retention.ms": "5"})
     assert TopicRecord.from_bytes(record.to_bytes()) == record
+    moving = TopicRecord("abc", {0: [2, 3, 1]}, {}, {0: Reassignment([3], [1])})
+    assert TopicRecord.from_bytes(moving.to_bytes()) == moving
     state = PartitionState(2, 3, [2, 1], 7)
     assert PartitionState.from_bytes(state.to_bytes(), version=4) == PartitionState(2, 3, [2, 1], 7, 4)
+
+
+def test_unclean_election_only_when_the_topic_allows_it():
+    state = PartitionState(1, 4, [1], 1)
+    assert failover_state(state, [1, 2, 3], live={3, 2}, controller_epoch=2, unclean=False) == \
+        PartitionState(NO_LEADER, 5, [1], 2)
+    unclean = failover_state(state, [1, 2, 3], live={3, 2}, controller_epoch=2, unclean=True)
+    assert unclean == PartitionState(2, 5, [2], 2) and is_unclean(state, unclean)
+    offline = PartitionState(NO_LEADER, 5, [1], 2)
+    assert failover_state(offline, [1, 2], live={2}, controller_epoch=2, unclean=True) == PartitionState(2, 6, [2], 2)
+    assert failover_state(offline, [1, 2], live=set(), controller_epoch=2, unclean=True) is None
+    # A clean failover is never called unclean.
+    assert not is_unclean(state, PartitionState(1, 4, [1], 2))
+
+
+def test_offline_reason_names_the_partition_and_the_cause():
+    offline = PartitionState(NO_LEADER, 5, [1], 2)
+    reason = offline_reason("t-0", offline, [1, 2], live={2}, unclean=False)
+    assert "t-0 is offline" in reason and "[1]" in reason and "unclean.leader.election.enable is false" in reason
+    assert "none of its replicas" in offline_reason("t-0", offline, [1, 2], live=set(), unclean=True)
+    assert "election is in progress" in offline_reason("t-0", offline, [1, 2], live={1}, unclean=False)
+    assert "not registered" in offline_reason("t-0", PartitionState(3, 1, [3], 1), [3], live={1}, unclean=False)
+
+
+def test_preferred_leader_election_rules():
+    state = PartitionState(2, 4, [2, 1], 1)
+    assert preferred_state(state, [1, 2], live={1, 2}, controller_epoch=3) == PartitionState(1, 5, [2, 1], 3)
+    with pytest.raises(ElectionNotNeeded):
+        preferred_state(PartitionState(1, 4, [1, 2], 1), [1, 2], live={1, 2}, controller_epoch=3)
+    with pytest.raises(PreferredLeaderNotAvailable, match="not in the ISR"):
+        preferred_state(PartitionState(2, 4, [2], 1), [1, 2], live={1, 2}, controller_epoch=3)
+    with pytest.raises(PreferredLeaderNotAvailable, match="not registered"):
+        preferred_state(state, [1, 2], live={2}, controller_epoch=3)
+
+
+def test_imbalance_moves_partitions_of_brokers_over_the_threshold():
+    # Broker 1 is preferred for 4 partitions and leads 3 (25% elsewhere); broker 2 leads all 10 of its own.
+    leadership = {("a", p): ([1, 2], 1 if p < 3 else 2) for p in range(4)}
+    leadership.update({("b", p): ([2, 1], 2) for p in range(10)})
+    assert imbalanced_partitions(leadership, 10) == [("a", 3)]
+    assert imbalanced_partitions(leadership, 25) == []     # not above the threshold
+
+
+def test_reassignment_steps():
+    record = TopicRecord("id", {0: [1, 2], 1: [2, 3]})
+    moving = start_reassignment("t", record, 0, [2, 3], live={1, 2, 3})
+    assert moving.assignment[0] == [2, 3, 1] and moving.reassignments == {0: Reassignment([3], [1])}
+    assert moving.reassignments[0].target(moving.assignment[0]) == [2, 3]
+    with pytest.raises(ReassignmentInProgress):
+        start_reassignment("t", moving, 0, [3, 1], live={1, 2, 3})
+    for bad in ([], [2, 2], [2, 7]):
+        with pytest.raises(InvalidReplicaAssignment):
+            start_reassignment("t", record, 1, bad, live={1, 2, 3})
+    # A reordering only changes the preferred leader, at once.
+    assert start_reassignment("t", record, 1, [3, 2], live={1, 2, 3}) == TopicRecord("id", {0: [1, 2], 1: [3, 2]})
+
+    # Not ready until 3 is in sync; then the leader (1, being removed) hands over to 2.
+    catching_up = PartitionState(1, 4, [1, 2], 1)
+    assert not reassignment_ready(catching_up, [2, 3], live={1, 2, 3})
+    caught_up = PartitionState(1, 4, [1, 2, 3], 1)
+    assert reassignment_ready(caught_up, [2, 3], live={1, 2, 3})
+    done = completion_state(caught_up, [2, 3], live={1, 2, 3}, controller_epoch=2)
+    assert done == PartitionState(2, 5, [2, 3], 2) and reassignment_complete(done, [2, 3])
+    # A leader that stays keeps its epoch; only the ISR shrinks.
+    assert completion_state(PartitionState(2, 4, [1, 2, 3], 1), [2, 3], {1, 2, 3}, 2) == PartitionState(2, 4, [2, 3], 2)
+    assert completion_state(done, [2, 3], {1, 2, 3}, 2) is None
+    assert finish_reassignment(moving, 0) == TopicRecord("id", {0: [2, 3], 1: [2, 3]})

@@ -5,6 +5,7 @@ import threading
 import time
 from typing import Any, Callable, Iterable
 
+from ember.client import Admin, Consumer
 from ember.cluster.local import LocalCluster
 from ember.errors import EmberError
 from ember.ingest.connection import Connection, parse_bootstrap
@@ -13,6 +14,8 @@ from ember.log import build_batch
 from ember.log.reader import read_offset_range
 
 WAIT_S = 60.0
+#: Dead brokers leave ZooKeeper within 2 s; followers retry a not-yet-ready leader after 200 ms.
+FAST = {"zookeeper.session.timeout.ms": "2000", "replica.fetch.backoff.ms": "200"}
 
 
 def eventually(check: Callable[[], Any], what: str, timeout_s: float = WAIT_S) -> Any:
@@ -75,10 +78,32 @@ def high_watermark(address: str, topic: str, partition: int = 0) -> int | None:
 
 
 def produce(address: str, topic: str, values: list[bytes], acks: int, partition: int = 0) -> dict[str, Any]:
-    batch = build_batch([(None, v) for v in values])
+    return produce_batch(address, topic, build_batch([(None, v) for v in values]), acks, partition)
+
+
+def produce_batch(address: str, topic: str, batch: bytes, acks: int, partition: int = 0) -> dict[str, Any]:
+    """One raw batch to ``address`` (no client retries): the partition's produce result."""
     body = {"acks": acks, "timeout_ms": 10000,
             "partitions": [{"topic": topic, "partition": partition, "size": len(batch)}]}
     return call(address, ApiKey.PRODUCE, body, (batch,))["partitions"][0]
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int = 1, min_insync: int = 2,
+                 replication_factor: int = 3, **config: str) -> None:
+    with Admin(bootstrap) as admin:
+        admin.create_topic(topic, partitions=partitions, replication_factor=replication_factor,
+                           config={"min.insync.replicas": str(min_insync), **config})
+
+
+def consume_values(bootstrap: str, topic: str, count: int, timeout_s: float = 60) -> list[tuple[int, bytes]]:
+    """(offset, value) of the first ``count`` records of partition 0, in the order consumed."""
+    out: list[tuple[int, bytes]] = []
+    with Consumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest") as consumer:
+        deadline = time.monotonic() + timeout_s
+        while len(out) < count and time.monotonic() < deadline:
+            for records in consumer.poll(500).values():
+                out += [(r.offset, r.value) for r in records]
+    return out
 
 
 def disk_values(cluster: LocalCluster, broker_id: int, topic: str, end: int, partition: int = 0) -> list[bytes]:

@@ -12,33 +12,14 @@ import time
 
 import pytest
 
-from ember.client import Admin, Consumer, Producer
+from ember.client import Producer
 from ember.errors import ErrorCode, OffsetOutOfRange
 from ember.log.reader import read_offset_range
 
-from replication_helpers import HighWatermarkWatch, disk_values, eventually, partition_meta, produce, wait_for_isr
+from replication_helpers import (FAST, HighWatermarkWatch, consume_values, create_topic, disk_values, eventually,
+                                 partition_meta, produce, wait_for_isr)
 
 pytestmark = pytest.mark.integration
-
-#: Dead brokers leave ZooKeeper within 2 s; followers retry a not-yet-ready leader after 200 ms.
-FAST = {"zookeeper.session.timeout.ms": "2000", "replica.fetch.backoff.ms": "200"}
-
-
-def create_topic(bootstrap: str, topic: str, partitions: int = 1, min_insync: int = 2) -> None:
-    with Admin(bootstrap) as admin:
-        admin.create_topic(topic, partitions=partitions, replication_factor=3,
-                           config={"min.insync.replicas": str(min_insync)})
-
-
-def consume_values(bootstrap: str, topic: str, count: int, timeout_s: float = 60) -> list[tuple[int, bytes]]:
-    """(offset, value) of the first ``count`` records of partition 0, in the order consumed."""
-    out: list[tuple[int, bytes]] = []
-    with Consumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest") as consumer:
-        deadline = time.monotonic() + timeout_s
-        while len(out) < count and time.monotonic() < deadline:
-            for records in consumer.poll(500).values():
-                out += [(r.offset, r.value) for r in records]
-    return out
 
 
 def test_acks_all_records_are_on_every_replica_disk(shared_cluster, topic_name) -> None:

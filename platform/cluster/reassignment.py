@@ -1,0 +1,74 @@
+"""Moving a partition to new replicas, as pure steps on the topic record and partition state.
+
+1. :func:`start_reassignment`: the assignment becomes target + removed replicas (so every
+   broker of either set hosts the partition) and the record notes who is added and removed.
+   New replicas open the log and follow the leader; the leader never admits a replica that is
+   being removed back into the ISR.
+2. Once every target replica is in the ISR (:func:`reassignment_ready`), :func:`completion_state`
+   keeps the leader if it stays (else elects the first live target ISR member, epoch bumped) and
+   drops the removed replicas from the ISR.
+3. :func:`finish_reassignment`: the assignment becomes the target; removed brokers delete their
+   copy when they see it.
+
+Each step is idempotent, so a controller that takes over mid-way just runs them again.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Collection
+
+from ember.cluster.records import PartitionState, Reassignment, TopicRecord
+from ember.errors import InvalidReplicaAssignment, ReassignmentInProgress, UnknownTopicOrPartition
+
+
+def start_reassignment(name: str, record: TopicRecord, index: int, target: list[int],
+                       live: Collection[int]) -> TopicRecord:
+    """The record with partition ``index`` moving to ``target``; a mere reordering (a new
+    preferred leader) takes effect at once. Raises for invalid targets or a move in progress."""
+    if index not in record.assignment:
+        raise UnknownTopicOrPartition(f"{name}-{index} does not exist")
+    if index in record.reassignments:
+        raise ReassignmentInProgress(f"{name}-{index} is already being reassigned")
+    if not target or len(set(target)) != len(target):
+        raise InvalidReplicaAssignment(f"{name}-{index}: replicas {target} must be distinct and not empty")
+    missing = [b for b in target if b not in live]
+    if missing:
+        raise InvalidReplicaAssignment(f"{name}-{index}: broker(s) {missing} are not registered")
+    original = record.assignment[index]
+    adding = [b for b in target if b not in original]
+    removing = [b for b in original if b not in target]
+    reassignments = dict(record.reassignments)
+    if adding or removing:
+        reassignments[index] = Reassignment(adding, removing)
+    return replace(record, assignment={**record.assignment, index: list(target) + removing},
+                   reassignments=dict(sorted(reassignments.items())))
+
+
+def reassignment_ready(state: PartitionState, target: list[int], live: Collection[int]) -> bool:
+    """Every target replica has caught up (is in the ISR) and one of them can lead."""
+    return all(b in state.isr for b in target) and any(b in live for b in target)
+
+
+def reassignment_complete(state: PartitionState, target: list[int]) -> bool:
+    """The partition state is the end state of a move to ``target``."""
+    return state.leader in target and sorted(state.isr) == sorted(target)
+
+
+def completion_state(state: PartitionState, target: list[int], live: Collection[int],
+                     controller_epoch: int) -> PartitionState | None:
+    """The state that ends a ready move: leader within the target, ISR without the removed
+    replicas; None when the state is that already."""
+    isr = [b for b in state.isr if b in target]
+    if state.leader in target and state.leader in live:
+        if isr == state.isr:
+            return None
+        return PartitionState(state.leader, state.leader_epoch, isr, controller_epoch)
+    leader = next(b for b in target if b in isr and b in live)
+    return PartitionState(leader, state.leader_epoch + 1, isr, controller_epoch)
+
+
+def finish_reassignment(record: TopicRecord, index: int) -> TopicRecord:
+    """The record with partition ``index`` on its target replicas only."""
+    move = record.reassignments[index]
+    return replace(record, assignment={**record.assignment, index: move.target(record.assignment[index])},
+                   reassignments={p: r for p, r in record.reassignments.items() if p != index})

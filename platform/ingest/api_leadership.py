@@ -1,0 +1,48 @@
+"""ElectLeaders and AlterPartitionReassignments: leadership changes only the controller makes.
+
+The broker that is the active controller runs them on its controller thread (in order with
+broker failures and other controller work); any other broker answers NOT_CONTROLLER, and the
+client retries at the controller named in Metadata.
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from ember.cluster.controller import Controller
+from ember.errors import InvalidRequest
+from ember.ingest.dispatcher import Handler
+from ember.ingest.protocol import ApiKey, Request
+from ember.ingest.reply import OK, Reply, error_fields
+
+
+class LeadershipApis:
+    def __init__(self, controller: Controller) -> None:
+        self.controller = controller
+
+    def handlers(self) -> dict[ApiKey, Handler]:
+        return {ApiKey.ELECT_LEADERS: self.elect_leaders,
+                ApiKey.ALTER_PARTITION_REASSIGNMENTS: self.alter_partition_reassignments}
+
+    async def elect_leaders(self, request: Request) -> Reply:
+        """Preferred-leader election of the listed partitions (null: every partition)."""
+        body = request.body
+        if int(body.get("election_type", 0)) != 0:
+            raise InvalidRequest("only preferred-leader election (election_type 0) is supported; unclean "
+                                 "election follows the topic's unclean.leader.election.enable")
+        listed = body.get("partitions")
+        partitions = None if listed is None else [(str(p["topic"]), int(p["partition"])) for p in listed]
+        results = await asyncio.wrap_future(self.controller.call(lambda: self.controller.elect_preferred(partitions)))
+        return Reply({**OK, "partitions": [
+            {"topic": r.topic, "partition": r.partition, "previous_leader": r.previous_leader, "leader": r.leader,
+             **(error_fields(r.error) if r.error is not None else OK)} for r in results]})
+
+    async def alter_partition_reassignments(self, request: Request) -> Reply:
+        """Start moving partitions to new replica lists; progress shows in Metadata."""
+        moves = [(str(p["topic"]), int(p["partition"]), [int(b) for b in p["replicas"]])
+                 for p in request.body["partitions"]]
+        errors = await asyncio.wrap_future(self.controller.call(lambda: self.controller.reassign(moves)))
+        results: list[dict[str, Any]] = [
+            {"topic": topic, "partition": index, **(error_fields(error) if error is not None else OK)}
+            for (topic, index, _), error in zip(moves, errors)]
+        return Reply({**OK, "partitions": results})
