@@ -63,7 +63,9 @@ class Partition:
         self.joining_isr: set[int] = set()
         self._followers: dict[int, FollowerProgress] = {}
         self._hw_lock = threading.Lock()
-        self._follower_lock = asyncio.Lock()
+        # Serializes appends and truncations with the leadership check made before each: an append
+        # queued on the I/O pool while leading must not land after this replica began following.
+        self._append_lock = asyncio.Lock()
         self._io_pool = io_pool
 
     def __repr__(self) -> str:
@@ -195,11 +197,12 @@ class Partition:
     async def append(self, raw: memoryview, required_acks: int) -> "AppendResult":
         """Append a producer's batch as leader. acks=all needs ``min.insync.replicas`` in-sync
         replicas before the write (Kafka's NOT_ENOUGH_REPLICAS)."""
-        self.check_leader()
-        if required_acks == -1 and len(self.state.isr) < self.config.min_insync_replicas:
-            raise NotEnoughReplicas(f"{self}: {len(self.state.isr)} in-sync replica(s) {self.state.isr}, "
-                                    f"min.insync.replicas is {self.config.min_insync_replicas}")
-        result = await self.run(self._append, raw, self.leader_epoch)
+        async with self._append_lock:
+            self.check_leader()
+            if required_acks == -1 and len(self.state.isr) < self.config.min_insync_replicas:
+                raise NotEnoughReplicas(f"{self}: {len(self.state.isr)} in-sync replica(s) {self.state.isr}, "
+                                        f"min.insync.replicas is {self.config.min_insync_replicas}")
+            result = await self.run(self._append, raw, self.leader_epoch)
         self.changed.fire()
         return result
 
@@ -265,7 +268,7 @@ class Partition:
         watermark; raises NotLeaderOrFollower if the partition moved to another term meanwhile."""
         if not raw and min(leader_high_watermark, self.log.log_end_offset) <= self.log.high_watermark:
             return
-        async with self._follower_lock:
+        async with self._append_lock:
             self._check_following(leader_epoch)
             await self.run(self._append_as_follower, raw, leader_high_watermark)
 
@@ -279,7 +282,7 @@ class Partition:
     async def truncate(self, offset: int, leader_epoch: int, *, fully: bool = False) -> None:
         """Drop everything from ``offset`` on (``fully``: everything, restarting the log empty at
         ``offset``, for a follower that fell below the leader's log start)."""
-        async with self._follower_lock:
+        async with self._append_lock:
             self._check_following(leader_epoch)
             await self.run(self.log.truncate_fully_and_start_at if fully else self.log.truncate_to, offset)
 
