@@ -70,6 +70,7 @@ class Controller:
         self.broker_id = broker_id
         self.config = config or ControllerConfig()
         self.epoch = -1
+        self._epoch_version = -1   # version of /controller_epoch this controller wrote
         self.active = False
         self._closed = False
         self._stopped = threading.Event()
@@ -147,6 +148,9 @@ class Controller:
             tx.set_data(zk_paths.CONTROLLER_EPOCH, str(epoch).encode(), version=version)
         if any(isinstance(r, Exception) for r in tx.commit()):
             return   # another broker won; its node's watch tells us when it goes away
+        # Every state write checks /controller_epoch still has this version: a deposed controller
+        # that has not noticed yet cannot overwrite what its successor decided.
+        self._epoch_version = 0 if version is None else version + 1
         self.epoch, self.active = epoch, True
         self._records.clear()
         log.info("broker %d is the controller (epoch %d)", self.broker_id, epoch)
@@ -231,10 +235,18 @@ class Controller:
             target = rule(current)
             if target is None:
                 return current, current
-            try:
-                client.set(path, target.to_bytes(), version=stat.version)
-            except BadVersionError:
+            tx = client.transaction()
+            tx.check(zk_paths.CONTROLLER_EPOCH, self._epoch_version)
+            tx.set_data(path, target.to_bytes(), version=stat.version)
+            epoch_check, write = tx.commit()
+            if isinstance(epoch_check, Exception):
+                log.warning("controller epoch %d is superseded; stepping down", self.epoch)
+                self.active = False
+                return None
+            if isinstance(write, BadVersionError):
                 continue
+            if isinstance(write, Exception):
+                raise write
             if is_unclean(current, target):
                 log.warning("%s-%d: UNCLEAN leader election: broker %d was not in the ISR %s and becomes leader "
                             "(epoch %d); records it lacks are lost (data may be lost)", topic, index,

@@ -147,3 +147,24 @@ def test_expired_session_reregisters_and_keeps_watching(nodes, zookeeper, topic_
     eventually(lambda: 2 in nodes[1].cache.brokers())
     nodes[1].admin.create_topic(topic_name, 1, 1, {})
     eventually(lambda: node.cache.topic(topic_name) is not None)
+
+
+def test_a_deposed_controller_cannot_write_partition_state(nodes, topic_name):
+    """Writes are fenced by /controller_epoch: a controller that has not yet noticed a successor
+    (here: the epoch moved under it) changes nothing and steps down."""
+    from dataclasses import replace
+
+    controller_id = eventually(lambda: nodes[1].cache.controller_id() > 0 and nodes[1].cache.controller_id())
+    controller = nodes[controller_id].controller
+    nodes[1].admin.create_topic(topic_name, 1, 3, {})
+    eventually(lambda: (m := nodes[1].cache.topic(topic_name)) and len(m.states) == 1)
+    zk = nodes[1].session.client
+    epoch, _ = zk.get(zk_paths.CONTROLLER_EPOCH)
+    zk.set(zk_paths.CONTROLLER_EPOCH, str(int(epoch) + 1).encode())   # a successor was elected
+    path = zk_paths.partition_state(topic_name, 0)
+    before, _ = zk.get(path)
+
+    shrink = lambda state: replace(state, isr=state.isr[:1])   # noqa: E731
+    assert controller.call(lambda: controller._transition(topic_name, 0, "test", shrink)).result(10) is None
+    assert not controller.active
+    assert zk.get(path)[0] == before
