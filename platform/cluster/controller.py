@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Mapping, NamedTuple, TypeVar
@@ -89,8 +90,12 @@ class Controller:
         """Resign (so another broker takes over at once) and stop the event thread."""
         self._closed = True
         self._stopped.set()
-        self._events.submit(self._resign).result(timeout=10)
-        self._events.shutdown(wait=True)
+        try:
+            self._events.submit(self._resign).result(timeout=10)
+        except FutureTimeout:
+            log.warning("controller thread still busy after 10 s; the ZooKeeper session's end resigns instead")
+        finally:
+            self._events.shutdown(wait=False, cancel_futures=True)
 
     def call(self, job: Callable[[], T]) -> "Future[T]":
         """Run an admin ``job`` on the controller thread; the future raises NotController unless
@@ -235,18 +240,11 @@ class Controller:
             target = rule(current)
             if target is None:
                 return current, current
-            tx = client.transaction()
-            tx.check(zk_paths.CONTROLLER_EPOCH, self._epoch_version)
-            tx.set_data(path, target.to_bytes(), version=stat.version)
-            epoch_check, write = tx.commit()
-            if isinstance(epoch_check, Exception):
-                log.warning("controller epoch %d is superseded; stepping down", self.epoch)
-                self.active = False
+            written = self._fenced_set(path, target.to_bytes(), stat.version)
+            if written is None:
                 return None
-            if isinstance(write, BadVersionError):
+            if not written:
                 continue
-            if isinstance(write, Exception):
-                raise write
             if is_unclean(current, target):
                 log.warning("%s-%d: UNCLEAN leader election: broker %d was not in the ISR %s and becomes leader "
                             "(epoch %d); records it lacks are lost (data may be lost)", topic, index,
@@ -256,6 +254,25 @@ class Controller:
                          target.leader, target.leader_epoch, target.isr)
             return current, target
         return None
+
+    def _fenced_set(self, path: str, data: bytes, version: int) -> bool | None:
+        """Write ``data`` to ``path`` at ``version`` only while /controller_epoch is still the one
+        this controller wrote, in one transaction: a deposed controller that has not noticed yet
+        cannot overwrite its successor's decisions. True: written; False: the znode changed
+        (re-read and retry); None: this controller is superseded and has stepped down."""
+        tx = self.session.client.transaction()
+        tx.check(zk_paths.CONTROLLER_EPOCH, self._epoch_version)
+        tx.set_data(path, data, version=version)
+        epoch_check, write = tx.commit()
+        if isinstance(epoch_check, Exception):
+            log.warning("controller epoch %d is superseded; stepping down", self.epoch)
+            self.active = False
+            return None
+        if isinstance(write, BadVersionError):
+            return False
+        if isinstance(write, Exception):
+            raise write
+        return True
 
     # -- preferred leaders ---------------------------------------------------------------------
 
@@ -344,9 +361,10 @@ class Controller:
                     errors[i] = exc
             if updated == record:
                 return
-            try:
-                client.set(path, updated.to_bytes(), version=stat.version)
-            except BadVersionError:
+            written = self._fenced_set(path, updated.to_bytes(), stat.version)
+            if written is None:
+                return
+            if not written:
                 continue
             for index, move in updated.reassignments.items():
                 if index not in record.reassignments:
@@ -371,9 +389,10 @@ class Controller:
                     updated = finish_reassignment(updated, index)
             if updated is record:
                 return
-            try:
-                client.set(path, updated.to_bytes(), version=stat.version)
-            except BadVersionError:
+            written = self._fenced_set(path, updated.to_bytes(), stat.version)
+            if written is None:
+                return
+            if not written:
                 continue
             for index in record.reassignments.keys() - updated.reassignments.keys():
                 log.info("%s-%d: reassignment done; replicas %s", name, index, updated.assignment[index])
