@@ -112,23 +112,39 @@ def disk_values(cluster: LocalCluster, broker_id: int, topic: str, end: int, par
     return [v for batch in read_offset_range(directory, 0, end) for v in batch.column("value").to_pylist()]
 
 
-class HighWatermarkWatch:
-    """Samples (leader, high watermark) as consumers see it (ListOffsets latest at the current
-    leader) on a thread, so a test can check it never went back across failovers."""
+class BackgroundLoop:
+    """Calls ``tick`` every ``interval_s`` on a daemon thread for the length of a with-block."""
 
-    def __init__(self, cluster: LocalCluster, topic: str, partition: int = 0) -> None:
-        self.cluster, self.topic, self.partition = cluster, topic, partition
-        self.samples: list[tuple[int, int]] = []
+    interval_s = 0.05
+
+    def __init__(self) -> None:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> "HighWatermarkWatch":
+    def __enter__(self):
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
-        self._thread.join(10)
+        self._thread.join(30)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.tick()
+
+    def tick(self) -> None:
+        raise NotImplementedError
+
+
+class HighWatermarkWatch(BackgroundLoop):
+    """Samples (leader, high watermark) as consumers see it (ListOffsets latest at the current
+    leader) on a thread, so a test can check it never went back across failovers."""
+
+    def __init__(self, cluster: LocalCluster, topic: str, partition: int = 0) -> None:
+        super().__init__()
+        self.cluster, self.topic, self.partition = cluster, topic, partition
+        self.samples: list[tuple[int, int]] = []
 
     def sampled(self, leader: Callable[[int], bool]) -> bool:
         return any(leader(sampled_leader) for sampled_leader, _ in self.samples)
@@ -137,11 +153,10 @@ class HighWatermarkWatch:
     def high_watermarks(self) -> list[int]:
         return [hw for _, hw in self.samples]
 
-    def _run(self) -> None:
-        while not self._stop.wait(0.05):
-            meta = partition_meta(self.cluster, self.topic, self.partition)
-            if meta and meta["leader"] >= 0:
-                leader = meta["leader"]
-                sample = high_watermark(self.cluster.brokers[leader].address, self.topic, self.partition)
-                if sample is not None:   # None: the leader is moving or down
-                    self.samples.append((leader, sample))
+    def tick(self) -> None:
+        meta = partition_meta(self.cluster, self.topic, self.partition)
+        if meta and meta["leader"] >= 0:
+            leader = meta["leader"]
+            sample = high_watermark(self.cluster.brokers[leader].address, self.topic, self.partition)
+            if sample is not None:   # None: the leader is moving or down
+                self.samples.append((leader, sample))

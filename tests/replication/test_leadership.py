@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import io
 import signal
-import threading
 from typing import Any
 
 import pytest
@@ -20,8 +19,8 @@ from ember.client import Admin, Producer, TopicPartition
 from ember.errors import ErrorCode, LeaderNotAvailable, PreferredLeaderNotAvailable
 from ember.ingest.protocol import ApiKey
 
-from replication_helpers import (FAST, call, consume_values, create_topic, disk_values, eventually, partition_meta,
-                                 produce, wait_for_isr)
+from replication_helpers import (FAST, BackgroundLoop, call, consume_values, create_topic, disk_values, eventually,
+                                 partition_meta, produce, wait_for_isr)
 
 pytestmark = pytest.mark.integration
 
@@ -143,29 +142,24 @@ def test_elect_leaders_command_moves_leadership_to_the_preferred_replica(make_cl
     assert code == 0 and "1 partition(s) already led by their preferred replica" in out
 
 
-class LoadProducer:
+class LoadProducer(BackgroundLoop):
     """Sends numbered acks=all records on a thread until stopped; keeps every future."""
 
+    interval_s = 0.005
+
     def __init__(self, bootstrap: str, topic: str) -> None:
+        super().__init__()
         self.producer = Producer(bootstrap, acks="all", request_timeout_ms=5000, retry_backoff_ms=100)
         self.topic = topic
         self.futures: list[Any] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> "LoadProducer":
-        self._thread.start()
-        return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(30)
+        super().__exit__(*exc)
         self.producer.flush(120)
         self.producer.close()
 
-    def _run(self) -> None:
-        while not self._stop.wait(0.005):
-            self.futures.append(self.producer.send(self.topic, b"%d" % len(self.futures)))
+    def tick(self) -> None:
+        self.futures.append(self.producer.send(self.topic, b"%d" % len(self.futures)))
 
 
 def test_reassignment_moves_a_partition_under_acks_all_load(make_cluster, topic_name):
