@@ -139,11 +139,13 @@ class TaskIdentity:
 
 @dataclass
 class _Destination:
-    """A task's output to one topic-partition: batches sent so far and rows not yet a full batch."""
+    """A task's output to one topic-partition: batches sent so far, rows not yet a full batch, and
+    the futures of the batches sent in the current chunk."""
     topic: str
     partition: int
     batches: int = 0
     pending: Optional[pa.Table] = None
+    chunk_futures: list[Future] = field(default_factory=list)
 
     @property
     def chunk(self) -> int:
@@ -156,10 +158,25 @@ class _Destination:
         return self.batches % MAX_CACHED_BATCHES != 0
 
 
+@dataclass
+class _ChunkProducer:
+    """The open producer of one chunk's id, and the futures of every batch sent through it."""
+    producer: Producer
+    futures: list[Future] = field(default_factory=list)
+
+    def drained(self) -> bool:
+        return all(future.done() for future in self.futures)
+
+
 class ExactlyOnceWrite:
     """One task's exactly-once write: on every run of the task, the same batches (cut greedily per
     destination partition, independent of Spark's Arrow batch boundaries) go out under the same
-    producer ids and sequences, so the broker answers a repeated batch with its original offsets."""
+    producer ids and sequences, so the broker answers a repeated batch with its original offsets.
+
+    Within a chunk a partition's batches go through one producer, which keeps them in order; a
+    destination's first batch of chunk c > 0 goes through another producer (its own connection),
+    so it is sent only once chunk c-1's batches of that destination are acknowledged: the rows of
+    a partition land in the order the task was given them."""
 
     def __init__(self, options: WriterOptions, identity: TaskIdentity,
                  max_request_size: int = _MAX_REQUEST_SIZE) -> None:
@@ -167,7 +184,8 @@ class ExactlyOnceWrite:
         self._identity = identity
         self._max_request_size = max_request_size
         self._destinations: dict[tuple[str, int], _Destination] = {}
-        self._producers: dict[int, Producer] = {}   # chunk -> producer with that chunk's id
+        self._producers: dict[int, _ChunkProducer] = {}   # chunk -> open producer with that chunk's id
+        self._retired: list[_ChunkProducer] = []   # no destination is in their chunk: closed once drained
         self._futures: list[Future] = []
         self._partition_counts: dict[str, int] = {}
         self._position = identity.partition_id   # tasks start their null-key round-robin apart
@@ -182,13 +200,15 @@ class ExactlyOnceWrite:
             for destination in self._destinations.values():
                 if destination.pending is not None:
                     self._send(destination, destination.pending)
-            for producer in self._producers.values():
-                producer.flush()
+            for chunk in self._producers.values():
+                chunk.producer.flush()
             for future in self._futures:
                 future.result()  # raises the first delivery error: the task fails, a re-run repeats it
         finally:
-            for producer in self._producers.values():
-                producer.close()
+            for chunk in [*self._retired, *self._producers.values()]:
+                chunk.producer.close()
+            self._retired.clear()
+            self._producers.clear()
         return WriteResult(rows)
 
     def _route(self, batch: pa.RecordBatch) -> Iterator[tuple[str, Optional[int], pa.Table]]:
@@ -203,7 +223,7 @@ class ExactlyOnceWrite:
 
     def _partition_count(self, topic: str) -> int:
         if topic not in self._partition_counts:
-            self._partition_counts[topic] = len(self._producer(0).partitions_for(topic))
+            self._partition_counts[topic] = len(self._chunk_producer(0).producer.partitions_for(topic))
         return self._partition_counts[topic]
 
     def _append(self, topic: str, partition: int, records: pa.Table) -> None:
@@ -216,19 +236,40 @@ class ExactlyOnceWrite:
 
     def _send(self, destination: _Destination, batch: pa.Table) -> None:
         chunk = destination.chunk
-        producer = self._producer(chunk)
-        self._futures.append(producer.send_batch(destination.topic, batch, partition=destination.partition))
+        if chunk and not destination.mid_chunk:
+            # The first batch of a new chunk goes through another producer and connection than the
+            # previous chunk's: wait until those are acknowledged, or it could land before them.
+            for future in destination.chunk_futures:
+                future.result()   # a delivery error fails the task here (a re-run repeats it)
+            destination.chunk_futures = []
+            self._close_drained()
+        sender = self._chunk_producer(chunk)
+        future = sender.producer.send_batch(destination.topic, batch, partition=destination.partition)
+        sender.futures.append(future)
+        destination.chunk_futures.append(future)
+        self._futures.append(future)
         destination.batches += 1
-        if chunk and not any(d.chunk == chunk and d.mid_chunk for d in self._destinations.values()):
-            # Nobody is in the middle of this id's sequences: a later destination starting the
-            # chunk gets a fresh producer (sequence 0 on a partition this id never wrote to).
-            self._producers.pop(chunk).close()
+        if not any(d.chunk == chunk and d.mid_chunk for d in self._destinations.values()):
+            # The destination finished the chunk and nobody else is in the middle of its id's
+            # sequences: retire the producer. A destination starting the chunk later gets a fresh
+            # one (sequence 0 on a partition this id never wrote to).
+            self._retired.append(self._producers.pop(chunk))
 
-    def _producer(self, chunk: int) -> Producer:
+    def _close_drained(self) -> None:
+        """Close the retired producers whose batches are all answered (closing one that is not
+        would wait for its answers)."""
+        retired, self._retired = self._retired, []
+        for chunk in retired:
+            if chunk.drained():
+                chunk.producer.close()
+            else:
+                self._retired.append(chunk)
+
+    def _chunk_producer(self, chunk: int) -> _ChunkProducer:
         if chunk not in self._producers:
-            self._producers[chunk] = Producer(
+            self._producers[chunk] = _ChunkProducer(Producer(
                 bootstrap_servers=self._options.bootstrap, acks=self._options.acks, linger_ms=0,
-                max_request_size=self._max_request_size, producer_id=self._identity.producer_id(chunk))
+                max_request_size=self._max_request_size, producer_id=self._identity.producer_id(chunk)))
         return self._producers[chunk]
 
 
