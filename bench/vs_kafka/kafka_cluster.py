@@ -1,0 +1,235 @@
+"""A local Apache Kafka 4.x cluster in KRaft mode (no ZooKeeper), for side-by-side benchmarks.
+
+Each node is a combined broker + controller started as ``java -cp '<libs>/*' kafka.Kafka
+server.properties`` from the jars ``setup.sh`` copied out of Maven Central, after its log dir was
+formatted with ``kafka.tools.StorageTool``. Ports are picked free on 127.0.0.1, every node logs to
+its own file in the cluster directory, and ``stop()`` kills whatever is still running, so a failed
+run leaves no JVM behind. The JVM options are those of Kafka's ``kafka-server-start.sh`` (1 GiB
+heap, G1) so memory figures are what a stock install shows.
+"""
+from __future__ import annotations
+
+import base64
+import ctypes
+import os
+import signal
+import socket
+import struct
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from ember.cluster.zookeeper_server import free_port
+
+BENCH_DIR = Path(__file__).resolve().parent
+KAFKA_LIBS = BENCH_DIR / ".cache" / "kafka-libs"
+# kafka-server-start.sh: KAFKA_HEAP_OPTS and KAFKA_JVM_PERFORMANCE_OPTS defaults
+JVM_OPTS = ["-Xmx1G", "-Xms1G", "-server", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
+            "-XX:InitiatingHeapOccupancyPercent=35", "-XX:+ExplicitGCInvokesConcurrent", "-Djava.awt.headless=true"]
+LOG4J2 = """\
+status = warn
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {log}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = warn
+rootLogger.appenderRef.file.ref = file
+"""
+API_VERSIONS = 18
+PR_SET_PDEATHSIG = 1
+
+
+@dataclass
+class KafkaNode:
+    """One combined broker + controller: its ports, directories and running process."""
+
+    node_id: int
+    port: int
+    controller_port: int
+    root: Path
+    process: subprocess.Popen | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None and self.process.poll() is None else None
+
+    @property
+    def config_path(self) -> Path:
+        return self.root / "server.properties"
+
+    @property
+    def log_path(self) -> Path:
+        return self.root / "node.log"
+
+
+@dataclass
+class KafkaCluster:
+    """``node_count`` KRaft nodes (each broker and controller) rooted at ``data_dir``."""
+
+    data_dir: Path
+    node_count: int = 3
+    nodes: dict[int, KafkaNode] = field(default_factory=dict)
+    cluster_id: str = field(default_factory=lambda: base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(node.address for node in self.nodes.values())
+
+    def start(self, timeout_s: float = 120.0, progress: Callable[[str], None] = lambda message: None) -> "KafkaCluster":
+        """Write configs, format storage, launch every node, wait until each answers ApiVersions."""
+        check_libs()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        for node_id in range(1, self.node_count + 1):
+            self.nodes[node_id] = KafkaNode(node_id, free_port(), free_port(), self.data_dir / f"node-{node_id}")
+        for node in self.nodes.values():
+            self._configure(node)
+            self._format(node)
+        progress(f"starting {self.node_count} Kafka KRaft nodes on {self.bootstrap}")
+        try:
+            for node in self.nodes.values():
+                self.spawn(node.node_id)
+            for node in self.nodes.values():
+                self.wait_ready(node.node_id, timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        progress(f"Kafka cluster ready: bootstrap {self.bootstrap}")
+        return self
+
+    def stop(self) -> None:
+        """SIGTERM every node (a clean KRaft shutdown), SIGKILL what is left after 20 s."""
+        for node in self.nodes.values():
+            _signal(node, signal.SIGTERM)
+        deadline = time.monotonic() + 20
+        for node in self.nodes.values():
+            if node.process is None:
+                continue
+            try:
+                node.process.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                _signal(node, signal.SIGKILL)
+                node.process.wait(10)
+            node.process = None
+
+    def __enter__(self) -> "KafkaCluster":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- nodes -------------------------------------------------------------------------------
+
+    def spawn(self, node_id: int) -> None:
+        """Launch one node's JVM (its own session, so signals reach the whole process group)."""
+        node = self.nodes[node_id]
+        command = ["java", *JVM_OPTS, f"-Dlog4j2.configurationFile={node.root / 'log4j2.properties'}",
+                   "-cp", f"{KAFKA_LIBS}/*", "kafka.Kafka", str(node.config_path)]
+        with open(node.log_path, "ab") as log:
+            node.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                            start_new_session=True, preexec_fn=_die_with_parent)
+
+    def stop_node(self, node_id: int, timeout_s: float = 30.0) -> None:
+        node = self.nodes[node_id]
+        _signal(node, signal.SIGTERM)
+        if node.process is not None:
+            node.process.wait(timeout_s)
+            node.process = None
+
+    def wait_ready(self, node_id: int, timeout_s: float) -> None:
+        """Poll ApiVersions every 0.1 s (as ember's LocalCluster does) until the node answers."""
+        node = self.nodes[node_id]
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if node.process is not None and node.process.poll() is not None:
+                raise RuntimeError(f"Kafka node {node_id} exited with {node.process.returncode}; see {node.log_path}")
+            if api_versions_ok("127.0.0.1", node.port):
+                return
+            time.sleep(0.1)
+        raise TimeoutError(f"Kafka node {node_id} not ready on {node.address} within {timeout_s:.0f}s; see {node.log_path}")
+
+    def _configure(self, node: KafkaNode) -> None:
+        voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in self.nodes.values())
+        properties = {
+            "process.roles": "broker,controller",
+            "node.id": node.node_id,
+            "controller.quorum.voters": voters,
+            "listeners": f"PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{node.port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            "log.dirs": node.root / "data",
+            "auto.create.topics.enable": "false",
+            "offsets.topic.replication.factor": min(3, self.node_count),
+            "offsets.topic.num.partitions": 6,
+            "transaction.state.log.replication.factor": min(3, self.node_count),
+            "transaction.state.log.min.isr": 1,
+            "share.coordinator.state.topic.replication.factor": min(3, self.node_count),
+            "group.initial.rebalance.delay.ms": 0,
+        }
+        node.root.mkdir(parents=True, exist_ok=True)
+        node.config_path.write_text("".join(f"{k}={v}\n" for k, v in properties.items()))
+        (node.root / "log4j2.properties").write_text(LOG4J2.format(log=node.log_path))
+
+    def _format(self, node: KafkaNode) -> None:
+        """``kafka-storage.sh format``: writes meta.properties and the bootstrap checkpoint."""
+        command = ["java", "-Xmx256m", "-cp", f"{KAFKA_LIBS}/*", "kafka.tools.StorageTool", "format",
+                   "-t", self.cluster_id, "-c", str(node.config_path), "--ignore-formatted"]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        if result.returncode != 0:
+            raise RuntimeError(f"formatting Kafka node {node.node_id} failed:\n{result.stdout}{result.stderr}")
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM this node when the process that started it dies, even by
+    SIGKILL, so no JVM outlives a killed benchmark (Linux prctl PR_SET_PDEATHSIG)."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except OSError:
+        pass
+
+
+def _signal(node: KafkaNode, sig: int) -> None:
+    if node.process is None or node.process.poll() is not None:
+        return
+    try:
+        os.killpg(node.process.pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def check_libs() -> None:
+    if not any(KAFKA_LIBS.glob("kafka_2.13-*.jar")):
+        raise RuntimeError(f"no Kafka jars in {KAFKA_LIBS}: run bench/vs_kafka/setup.sh")
+
+
+def api_versions_ok(host: str, port: int, timeout_s: float = 1.0) -> bool:
+    """True when a Kafka broker answers ApiVersions v0 with error code 0 (the same probe ember's
+    ``broker_responds`` sends to an ember broker)."""
+    header = struct.pack(">hhih", API_VERSIONS, 0, 1, -1)   # api key, version, correlation id, null client id
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s) as sock:
+            sock.sendall(struct.pack(">i", len(header)) + header)
+            size = struct.unpack(">i", _recv_exact(sock, 4))[0]
+            correlation_id, error_code = struct.unpack(">ih", _recv_exact(sock, size)[:6])
+            return correlation_id == 1 and error_code == 0
+    except (OSError, struct.error):
+        return False
+
+
+def _recv_exact(sock: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        if not chunk:
+            raise ConnectionError("connection closed")
+        data += chunk
+    return data

@@ -1,0 +1,185 @@
+"""ember vs Apache Kafka 4.x (KRaft) and Spark's Kafka connector, side by side in one run.
+
+Starts a 3-broker ember cluster (ZooKeeper + 3 brokers) and a 3-node Kafka KRaft cluster on
+127.0.0.1, runs the same workloads against both (interleaved, best of ``--repeats``), and writes
+``vs_kafka.md`` (table), ``vs_kafka.png`` (chart) and ``vs_kafka.json`` to ``--out``. Everything
+it started is stopped and its temporary directory removed, also on failure or Ctrl-C.
+
+Workloads (``--only`` takes a comma list of these names):
+
+  produce      producer throughput, 100 B records, acks=1 RF=1 and acks=all RF=3
+  latency      end-to-end latency p50/p99/p99.9 at a fixed rate (acks=all RF=3)
+  consume      consumer throughput from the beginning of a topic
+  spark-read   Spark batch read: count() and sum(length(value))
+  spark-write  Spark streaming write, availableNow, into an RF=3 topic
+  footprint    broker RSS after the load, cluster cold start, one broker restart
+
+Run it with ``bash bench/vs_kafka/run.sh [options]`` (set-up first: Kafka jars, Spark's connector,
+confluent-kafka and matplotlib into .venv), or directly with ``.venv/bin/python bench/vs_kafka/run.py``.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent)]           # this folder's modules, then bench/'s
+
+import workloads                                      # noqa: E402
+from report import write                              # noqa: E402
+from systems import EmberSystem, KafkaSystem, System  # noqa: E402
+from workloads import Row, log                        # noqa: E402
+
+ALL = ("produce", "latency", "consume", "spark-read", "spark-write", "footprint")
+SPARK_KAFKA_JARS = HERE / ".cache" / "spark-kafka-jars"
+READ_TOPIC = "read"
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", default=",".join(ALL), help=f"comma list of workloads (default: all of {', '.join(ALL)})")
+    parser.add_argument("--records", type=int, default=1_000_000, help="records per producer run (default 1M)")
+    parser.add_argument("--consume-records", type=int, default=1_000_000, help="records per consumer run (default 1M)")
+    parser.add_argument("--spark-records", type=int, default=2_000_000,
+                        help="records in the topic Spark reads (default 2M; the issue's figure is 10000000)")
+    parser.add_argument("--write-records", type=int, default=1_000_000, help="rows per Spark streaming write (default 1M)")
+    parser.add_argument("--latency-rate", type=int, default=20_000, help="records/s for the latency run (default 20k)")
+    parser.add_argument("--latency-seconds", type=float, default=10.0, help="length of one latency run (default 10 s)")
+    parser.add_argument("--repeats", type=int, default=3, help="runs per system and case; the best counts (default 3)")
+    parser.add_argument("--out", type=Path, default=HERE.parent / "results", help="where the results go (default bench/results)")
+    args = parser.parse_args()
+    args.only = [name.strip() for name in args.only.split(",") if name.strip()]
+    unknown = sorted(set(args.only) - set(ALL))
+    if unknown:
+        parser.error(f"unknown workload(s) {unknown}; choose from {', '.join(ALL)}")
+    return args
+
+
+def spark_with_kafka_connector() -> Any:
+    """One local[2] session with both sources: ember's (registered) and Spark's ``kafka``."""
+    from ember.sources import register
+    from ember.spark_env import delta_jars, spark_session
+
+    connector = sorted(SPARK_KAFKA_JARS.glob("*.jar"))
+    if not connector:
+        raise RuntimeError(f"no Spark Kafka connector jars in {SPARK_KAFKA_JARS}: run bench/vs_kafka/setup.sh")
+    jars = ",".join(str(jar) for jar in [*delta_jars(), *connector])
+    spark = spark_session("ember-vs-kafka", extra={"spark.jars": jars})
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark
+
+
+def run_workloads(args: argparse.Namespace, systems: list[System], work: Path) -> list[Row]:
+    rows: list[Row] = []
+    selected = set(args.only)
+    if "produce" in selected:
+        rows += workloads.producer_throughput(systems, args.records, args.repeats)
+    if "latency" in selected:
+        rows += workloads.end_to_end_latency(systems, args.latency_rate, args.latency_seconds, args.repeats)
+    if selected & {"consume", "spark-read"}:
+        workloads.load_read_topic(systems, READ_TOPIC, max(args.spark_records if "spark-read" in selected else 0,
+                                                           args.consume_records if "consume" in selected else 0))
+    if "consume" in selected:
+        rows += workloads.consumer_throughput(systems, READ_TOPIC, args.consume_records, args.repeats)
+    if selected & {"spark-read", "spark-write"}:
+        log("starting Spark (local[2]) with the ember source and Spark's Kafka connector")
+        spark = spark_with_kafka_connector()
+        try:
+            if "spark-read" in selected:
+                rows += workloads.spark_read(spark, systems, READ_TOPIC, args.spark_records, args.repeats)
+            if "spark-write" in selected:
+                rows += workloads.spark_write(spark, systems, args.write_records, args.repeats, work)
+        finally:
+            spark.stop()
+    if "footprint" in selected:
+        rows += workloads.footprint(systems, {s.name: s.cold_start_s for s in systems})
+    return rows
+
+
+def machine() -> str:
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.machine())
+    memory_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return f"{os.cpu_count()} cores ({cpu}), {memory_gb:.0f} GiB, {platform.system()} {platform.release()}"
+
+
+def header(args: argparse.Namespace) -> str:
+    import confluent_kafka
+    import pyspark
+
+    from kafka_cluster import KAFKA_LIBS
+    client = confluent_kafka.version()
+    client = client[0] if isinstance(client, tuple) else client
+    kafka = next(KAFKA_LIBS.glob("kafka_2.13-*.jar")).stem.removeprefix("kafka_2.13-")
+    return "\n".join([
+        "# ember vs Apache Kafka",
+        "",
+        f"Run {time.strftime('%Y-%m-%d %H:%M %Z')} on {machine()}, shared with other work (best of "
+        f"{args.repeats} interleaved runs). Both clusters run at once on 127.0.0.1: ember = ZooKeeper + 3 broker "
+        f"processes; Kafka {kafka} = 3 combined broker+controller KRaft nodes (JVM options of "
+        f"kafka-server-start.sh: 1 GiB heap, G1). Clients: ember.client vs confluent-kafka "
+        f"{client} (librdkafka {confluent_kafka.libversion()[0]}); Spark {pyspark.__version__} "
+        f"local[2]: the ember source/sink vs spark-sql-kafka-0-10. Topics have 6 partitions. ember measured: "
+        f"{os.environ.get('EMBER_BENCH_SOURCE', 'working tree')}.",
+        "",
+        f"Sizes: producer {args.records:,} records per run; consumer {args.consume_records:,}; Spark read "
+        f"{args.spark_records:,}; Spark write {args.write_records:,}; latency {args.latency_rate:,} records/s "
+        f"for {args.latency_seconds:g} s. Producers: linger.ms=5, batch.size=256 KiB, idempotence on for acks=all "
+        f"(both), off for acks=1. Command: `bash bench/vs_kafka/run.sh` "
+        f"(`bench/vs_kafka/README.md` says what each row measures).",
+        "",
+        "ember / Kafka is the plain ratio of the two figures; *better* says which system wins the row and by how much.",
+    ])
+
+
+def install_signal_handlers() -> None:
+    """SIGTERM/SIGHUP unwind like Ctrl-C, so the ``finally`` blocks stop both clusters."""
+    def interrupt(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, interrupt)
+
+
+def start(factory: Callable[[Path], System], root: Path, started: list[System]) -> None:
+    log(f"starting {factory.__name__.removesuffix('System').lower()} cluster (3 brokers)")
+    system = factory(root)
+    started.append(system)
+    log(f"{system.name} cluster up in {system.cold_start_s:.1f} s: {system.clients.bootstrap}")
+
+
+def main() -> int:
+    args = parse_args()
+    install_signal_handlers()
+    work = Path(tempfile.mkdtemp(prefix="ember-vs-kafka-"))
+    systems: list[System] = []
+    started_at = time.perf_counter()
+    try:
+        start(EmberSystem, work / "ember", systems)
+        start(KafkaSystem, work / "kafka", systems)
+        rows = run_workloads(args, systems, work)
+    finally:
+        for system in reversed(systems):
+            try:
+                system.stop()
+            except Exception as error:          # keep stopping the others
+                log(f"stopping {system.name} failed: {error!r}")
+        shutil.rmtree(work, ignore_errors=True)
+    settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+    write(rows, args.out, header(args), settings)
+    log(f"done in {time.perf_counter() - started_at:.0f} s: {args.out / 'vs_kafka.md'}, {args.out / 'vs_kafka.png'}")
+    print()
+    print((args.out / "vs_kafka.md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,329 @@
+"""The workloads of the ember-vs-Kafka benchmark, each written once against ``systems.System``.
+
+Every workload runs its cases for both systems interleaved (ember, Kafka, then Kafka, ember, ...)
+and keeps the best of ``repeats`` runs, because other processes share the machine's two cores and
+the best run is the one least disturbed by them. Each returns ``Row``s: one figure per system.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue
+import struct
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from produce_bench import percentile          # bench/ helpers (run.py puts bench/ on sys.path)
+from spark_read_bench import records as keyed_records
+from systems import Clients, ProduceSettings, System, rss_mb
+
+VALUE_SIZE = 100
+PARTITIONS = 6
+MB = 1e6
+
+
+@dataclass
+class Row:
+    """One line of the results: a figure for each system and which direction is better."""
+
+    group: str
+    case: str
+    unit: str
+    ember: float
+    kafka: float
+    higher_is_better: bool
+    ember_mode: str = ""
+    kafka_mode: str = ""
+
+    @property
+    def ratio(self) -> float:
+        return self.ember / self.kafka if self.kafka else float("nan")
+
+    @property
+    def ember_wins(self) -> bool:
+        return self.ratio > 1 if self.higher_is_better else self.ratio < 1
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def interleaved(systems: Sequence[System], repeats: int) -> list[System]:
+    """ember, Kafka, Kafka, ember, ember, Kafka, ...: neither system always runs first."""
+    order: list[System] = []
+    for r in range(repeats):
+        order += list(systems) if r % 2 == 0 else list(reversed(systems))
+    return order
+
+
+def best_time(run: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    run()
+    return time.perf_counter() - started
+
+
+def pair_rows(group: str, case: str, unit: str, higher_is_better: bool,
+              figures: dict[tuple[str, str], float], ember_modes: Sequence[str], kafka_mode: str) -> list[Row]:
+    """One row per ember mode, each against Kafka's single mode for the same case."""
+    return [Row(group, case, unit, figures[("ember", mode)], figures[("kafka", kafka_mode)], higher_is_better,
+                mode, kafka_mode) for mode in ember_modes]
+
+
+# -- producer throughput -----------------------------------------------------------------------
+
+def producer_throughput(systems: Sequence[System], records: int, repeats: int) -> list[Row]:
+    """``records`` keyless 100-byte values per run, acks=1/RF=1 and acks=all/RF=3; records/s
+    from the first send to the last acknowledgement."""
+    value = os.urandom(VALUE_SIZE)
+    rows: list[Row] = []
+    for settings in (ProduceSettings("1", 1), ProduceSettings("all", 3)):
+        best: dict[tuple[str, str], float] = {}
+        for system in systems:              # warm-up, not counted: Kafka's JIT, both sides' caches
+            for mode in system.clients.produce_modes:
+                produce_run(system, mode, settings, value, max(1, records // 5), f"warm-{settings.acks}-{mode}")
+        for run, system in enumerate(interleaved(systems, repeats)):
+            for mode in system.clients.produce_modes:
+                rate = produce_run(system, mode, settings, value, records, f"produce-{settings.acks}-{mode}-{run}")
+                log(f"produce {settings.label:13s} {system.name:5s} {mode:10s} {rate:>12,.0f} records/s")
+                best[(system.name, mode)] = max(best.get((system.name, mode), 0.0), rate)
+        ember_modes, kafka_modes = modes(systems, "produce_modes")
+        rows += pair_rows("Producer throughput (100 B records)", settings.label, "records/s", True, best,
+                          ember_modes, kafka_modes[0])
+    return rows
+
+
+def produce_run(system: System, mode: str, settings: ProduceSettings, value: bytes, records: int, topic: str) -> float:
+    """records/s of one producer run into a new topic."""
+    system.create_topic(topic, PARTITIONS, settings.replication_factor)
+    with system.clients.produce_job(mode, topic, settings, value, records) as job:
+        return records / best_time(job)
+
+
+def modes(systems: Sequence[System], attribute: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    by_name = {s.name: getattr(s.clients, attribute) for s in systems}
+    return by_name["ember"], by_name["kafka"]
+
+
+# -- end-to-end latency ------------------------------------------------------------------------
+
+def _tail_process(clients: Clients, topic: str, expected: int, ready: Any, results: Any) -> None:
+    """Child process: consume the (new, empty) topic from its beginning — from the end would race
+    with the first sends — and compute now - the send time in each value (ns)."""
+    latencies: list[int] = []
+    unpack = struct.Struct(">q").unpack_from
+    with clients.tail_values(topic, PARTITIONS) as poll:
+        poll()
+        ready.set()
+        deadline = time.monotonic() + 600
+        while len(latencies) < expected and time.monotonic() < deadline:
+            values = poll()
+            now = time.time_ns()
+            latencies += [now - unpack(v)[0] for v in values if len(v) == VALUE_SIZE]   # not the warm-up
+    results.put(latencies)
+
+
+def end_to_end_latency(systems: Sequence[System], rate: int, seconds: float, repeats: int) -> list[Row]:
+    """Produce at a fixed ``rate`` (acks=all, RF=3) with the send time in each value; a consumer in
+    its own process (so neither side's client threads share a GIL) measures receive - send.
+    The first second is warm-up and not counted."""
+    settings = ProduceSettings("all", 3)
+    total = int(rate * seconds)
+    padding = os.urandom(VALUE_SIZE - 8)
+    best: dict[str, list[float]] = {}
+    context = mp.get_context("spawn")
+    for run, system in enumerate(interleaved(systems, repeats)):
+        topic = f"latency-{run}"
+        system.create_topic(topic, PARTITIONS, settings.replication_factor)
+        ready, results = context.Event(), context.Queue()
+        tail = context.Process(target=_tail_process, args=(system.clients, topic, total, ready, results), daemon=True)
+        tail.start()
+        try:
+            if not ready.wait(60):
+                raise TimeoutError("latency consumer did not start")
+            with system.clients.paced_producer(topic, settings) as send:
+                pace(send, padding, rate, total)
+            latencies = collect(results, tail)[rate:]       # drop the first second
+        finally:
+            tail.join(10)
+            if tail.is_alive():
+                tail.kill()
+        figures = [percentile(latencies, q) / 1e6 for q in (0.5, 0.99, 0.999)]
+        log(f"latency {system.name:5s} at {rate:,}/s: p50 {figures[0]:.2f} ms  p99 {figures[1]:.2f} ms  "
+            f"p99.9 {figures[2]:.2f} ms  ({len(latencies):,} records)")
+        if system.name not in best or figures[1] < best[system.name][1]:   # the run with the best p99
+            best[system.name] = figures
+    group = f"End-to-end latency at {rate:,} records/s ({settings.label})"
+    return [Row(group, name, "ms", best["ember"][i], best["kafka"][i], False, "send → poll_batches", "produce → consume")
+            for i, name in enumerate(("p50", "p99", "p99.9"))]
+
+
+def collect(results: Any, process: Any, timeout_s: float = 120) -> list[int]:
+    """The child's latencies; fails at once if the child died instead of waiting out the timeout."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            return results.get(timeout=1)
+        except queue.Empty:
+            if not process.is_alive():
+                raise RuntimeError(f"latency consumer exited with code {process.exitcode}") from None
+    raise TimeoutError("latency consumer did not report")
+
+
+def pace(send: Callable[[bytes], None], padding: bytes, rate: int, total: int) -> None:
+    """Send ``total`` values at ``rate`` per second, each starting with its send time (ns)."""
+    started = time.perf_counter()
+    sent = 0
+    pack = struct.Struct(">q").pack
+    while sent < total:
+        due = min(total, int((time.perf_counter() - started) * rate) + 1)
+        while sent < due:
+            send(pack(time.time_ns()) + padding)
+            sent += 1
+        time.sleep(0.0005)
+
+
+# -- consumer throughput, Spark ------------------------------------------------------------------
+
+def read_records(count: int, start: int) -> pa.Table:
+    """spark_read_bench's records (16-byte keys, 100-byte values) stamped with the current time:
+    its fixed 2023 timestamps are older than the 7-day retention both systems apply, and Kafka
+    deletes such segments (even the active one) at its first retention check, mid-benchmark."""
+    table = keyed_records(count, start)
+    now_ms = time.time_ns() // 1_000_000
+    timestamps = pa.array(range(now_ms, now_ms + count), pa.int64())
+    return table.set_column(table.schema.get_field_index("timestamp"), "timestamp", timestamps)
+
+
+def load_read_topic(systems: Sequence[System], topic: str, records: int, chunk: int = 500_000) -> None:
+    """The topic the consumer and Spark-read workloads read: 16-byte keys, 100-byte values."""
+    for system in systems:
+        system.create_topic(topic, PARTITIONS, 1)
+        started = time.perf_counter()
+        for start in range(0, records, chunk):
+            system.clients.load_table(topic, read_records(min(chunk, records - start), start))
+        count = system.record_count(topic)
+        if count != records:
+            raise RuntimeError(f"{system.name} topic {topic} holds {count} records, expected {records}")
+        log(f"loaded {records:,} records into {system.name} {topic} in {time.perf_counter() - started:.1f} s")
+
+
+def consumer_throughput(systems: Sequence[System], topic: str, records: int, repeats: int) -> list[Row]:
+    """Read the first ``records`` of the topic from the beginning; records/s."""
+    best: dict[tuple[str, str], float] = {}
+    for system in interleaved(systems, repeats):
+        for mode in system.clients.consume_modes:
+            with system.clients.consume_job(mode, topic, PARTITIONS, records) as job:
+                rate = records / best_time(job)
+            log(f"consume {system.name:5s} {mode:12s} {rate:>12,.0f} records/s")
+            best[(system.name, mode)] = max(best.get((system.name, mode), 0.0), rate)
+    ember_modes, kafka_modes = modes(systems, "consume_modes")
+    return pair_rows("Consumer throughput (116 B records, RF=1)", "from the beginning", "records/s", True, best,
+                     ember_modes, kafka_modes[0])
+
+
+def spark_read(spark: Any, systems: Sequence[System], topic: str, records: int, repeats: int) -> list[Row]:
+    """``count()`` and ``sum(length(value))`` of the whole topic through each system's Spark source."""
+    queries: dict[str, Callable[[Any], object]] = {
+        "count()": lambda frame: frame.count(),
+        "sum(length(value))": lambda frame: frame.selectExpr("sum(length(value))").collect()[0][0],
+    }
+    expected = {"count()": records, "sum(length(value))": records * VALUE_SIZE}
+    for system in systems:                       # warm-up: JVM classes, Python workers, page cache
+        for mode in system.clients.spark_read_modes:
+            count = system.clients.spark_read(spark, mode, topic).count()
+            if count != records:
+                raise RuntimeError(f"{system.name} Spark read ({mode}) counted {count:,} records, expected {records:,}")
+    best: dict[tuple[str, str, str], float] = {}
+    for system in interleaved(systems, repeats):
+        for mode in system.clients.spark_read_modes:
+            for name, query in queries.items():
+                answer: list[object] = []
+                elapsed = best_time(lambda: answer.append(query(system.clients.spark_read(spark, mode, topic))))
+                if answer[0] != expected[name]:
+                    raise RuntimeError(f"{system.name} {mode} {name} = {answer[0]}, expected {expected[name]}")
+                log(f"spark read {system.name:5s} {mode:7s} {name:19s} {records / elapsed:>12,.0f} records/s")
+                key = (system.name, mode, name)
+                best[key] = max(best.get(key, 0.0), records / elapsed)
+    ember_modes, kafka_modes = modes(systems, "spark_read_modes")
+    group = f"Spark batch read of {records:,} records (local[2])"
+    return [Row(group, name, "records/s", best[("ember", mode, name)], best[("kafka", kafka_modes[0], name)], True,
+                f"readPath={mode}", 'format("kafka")')
+            for name in queries for mode in ember_modes]
+
+
+def spark_write(spark: Any, systems: Sequence[System], records: int, repeats: int, work: Path) -> list[Row]:
+    """Stream the same rows (key, value) from Parquet files into a new RF=3 topic with
+    ``trigger(availableNow=True)``; records/s from ``start()`` to the end of the run."""
+    source = work / "spark-write-source"
+    write_parquet(source, records, files=4)
+    warm = work / "spark-write-warm"
+    write_parquet(warm, 1000, files=1)
+
+    def stream(path: Path) -> Any:
+        return spark.readStream.schema("key BINARY, value BINARY").parquet(str(path))
+
+    def run(system: System, path: Path, rows: int, name: str) -> float:
+        system.create_topic(name, PARTITIONS, 3)
+        writer = system.clients.spark_write(stream(path), name, work / f"checkpoint-{system.name}-{name}")
+        started = time.perf_counter()
+        writer.trigger(availableNow=True).start().awaitTermination()
+        elapsed = time.perf_counter() - started
+        count = system.record_count(name)
+        if count != rows:
+            raise RuntimeError(f"{system.name} sink wrote {count} records to {name}, expected {rows}")
+        return rows / elapsed
+
+    for system in systems:
+        run(system, warm, 1000, "spark-write-warm")
+    best: dict[str, float] = {}
+    for index, system in enumerate(interleaved(systems, repeats)):
+        rate = run(system, source, records, f"spark-write-{index}")
+        log(f"spark write {system.name:5s} {rate:>12,.0f} records/s")
+        best[system.name] = max(best.get(system.name, 0.0), rate)
+    return [Row("Spark streaming write (availableNow)", f"{records:,} rows → RF=3 topic", "records/s",
+                best["ember"], best["kafka"], True, 'format("ember")', 'format("kafka")')]
+
+
+def write_parquet(directory: Path, records: int, files: int) -> None:
+    """``records`` keyed rows split over ``files`` Parquet files (so Spark gets parallel tasks)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    per_file = -(-records // files)
+    for index, start in enumerate(range(0, records, per_file)):
+        table = keyed_records(min(per_file, records - start), start).select(["key", "value"])
+        pq.write_table(table, directory / f"part-{index}.parquet")
+
+
+# -- footprint ---------------------------------------------------------------------------------
+
+def footprint(systems: Sequence[System], cold_starts: dict[str, float]) -> list[Row]:
+    """Broker RSS after the load, the whole cluster's RSS (ember: + ZooKeeper), the cluster's cold
+    start and one broker's restart (process start → first ApiVersions answer)."""
+    by_name = {s.name: s for s in systems}
+    rss = {name: {label: rss_mb(pid) for label, pid in s.processes().items()} for name, s in by_name.items()}
+    for name, figures in rss.items():
+        log(f"RSS {name}: " + ", ".join(f"{label} {mb:.0f} MB" for label, mb in figures.items()))
+
+    def brokers(name: str) -> list[float]:
+        return [mb for label, mb in rss[name].items() if label.startswith("broker")]
+
+    restarts = {name: s.restart_broker_s() for name, s in by_name.items()}
+    log("broker restart: " + ", ".join(f"{name} {s:.2f} s" for name, s in restarts.items()))
+    group = "Footprint"
+    return [
+        Row(group, "RSS per broker after the load (mean)", "MB", mean(brokers("ember")), mean(brokers("kafka")), False),
+        Row(group, "RSS of the whole cluster", "MB", sum(rss["ember"].values()), sum(rss["kafka"].values()), False,
+            "3 brokers + ZooKeeper", "3 KRaft nodes"),
+        Row(group, "cold start of the cluster (→ every broker answers)", "s",
+            cold_starts["ember"], cold_starts["kafka"], False, "ZooKeeper + 3 brokers", "3 KRaft nodes"),
+        Row(group, "restart of one broker (process start → ApiVersions)", "s",
+            restarts["ember"], restarts["kafka"], False),
+    ]
+
+
+def mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else float("nan")
