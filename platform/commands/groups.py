@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from datetime import datetime, timezone
 
 from ember.commands.topics import add_bootstrap
@@ -45,8 +46,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def list_groups(args: argparse.Namespace) -> int:
     with GroupAdmin(args.bootstrap) as admin:
-        for group_id, state in admin.list_groups().items():
-            print(f"{group_id}\t{state}")
+        listing = admin.list_groups()
+    for group_id, state in listing.items():
+        print(f"{group_id}\t{state}")
+    for broker_id, reason in sorted(listing.unreachable.items()):
+        print(f"note: broker {broker_id} did not answer, the groups it coordinates are not listed ({reason})",
+              file=sys.stderr)
     return 0
 
 
@@ -58,7 +63,7 @@ def describe_group(args: argparse.Namespace) -> int:
     for m in d.members:
         print(f"  member {m.member_id} ({m.client_id}): {_partitions(m.assignment) or 'no partitions'}")
     rows = [("topic", "partition", "committed", "log end", "lag", "member")]
-    rows += [(p.partition.topic, str(p.partition.partition), _opt(p.committed), str(p.log_end), _opt(p.lag),
+    rows += [(p.partition.topic, str(p.partition.partition), _opt(p.committed), _opt(p.log_end), _opt(p.lag),
               p.member_id or "-") for p in d.partitions]
     _table(rows)
     return 0

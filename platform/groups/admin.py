@@ -6,10 +6,11 @@ assignment), the committed offsets (OffsetFetch) and each partition's high water
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
-from ember.errors import NonEmptyGroup, error_for_code
+from ember.errors import EmberError, NonEmptyGroup, error_for_code
 from ember.groups.coordinator_client import CoordinatorClient
 from ember.ingest.client_types import TopicPartition
 from ember.ingest.metadata_client import MetadataClient, response_error
@@ -28,7 +29,8 @@ class MemberDescription:
 class PartitionLag:
     partition: TopicPartition
     committed: Optional[int]      # None: nothing committed
-    log_end: int                  # high watermark: one past the last readable record
+    log_end: Optional[int]        # high watermark: one past the last readable record (None: the
+                                  # partition no longer exists, e.g. its topic was deleted)
     lag: Optional[int]
     member_id: Optional[str]      # current owner, if any
 
@@ -43,45 +45,64 @@ class GroupDescription:
     partitions: tuple[PartitionLag, ...]
 
 
+class GroupListing(dict):
+    """``{group id: state}``; ``unreachable`` maps the brokers that did not answer to why (the
+    groups they coordinate are missing from the listing)."""
+
+    def __init__(self, groups: dict[str, str], unreachable: dict[int, str]) -> None:
+        super().__init__(groups)
+        self.unreachable = unreachable
+
+
 class GroupAdmin:
     def __init__(self, bootstrap_servers: str | Iterable[str] = "127.0.0.1:9092", *,
                  request_timeout_ms: int = 30000) -> None:
         self.request_timeout_s = request_timeout_ms / 1000
         self._metadata = MetadataClient(bootstrap_servers, request_timeout_ms=request_timeout_ms)
+        self._coordinators: dict[str, CoordinatorClient] = {}
+        self._lock = threading.Lock()
 
-    def list_groups(self) -> dict[str, str]:
-        """``{group id: state}`` over the whole cluster (each broker lists the groups it coordinates)."""
+    def list_groups(self) -> GroupListing:
+        """``{group id: state}`` over the whole cluster (each broker lists the groups it
+        coordinates); brokers that do not answer are skipped and named in ``.unreachable``."""
         self._metadata.refresh([])
         groups: dict[str, str] = {}
+        unreachable: dict[int, str] = {}
         for broker_id in sorted(self._metadata.brokers):
-            body = self._metadata.request(ApiKey.LIST_GROUPS, {}, broker_id=broker_id).body
-            error = response_error(body)
-            if error is not None:
-                raise error
+            try:
+                body = self._metadata.request(ApiKey.LIST_GROUPS, {}, broker_id=broker_id).body
+                error = response_error(body)
+                if error is not None:
+                    raise error
+            except EmberError as exc:
+                unreachable[broker_id] = f"{type(exc).__name__}: {exc}"
+                continue
             groups.update({g["group_id"]: g["state"] for g in body["groups"]})
-        return dict(sorted(groups.items()))
+        return GroupListing(dict(sorted(groups.items())), unreachable)
 
     def describe_group(self, group_id: str) -> GroupDescription:
-        with self._coordinator(group_id) as coordinator:
-            (doc,) = coordinator.request(ApiKey.DESCRIBE_GROUPS, {"groups": [group_id]})["groups"]
-            if doc.get("error_code"):
-                raise error_for_code(doc["error_code"], doc.get("error_message", ""))
-            committed = self._committed(coordinator, None)
+        coordinator = self._coordinator(group_id)
+        (doc,) = coordinator.request(ApiKey.DESCRIBE_GROUPS, {"groups": [group_id]})["groups"]
+        if doc.get("error_code"):
+            raise error_for_code(doc["error_code"], doc.get("error_message", ""))
+        committed = self._committed(coordinator, None)
         members = tuple(MemberDescription(m["member_id"], m["client_id"],
                                           tuple(TopicPartition(a["topic"], a["partition"]) for a in m["assignment"]))
                         for m in doc["members"])
         owner = {tp: m.member_id for m in members for tp in m.assignment}
         tps = sorted(set(committed) | set(owner))
-        ends = self._offsets(tps, LATEST)
-        partitions = tuple(PartitionLag(tp, committed.get(tp), ends[tp],
-                                        ends[tp] - committed[tp] if tp in committed else None, owner.get(tp))
+        self._metadata.refresh()    # every topic (never auto-creates a deleted one)
+        existing = [tp for tp in tps if tp.partition < (self._metadata.partition_count(tp.topic) or 0)]
+        ends: dict[TopicPartition, Optional[int]] = dict(self._offsets(existing, LATEST))
+        partitions = tuple(PartitionLag(tp, committed.get(tp), ends.get(tp),
+                                        ends[tp] - committed[tp] if tp in committed and ends.get(tp) is not None
+                                        else None, owner.get(tp))
                            for tp in tps)
         return GroupDescription(group_id, doc["state"], doc["protocol"], doc["generation"], members, partitions)
 
     def delete_group(self, group_id: str) -> None:
         """Delete the group's committed offsets and metadata (NonEmptyGroup while it has members)."""
-        with self._coordinator(group_id) as coordinator:
-            (doc,) = coordinator.request(ApiKey.DELETE_GROUPS, {"groups": [group_id]})["groups"]
+        (doc,) = self._coordinator(group_id).request(ApiKey.DELETE_GROUPS, {"groups": [group_id]})["groups"]
         if doc.get("error_code"):
             raise error_for_code(doc["error_code"], doc.get("error_message", ""))
 
@@ -91,8 +112,7 @@ class GroupAdmin:
         group has committed offsets for when empty) ``to`` "earliest", "latest", "offset" (value,
         clamped to the log) or "timestamp" (value in ms: the first record at or after it, else
         the log end)."""
-        with self._coordinator(group_id) as coordinator:
-            committed = self._committed(coordinator, None)
+        committed = self._committed(self._coordinator(group_id), None)
         names = list(topics) or sorted({tp.topic for tp in committed})
         tps = []
         for name in names:
@@ -114,21 +134,27 @@ class GroupAdmin:
 
     def reset_offsets(self, group_id: str, offsets: dict[TopicPartition, int]) -> None:
         """Commit ``offsets`` for a group without active members (NonEmptyGroup otherwise)."""
-        with self._coordinator(group_id) as coordinator:
-            (doc,) = coordinator.request(ApiKey.DESCRIBE_GROUPS, {"groups": [group_id]})["groups"]
-            if not doc.get("error_code") and doc["members"]:
-                raise NonEmptyGroup(f"group {group_id!r} has {len(doc['members'])} active member(s); "
-                                    f"offsets can only be reset while none is running")
-            _commit_standalone(coordinator, offsets)
+        coordinator = self._coordinator(group_id)
+        (doc,) = coordinator.request(ApiKey.DESCRIBE_GROUPS, {"groups": [group_id]})["groups"]
+        if not doc.get("error_code") and doc["members"]:
+            raise NonEmptyGroup(f"group {group_id!r} has {len(doc['members'])} active member(s); "
+                                f"offsets can only be reset while none is running")
+        _commit_standalone(coordinator, offsets)
 
     def commit_offsets(self, group_id: str, offsets: dict[TopicPartition, int], metadata: str = "") -> None:
         """Commit for a reader outside group membership (a Spark query): the broker refuses it with
         NonEmptyGroup while consumers are members of the group, so the two never fight."""
-        with self._coordinator(group_id) as coordinator:
-            _commit_standalone(coordinator, offsets, metadata)
+        _commit_standalone(self._coordinator(group_id), offsets, metadata)
 
     def _coordinator(self, group_id: str) -> CoordinatorClient:
-        return CoordinatorClient(self._metadata, group_id, self.request_timeout_s)
+        """The group's coordinator client, kept (with its connection) until ``close``: a Spark
+        query commits every micro-batch through the same one."""
+        with self._lock:
+            client = self._coordinators.get(group_id)
+            if client is None:
+                client = self._coordinators[group_id] = CoordinatorClient(self._metadata, group_id,
+                                                                          self.request_timeout_s)
+            return client
 
     @staticmethod
     def _committed(coordinator: CoordinatorClient, tps: Optional[list[TopicPartition]]) -> dict[TopicPartition, int]:
@@ -142,6 +168,10 @@ class GroupAdmin:
                 list_offsets(self._metadata, {tp: where for tp in tps}, self.request_timeout_s).items()}
 
     def close(self) -> None:
+        with self._lock:
+            clients, self._coordinators = list(self._coordinators.values()), {}
+        for client in clients:
+            client.close()
         self._metadata.close()
 
     def __enter__(self) -> "GroupAdmin":

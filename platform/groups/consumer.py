@@ -16,7 +16,8 @@ import time
 from concurrent.futures import Future
 from typing import Any, Callable, Iterable, Mapping, Optional, Protocol, Sequence
 
-from ember.errors import EmberError, IllegalGeneration, InvalidGroupId, UnknownMemberId, error_for_code
+from ember.errors import (CoordinatorNotAvailable, EmberError, IllegalGeneration, InvalidGroupId,
+                          NotCoordinator, UnknownMemberId, error_for_code)
 from ember.groups.assignors import ASSIGNORS
 from ember.groups.coordinator_client import CoordinatorClient
 from ember.groups.membership import Membership
@@ -78,6 +79,15 @@ class GroupConsumer(Consumer):
         self._listener = listener
         self._pattern = re.compile(pattern) if pattern is not None else None
         super().subscribe(self._matching_topics() if self._pattern else topics)
+
+    def generation(self) -> int:
+        """The generation of the group this consumer is a member of; -1 when it is not a member
+        (no group, manual assignment, or between leaving and rejoining)."""
+        return self._membership.generation_info()[1] if self._membership is not None else -1
+
+    def member_id(self) -> str:
+        """This consumer's member id in its group ("" when it is not a member)."""
+        return self._membership.generation_info()[0] if self._membership is not None else ""
 
     def _matching_topics(self) -> list[str]:
         self._pattern_checked = time.monotonic()
@@ -143,7 +153,11 @@ class GroupConsumer(Consumer):
         if self._membership.active or self._positions:
             self._revoke()
         assigned = self._membership.join(self._subscription, self.partition_assignment_strategy)
-        self._set_assignment(assigned)
+        try:
+            self._set_assignment(assigned)      # fetches the committed offsets: may fail
+        except BaseException:
+            self._membership.rejoin_needed.set()    # retried on the next poll, not left unconsumed
+            raise
         if self._listener is not None:
             self._listener.on_partitions_assigned(set(assigned))
 
@@ -158,54 +172,85 @@ class GroupConsumer(Consumer):
     # -- offsets -----------------------------------------------------------------------------
 
     def commit(self, offsets: Optional[Offsets] = None) -> None:
-        """Commit ``offsets`` (default: the position of every assigned partition) and wait.
+        """Commit ``offsets`` (default: the position of every assigned partition) and wait;
+        retried while the coordinator moves, KafkaTimeoutError if it does not answer in time.
 
         Raises IllegalGeneration / UnknownMemberId when the group has rebalanced since this
         member joined: its partitions may belong to another member now (it rejoins on the next
         poll)."""
-        _, sent = self._send_commit(offsets)
-        self._check_commit_result(sent.result(self.request_timeout_s + 1))
+        offsets, body = self._commit_request(offsets)
+        if not offsets:
+            return
+        try:
+            self._coordinator.request(ApiKey.OFFSET_COMMIT, body)
+        except EmberError as exc:
+            self._commit_failed(exc)
+            raise
 
     def commit_async(self, offsets: Optional[Offsets] = None,
                      callback: Optional[CommitCallback] = None) -> Future:
-        """Commit without waiting; ``callback(offsets, error_or_None)`` runs on a client thread.
-        The returned future resolves to None or raises the commit's error."""
-        offsets, sent = self._send_commit(offsets)
+        """Commit without waiting (one attempt); ``callback(offsets, error_or_None)`` runs on a
+        client thread. The returned future resolves to None or raises the commit's error."""
         done: Future = Future()
 
-        def finish(response_future: Future) -> None:
-            try:
-                self._check_commit_result(response_future.result())
-            except Exception as exc:
-                done.set_exception(exc)
-            else:
+        def finish(error: Optional[Exception]) -> None:
+            if error is None:
                 done.set_result(None)
+            else:
+                done.set_exception(error)
             if callback is not None:
-                callback(offsets, done.exception())
-        sent.add_done_callback(finish)
+                callback(offsets, error)
+
+        try:
+            offsets, body = self._commit_request(offsets)
+            if not offsets:
+                finish(None)
+                return done
+            sent = self._coordinator.send(ApiKey.OFFSET_COMMIT, body)
+        except EmberError as exc:
+            offsets = offsets or {}
+            finish(exc)
+            return done
+
+        def answered(response_future: Future) -> None:
+            try:
+                error = response_error(response_future.result().body)
+            except Exception as exc:
+                error = exc
+            if error is not None:
+                self._commit_failed(error)
+            finish(error)
+        sent.add_done_callback(answered)
         return done
 
-    def _send_commit(self, offsets: Optional[Offsets]) -> tuple[Offsets, Future]:
-        """The offsets committed (default: every position) and the future of the response."""
-        coordinator = self._require_group()
+    def _commit_request(self, offsets: Optional[Offsets]) -> tuple[Offsets, dict[str, Any]]:
+        """The offsets to commit (default: every position) and the OffsetCommit body. A member of
+        the group (subscribed) always sends its last member id and generation, so after losing
+        its membership the coordinator refuses the commit; only a manually assigned consumer
+        commits as "no member" (generation -1, refused while the group has members)."""
+        self._require_group()
         if offsets is None:
             offsets = {tp: OffsetAndMetadata(pos, "") for tp, pos in self._positions.items() if pos is not None}
-        member_id, generation = self._membership.generation_info()
+        if self._subscription:
+            member_id, generation = self._membership.last_generation_info()
+            if not member_id and offsets:
+                raise UnknownMemberId(f"not a member of group {self.group_id!r} yet (poll() joins it); "
+                                      f"a subscribed consumer commits as a member")
+        else:
+            member_id, generation = "", -1
         body = {"group_id": self.group_id, "member_id": member_id, "generation": generation,
                 "offsets": [{"topic": tp.topic, "partition": tp.partition, "offset": om.offset,
                              "metadata": om.metadata} for tp, om in offsets.items()]}
         self._last_commit = time.monotonic()
-        return offsets, coordinator.send(ApiKey.OFFSET_COMMIT, body)
+        return offsets, body
 
-    def _check_commit_result(self, response: Any) -> None:
-        error = response_error(response.body)
-        if error is None:
-            return
+    def _commit_failed(self, error: BaseException) -> None:
         if isinstance(error, (IllegalGeneration, UnknownMemberId)):
-            self._membership.rejoin_needed.set()
-        else:
+            if self._subscription:
+                self._membership.rejoin_needed.set()
+        elif isinstance(error, (NotCoordinator, CoordinatorNotAvailable)):
             self._coordinator.forget()
-        raise error
+        # NonEmptyGroup (a manually assigned consumer while members run) and others: just raise
 
     def _commit_quietly(self) -> None:
         try:
@@ -248,10 +293,14 @@ class GroupConsumer(Consumer):
             return
         try:
             if self._membership is not None:
-                if autocommit and self.enable_auto_commit and self._membership.active and self._positions:
-                    self._commit_quietly()
-                self._membership.close()
-                self._coordinator.close()
+                try:
+                    if autocommit and self.enable_auto_commit and self._positions:
+                        self._commit_quietly()      # members and manually assigned consumers alike
+                finally:
+                    try:
+                        self._membership.close()    # leave the group even if the commit failed
+                    finally:
+                        self._coordinator.close()
         finally:
             super().close()
 

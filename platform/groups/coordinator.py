@@ -7,6 +7,15 @@ alike. Membership lives in memory on the event loop (no locks: every change happ
 awaits); committed offsets and the group's generation are in ZooKeeper (:class:`GroupStore`), so a
 new coordinator carries on after a broker dies (members rejoin it, offsets are intact).
 
+The group document in ZooKeeper (``/groups/<group>``) is written before a generation is handed
+out, with a compare-and-set on the znode version: a generation number is given out by exactly one
+coordinator, even while two brokers briefly both think they coordinate the group. It lists the
+members of the generation and their largest timeouts: a coordinator that loads a group whose last
+generation had members starts it in PreparingRebalance and waits for those members to rejoin (up
+to the rebalance timeout; a member that neither heartbeats nor joins within its session timeout is
+dropped), so the next generation is never formed while members of the previous one still
+consume.
+
 States (Kafka's names): Empty → PreparingRebalance → Stable → PreparingRebalance ... A rebalance
 starts when a member joins, leaves, changes its subscription or misses its session timeout. It
 completes when every member has rejoined, or at the rebalance timeout (members that did not
@@ -23,11 +32,12 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
 from ember.cluster.metadata_cache import MetadataCache
-from ember.errors import (CoordinatorNotAvailable, GroupIdNotFound, IllegalGeneration,
+from ember.errors import (CoordinatorNotAvailable, EmberError, GroupIdNotFound, IllegalGeneration,
                           InconsistentGroupProtocol, InvalidGroupId, NonEmptyGroup, NotCoordinator,
-                          RebalanceInProgress, UnknownMemberId)
+                          RebalanceInProgress, UnknownMemberId, UnknownTopicOrPartition)
 from ember.groups.assignors import ASSIGNORS
-from ember.groups.store import CommittedOffset, GroupStore
+from ember.groups.coordinator_client import MEMBER_ID_REQUIRED
+from ember.groups.store import CommittedOffset, GroupStore, MetadataConflict
 from ember.ingest.client_types import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -35,6 +45,20 @@ log = logging.getLogger(__name__)
 EMPTY, PREPARING, STABLE = "Empty", "PreparingRebalance", "Stable"
 MAX_GROUP_ID_LENGTH = 249
 TICK_S = 0.1
+EMPTY_GROUP_IDLE_S = 60.0        # an Empty group unused this long leaves memory (it reloads from ZooKeeper)
+DEFAULT_REBALANCE_TIMEOUT_MS = 300000
+DEFAULT_SESSION_TIMEOUT_MS = 10000
+CLOSE_WAIT_S = 5.0
+
+
+class MemberIdRequired(EmberError):
+    """Join again with the member id of this response (two-step join: a retried first JoinGroup
+    cannot leave a phantom member behind)."""
+    code = MEMBER_ID_REQUIRED  # type: ignore[assignment]
+
+    def __init__(self, member_id: str) -> None:
+        super().__init__(f"join again with member id {member_id}")
+        self.member_id = member_id
 
 
 def coordinator_id(group_id: str, live_broker_ids: Iterable[int]) -> Optional[int]:
@@ -83,6 +107,15 @@ class Group:
     previous: dict[str, list[TopicPartition]] = field(default_factory=dict)
     not_before: float = 0.0                     # initial rebalance delay, loop time
     rebalance_deadline: float = 0.0
+    version: Optional[int] = None               # znode version of /groups/<group> (None: absent)
+    # members of the stored generation (loaded from ZooKeeper) that have not rejoined this
+    # coordinator yet -> the loop time by which they must heartbeat or join
+    expected: dict[str, float] = field(default_factory=dict)
+    expected_session_s: float = DEFAULT_SESSION_TIMEOUT_MS / 1000
+    pending_ids: dict[str, float] = field(default_factory=dict)   # MEMBER_ID_REQUIRED ids -> expiry
+    completing: Optional[asyncio.Task] = None   # the generation being written to ZooKeeper
+    changed: bool = False                       # a JoinGroup arrived while completing
+    last_used: float = 0.0
 
 
 class GroupCoordinator:
@@ -94,6 +127,7 @@ class GroupCoordinator:
         self.initial_delay_s = initial_rebalance_delay_ms / 1000
         self.groups: dict[str, Group] = {}
         self._ticker: Optional[asyncio.Task] = None
+        self._tasks: set[asyncio.Task] = set()
 
     def start(self) -> None:
         self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
@@ -101,6 +135,8 @@ class GroupCoordinator:
     async def close(self) -> None:
         if self._ticker is not None:
             self._ticker.cancel()
+        if self._tasks:     # generations being stored: let them finish (their joins get answers)
+            await asyncio.wait(list(self._tasks), timeout=CLOSE_WAIT_S)
         for group in self.groups.values():
             self._fail_joins(group, CoordinatorNotAvailable("the coordinator is shutting down"))
         self.groups.clear()
@@ -115,19 +151,37 @@ class GroupCoordinator:
         validate_group_id(group_id)
         if not self.owns(group_id):
             raise NotCoordinator(f"broker {self.broker_id} is not the coordinator of group {group_id!r}")
+        loop = asyncio.get_running_loop()
         group = self.groups.get(group_id)
         if group is not None:
+            group.last_used = loop.time()
             return group
-        doc = await asyncio.to_thread(self.store.load_metadata, group_id)
+        doc, version = await asyncio.to_thread(self.store.load_metadata_versioned, group_id)
         if doc is None and not create:
             return None
         group = self.groups.get(group_id)   # another request may have loaded it meanwhile
         if group is None:
-            doc = doc or {}
-            group = Group(group_id, generation=int(doc.get("generation", 0)), protocol=doc.get("protocol", ""),
-                          previous={m: [TopicPartition(*tp) for tp in tps]
-                                    for m, tps in (doc.get("assignment") or {}).items()})
+            group = self._loaded(group_id, doc or {}, version)
             self.groups[group_id] = group
+        group.last_used = loop.time()
+        return group
+
+    def _loaded(self, group_id: str, doc: dict[str, Any], version: Optional[int]) -> Group:
+        assignment = {m: [TopicPartition(*tp) for tp in tps] for m, tps in (doc.get("assignment") or {}).items()}
+        group = Group(group_id, generation=int(doc.get("generation", 0)), protocol=doc.get("protocol", ""),
+                      leader=doc.get("leader", ""), previous=assignment, version=version)
+        members = list(doc.get("members") or assignment)
+        if members and any(assignment.values()):
+            # The stored generation's members may still be consuming (the previous coordinator
+            # died or the group moved): hand nothing out before they rejoin or time out.
+            now = asyncio.get_running_loop().time()
+            rebalance_s = int(doc.get("rebalance_timeout_ms", DEFAULT_REBALANCE_TIMEOUT_MS)) / 1000
+            group.expected_session_s = int(doc.get("session_timeout_ms", DEFAULT_SESSION_TIMEOUT_MS)) / 1000
+            group.state = PREPARING
+            group.rebalance_deadline = now + max(rebalance_s, group.expected_session_s)
+            group.expected = {m: now + group.expected_session_s for m in members}
+            log.info("group %s: loaded generation %d with %d member(s); waiting for them to rejoin",
+                     group_id, group.generation, len(members))
         return group
 
     # -- membership --------------------------------------------------------------------------
@@ -141,24 +195,34 @@ class GroupCoordinator:
         if others and not _common_protocols([m.protocols for m in others] + [protocols]):
             raise InconsistentGroupProtocol(f"assignors {protocols} share none with the group's members")
         loop = asyncio.get_running_loop()
-        if member_id:
-            member = group.members.get(member_id)
-            if member is None:
+        if not member_id:
+            # Two-step join (Kafka's MEMBER_ID_REQUIRED): hand out an id, add nobody yet.
+            member_id = f"{client_id}-{uuid.uuid4()}"
+            group.pending_ids[member_id] = loop.time() + max(session_timeout_ms / 1000, 1.0)
+            raise MemberIdRequired(member_id)
+        member = group.members.get(member_id)
+        if member is None:
+            if member_id not in group.pending_ids and member_id not in group.expected:
                 raise UnknownMemberId(f"member {member_id!r} is not in group {group_id!r}; join as a new member")
+            group.pending_ids.pop(member_id, None)
+            group.expected.pop(member_id, None)
+            member = Member(member_id, client_id, 0, 0, topics, protocols)
+            group.members[member_id] = member
+        else:
             unchanged = member.topics == topics and member.protocols == protocols
             if group.state == STABLE and unchanged:
                 member.deadline = loop.time() + member.session_timeout_s
                 return self._result(group, member)
-        else:
-            member_id = f"{client_id}-{uuid.uuid4()}"
-            member = Member(member_id, client_id, 0, 0, topics, protocols)
-            group.members[member_id] = member
         member.session_timeout_s = session_timeout_ms / 1000
         member.rebalance_timeout_s = rebalance_timeout_ms / 1000
         member.topics, member.protocols = list(topics), list(protocols)
         if member.join is not None and not member.join.done():
-            member.join.cancel()
+            # a retried JoinGroup of the same member: answer the old one (not cancel(): the
+            # server would take that for a shutdown and close the old request's connection)
+            _set_error(member.join, RebalanceInProgress(f"superseded by a newer JoinGroup of {member_id}"))
         member.join = loop.create_future()
+        if group.completing is not None:
+            group.changed = True
         if group.state != PREPARING:
             self._prepare(group, f"member {member_id} joined")
         waiter = member.join
@@ -170,6 +234,13 @@ class GroupCoordinator:
         group = await self._group(group_id, create=False)
         if group is None:
             raise UnknownMemberId(f"group {group_id!r} has no member {member_id!r}; rejoin")
+        if member_id in group.expected:
+            if generation != group.generation:
+                raise IllegalGeneration(f"generation {generation} of group {group_id!r} is stale "
+                                        f"(current {group.generation}); rejoin")
+            # alive: wait for its JoinGroup until the end of the rebalance
+            group.expected[member_id] = max(group.expected[member_id], group.rebalance_deadline)
+            raise RebalanceInProgress(f"group {group_id!r} is rebalancing (new coordinator); rejoin")
         member = self._member(group, member_id, generation)
         member.deadline = asyncio.get_running_loop().time() + member.session_timeout_s
         if group.state == PREPARING:
@@ -177,6 +248,9 @@ class GroupCoordinator:
 
     async def leave(self, group_id: str, member_id: str) -> None:
         group = await self._group(group_id, create=False)
+        if group is not None and group.expected.pop(member_id, None) is not None:
+            self._maybe_complete(group)
+            return
         if group is None or member_id not in group.members:
             raise UnknownMemberId(f"group {group_id!r} has no member {member_id!r}")
         self._remove(group, [member_id], "left the group")
@@ -194,37 +268,48 @@ class GroupCoordinator:
         loop = asyncio.get_running_loop()
         if group.state == EMPTY:
             group.not_before = loop.time() + self.initial_delay_s
+        deadline = loop.time() + max((m.rebalance_timeout_s for m in group.members.values()), default=0)
+        group.rebalance_deadline = max(deadline, group.rebalance_deadline) if group.expected else deadline
         group.state = PREPARING
-        group.rebalance_deadline = loop.time() + max((m.rebalance_timeout_s for m in group.members.values()),
-                                                     default=0)
         log.info("group %s: rebalancing (generation %d): %s", group.group_id, group.generation, reason)
 
     def _remove(self, group: Group, member_ids: list[str], reason: str) -> None:
         for member_id in member_ids:
             member = group.members.pop(member_id)
             if member.join is not None and not member.join.done():
-                member.join.cancel()
-        if not group.members:
-            self._finish(group, {})
-        elif group.state == STABLE:
+                _set_error(member.join, UnknownMemberId(f"member {member_id} {reason}"))
+        if group.state == STABLE and group.members:
             self._prepare(group, f"{', '.join(member_ids)} {reason}")
-        else:
-            self._maybe_complete(group)
+        elif group.state == STABLE or group.state == EMPTY:
+            group.state = PREPARING                 # the last member left: an Empty generation
+            group.rebalance_deadline = 0.0
+        if group.completing is not None:
+            group.changed = True
+        self._maybe_complete(group)
 
     def _maybe_complete(self, group: Group) -> None:
-        if group.state != PREPARING:
+        if group.state != PREPARING or group.completing is not None:
             return
         now = asyncio.get_running_loop().time()
-        if now < group.not_before:
+        gone = [mid for mid, until in group.expected.items() if now > until]
+        for member_id in gone:
+            del group.expected[member_id]
+        if gone:
+            log.info("group %s: %s did not come back to the new coordinator", group.group_id, ", ".join(gone))
+        if now < group.not_before and group.members:
             return
         waiting = [m for m in group.members.values() if m.join is not None and not m.join.done()]
-        if len(waiting) == len(group.members) or now >= group.rebalance_deadline:
+        if (len(waiting) == len(group.members) and not group.expected) or now >= group.rebalance_deadline:
             late = [mid for mid, m in group.members.items() if m not in waiting]
             for member_id in late:
                 del group.members[member_id]
             if late:
                 log.info("group %s: dropped %s (did not rejoin in time)", group.group_id, ", ".join(late))
-            self._finish(group, self._assign(group))
+            if group.expected:
+                log.info("group %s: dropped %s (did not rejoin the new coordinator in time)",
+                         group.group_id, ", ".join(group.expected))
+                group.expected.clear()
+            self._start_completion(group)
 
     def _assign(self, group: Group) -> dict[str, list[TopicPartition]]:
         if not group.members:
@@ -235,30 +320,79 @@ class GroupCoordinator:
         subscriptions = {mid: m.topics for mid, m in group.members.items()}
         return ASSIGNORS[group.protocol](subscriptions, counts, group.previous)
 
-    def _finish(self, group: Group, assignment: dict[str, list[TopicPartition]]) -> None:
-        """Start the next generation with ``assignment`` and answer every waiting JoinGroup."""
-        now = asyncio.get_running_loop().time()
-        group.generation += 1
-        group.state = STABLE if group.members else EMPTY
-        group.leader = min(group.members, default="")
+    def _start_completion(self, group: Group) -> None:
+        """Compute the next generation, store it (compare-and-set), then answer the JoinGroups."""
+        assignment = self._assign(group)
+        members = dict(group.members)
+        doc = {"protocol_type": "consumer", "protocol": group.protocol, "generation": group.generation + 1,
+               "leader": min(members, default=""), "members": sorted(members),
+               "rebalance_timeout_ms": int(max((m.rebalance_timeout_s for m in members.values()), default=0) * 1000),
+               "session_timeout_ms": int(max((m.session_timeout_s for m in members.values()), default=0) * 1000),
+               "assignment": {m: [list(tp) for tp in tps] for m, tps in assignment.items()}}
+        group.changed = False
+        task = asyncio.get_running_loop().create_task(self._complete(group, assignment, members, doc))
+        group.completing = task
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _complete(self, group: Group, assignment: dict[str, list[TopicPartition]],
+                        members: dict[str, Member], doc: dict[str, Any]) -> None:
+        try:
+            version = await self._save(group, doc)
+        except Exception as exc:
+            group.completing = None
+            if isinstance(exc, MetadataConflict):
+                log.warning("group %s: generation %d was stored by another coordinator; handing the group over",
+                            group.group_id, doc["generation"])
+            else:
+                log.exception("group %s: could not store generation %d in ZooKeeper", group.group_id, doc["generation"])
+            self._lose(group, NotCoordinator(f"group {group.group_id!r}: generation {doc['generation']} "
+                                             f"could not be stored ({type(exc).__name__}); find the coordinator again"))
+            return
+        group.completing = None
+        group.version = version
+        group.generation = doc["generation"]
+        group.leader = doc["leader"]
         group.previous = assignment
-        for member_id, member in group.members.items():
+        now = asyncio.get_running_loop().time()
+        for member_id, member in members.items():
             member.assignment = assignment.get(member_id, [])
             member.deadline = now + member.session_timeout_s
             if member.join is not None and not member.join.done():
                 member.join.set_result(self._result(group, member))
             member.join = None
+        group.state = STABLE if group.members else EMPTY
         log.info("group %s: generation %d, %s, %d member(s)", group.group_id, group.generation,
-                 group.state, len(group.members))
-        doc = {"protocol_type": "consumer", "protocol": group.protocol, "generation": group.generation,
-               "leader": group.leader, "assignment": {m: [list(tp) for tp in tps] for m, tps in assignment.items()}}
-        asyncio.get_running_loop().create_task(self._save(group.group_id, doc))
+                 group.state, len(members))
+        if self.groups.get(group.group_id) is not group:
+            return                                  # dropped meanwhile (moved, deleted)
+        if group.changed or set(group.members) != set(members):
+            group.changed = False
+            if group.members:
+                self._prepare(group, "membership changed while the generation was stored")
+            else:
+                group.state = PREPARING
+            self._maybe_complete(group)
 
-    async def _save(self, group_id: str, doc: dict[str, Any]) -> None:
-        try:
-            await asyncio.to_thread(self.store.save_metadata, group_id, doc)
-        except Exception:
-            log.exception("group %s: could not store generation %s in ZooKeeper", group_id, doc["generation"])
+    async def _save(self, group: Group, doc: dict[str, Any]) -> int:
+        """Write ``doc`` if ``/groups/<group>`` is unchanged since this coordinator read or wrote
+        it; a concurrent write that did not advance the generation (an offset commit creating the
+        znode) is retried, one that did means another coordinator owns the group."""
+        version = group.version
+        for _ in range(3):
+            try:
+                return await asyncio.to_thread(self.store.save_metadata, group.group_id, doc, version)
+            except MetadataConflict:
+                stored, version = await asyncio.to_thread(self.store.load_metadata_versioned, group.group_id)
+                if stored is not None and int(stored.get("generation", 0)) >= doc["generation"]:
+                    raise
+        raise MetadataConflict(f"/groups/{group.group_id} keeps changing")
+
+    def _lose(self, group: Group, error: Exception) -> None:
+        """Forget the group (its joins get ``error``): the next request reloads it from ZooKeeper."""
+        self._fail_joins(group, error)
+        if self.groups.get(group.group_id) is group:
+            del self.groups[group.group_id]
 
     @staticmethod
     def _result(group: Group, member: Member) -> JoinResult:
@@ -268,25 +402,33 @@ class GroupCoordinator:
     def _fail_joins(group: Group, error: Exception) -> None:
         for member in group.members.values():
             if member.join is not None and not member.join.done():
-                member.join.set_exception(error)
+                _set_error(member.join, error)
 
     async def _tick_forever(self) -> None:
-        """Expire silent members, end rebalances whose time is up, hand off groups we lost."""
+        """Expire silent members, end rebalances whose time is up, hand off groups we lost,
+        forget idle Empty groups."""
         while True:
             await asyncio.sleep(TICK_S)
-            now = asyncio.get_running_loop().time()
-            for group_id, group in list(self.groups.items()):
-                try:
-                    if not self.owns(group_id):
-                        self._fail_joins(group, NotCoordinator(f"group {group_id!r} moved to another broker"))
-                        del self.groups[group_id]
-                        continue
-                    expired = [mid for mid, m in group.members.items() if m.join is None and now > m.deadline]
-                    if expired:
-                        self._remove(group, expired, "missed the session timeout")
-                    self._maybe_complete(group)
-                except Exception:
-                    log.exception("group %s: coordinator tick failed", group_id)
+            self.tick()
+
+    def tick(self) -> None:
+        now = asyncio.get_running_loop().time()
+        for group_id, group in list(self.groups.items()):
+            try:
+                if not self.owns(group_id):
+                    self._lose(group, NotCoordinator(f"group {group_id!r} moved to another broker"))
+                    continue
+                for member_id in [m for m, until in group.pending_ids.items() if now > until]:
+                    del group.pending_ids[member_id]
+                expired = [mid for mid, m in group.members.items() if m.join is None and now > m.deadline]
+                if expired:
+                    self._remove(group, expired, "missed the session timeout")
+                self._maybe_complete(group)
+                if (group.state == EMPTY and not group.members and not group.expected and not group.pending_ids
+                        and group.completing is None and now - group.last_used > EMPTY_GROUP_IDLE_S):
+                    del self.groups[group_id]
+            except Exception:
+                log.exception("group %s: coordinator tick failed", group_id)
 
     # -- offsets -----------------------------------------------------------------------------
 
@@ -295,14 +437,24 @@ class GroupCoordinator:
         """Store offsets for a member of the current generation (also while a rebalance is
         pending, so members can commit as their partitions are revoked), or, with
         generation -1 and no member id, for a group without active members (manual assignment,
-        ``ember groups reset-offsets``)."""
+        ``ember groups reset-offsets``). Offsets of unknown topics or partitions are refused."""
         group = await self._group(group_id, create=True)
         if generation < 0 and not member_id:
-            if group.members:
-                raise NonEmptyGroup(f"group {group_id!r} has {len(group.members)} active member(s); "
-                                    f"only its members may commit")
+            active = len(group.members) + len(group.expected)
+            if active:
+                raise NonEmptyGroup(f"group {group_id!r} has {active} active member(s); only its members may commit")
+        elif member_id in group.expected:
+            # a member of the stored generation, not rejoined yet: it still owns its partitions
+            if generation != group.generation:
+                raise IllegalGeneration(f"generation {generation} of group {group_id!r} is stale "
+                                        f"(current {group.generation}); rejoin")
         else:
             self._member(group, member_id, generation)
+        topics = self.cache.topics()
+        unknown = [tp for tp in offsets if tp.topic not in topics or tp.partition not in topics[tp.topic].partitions]
+        if unknown:
+            raise UnknownTopicOrPartition("cannot commit offsets of unknown partitions: "
+                                          + ", ".join(f"{tp.topic}-{tp.partition}" for tp in sorted(unknown)))
         await asyncio.to_thread(self.store.commit, group_id, offsets)
 
     async def fetch(self, group_id: str, partitions: Optional[list[TopicPartition]]) -> dict[TopicPartition, CommittedOffset]:
@@ -326,11 +478,17 @@ class GroupCoordinator:
 
     async def delete(self, group_id: str) -> None:
         group = await self._group(group_id, create=False)
-        if group is not None and group.members:
-            raise NonEmptyGroup(f"group {group_id!r} has {len(group.members)} active member(s)")
+        if group is not None and (group.members or group.expected or group.completing is not None):
+            raise NonEmptyGroup(f"group {group_id!r} has {len(group.members) + len(group.expected)} active member(s)")
         self.groups.pop(group_id, None)
         if not await asyncio.to_thread(self.store.delete, group_id) and group is None:
             raise GroupIdNotFound(f"group {group_id!r} does not exist")
+
+
+def _set_error(future: asyncio.Future, error: Exception) -> None:
+    """Answer a pending JoinGroup with ``error`` (marked retrieved: its connection may be gone)."""
+    future.set_exception(error)
+    future.add_done_callback(lambda f: f.exception())
 
 
 def _common_protocols(preferences: list[list[str]]) -> list[str]:

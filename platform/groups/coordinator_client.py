@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any, Optional
+from typing import Any, Collection, Optional
 
 from ember.errors import (BrokerNotAvailable, CoordinatorNotAvailable, ErrorCode, KafkaTimeoutError,
                           NetworkError, RequestTimedOut)
@@ -19,6 +19,9 @@ from ember.ingest.connection import Address, ConnectionPool
 from ember.ingest.metadata_client import MetadataClient, response_error
 from ember.ingest.protocol import ApiKey
 
+# Kafka's MEMBER_ID_REQUIRED: the answer to a first JoinGroup, which carries the member id to join
+# with (not in ember.errors.ErrorCode; the group modules read the code from the response body).
+MEMBER_ID_REQUIRED = 79
 _MOVED = frozenset({ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE})
 
 
@@ -46,16 +49,18 @@ class CoordinatorClient:
         return self._pool.get(self.coordinator()).request(api_key, body, timeout_s=timeout)
 
     def request(self, api_key: int, body: dict[str, Any], timeout_s: Optional[float] = None,
-                deadline_s: Optional[float] = None) -> dict[str, Any]:
-        """Send to the coordinator and return the response body, raising its error; retries
-        while the coordinator moves or is unreachable, until ``deadline_s`` (default: one timeout)."""
+                deadline_s: Optional[float] = None, accept: Collection[int] = ()) -> dict[str, Any]:
+        """Send to the coordinator and return the response body, raising its error (except the
+        codes in ``accept``: those bodies are returned); retries while the coordinator moves or is
+        unreachable, until ``deadline_s`` (default: one timeout). Raises KafkaTimeoutError when
+        the coordinator never answered in time, CoordinatorNotAvailable when none was found."""
         timeout = self.request_timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + (timeout if deadline_s is None else deadline_s)
         while True:
             try:
                 response = self.send(api_key, body, timeout).result(timeout + 1.0)
                 error = response_error(response.body)
-                if error is None:
+                if error is None or response.body.get("error_code") in accept:
                     return response.body
                 if error.code not in _MOVED:
                     raise error
@@ -65,6 +70,9 @@ class CoordinatorClient:
                 error = KafkaTimeoutError(f"no answer from the coordinator of {self.group_id!r} in {timeout:.1f}s")
             self._address = None
             if time.monotonic() + self.metadata.retry_backoff_s >= deadline:
+                if isinstance(error, (KafkaTimeoutError, RequestTimedOut)):
+                    raise KafkaTimeoutError(f"the coordinator of group {self.group_id!r} did not answer "
+                                            f"in time ({error})")
                 raise CoordinatorNotAvailable(f"no coordinator of group {self.group_id!r} answered "
                                               f"({type(error).__name__}: {error})")
             time.sleep(self.metadata.retry_backoff_s)

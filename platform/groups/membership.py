@@ -15,7 +15,7 @@ from typing import Sequence
 
 from ember.errors import (EmberError, IllegalGeneration, KafkaTimeoutError, RebalanceInProgress,
                           UnknownMemberId)
-from ember.groups.coordinator_client import CoordinatorClient
+from ember.groups.coordinator_client import MEMBER_ID_REQUIRED, CoordinatorClient
 from ember.ingest.client_types import TopicPartition
 from ember.ingest.protocol import ApiKey
 
@@ -37,6 +37,10 @@ class Membership:
         self.max_poll_interval_ms = max_poll_interval_ms
         self.member_id = ""
         self.generation = NO_GENERATION
+        # the member id and generation of the last successful join, kept after the membership is
+        # lost so a group member's commit is judged by the coordinator (never sent as generation -1)
+        self.last_member_id = ""
+        self.last_generation = NO_GENERATION
         self.rejoin_needed = threading.Event()
         self._lock = threading.Lock()           # member id / generation vs. the heartbeat thread
         self._last_poll = time.monotonic()
@@ -66,14 +70,19 @@ class Membership:
                     "protocol_type": "consumer", "topics": list(topics), "protocols": list(assignors)}
             try:
                 reply = self.coordinator.request(ApiKey.JOIN_GROUP, body, timeout_s=rebalance_timeout_s + 5,
-                                                 deadline_s=max(deadline - time.monotonic(), 0.1))
+                                                 deadline_s=max(deadline - time.monotonic(), 0.1),
+                                                 accept=(MEMBER_ID_REQUIRED,))
             except UnknownMemberId:
                 self.member_id = ""             # the coordinator forgot us (expired, or it moved)
             except RebalanceInProgress:
                 pass
             else:
+                if reply.get("error_code") == MEMBER_ID_REQUIRED:
+                    self.member_id = reply["member_id"]     # two-step join: now join with this id
+                    continue
                 with self._lock:
                     self.member_id, self.generation = reply["member_id"], reply["generation"]
+                    self.last_member_id, self.last_generation = self.member_id, self.generation
                 log.info("group %s: joined generation %d as %s (%s, %d partition(s))", self.group_id,
                          self.generation, self.member_id, reply["protocol"], len(reply["assignment"]))
                 return [TopicPartition(a["topic"], a["partition"]) for a in reply["assignment"]]
@@ -81,9 +90,14 @@ class Membership:
                 raise KafkaTimeoutError(f"could not join group {self.group_id!r} in {rebalance_timeout_s:.0f}s")
 
     def generation_info(self) -> tuple[str, int]:
-        """(member id, generation) for an offset commit; ("", -1) when not a member."""
+        """(member id, generation) of the current membership; ("", -1) when not a member."""
         with self._lock:
             return (self.member_id, self.generation) if self.active else ("", NO_GENERATION)
+
+    def last_generation_info(self) -> tuple[str, int]:
+        """(member id, generation) of the last join, even if the membership was lost since."""
+        with self._lock:
+            return self.last_member_id, self.last_generation
 
     def lost(self, generation: int) -> None:
         """The coordinator rejected ``generation``: rejoin on the next poll (unless that already

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional
 
-from kazoo.exceptions import NodeExistsError, NoNodeError, NotEmptyError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 
 from ember.cluster import zk_paths
 from ember.cluster.zk_session import ZkSession
@@ -34,6 +34,10 @@ class CommittedOffset:
     def from_bytes(cls, data: bytes) -> "CommittedOffset":
         doc = json.loads(data)
         return cls(int(doc["offset"]), str(doc.get("metadata", "")), int(doc.get("commit_timestamp", -1)))
+
+
+class MetadataConflict(Exception):
+    """``/groups/<group>`` changed since it was read: another coordinator wrote it."""
 
 
 class GroupStore:
@@ -86,14 +90,28 @@ class GroupStore:
 
     def load_metadata(self, group_id: str) -> Optional[dict[str, Any]]:
         """The group's metadata document; ``{}`` for a group known only by its offsets, None if unknown."""
-        try:
-            data, _ = self.client.get(zk_paths.group(group_id))
-        except NoNodeError:
-            return None
-        return json.loads(data) if data else {}
+        return self.load_metadata_versioned(group_id)[0]
 
-    def save_metadata(self, group_id: str, doc: dict[str, Any]) -> None:
-        self._create_or_set(zk_paths.group(group_id), json.dumps(doc).encode())
+    def load_metadata_versioned(self, group_id: str) -> tuple[Optional[dict[str, Any]], Optional[int]]:
+        """(document, znode version) of the group's metadata; (None, None) if the group is unknown."""
+        try:
+            data, stat = self.client.get(zk_paths.group(group_id))
+        except NoNodeError:
+            return None, None
+        return (json.loads(data) if data else {}), stat.version
+
+    def save_metadata(self, group_id: str, doc: dict[str, Any], version: Optional[int] = None) -> int:
+        """Write the metadata document if the znode is still at ``version`` (None: must not exist);
+        returns the new version, raises :class:`MetadataConflict` otherwise."""
+        data = json.dumps(doc).encode()
+        path = zk_paths.group(group_id)
+        try:
+            if version is None:
+                self.client.create(path, data, makepath=True)
+                return 0
+            return self.client.set(path, data, version=version).version
+        except (BadVersionError, NodeExistsError, NoNodeError) as exc:
+            raise MetadataConflict(f"{path} changed since it was read ({type(exc).__name__})") from exc
 
     def groups(self) -> list[str]:
         try:

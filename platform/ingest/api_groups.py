@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from ember.errors import CoordinatorNotAvailable
-from ember.groups.coordinator import Group, GroupCoordinator, coordinator_id, validate_group_id
+from ember.groups.coordinator import (Group, GroupCoordinator, MemberIdRequired, coordinator_id,
+                                      validate_group_id)
 from ember.ingest.client_types import TopicPartition
 from ember.ingest.dispatcher import Handler
 from ember.ingest.protocol import ApiKey, Request
@@ -44,10 +45,13 @@ class GroupApis:
 
     async def join_group(self, request: Request) -> Reply:
         body = request.body
-        result = await self.coordinator.join(
-            str(body["group_id"]), str(body.get("member_id", "")), str(body.get("client_id", "")),
-            int(body["session_timeout_ms"]), int(body.get("rebalance_timeout_ms", body["session_timeout_ms"])),
-            [str(t) for t in body["topics"]], [str(p) for p in body["protocols"]])
+        try:
+            result = await self.coordinator.join(
+                str(body["group_id"]), str(body.get("member_id", "")), str(body.get("client_id", "")),
+                int(body["session_timeout_ms"]), int(body.get("rebalance_timeout_ms", body["session_timeout_ms"])),
+                [str(t) for t in body["topics"]], [str(p) for p in body["protocols"]])
+        except MemberIdRequired as exc:     # first step of a join: the id to join with
+            return Reply({**error_fields(exc), "member_id": exc.member_id})
         return Reply({**OK, "member_id": result.member_id, "generation": result.generation,
                       "protocol": result.protocol, "leader": result.leader,
                       "assignment": _tps(result.assignment)})

@@ -8,16 +8,18 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
 
-from ember.client import Admin, Consumer, Producer, TopicPartition
+from ember.client import Admin, Consumer, OffsetAndMetadata, Producer, TopicPartition
 from ember.cluster.local import LocalCluster
-from ember.errors import IllegalGeneration, NonEmptyGroup, UnknownMemberId
+from ember.errors import (BrokerNotAvailable, CoordinatorNotAvailable, IllegalGeneration, KafkaTimeoutError,
+                          NonEmptyGroup, UnknownMemberId)
 from ember.groups.admin import GroupAdmin
-from ember.groups.coordinator_client import CoordinatorClient
+from ember.groups.coordinator_client import MEMBER_ID_REQUIRED, CoordinatorClient
 from ember.ingest.metadata_client import MetadataClient
 from ember.ingest.protocol import ApiKey
 
@@ -158,14 +160,24 @@ def test_two_groups_each_see_everything(cluster: LocalCluster, topic_name: str, 
     wait_for(lambda: values(a) == everything and values(b) == everything, "both groups read all 400")
 
 
+def raw_join(coordinator: CoordinatorClient, group: str, member_id: str, topics: list[str],
+             session_timeout_ms: int = 10000) -> dict:
+    """JoinGroup as a client does: a first join (no member id) gets MEMBER_ID_REQUIRED and an id."""
+    body = {"group_id": group, "member_id": member_id, "client_id": "test", "session_timeout_ms": session_timeout_ms,
+            "rebalance_timeout_ms": 10000, "topics": topics, "protocols": ["range"]}
+    if not member_id:
+        first = coordinator.request(ApiKey.JOIN_GROUP, body, accept=(MEMBER_ID_REQUIRED,))
+        assert first["error_code"] == MEMBER_ID_REQUIRED and first["member_id"]
+        body["member_id"] = first["member_id"]
+    return coordinator.request(ApiKey.JOIN_GROUP, body)
+
+
 def test_commit_with_a_stale_generation_is_rejected(cluster: LocalCluster, topic_name: str) -> None:
     create(cluster, topic_name, 2)
     metadata = MetadataClient(cluster.bootstrap)
     with CoordinatorClient(metadata, "g-stale", 30) as coordinator:
         def join(member_id: str, topics: list[str]) -> dict:
-            return coordinator.request(ApiKey.JOIN_GROUP, {
-                "group_id": "g-stale", "member_id": member_id, "client_id": "test", "session_timeout_ms": 10000,
-                "rebalance_timeout_ms": 10000, "topics": topics, "protocols": ["range"]})
+            return raw_join(coordinator, "g-stale", member_id, topics)
 
         def commit(member_id: str, generation: int) -> None:
             coordinator.request(ApiKey.OFFSET_COMMIT, {
@@ -270,3 +282,178 @@ def test_cli_consume_with_group_commits_and_resumes(cluster: LocalCluster, topic
     produce(cluster, topic_name, 50, 5)
     second = ember(cluster, "consume", topic_name, "--group", "g-cli", "--timeout-ms", "3000")
     assert sorted(second.stdout.splitlines()) == sorted(f"v{i}" for i in range(50, 55))   # resumed at the commit
+
+
+# -- review fixes ------------------------------------------------------------------------------
+
+def events(member: Member) -> list[dict]:
+    path = Path(str(member.out) + ".events")
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def ownership(group: list[Member]) -> list[tuple[int, int, float, float, int]]:
+    """(partition, generation, from, to, member index) from the members' rebalance listeners."""
+    spans = []
+    for index, member in enumerate(group):
+        held: dict[int, tuple[int, float]] = {}
+        for e in events(member):
+            if e["event"] == "assigned":
+                held = {p: (e["generation"], e["time"]) for p in e["partitions"]}
+            else:
+                spans += [(p, gen, start, e["time"], index) for p, (gen, start) in held.items()]
+                held = {}
+        spans += [(p, gen, start, float("inf"), index) for p, (gen, start) in held.items()]
+    return spans
+
+
+def test_coordinator_sigkill_never_gives_a_partition_to_two_members(
+        make_cluster: Callable[..., LocalCluster], topic_name: str, tmp_path: Path, members: list[Member]) -> None:
+    from ember.groups.coordinator import coordinator_id
+
+    cluster = make_cluster(3, {"group.initial.rebalance.delay.ms": "300"})
+    create(cluster, topic_name, 6)
+    group = start_members(cluster, topic_name, "g-move", 2, tmp_path, members)
+    # a slow member: it hears of a rebalance only at its next poll, 1.5 s later
+    slow = Member(cluster, topic_name, "g-move", tmp_path / "g-move-slow.out")
+    slow.process.kill()
+    slow.process = subprocess.Popen([sys.executable, str(MEMBER), cluster.bootstrap, topic_name, "g-move",
+                                     str(slow.out), "--poll-pause", "1.5"])
+    members.append(slow)
+    group.append(slow)
+    wait_for(lambda: settled(group, 6) and all(m.state()["assignment"] for m in group), "3 members settled")
+    produce(cluster, topic_name, 0, 300)
+    wait_for(lambda: all(m.lines() for m in group), "every member consumed something")
+    before = group[0].state()["generation"]
+    cluster.kill_broker(coordinator_id("g-move", cluster.brokers))
+    produce(cluster, topic_name, 300, 300)
+    wait_for(lambda: set(values(group)) >= {f"v{i}" for i in range(600)}, "every record consumed")
+    try:
+        wait_for(lambda: settled(group, 6) and group[0].state()["generation"] > before,
+                 "a new generation at the new coordinator", timeout_s=30)
+    finally:
+        for m in group:
+            Path(str(m.out) + ".stop").touch()
+        for m in group:
+            m.stop()
+        assert_one_owner_at_a_time(group)
+    assert set(values(group)) == {f"v{i}" for i in range(600)}           # at least once
+
+
+def assert_one_owner_at_a_time(group: list[Member]) -> None:
+    spans = ownership(group)
+    by_generation: dict[int, list[int]] = {}
+    for p, gen, _, _, _ in spans:
+        by_generation.setdefault(gen, []).append(p)
+    for gen, partitions in by_generation.items():                         # one owner per generation
+        assert len(partitions) == len(set(partitions)), (gen, sorted(partitions))
+    for p, gen, start, end, who in spans:                                 # and never two at once
+        for q, gen2, start2, end2, who2 in spans:
+            if q == p and who2 != who:
+                assert end <= start2 or end2 <= start, (p, gen, who, gen2, who2)
+
+
+def test_failed_offset_fetch_after_join_is_retried(cluster: LocalCluster, topic_name: str) -> None:
+    create(cluster, topic_name, 2)
+    produce(cluster, topic_name, 0, 20)
+    with Consumer(topic_name, bootstrap_servers=cluster.bootstrap, group_id="g-fetchfail",
+                  auto_offset_reset="earliest", enable_auto_commit=False) as consumer:
+        real = consumer._fetch_committed
+        failures = [CoordinatorNotAvailable("injected")]
+
+        def flaky(partitions):
+            if failures:
+                raise failures.pop()
+            return real(partitions)
+        consumer._fetch_committed = flaky
+        with pytest.raises(CoordinatorNotAvailable):
+            consumer.poll(5000)
+        records: list = []
+        deadline = time.monotonic() + WAIT_S
+        while len(records) < 20 and time.monotonic() < deadline:
+            records += [r for batch in consumer.poll(500).values() for r in batch]
+        assert len(records) == 20 and len(consumer.assignment()) == 2
+
+
+def test_member_that_lost_its_membership_cannot_commit(cluster: LocalCluster, topic_name: str) -> None:
+    create(cluster, topic_name, 1)
+    produce(cluster, topic_name, 0, 5)
+    tp = TopicPartition(topic_name, 0)
+    with Consumer(topic_name, bootstrap_servers=cluster.bootstrap, group_id="g-lost", auto_offset_reset="earliest",
+                  enable_auto_commit=False, max_poll_interval_ms=1500, session_timeout_ms=1000,
+                  heartbeat_interval_ms=100) as consumer:
+        wait_for(lambda: bool(consumer.poll(200)) or False, "records")
+        generation = consumer.generation()
+        assert generation > 0 and consumer.member_id()
+        consumer.commit({tp: OffsetAndMetadata(1, "")})
+        time.sleep(2.5)                                    # no poll: the heartbeat thread leaves the group
+        assert consumer.generation() == -1
+        with pytest.raises((UnknownMemberId, IllegalGeneration)):
+            consumer.commit({tp: OffsetAndMetadata(999, "")})
+        assert consumer.committed(tp) == 1                 # not overwritten as a standalone commit
+
+
+def test_commit_timeout_is_kafka_timeout_and_close_still_leaves(cluster: LocalCluster, topic_name: str) -> None:
+    create(cluster, topic_name, 1)
+    consumer = Consumer(topic_name, bootstrap_servers=cluster.bootstrap, group_id="g-timeout",
+                        auto_offset_reset="earliest", request_timeout_ms=1000)
+    consumer.poll(4000)
+    assert consumer.generation() > 0
+    real_send = consumer._coordinator.send
+    consumer._coordinator.send = lambda *args, **kwargs: Future()          # the coordinator never answers
+    with pytest.raises(KafkaTimeoutError):
+        consumer.commit({TopicPartition(topic_name, 0): OffsetAndMetadata(0, "")})
+    consumer._coordinator.send = real_send
+
+    def failing_commit(offsets=None):
+        raise RuntimeError("injected commit failure")
+    consumer.commit = failing_commit
+    consumer._positions[TopicPartition(topic_name, 0)] = 0
+    with pytest.raises(RuntimeError):
+        consumer.close()
+    with GroupAdmin(cluster.bootstrap) as admin:
+        assert admin.describe_group("g-timeout").members == ()                # left despite the failure
+
+
+def test_manually_assigned_consumer_commits_on_close(cluster: LocalCluster, topic_name: str) -> None:
+    create(cluster, topic_name, 1)
+    produce(cluster, topic_name, 0, 10)
+    tp = TopicPartition(topic_name, 0)
+    consumer = Consumer(bootstrap_servers=cluster.bootstrap, group_id="g-manual", auto_offset_reset="earliest",
+                        enable_auto_commit=True, auto_commit_interval_ms=600000)
+    consumer.assign([tp])
+    got: list = []
+    deadline = time.monotonic() + WAIT_S
+    while len(got) < 10 and time.monotonic() < deadline:
+        got += [r for batch in consumer.poll(200).values() for r in batch]
+    consumer.close()
+    with GroupAdmin(cluster.bootstrap) as admin:
+        assert {p.partition: p.committed for p in admin.describe_group("g-manual").partitions}[tp] == 10
+
+
+def test_describe_with_a_deleted_topic_and_list_with_a_broker_down(cluster: LocalCluster, topic_name: str) -> None:
+    create(cluster, topic_name, 1)
+    kept = topic_name + "-kept"
+    create(cluster, kept, 1)
+    produce(cluster, kept, 0, 3)
+    with GroupAdmin(cluster.bootstrap) as admin:
+        admin.commit_offsets("g-deleted", {TopicPartition(topic_name, 0): 0, TopicPartition(kept, 0): 1})
+        assert admin._coordinator("g-deleted") is admin._coordinator("g-deleted")   # one client per group
+    with Admin(cluster.bootstrap) as topics:
+        topics.delete_topic(topic_name)
+    wait_for(lambda: ember(cluster, "groups", "describe", "g-deleted").returncode == 0, "describe works")
+    with GroupAdmin(cluster.bootstrap) as admin:
+        by_tp = {p.partition: p for p in admin.describe_group("g-deleted").partitions}
+        assert by_tp[TopicPartition(topic_name, 0)].log_end is None and by_tp[TopicPartition(topic_name, 0)].lag is None
+        assert by_tp[TopicPartition(kept, 0)].lag == 2
+        real = admin._metadata.request
+
+        def broker_two_down(api_key, body, *args, broker_id=None, **kwargs):
+            if api_key == ApiKey.LIST_GROUPS and broker_id == 2:
+                raise BrokerNotAvailable("injected: broker 2 is down")
+            return real(api_key, body, *args, broker_id=broker_id, **kwargs)
+        admin._metadata.request = broker_two_down
+        listing = admin.list_groups()
+        assert set(listing.unreachable) == {2}
+    described = ember(cluster, "groups", "describe", "g-deleted")
+    row = [line.split() for line in described.stdout.splitlines() if line.split()[:2] == [topic_name, "0"]]
+    assert row and row[0][3] == "-" and row[0][4] == "-"

@@ -1,0 +1,227 @@
+"""The group coordinator in process, against an in-memory store: coordinator moves, two-step
+joins, superseded joins, compare-and-set of the group document, idle groups, commit checks."""
+from __future__ import annotations
+
+import asyncio
+import copy
+from types import SimpleNamespace
+from typing import Any, Optional
+
+import pytest
+
+from ember.errors import (IllegalGeneration, NonEmptyGroup, NotCoordinator, RebalanceInProgress,
+                          UnknownMemberId, UnknownTopicOrPartition)
+from ember.groups import coordinator as coordinator_module
+from ember.groups.coordinator import EMPTY, PREPARING, STABLE, GroupCoordinator, MemberIdRequired
+from ember.groups.store import MetadataConflict
+from ember.ingest.client_types import TopicPartition
+
+
+class FakeCache:
+    def __init__(self, partitions: int = 4) -> None:
+        self.topic_partitions = {"t": partitions}
+
+    def brokers(self) -> dict[int, Any]:
+        return {1: SimpleNamespace(host="127.0.0.1", port=1)}
+
+    def topics(self) -> dict[str, Any]:
+        return {name: SimpleNamespace(partitions={p: [1] for p in range(n)})
+                for name, n in self.topic_partitions.items()}
+
+
+class FakeStore:
+    """``/groups/<g>`` documents with znode versions, and committed offsets."""
+
+    def __init__(self) -> None:
+        self.docs: dict[str, tuple[dict[str, Any], int]] = {}
+        self.offsets: dict[str, dict[TopicPartition, tuple[int, str]]] = {}
+        self.saves: list[dict[str, Any]] = []
+
+    def load_metadata_versioned(self, group_id: str) -> tuple[Optional[dict[str, Any]], Optional[int]]:
+        if group_id not in self.docs:
+            return None, None
+        doc, version = self.docs[group_id]
+        return copy.deepcopy(doc), version
+
+    def save_metadata(self, group_id: str, doc: dict[str, Any], version: Optional[int] = None) -> int:
+        current = self.docs.get(group_id)
+        if (current is None) != (version is None) or (current is not None and current[1] != version):
+            raise MetadataConflict(f"{group_id}: version {version}, stored {current and current[1]}")
+        new = 0 if current is None else current[1] + 1
+        self.docs[group_id] = (copy.deepcopy(doc), new)
+        self.saves.append(copy.deepcopy(doc))
+        return new
+
+    def commit(self, group_id: str, offsets: dict[TopicPartition, tuple[int, str]]) -> None:
+        self.offsets.setdefault(group_id, {}).update(offsets)
+
+    def fetch(self, group_id: str, partitions: Any) -> dict:
+        return {}
+
+    def groups(self) -> list[str]:
+        return sorted(self.docs)
+
+    def delete(self, group_id: str) -> bool:
+        return self.docs.pop(group_id, None) is not None
+
+
+def run(coro_fn) -> None:
+    asyncio.run(asyncio.wait_for(coro_fn(), 20))
+
+
+def coordinator(store: FakeStore, delay_ms: int = 200) -> GroupCoordinator:
+    coord = GroupCoordinator(1, FakeCache(), store, delay_ms)
+    coord.start()
+    return coord
+
+
+async def join(coord: GroupCoordinator, member_id: str = "", topics=("t",), session_ms: int = 10000,
+               rebalance_ms: int = 10000):
+    """A client's join: the two-step dance for a new member."""
+    if not member_id:
+        with pytest.raises(MemberIdRequired) as required:
+            await coord.join("g", "", "c", session_ms, rebalance_ms, list(topics), ["range"])
+        member_id = required.value.member_id
+    return await coord.join("g", member_id, "c", session_ms, rebalance_ms, list(topics), ["range"])
+
+
+def test_new_coordinator_waits_for_the_stored_members_before_the_next_generation() -> None:
+    async def scenario() -> None:
+        store = FakeStore()
+        old = coordinator(store)
+        a, b = await asyncio.gather(join(old), join(old))
+        assert a.generation == b.generation == 1
+        assert set(store.docs["g"][0]["members"]) == {a.member_id, b.member_id}
+        await old.close()                                   # the coordinator dies; members keep consuming
+
+        new = coordinator(store)
+        newcomer = asyncio.ensure_future(join(new))         # a third consumer arrives first
+        await asyncio.sleep(0.5)
+        assert not newcomer.done()                          # no generation without a and b
+        group = new.groups["g"]
+        assert group.state == PREPARING and set(group.expected) == {a.member_id, b.member_id}
+        with pytest.raises(RebalanceInProgress):            # a's heartbeat: rejoin
+            await new.heartbeat("g", a.member_id, a.generation)
+        await new.commit("g", a.member_id, a.generation, {TopicPartition("t", 0): (5, "")})  # revoke-time commit
+        a2 = asyncio.ensure_future(join(new, a.member_id))
+        await asyncio.sleep(0.3)
+        assert not newcomer.done() and not a2.done()        # b is still expected
+        b2 = await join(new, b.member_id)
+        results = [await newcomer, await a2, b2]
+        assert {r.generation for r in results} == {2}
+        owned = [tp for r in results for tp in r.assignment]
+        assert sorted(owned) == [TopicPartition("t", p) for p in range(4)]   # each partition once
+        await new.close()
+    run(scenario)
+
+
+def test_stored_member_that_never_returns_is_dropped_after_its_session_timeout() -> None:
+    async def scenario() -> None:
+        store = FakeStore()
+        old = coordinator(store)
+        a, b = await asyncio.gather(join(old, session_ms=1000), join(old, session_ms=1000))
+        await old.close()
+        new = coordinator(store)
+        with pytest.raises(RebalanceInProgress):
+            await new.heartbeat("g", a.member_id, a.generation)      # a is alive, b died with the old broker
+        a2 = await asyncio.wait_for(join(new, a.member_id, session_ms=1000), 5)
+        assert a2.generation == 2 and len(a2.assignment) == 4
+        await new.close()
+    run(scenario)
+
+
+def test_first_join_returns_member_id_required_and_a_retry_leaves_no_phantom() -> None:
+    async def scenario() -> None:
+        coord = coordinator(FakeStore())
+        for _ in range(2):                                   # the first JoinGroup, retried
+            with pytest.raises(MemberIdRequired):
+                await coord.join("g", "", "c", 10000, 10000, ["t"], ["range"])
+        assert not coord.groups["g"].members
+        result = await join(coord)
+        assert list(coord.groups["g"].members) == [result.member_id] and len(result.assignment) == 4
+        with pytest.raises(UnknownMemberId):                 # ids are handed out, not guessed
+            await coord.join("g", "c-made-up", "c", 10000, 10000, ["t"], ["range"])
+        await coord.close()
+    run(scenario)
+
+
+def test_superseded_join_is_answered_with_an_error_not_cancelled() -> None:
+    async def scenario() -> None:
+        coord = coordinator(FakeStore())
+        a = await join(coord)
+        with pytest.raises(MemberIdRequired) as required:
+            await coord.join("g", "", "c", 10000, 10000, ["t"], ["range"])
+        b_id = required.value.member_id
+        first = asyncio.ensure_future(coord.join("g", b_id, "c", 10000, 10000, ["t"], ["range"]))
+        await asyncio.sleep(0.1)
+        second = asyncio.ensure_future(coord.join("g", b_id, "c", 10000, 10000, ["t"], ["range"]))
+        await asyncio.sleep(0.1)
+        assert first.done() and not first.cancelled()
+        assert isinstance(first.exception(), RebalanceInProgress)
+        a2 = await join(coord, a.member_id)
+        assert (await second).generation == a2.generation == a.generation + 1
+        await coord.close()
+    run(scenario)
+
+
+def test_generation_stored_by_another_coordinator_hands_the_group_over() -> None:
+    async def scenario() -> None:
+        store = FakeStore()
+        coord = coordinator(store)
+        a = await join(coord)
+        doc, version = store.docs["g"]
+        store.docs["g"] = ({**doc, "generation": doc["generation"] + 1, "members": []}, version + 1)  # another broker
+        with pytest.raises(NotCoordinator):                  # its next generation is refused, not forked
+            await coord.join("g", a.member_id, "c", 10000, 10000, ["t", "u"], ["range"])
+        assert "g" not in coord.groups                       # reloaded from ZooKeeper next time
+        assert store.saves[-1]["generation"] == a.generation
+        await coord.close()
+    run(scenario)
+
+
+def test_saves_are_ordered_and_close_awaits_them() -> None:
+    async def scenario() -> None:
+        store = FakeStore()
+        coord = coordinator(store)
+        a = await join(coord)
+        await coord.leave("g", a.member_id)
+        await coord.close()
+        assert [d["generation"] for d in store.saves] == [1, 2]
+        assert store.saves[-1]["members"] == [] and store.docs["g"][1] == 1
+    run(scenario)
+
+
+def test_idle_empty_group_leaves_memory_and_reloads(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(coordinator_module, "EMPTY_GROUP_IDLE_S", 0.2)
+
+    async def scenario() -> None:
+        store = FakeStore()
+        coord = coordinator(store)
+        a = await join(coord)
+        await coord.leave("g", a.member_id)
+        await asyncio.sleep(0.6)
+        assert "g" not in coord.groups
+        group = await coord.describe("g")
+        assert group.state == EMPTY and group.generation == 2
+        await coord.close()
+    run(scenario)
+
+
+def test_commit_checks_partitions_and_membership() -> None:
+    async def scenario() -> None:
+        store = FakeStore()
+        coord = coordinator(store)
+        with pytest.raises(UnknownTopicOrPartition):
+            await coord.commit("g", "", -1, {TopicPartition("t", 9): (1, "")})
+        with pytest.raises(UnknownTopicOrPartition):
+            await coord.commit("g", "", -1, {TopicPartition("gone", 0): (1, "")})
+        await coord.commit("g", "", -1, {TopicPartition("t", 1): (1, "")})
+        a = await join(coord)
+        assert coord.groups["g"].state == STABLE
+        with pytest.raises(NonEmptyGroup):
+            await coord.commit("g", "", -1, {TopicPartition("t", 1): (2, "")})
+        with pytest.raises(IllegalGeneration):
+            await coord.commit("g", a.member_id, a.generation - 1, {TopicPartition("t", 1): (2, "")})
+        assert store.offsets["g"] == {TopicPartition("t", 1): (1, "")}
+        await coord.close()
+    run(scenario)
