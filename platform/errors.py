@@ -59,6 +59,7 @@ class ErrorCode(IntEnum):
     ELECTION_NOT_NEEDED = 84
     GROUP_ID_NOT_FOUND = 69
     NON_EMPTY_GROUP = 68
+    MEMBER_ID_REQUIRED = 79
     UNSTABLE_OFFSET_COMMIT = 88
 
 
@@ -184,6 +185,17 @@ class InconsistentGroupProtocol(EmberError):
 class InvalidGroupId(EmberError):
     """The group id is empty or invalid."""
     code = ErrorCode.INVALID_GROUP_ID
+
+
+class MemberIdRequired(EmberError):
+    """Join again with the member id this JoinGroup response carries (Kafka's two-step join: a
+    retried first JoinGroup cannot leave a phantom member behind)."""
+    code = ErrorCode.MEMBER_ID_REQUIRED
+    retriable = True
+
+    def __init__(self, message: str = "", member_id: str = "") -> None:
+        super().__init__(message or f"join again with member id {member_id}")
+        self.member_id = member_id
 
 
 class GroupIdNotFound(EmberError):

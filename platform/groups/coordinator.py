@@ -32,11 +32,10 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
 from ember.cluster.metadata_cache import MetadataCache
-from ember.errors import (CoordinatorNotAvailable, EmberError, GroupIdNotFound, IllegalGeneration,
-                          InconsistentGroupProtocol, InvalidGroupId, NonEmptyGroup, NotCoordinator,
-                          RebalanceInProgress, UnknownMemberId, UnknownTopicOrPartition)
+from ember.errors import (CoordinatorNotAvailable, GroupIdNotFound, IllegalGeneration,
+                          InconsistentGroupProtocol, InvalidGroupId, MemberIdRequired, NonEmptyGroup,
+                          NotCoordinator, RebalanceInProgress, UnknownMemberId, UnknownTopicOrPartition)
 from ember.groups.assignors import ASSIGNORS
-from ember.groups.coordinator_client import MEMBER_ID_REQUIRED
 from ember.groups.store import CommittedOffset, GroupStore, MetadataConflict
 from ember.ingest.client_types import TopicPartition
 
@@ -49,16 +48,6 @@ EMPTY_GROUP_IDLE_S = 60.0        # an Empty group unused this long leaves memory
 DEFAULT_REBALANCE_TIMEOUT_MS = 300000
 DEFAULT_SESSION_TIMEOUT_MS = 10000
 CLOSE_WAIT_S = 5.0
-
-
-class MemberIdRequired(EmberError):
-    """Join again with the member id of this response (two-step join: a retried first JoinGroup
-    cannot leave a phantom member behind)."""
-    code = MEMBER_ID_REQUIRED  # type: ignore[assignment]
-
-    def __init__(self, member_id: str) -> None:
-        super().__init__(f"join again with member id {member_id}")
-        self.member_id = member_id
 
 
 def coordinator_id(group_id: str, live_broker_ids: Iterable[int]) -> Optional[int]:
@@ -199,7 +188,7 @@ class GroupCoordinator:
             # Two-step join (Kafka's MEMBER_ID_REQUIRED): hand out an id, add nobody yet.
             member_id = f"{client_id}-{uuid.uuid4()}"
             group.pending_ids[member_id] = loop.time() + max(session_timeout_ms / 1000, 1.0)
-            raise MemberIdRequired(member_id)
+            raise MemberIdRequired(member_id=member_id)
         member = group.members.get(member_id)
         if member is None:
             if member_id not in group.pending_ids and member_id not in group.expected:

@@ -19,9 +19,8 @@ from ember.ingest.connection import Address, ConnectionPool
 from ember.ingest.metadata_client import MetadataClient, response_error
 from ember.ingest.protocol import ApiKey
 
-# Kafka's MEMBER_ID_REQUIRED: the answer to a first JoinGroup, which carries the member id to join
-# with (not in ember.errors.ErrorCode; the group modules read the code from the response body).
-MEMBER_ID_REQUIRED = 79
+# The answer to a first JoinGroup, which carries the member id to join with (read from the body).
+MEMBER_ID_REQUIRED = ErrorCode.MEMBER_ID_REQUIRED
 _MOVED = frozenset({ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE})
 
 
