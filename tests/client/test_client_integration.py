@@ -265,7 +265,10 @@ def test_leader_failover_keeps_every_acknowledged_record_once(make_cluster, topi
     cluster = make_cluster(brokers=3)
     with Admin(cluster.bootstrap) as admin:
         admin.create_topic(topic_name, partitions=1, replication_factor=3)
-        leader = admin.describe_topic(topic_name).partitions[0].leader
+        deadline = time.monotonic() + 30
+        while (leader := admin.describe_topic(topic_name).partitions[0].leader) < 0:
+            assert time.monotonic() < deadline, "the new topic never got a leader"
+            time.sleep(0.1)
     acked: list[int] = []
     with Producer(cluster.bootstrap, acks="all", request_timeout_ms=3000, retry_backoff_ms=100,
                   delivery_timeout_ms=60000) as producer:
