@@ -17,6 +17,7 @@ DELTA_VERSION = "4.4.0"
 DELTA_ARTIFACTS = (f"io.delta_delta-spark_4.2_2.13-{DELTA_VERSION}.jar", f"io.delta_delta-storage-{DELTA_VERSION}.jar")
 DELTA_PACKAGE = f"io.delta:delta-spark_4.2_2.13:{DELTA_VERSION}"
 REPO_ROOT = Path(__file__).resolve().parents[1]
+IVY_SETTINGS = REPO_ROOT / "conf" / "ivysettings.xml"
 JAR_CACHE = Path(os.environ.get("EMBER_JAR_CACHE", REPO_ROOT / ".cache" / "jars"))
 
 
@@ -36,6 +37,7 @@ def fetch_delta_jars() -> list[Path]:
     with tempfile.TemporaryDirectory() as ivy:
         spark = (SparkSession.builder.master("local[1]").appName("ember-fetch-delta")
                  .config("spark.jars.packages", DELTA_PACKAGE).config("spark.jars.ivy", ivy)
+                 .config("spark.jars.ivySettings", str(IVY_SETTINGS))
                  .config("spark.ui.enabled", "false").getOrCreate())
         spark.stop()
         JAR_CACHE.mkdir(parents=True, exist_ok=True)
