@@ -215,17 +215,26 @@ class Partition:
                    replica_id: int) -> tuple["FetchSlice | None", dict[str, int]]:
         """Batches from ``fetch_offset``: below the high watermark for consumers, up to the log
         end for followers. Returns the slice (None when nothing is readable yet) and offsets."""
+        if replica_id < 0:
+            self._check_high_watermark_known()
+        offsets = self._offsets()
+        if fetch_offset == (offsets["log_end_offset"] if replica_id >= 0 else offsets["high_watermark"]):
+            # Caught up: answer on the event loop. An I/O-pool round trip per idle partition would
+            # serialize every follower fetch round, and the high watermark (so every acks=all
+            # reply) only advances once per round.
+            return None, offsets
         return await self.run(self._read, fetch_offset, max_bytes, min_one_batch, replica_id)
+
+    def _offsets(self) -> dict[str, int]:
+        log = self.log
+        return {"high_watermark": log.high_watermark, "log_start_offset": log.log_start_offset,
+                "log_end_offset": log.log_end_offset}
 
     def _read(self, fetch_offset: int, max_bytes: int, min_one_batch: bool,
               replica_id: int) -> tuple["FetchSlice | None", dict[str, int]]:
-        log = self.log
-        if replica_id < 0:
-            self._check_high_watermark_known()
-        offsets = {"high_watermark": log.high_watermark, "log_start_offset": log.log_start_offset,
-                   "log_end_offset": log.log_end_offset}
+        offsets = self._offsets()
         limit = None if replica_id >= 0 else offsets["high_watermark"]
-        piece = log.read(fetch_offset, max_bytes, max_offset=limit, min_one_batch=min_one_batch)
+        piece = self.log.read(fetch_offset, max_bytes, max_offset=limit, min_one_batch=min_one_batch)
         return (piece if piece.size > 0 else None), offsets
 
     def _check_high_watermark_known(self) -> None:
