@@ -202,7 +202,8 @@ def test_acks_zero_sends_no_response(shared_cluster, bootstrap_client, topic_nam
 
 
 @pytest.mark.parametrize("garbage", [
-    os.urandom(64),                                        # random bytes
+    struct.pack(">I", 60) + os.urandom(60),                # a frame of random bytes (a random length
+                                                           # prefix may announce a legal, unsent frame)
     struct.pack(">I", 6) + b"\x00" * 6,                    # frame shorter than a request header
     struct.pack(">I", 30) + struct.pack(">hhiI", 3, 0, 1, 18) + b"{not json at all}!",
     struct.pack(">I", 0x7FFFFFFF),                         # announces more than socket.request.max.bytes
