@@ -167,15 +167,10 @@ class RecordApis:
 
     async def list_offsets(self, request: Request) -> Reply:
         replica_id = int(request.body.get("replica_id", CONSUMER_REPLICA_ID))
-        results = []
-        for entry in request.body["partitions"]:
-            fields: dict[str, Any] = {"topic": str(entry["topic"]), "partition": int(entry["partition"])}
-            try:
-                partition = self.replicas.leader_partition(fields["topic"], fields["partition"])
-                partition.check_leader(entry.get("current_leader_epoch"))
-                offset, timestamp = await partition.offset_for_timestamp(int(entry["timestamp"]), replica_id)
-                fields.update(OK, offset=offset, timestamp=timestamp)
-            except Exception as exc:
-                fields.update(error_fields(exc), offset=-1, timestamp=-1)
-            results.append(fields)
+
+        async def offset(partition: Partition, entry: dict[str, Any]) -> dict[str, Any]:
+            found, timestamp = await partition.offset_for_timestamp(int(entry["timestamp"]), replica_id)
+            return {"offset": found, "timestamp": timestamp}
+        results = await self.replicas.answer_at_leader(request.body["partitions"], offset,
+                                                       {"offset": -1, "timestamp": -1})
         return Reply({**OK, "partitions": results})

@@ -9,7 +9,8 @@ from typing import Any
 
 from ember.ingest.dispatcher import Handler
 from ember.ingest.protocol import ApiKey, Request
-from ember.ingest.reply import OK, Reply, error_fields
+from ember.ingest.partition import Partition
+from ember.ingest.reply import OK, Reply
 from ember.ingest.replica_manager import ReplicaManager
 
 
@@ -21,15 +22,9 @@ class ReplicationApis:
         return {ApiKey.OFFSET_FOR_LEADER_EPOCH: self.offset_for_leader_epoch}
 
     async def offset_for_leader_epoch(self, request: Request) -> Reply:
-        results = []
-        for entry in request.body["partitions"]:
-            fields: dict[str, Any] = {"topic": str(entry["topic"]), "partition": int(entry["partition"])}
-            try:
-                partition = self.replicas.leader_partition(fields["topic"], fields["partition"])
-                partition.check_leader(entry.get("current_leader_epoch"))
-                epoch, end_offset = await partition.end_offset_for_epoch(int(entry["leader_epoch"]))
-                fields.update(OK, leader_epoch=epoch, end_offset=end_offset)
-            except Exception as exc:
-                fields.update(error_fields(exc), leader_epoch=-1, end_offset=-1)
-            results.append(fields)
+        async def epoch_end(partition: Partition, entry: dict[str, Any]) -> dict[str, Any]:
+            epoch, end_offset = await partition.end_offset_for_epoch(int(entry["leader_epoch"]))
+            return {"leader_epoch": epoch, "end_offset": end_offset}
+        results = await self.replicas.answer_at_leader(request.body["partitions"], epoch_end,
+                                                       {"leader_epoch": -1, "end_offset": -1})
         return Reply({**OK, "partitions": results})

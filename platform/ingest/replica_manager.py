@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Iterable
+from typing import Any, Awaitable, Callable, Iterable
 
 from ember.cluster.election import offline_reason
 from ember.cluster.metadata_cache import MetadataCache, TopicMetadata
@@ -25,6 +25,7 @@ from ember.ingest.connection import Address
 from ember.ingest.isr import IsrManager, IsrWriter
 from ember.ingest.log_manager import LogManager
 from ember.ingest.partition import Partition
+from ember.ingest.reply import OK, error_fields
 from ember.ingest.replica_fetcher import FetcherConfig, ReplicaFetchers
 from ember.ingest.signals import Signal
 from ember.log.config import LogConfig
@@ -52,6 +53,23 @@ class ReplicaManager:
         self._task: asyncio.Task[None] | None = None
 
     # -- lookups (event loop) ------------------------------------------------------------------
+
+    async def answer_at_leader(self, entries: Iterable[dict[str, Any]],
+                               answer: Callable[[Partition, dict[str, Any]], Awaitable[dict[str, Any]]],
+                               failed: dict[str, Any]) -> list[dict[str, Any]]:
+        """Per requested partition: ``answer(partition, entry)``'s fields when this broker leads
+        it at the request's ``current_leader_epoch``, else the error's fields plus ``failed``."""
+        results = []
+        for entry in entries:
+            fields: dict[str, Any] = {"topic": str(entry["topic"]), "partition": int(entry["partition"])}
+            try:
+                partition = self.leader_partition(fields["topic"], fields["partition"])
+                partition.check_leader(entry.get("current_leader_epoch"))
+                fields.update(OK, **await answer(partition, entry))
+            except Exception as exc:
+                fields.update(error_fields(exc), **failed)
+            results.append(fields)
+        return results
 
     def leader_partition(self, topic: str, index: int) -> Partition:
         """The partition if this broker leads it, else the error a client should act on."""
