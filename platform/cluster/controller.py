@@ -343,57 +343,62 @@ class Controller:
 
     def _start_reassignments(self, name: str, moves: list[tuple[int, int, list[int]]], live: set[int],
                              errors: list[EmberError | None]) -> None:
-        path = zk_paths.topic(name)
-        client = self.session.client
-        while True:
-            try:
-                data, stat = client.get(path)
-            except NoNodeError:
-                for i, _, _ in moves:
-                    errors[i] = UnknownTopicOrPartition(f"topic {name!r} does not exist")
-                return
-            record = updated = TopicRecord.from_bytes(data)
+        def start(record: TopicRecord) -> TopicRecord:
             for i, index, target in moves:
                 try:
-                    updated = start_reassignment(name, updated, index, target, live)
+                    record = start_reassignment(name, record, index, target, live)
                     errors[i] = None
                 except EmberError as exc:
                     errors[i] = exc
-            if updated == record:
-                return
-            written = self._fenced_set(path, updated.to_bytes(), stat.version)
-            if written is None:
-                return
-            if not written:
-                continue
-            for index, move in updated.reassignments.items():
-                if index not in record.reassignments:
-                    log.info("%s-%d: reassigning: adding %s, removing %s", name, index, move.adding, move.removing)
+            return record
+        try:
+            written = self._update_topic_record(name, start)
+        except NoNodeError:
+            for i, _, _ in moves:
+                errors[i] = UnknownTopicOrPartition(f"topic {name!r} does not exist")
             return
+        if written is not None:
+            before, after = written
+            for index, move in after.reassignments.items():
+                if index not in before.reassignments:
+                    log.info("%s-%d: reassigning: adding %s, removing %s", name, index, move.adding, move.removing)
 
     def _advance_reassignments(self, name: str, live: set[int]) -> None:
         """Finish every move of topic ``name`` whose new replicas have all caught up."""
-        path = zk_paths.topic(name)
-        client = self.session.client
-        while self.active:
-            try:
-                data, stat = client.get(path)
-            except NoNodeError:
-                return
-            record = updated = TopicRecord.from_bytes(data)
+        def finish(record: TopicRecord) -> TopicRecord:
+            updated = record
             for index, move in record.reassignments.items():
                 target = move.target(record.assignment[index])
                 moved = self._transition(name, index, "reassignment", lambda s, t=target: completion_state(
                     s, t, live, self.epoch) if reassignment_ready(s, t, live) else None)
                 if moved is not None and reassignment_complete(moved[1], target):
                     updated = finish_reassignment(updated, index)
-            if updated is record:
-                return
+            return updated
+        try:
+            written = self._update_topic_record(name, finish)
+        except NoNodeError:
+            return
+        if written is not None:
+            before, after = written
+            for index in before.reassignments.keys() - after.reassignments.keys():
+                log.info("%s-%d: reassignment done; replicas %s", name, index, after.assignment[index])
+
+    def _update_topic_record(self, name: str, change: Callable[[TopicRecord], TopicRecord]
+                             ) -> tuple[TopicRecord, TopicRecord] | None:
+        """Read-modify-write of topic ``name``'s record, fenced by the controller epoch and redone
+        (``change`` included) when the znode changed meanwhile. Returns (before, after) once
+        written; None when ``change`` left it as it was or this controller was deposed. Raises
+        NoNodeError when the topic is gone."""
+        path = zk_paths.topic(name)
+        while self.active:
+            data, stat = self.session.client.get(path)
+            record = TopicRecord.from_bytes(data)
+            updated = change(record)
+            if updated == record:
+                return None
             written = self._fenced_set(path, updated.to_bytes(), stat.version)
             if written is None:
-                return
-            if not written:
-                continue
-            for index in record.reassignments.keys() - updated.reassignments.keys():
-                log.info("%s-%d: reassignment done; replicas %s", name, index, updated.assignment[index])
-            return
+                return None
+            if written:
+                return record, updated
+        return None
