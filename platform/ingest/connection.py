@@ -112,12 +112,15 @@ class Connection:
                     self._pending[correlation_id] = _Pending(future, deadline, api_key)
             try:
                 self._send(encode_request(api_key, 0, correlation_id, body, payload))
+                failure = None
             except OSError as exc:
                 with self._state_lock:
                     self._pending.pop(correlation_id, None)
-                error = self._closed or NetworkError(f"sending to broker {self.name} failed: {exc}")
-                self._fail(error)
-                raise type(error)(str(error)) from None
+                failure = self._closed or NetworkError(f"sending to broker {self.name} failed: {exc}")
+        if failure is not None:
+            # Outside the send lock: failing runs the pending requests' callbacks, which may send.
+            self._fail(failure)
+            raise type(failure)(str(failure))
         if not expect_response:
             future.set_result(None)
         return future
