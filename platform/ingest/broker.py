@@ -90,7 +90,8 @@ class Broker:
                         self.replicas.unavailable_reason).handlers(),
             RecordApis(self.replicas).handlers(), ReplicationApis(self.replicas).handlers(), admin.handlers(),
             LeadershipApis(self.controller).handlers(), GroupApis(self.groups).handlers())
-        self.server = BrokerServer(dispatcher, options.host, options.port, self.config.socket_request_max_bytes)
+        self.server = BrokerServer(dispatcher, options.host, options.port, self.config.socket_request_max_bytes,
+                                   self.config.connections_max_idle_ms)
         await self.server.bind()
         await asyncio.to_thread(self.registration.register)
         await self.server.start_serving()

@@ -52,6 +52,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in (
           "How often the broker checks whether a partition's flush.ms has elapsed.", 1),
     _int("socket.request.max.bytes", 100 * 1024 * 1024,
          "Largest request frame; a bigger one closes the connection.", 1024),
+    _long("connections.max.idle.ms", 600000, "A connection that takes longer than this to send the next "
+          "request, to send the rest of a started request, or to accept a response is closed.", 1),
     _int("zookeeper.session.timeout.ms", 6000,
          "ZooKeeper session timeout: how long a dead broker stays registered.", 1000),
     _bool("auto.create.topics.enable", False,
@@ -123,6 +125,7 @@ class BrokerConfig:
     log_flush_interval_ms: Optional[int]
     log_flush_scheduler_interval_ms: int
     socket_request_max_bytes: int
+    connections_max_idle_ms: int
     zookeeper_session_timeout_ms: int
     auto_create_topics_enable: bool
     replica_lag_time_max_ms: int
