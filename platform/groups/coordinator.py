@@ -26,12 +26,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import uuid
 import zlib
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
 from ember.cluster.metadata_cache import MetadataCache
+from ember.cluster.topic_admin import is_legal_topic_name
 from ember.errors import (CoordinatorNotAvailable, GroupIdNotFound, IllegalGeneration,
                           InconsistentGroupProtocol, InvalidGroupId, MemberIdRequired, NonEmptyGroup,
                           NotCoordinator, RebalanceInProgress, UnknownMemberId, UnknownTopicOrPartition)
@@ -56,10 +58,17 @@ def coordinator_id(group_id: str, live_broker_ids: Iterable[int]) -> Optional[in
     return ids[zlib.crc32(group_id.encode()) % len(ids)] if ids else None
 
 
+#: Characters ZooKeeper refuses in a path (control characters, surrogates, private use, specials).
+_ZK_ILLEGAL = re.compile("[\u0000-\u001f\u007f-\u009f\ud800-\uf8ff\ufff0-\uffff]")
+
+
 def validate_group_id(group_id: str) -> None:
-    """Group ids become ZooKeeper path segments: no '/', not '.' or '..', not empty."""
-    if not group_id or group_id in (".", "..") or "/" in group_id or len(group_id) > MAX_GROUP_ID_LENGTH:
-        raise InvalidGroupId(f"group id {group_id!r} is not allowed (non-empty, no '/', "
+    """Group ids become ZooKeeper path segments: no '/' nor any character ZooKeeper refuses,
+    not '.' or '..', not empty."""
+    if (not group_id or group_id in (".", "..") or "/" in group_id or len(group_id) > MAX_GROUP_ID_LENGTH
+            or _ZK_ILLEGAL.search(group_id)):
+        shown = repr(group_id) if len(group_id) <= MAX_GROUP_ID_LENGTH else f"of {len(group_id)} characters"
+        raise InvalidGroupId(f"group id {shown} is not allowed (non-empty, no '/' or control characters, "
                              f"at most {MAX_GROUP_ID_LENGTH} characters)")
 
 
@@ -448,6 +457,8 @@ class GroupCoordinator:
 
     async def fetch(self, group_id: str, partitions: Optional[list[TopicPartition]]) -> dict[TopicPartition, CommittedOffset]:
         await self._group(group_id, create=False)
+        if partitions is not None:   # a name no topic can have has no commit (and is no ZooKeeper path)
+            partitions = [tp for tp in partitions if is_legal_topic_name(tp.topic)]
         return await asyncio.to_thread(self.store.fetch, group_id, partitions)
 
     # -- administration ----------------------------------------------------------------------
