@@ -7,7 +7,8 @@ the back-pressure). Fetch payloads go out with ``loop.sendfile`` straight from s
 A frame over ``socket.request.max.bytes``, a truncated header or a body that is not JSON is
 logged and closes that connection only. So is a connection that takes longer than
 ``connections.max.idle.ms`` to start its next request, to send the rest of a started one (a client
-stalled mid-frame, or a slow-loris trickling bytes) or to take a response off the broker's hands.
+stalled mid-frame, or a slow-loris trickling bytes) or to take a response off the broker's hands;
+and a request still being handled when its client has gone is cancelled.
 """
 from __future__ import annotations
 
@@ -24,11 +25,16 @@ log = logging.getLogger(__name__)
 Dispatch = Callable[[Request], Awaitable[Reply | None]]
 
 
-class _IdleTimer:
-    """Cancels a connection's task when its current step outlasts ``connections.max.idle.ms``.
-    One timer re-armed per step (cheaper than a ``wait_for`` task per read); disarmed while a
-    request is handled, whose own timeouts bound it. Cancelling (not aborting the transport)
-    also unwinds a ``sendfile`` cleanly."""
+#: While a request is handled, how often the broker looks whether its client is still there.
+CLIENT_CHECK_S = 1.0
+
+
+class _Watchdog:
+    """Cancels a connection's task when its current step outlasts ``connections.max.idle.ms``
+    (:meth:`arm`), or when its client goes away while a request is handled (:meth:`watch_client`:
+    a long-poll fetch or a JoinGroup must not hold a dead client's connection for as long as it
+    asked to wait). One timer re-armed per step, cheaper than a ``wait_for`` task per read;
+    cancelling (not aborting the transport) also unwinds a ``sendfile`` cleanly."""
 
     def __init__(self, task: asyncio.Task[None], max_idle_ms: int) -> None:
         self._task = task
@@ -42,6 +48,10 @@ class _IdleTimer:
         self._step = step
         self._handle = asyncio.get_running_loop().call_later(self._max_idle_ms / 1000, self._expire)
 
+    def watch_client(self, reader: asyncio.StreamReader) -> None:
+        self.disarm()
+        self._handle = asyncio.get_running_loop().call_later(CLIENT_CHECK_S, self._check_client, reader)
+
     def disarm(self) -> None:
         if self._handle is not None:
             self._handle.cancel()
@@ -51,6 +61,14 @@ class _IdleTimer:
         self.expired = (f"{self._step} took longer than connections.max.idle.ms={self._max_idle_ms}; "
                         f"the client may reconnect")
         self._task.cancel()
+
+    def _check_client(self, reader: asyncio.StreamReader) -> None:
+        # EOF with nothing left to read, or a reset: nobody will read the answer.
+        if reader.exception() is not None or reader.at_eof():
+            self.expired = "the client went away while its request was being handled"
+            self._task.cancel()
+        else:
+            self.watch_client(reader)
 
 
 class BrokerServer:
@@ -87,17 +105,19 @@ class BrokerServer:
         assert task is not None
         self._connections.add(task)
         peer = writer.get_extra_info("peername")
-        timer = _IdleTimer(task, self.max_idle_ms)
+        watchdog = _Watchdog(task, self.max_idle_ms)
         try:
             while True:
-                request = await self._read_request(reader, timer)
+                request = await self._read_request(reader, watchdog)
                 if request is None:
                     break
+                watchdog.watch_client(reader)
                 reply = await self.dispatch(request)
+                watchdog.disarm()
                 if reply is not None:
-                    timer.arm("writing a response")
+                    watchdog.arm("writing a response")
                     await self._write(writer, request.correlation_id, reply)
-                    timer.disarm()
+                    watchdog.disarm()
         except EmberError as exc:
             log.warning("closing connection from %s: %s", peer, exc)
         except CloseConnection as exc:
@@ -105,20 +125,20 @@ class BrokerServer:
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         except asyncio.CancelledError:
-            if timer.expired:
-                log.info("closing connection from %s: %s", peer, timer.expired)
+            if watchdog.expired:
+                log.info("closing connection from %s: %s", peer, watchdog.expired)
         finally:
-            timer.disarm()
+            watchdog.disarm()
             self._connections.discard(task)
-            if timer.expired:
+            if watchdog.expired:
                 writer.transport.abort()   # close() would wait forever to flush to a client that does not read
             else:
                 writer.close()
 
-    async def _read_request(self, reader: asyncio.StreamReader, timer: _IdleTimer) -> Request | None:
+    async def _read_request(self, reader: asyncio.StreamReader, watchdog: _Watchdog) -> Request | None:
         """The next request, None at a clean end of stream; raises EmberError on bad frames.
-        The wait for the length prefix and the read of the frame are each bounded by ``timer``."""
-        timer.arm("sending the next request")
+        The wait for the length prefix and the read of the frame are each bounded by ``watchdog``."""
+        watchdog.arm("sending the next request")
         try:
             head = await reader.readexactly(FRAME_LENGTH.size)
         except asyncio.IncompleteReadError as exc:
@@ -127,10 +147,8 @@ class BrokerServer:
             return None
         (size,) = FRAME_LENGTH.unpack(head)
         check_frame_size(size, self.max_frame_bytes)
-        timer.arm(f"sending a request frame of {size} bytes")
-        frame = await reader.readexactly(size)
-        timer.disarm()
-        return decode_request(frame)
+        watchdog.arm(f"sending a request frame of {size} bytes")
+        return decode_request(await reader.readexactly(size))
 
     async def _write(self, writer: asyncio.StreamWriter, correlation_id: int, reply: Reply) -> None:
         try:
