@@ -249,16 +249,18 @@ class RequestTemplates:
 
 def _sample_batches(producer_ids: tuple[int, ...], rng: random.Random) -> list[bytes]:
     """Valid batches of every shape: one and many records, keys, headers, null values, each
-    codec, idempotent (sequences 0.. of the given producer ids) and not."""
+    codec, idempotent (sequences 0.. of the given producer ids) and not. Timestamps are fixed,
+    so a seed gives the same bytes."""
+    ts = 1_700_000_000_000
     batches = [
-        build_batch([(None, b"v")]),
-        build_batch([(b"k%d" % i, b"value-%d" % i) for i in range(20)]),
+        build_batch([(None, b"v", ts)]),
+        build_batch([(b"k%d" % i, b"value-%d" % i, ts + i) for i in range(20)]),
         build_batch([(b"k", None, 1_000, [("h", b"x"), ("n", None)])]),
-        build_batch([(None, bytes(rng.randrange(256) for _ in range(2000)))], compression="lz4"),
-        build_batch([(b"k%d" % i, b"z" * 100) for i in range(50)], compression="zstd"),
+        build_batch([(None, bytes(rng.randrange(256) for _ in range(2000)), ts)], compression="lz4"),
+        build_batch([(b"k%d" % i, b"z" * 100, ts) for i in range(50)], compression="zstd"),
     ]
     for producer_id in producer_ids:
-        batches += [build_batch([(None, b"idem-%d" % s)], producer_id=producer_id, producer_epoch=0,
+        batches += [build_batch([(None, b"idem-%d" % s, ts)], producer_id=producer_id, producer_epoch=0,
                                 base_sequence=s) for s in range(3)]
     return batches
 
