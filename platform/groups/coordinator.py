@@ -35,8 +35,9 @@ from typing import Any, Iterable, Optional
 from ember.cluster.metadata_cache import MetadataCache
 from ember.cluster.topic_admin import is_legal_topic_name
 from ember.errors import (CoordinatorNotAvailable, GroupIdNotFound, IllegalGeneration,
-                          InconsistentGroupProtocol, InvalidGroupId, MemberIdRequired, NonEmptyGroup,
-                          NotCoordinator, RebalanceInProgress, UnknownMemberId, UnknownTopicOrPartition)
+                          InconsistentGroupProtocol, InvalidGroupId, InvalidSessionTimeout, MemberIdRequired,
+                          NonEmptyGroup, NotCoordinator, RebalanceInProgress, UnknownMemberId,
+                          UnknownTopicOrPartition)
 from ember.groups.assignors import ASSIGNORS
 from ember.groups.store import CommittedOffset, GroupStore, MetadataConflict
 from ember.ingest.client_types import TopicPartition
@@ -118,11 +119,12 @@ class Group:
 
 class GroupCoordinator:
     def __init__(self, broker_id: int, cache: MetadataCache, store: GroupStore,
-                 initial_rebalance_delay_ms: int) -> None:
+                 initial_rebalance_delay_ms: int, max_session_timeout_ms: int = 1800000) -> None:
         self.broker_id = broker_id
         self.cache = cache
         self.store = store
         self.initial_delay_s = initial_rebalance_delay_ms / 1000
+        self.max_session_timeout_ms = max_session_timeout_ms
         self.groups: dict[str, Group] = {}
         self._ticker: Optional[asyncio.Task] = None
         self._tasks: set[asyncio.Task] = set()
@@ -186,6 +188,9 @@ class GroupCoordinator:
 
     async def join(self, group_id: str, member_id: str, client_id: str, session_timeout_ms: int,
                    rebalance_timeout_ms: int, topics: list[str], protocols: list[str]) -> JoinResult:
+        if session_timeout_ms > self.max_session_timeout_ms:
+            raise InvalidSessionTimeout(f"session timeout {session_timeout_ms} ms is longer than "
+                                        f"group.max.session.timeout.ms={self.max_session_timeout_ms}")
         group = await self._group(group_id, create=True)
         if not protocols or any(p not in ASSIGNORS for p in protocols):
             raise InconsistentGroupProtocol(f"assignors must be among {sorted(ASSIGNORS)}, got {protocols}")

@@ -66,7 +66,8 @@ class Broker:
             self.config.zookeeper_session_timeout_ms)
         self.replicas: ReplicaManager | None = None
         self.groups = GroupCoordinator(options.broker_id, self.cache, GroupStore(self.session),
-                                       self.config.group_initial_rebalance_delay_ms)
+                                       self.config.group_initial_rebalance_delay_ms,
+                                       self.config.group_max_session_timeout_ms)
         self.server: BrokerServer | None = None
 
     async def start(self) -> None:

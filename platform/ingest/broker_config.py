@@ -79,6 +79,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in (
               "partitions that may be led elsewhere before the controller moves them back.", minimum=0, maximum=100),
     _int("group.initial.rebalance.delay.ms", 3000, "How long the first rebalance of an empty consumer "
          "group waits for more members, so a group starting together rebalances once.", 0),
+    _int("group.max.session.timeout.ms", 1800000, "Longest session timeout a consumer group member may "
+         "ask for (longer: INVALID_SESSION_TIMEOUT): bounds how long the coordinator keeps a silent member.", 1),
 )}
 
 #: Broker property -> the topic config it supplies the default of.
@@ -142,6 +144,7 @@ class BrokerConfig:
     leader_imbalance_check_interval_seconds: int
     leader_imbalance_per_broker_percentage: int
     group_initial_rebalance_delay_ms: int
+    group_max_session_timeout_ms: int
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, Any] | None = None) -> "BrokerConfig":
