@@ -155,6 +155,8 @@ class BrokerServer:
             writer.write(response_prefix(correlation_id, reply.body, reply.payload_size))
             for piece in reply.payload:
                 if isinstance(piece, FileRegion):
+                    if writer.transport.is_closing():   # sendfile would raise RuntimeError
+                        raise ConnectionResetError("the client closed the connection")
                     await asyncio.get_running_loop().sendfile(
                         writer.transport, piece.file, piece.position, piece.size)
                 else:

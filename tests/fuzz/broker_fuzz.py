@@ -60,6 +60,8 @@ PROBE_INTERVAL_S = 5.0
 PROBE_TIMEOUT_S = 10.0
 #: Mutated requests may delete the fuzz topics (an api key turned into DeleteTopics): recreate them.
 RECREATE_INTERVAL_S = 2.0
+#: Share of connections reset right after their frames are sent, unread (a client that crashed).
+ABANDON_SHARE = 0.05
 
 
 @dataclass
@@ -87,6 +89,7 @@ class FuzzReport:
     fatal_frames: int = 0
     pipelines: int = 0
     answered_pipelines: int = 0
+    abandoned: int = 0
     responses: int = 0
     error_codes: Counter = field(default_factory=Counter)
     unanswered: list[str] = field(default_factory=list)
@@ -102,8 +105,9 @@ class FuzzReport:
 
     def summary(self) -> str:
         lines = [f"frames {self.frames} ({self.fatal_frames} fatal) in {self.seconds:.0f}s "
-                 f"({self.frames / max(self.seconds, 1e-9):.0f}/s), {self.pipelines} connections, "
-                 f"{self.answered_pipelines} answered to the end, {self.responses} responses",
+                 f"({self.frames / max(self.seconds, 1e-9):.0f}/s), {self.pipelines} connections "
+                 f"({self.abandoned} reset unread), {self.answered_pipelines} answered to the end, "
+                 f"{self.responses} responses",
                  "error codes: " + ", ".join(f"{code}:{n}" for code, n in self.error_codes.most_common())]
         for broker_id, before in sorted(self.before.items()):
             after = self.after.get(broker_id)
@@ -145,6 +149,7 @@ class _Pipeline:
     index: int
     address: tuple[str, int]
     mutants: list[Mutant]
+    abandon: bool = False      # reset the connection right after sending, as a crashed client would
 
     @property
     def fatal(self) -> bool:
@@ -169,7 +174,7 @@ class _Fuzzer:
         count = min(rng.randint(1, self.config.pipeline), self.config.frames - self.report.frames)
         mutants = [mutate(self.templates.random(rng), i, rng, allow_fatal=i == count - 1 and rng.random() < 0.5)
                    for i in range(count)]
-        return _Pipeline(index, rng.choice(self.addresses), mutants)
+        return _Pipeline(index, rng.choice(self.addresses), mutants, abandon=rng.random() < ABANDON_SHARE)
 
     async def run(self) -> None:
         self._deadline = time.monotonic() + self.config.max_seconds
@@ -204,6 +209,12 @@ class _Fuzzer:
             for mutant in pipeline.mutants:
                 writer.write(mutant.data)
                 await writer.drain()
+            if pipeline.abandon:
+                self.report.abandoned += 1
+                responses.cancel()
+                writer.transport.abort()
+                await asyncio.gather(responses, return_exceptions=True)
+                return
             if not pipeline.fatal:
                 writer.write(b"".join(encode_request(ApiKey.API_VERSIONS, 0, SENTINEL_ID, {})))
                 await writer.drain()
