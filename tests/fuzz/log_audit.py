@@ -14,12 +14,15 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from ember.errors import CorruptRecord, EmberError
+from ember.ingest.client_types import TopicPartition
 from ember.ingest.metadata_client import MetadataClient
+from ember.ingest.offsets import EARLIEST, list_offsets
 from ember.ingest.protocol import ApiKey
 from ember.log.batch import decode_payload, iter_batches
 
 FETCH_BYTES = 8 * 1024 * 1024
 MAX_FETCHES_PER_PARTITION = 10_000
+LIST_TIMEOUT_S = 30.0
 
 
 @dataclass
@@ -54,11 +57,17 @@ def _audit_partition(metadata: MetadataClient, topic: str, partition: int, leade
     if leader < 0:
         result.problems.append(f"{where}: no leader")
         return
-    offset, end = None, None
+    try:     # retention (a fuzzed config change) may have moved the log start
+        offset = list_offsets(metadata, {TopicPartition(topic, partition): EARLIEST}, LIST_TIMEOUT_S)[
+            TopicPartition(topic, partition)][0]
+    except EmberError as exc:
+        result.problems.append(f"{where}: no log start offset: {exc}")
+        return
+    end = None
     for _ in range(MAX_FETCHES_PER_PARTITION):
         body = {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": FETCH_BYTES,
                 "partitions": [{"topic": topic, "partition": partition, "max_bytes": FETCH_BYTES,
-                                "fetch_offset": 0 if offset is None else offset}]}
+                                "fetch_offset": offset}]}
         try:
             response = metadata.request(ApiKey.FETCH, body, broker_id=leader)
         except EmberError as exc:
@@ -69,10 +78,6 @@ def _audit_partition(metadata: MetadataClient, topic: str, partition: int, leade
             result.problems.append(f"{where}: fetch at {offset} got error {entry['error_code']}: "
                                    f"{entry.get('error_message')}")
             return
-        if offset is None:
-            offset = entry["log_start_offset"]
-            if offset > 0:    # retention moved the start: read from there
-                continue
         end = entry["high_watermark"]
         if offset >= end or not entry["size"]:
             break
@@ -98,5 +103,5 @@ def _audit_partition(metadata: MetadataClient, topic: str, partition: int, leade
             return
     else:
         result.problems.append(f"{where}: still reading after {MAX_FETCHES_PER_PARTITION} fetches")
-    if end is not None and offset is not None and offset != end:
+    if end is not None and offset != end:
         result.problems.append(f"{where}: batches end at {offset}, the high watermark is {end}")
