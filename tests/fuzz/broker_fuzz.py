@@ -56,6 +56,7 @@ BROKER_CONFIG = {"connections.max.idle.ms": "5000", "group.initial.rebalance.del
                  "zookeeper.session.timeout.ms": "10000"}
 RSS_FACTOR, RSS_SLACK_KB = 2, 100 * 1024
 SOCKET_SLACK = 10
+WARM_UP_S = 60.0
 PROBE_INTERVAL_S = 5.0
 PROBE_TIMEOUT_S = 10.0
 #: Mutated requests may delete the fuzz topics (an api key turned into DeleteTopics): recreate them.
@@ -110,11 +111,10 @@ class FuzzReport:
                  f"{self.responses} responses",
                  "error codes: " + ", ".join(f"{code}:{n}" for code, n in self.error_codes.most_common())]
         for broker_id, before in sorted(self.before.items()):
-            after = self.after.get(broker_id)
-            lines.append(f"broker {broker_id}: RSS {before.rss_kb // 1024} MB -> "
-                         f"{after.rss_kb // 1024 if after else '?'} MB (peak {after.peak_kb // 1024 if after else '?'} MB), "
-                         f"sockets {before.sockets} -> {after.sockets if after else '?'}, "
-                         f"other open files {before.files} -> {after.files if after else '?'}")
+            after = self.after.get(broker_id, before)
+            lines.append(f"broker {broker_id}: RSS {before.rss_kb // 1024} MB -> {after.rss_kb // 1024} MB "
+                         f"(peak {after.peak_kb // 1024} MB), sockets {before.sockets} -> {after.sockets}, "
+                         f"other open files {before.files} -> {after.files}")
         lines.append(f"well-behaved client: {self.good_records} records acknowledged in {self.good_rounds} rounds, "
                      f"longest round {self.good_longest_round_s:.1f}s")
         if self.audit:
@@ -292,12 +292,19 @@ def create_fuzz_topics(admin: Admin, brokers: int) -> int:
     return created
 
 
+def _running(pid: int) -> bool:
+    """The process exists and has not exited (a zombie waits for its parent to reap it)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def broker_problems(cluster: LocalCluster) -> list[str]:
     problems = []
     for broker_id, broker in cluster.brokers.items():
-        process = cluster._processes.get(broker_id)
-        if process is not None and process.poll() is not None:
-            problems.append(f"broker {broker_id} exited with code {process.returncode}")
+        if broker.pid is None or not _running(broker.pid):
+            problems.append(f"broker {broker_id} exited; see {broker.log_path}")
         elif not broker_responds(broker.host, broker.port, PROBE_TIMEOUT_S):
             problems.append(f"broker {broker_id} did not answer ApiVersions within {PROBE_TIMEOUT_S:.0f}s")
     return problems
@@ -352,7 +359,8 @@ def run(config: FuzzConfig, data_dir: Path) -> FuzzReport:
         templates = RequestTemplates(targets, random.Random(config.seed))
         good = WellBehavedClient(cluster.bootstrap, GOOD_TOPIC, 3, GOOD_GROUP)
         good.start()
-        while good.rounds < 3 and good.is_alive():     # warmed up: connections, group joined
+        warm_until = time.monotonic() + WARM_UP_S       # connections open, group joined
+        while good.rounds < 3 and good.is_alive() and time.monotonic() < warm_until:
             time.sleep(0.1)
         report.before = {i: process_stats(b.pid) for i, b in cluster.brokers.items() if b.pid}
         started = time.monotonic()

@@ -49,7 +49,8 @@ def test_lists_of_names_and_partitions_refuse_repeats():
 
 
 def test_config_maps_take_strings_and_numbers_only():
-    assert fields.string_map({"config": {"retention.ms": 1000, "x": "y"}}, "config") == {"retention.ms": "1000", "x": "y"}
+    config = {"retention.ms": 1000, "x": "y"}
+    assert fields.string_map({"config": config}, "config") == {"retention.ms": "1000", "x": "y"}
     with pytest.raises(InvalidRequest):
         fields.string_map({"config": {"retention.ms": [1]}}, "config")
     with pytest.raises(InvalidRequest):
