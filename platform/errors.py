@@ -187,6 +187,12 @@ class InvalidGroupId(EmberError):
     code = ErrorCode.INVALID_GROUP_ID
 
 
+class InvalidSessionTimeout(EmberError):
+    """The consumer's session timeout is longer than the broker allows."""
+    code = ErrorCode.INVALID_SESSION_TIMEOUT
+    hint = "use a session_timeout_ms within the broker's group.max.session.timeout.ms"
+
+
 class MemberIdRequired(EmberError):
     """Join again with the member id this JoinGroup response carries (Kafka's two-step join: a
     retried first JoinGroup cannot leave a phantom member behind)."""

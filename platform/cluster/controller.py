@@ -336,9 +336,14 @@ class Controller:
         """Start moving partitions to new replicas (controller thread; use :meth:`call`): one
         error or None per move, in order."""
         live = self._live()
+        known = self.cache.topics()
         errors: list[EmberError | None] = [None] * len(moves)
         for name in dict.fromkeys(name for name, _, _ in moves):
             mine = [(i, index, target) for i, (topic, index, target) in enumerate(moves) if topic == name]
+            if name not in known:   # never build a ZooKeeper path from a name nobody checked
+                for i, _, _ in mine:
+                    errors[i] = UnknownTopicOrPartition(f"topic {name[:300]!r} does not exist")
+                continue
             self._start_reassignments(name, mine, live, errors)
             self._advance_reassignments(name, live)
         return errors

@@ -36,6 +36,14 @@ class TopicConfigPolicy(Protocol):
     def is_known(self, name: str) -> bool: ...
 
 
+def is_legal_topic_name(name: str) -> bool:
+    try:
+        validate_topic_name(name)
+    except InvalidTopic:
+        return False
+    return True
+
+
 def validate_topic_name(name: str) -> None:
     if not name or name in (".", ".."):
         raise InvalidTopic(f"topic name {name!r} is not allowed")

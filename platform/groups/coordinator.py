@@ -26,15 +26,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import uuid
 import zlib
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
 from ember.cluster.metadata_cache import MetadataCache
+from ember.cluster.topic_admin import is_legal_topic_name
 from ember.errors import (CoordinatorNotAvailable, GroupIdNotFound, IllegalGeneration,
-                          InconsistentGroupProtocol, InvalidGroupId, MemberIdRequired, NonEmptyGroup,
-                          NotCoordinator, RebalanceInProgress, UnknownMemberId, UnknownTopicOrPartition)
+                          InconsistentGroupProtocol, InvalidGroupId, InvalidSessionTimeout, MemberIdRequired,
+                          NonEmptyGroup, NotCoordinator, RebalanceInProgress, UnknownMemberId,
+                          UnknownTopicOrPartition)
 from ember.groups.assignors import ASSIGNORS
 from ember.groups.store import CommittedOffset, GroupStore, MetadataConflict
 from ember.ingest.client_types import TopicPartition
@@ -56,10 +59,17 @@ def coordinator_id(group_id: str, live_broker_ids: Iterable[int]) -> Optional[in
     return ids[zlib.crc32(group_id.encode()) % len(ids)] if ids else None
 
 
+#: Characters ZooKeeper refuses in a path (control characters, surrogates, private use, specials).
+_ZK_ILLEGAL = re.compile("[\u0000-\u001f\u007f-\u009f\ud800-\uf8ff\ufff0-\uffff]")
+
+
 def validate_group_id(group_id: str) -> None:
-    """Group ids become ZooKeeper path segments: no '/', not '.' or '..', not empty."""
-    if not group_id or group_id in (".", "..") or "/" in group_id or len(group_id) > MAX_GROUP_ID_LENGTH:
-        raise InvalidGroupId(f"group id {group_id!r} is not allowed (non-empty, no '/', "
+    """Group ids become ZooKeeper path segments: no '/' nor any character ZooKeeper refuses,
+    not '.' or '..', not empty."""
+    if (not group_id or group_id in (".", "..") or "/" in group_id or len(group_id) > MAX_GROUP_ID_LENGTH
+            or _ZK_ILLEGAL.search(group_id)):
+        shown = repr(group_id) if len(group_id) <= MAX_GROUP_ID_LENGTH else f"of {len(group_id)} characters"
+        raise InvalidGroupId(f"group id {shown} is not allowed (non-empty, no '/' or control characters, "
                              f"at most {MAX_GROUP_ID_LENGTH} characters)")
 
 
@@ -109,11 +119,12 @@ class Group:
 
 class GroupCoordinator:
     def __init__(self, broker_id: int, cache: MetadataCache, store: GroupStore,
-                 initial_rebalance_delay_ms: int) -> None:
+                 initial_rebalance_delay_ms: int, max_session_timeout_ms: int = 1800000) -> None:
         self.broker_id = broker_id
         self.cache = cache
         self.store = store
         self.initial_delay_s = initial_rebalance_delay_ms / 1000
+        self.max_session_timeout_ms = max_session_timeout_ms
         self.groups: dict[str, Group] = {}
         self._ticker: Optional[asyncio.Task] = None
         self._tasks: set[asyncio.Task] = set()
@@ -177,6 +188,9 @@ class GroupCoordinator:
 
     async def join(self, group_id: str, member_id: str, client_id: str, session_timeout_ms: int,
                    rebalance_timeout_ms: int, topics: list[str], protocols: list[str]) -> JoinResult:
+        if session_timeout_ms > self.max_session_timeout_ms:
+            raise InvalidSessionTimeout(f"session timeout {session_timeout_ms} ms is longer than "
+                                        f"group.max.session.timeout.ms={self.max_session_timeout_ms}")
         group = await self._group(group_id, create=True)
         if not protocols or any(p not in ASSIGNORS for p in protocols):
             raise InconsistentGroupProtocol(f"assignors must be among {sorted(ASSIGNORS)}, got {protocols}")
@@ -448,6 +462,8 @@ class GroupCoordinator:
 
     async def fetch(self, group_id: str, partitions: Optional[list[TopicPartition]]) -> dict[TopicPartition, CommittedOffset]:
         await self._group(group_id, create=False)
+        if partitions is not None:   # a name no topic can have has no commit (and is no ZooKeeper path)
+            partitions = [tp for tp in partitions if is_legal_topic_name(tp.topic)]
         return await asyncio.to_thread(self.store.fetch, group_id, partitions)
 
     # -- administration ----------------------------------------------------------------------

@@ -10,6 +10,7 @@ from ember.cluster.metadata_cache import MetadataCache
 from ember.cluster.producer_ids import ProducerIdAllocator
 from ember.cluster.topic_admin import TopicAdmin, validate_topic_name
 from ember.errors import UnknownTopicOrPartition
+from ember.ingest import fields
 from ember.ingest.broker_config import BrokerConfig
 from ember.ingest.dispatcher import Handler
 from ember.ingest.protocol import ApiKey, Request
@@ -47,15 +48,15 @@ class AdminApis:
 
     async def create_topics(self, request: Request) -> Reply:
         body = request.body
-        validate_only = bool(body.get("validate_only", False))
-        timeout_s = int(body.get("timeout_ms", DEFAULT_TIMEOUT_MS)) / 1000
+        validate_only = fields.boolean(body, "validate_only", False)
+        timeout_s = fields.integer(body, "timeout_ms", DEFAULT_TIMEOUT_MS) / 1000
+        topics = [(fields.string(e, "topic"), fields.integer(e, "partitions", -1),
+                   fields.integer(e, "replication_factor", -1, bits=fields.INT16), fields.string_map(e, "config"))
+                  for e in fields.objects(body, "topics")]
         results = []
-        for entry in body["topics"]:
-            name = str(entry["topic"])
+        for name, partitions, replication_factor, config in fields.unique(topics, lambda t: t[0], "topics"):
             try:
-                topic_id = await self.create_topic(
-                    name, int(entry.get("partitions", -1)), int(entry.get("replication_factor", -1)),
-                    {str(k): str(v) for k, v in (entry.get("config") or {}).items()}, validate_only)
+                topic_id = await self.create_topic(name, partitions, replication_factor, config, validate_only)
                 if not validate_only:
                     await self._until(lambda: self._applied(name, topic_id), timeout_s)
                 results.append({"topic": name, **OK})
@@ -64,10 +65,9 @@ class AdminApis:
         return Reply({**OK, "topics": results})
 
     async def delete_topics(self, request: Request) -> Reply:
-        timeout_s = int(request.body.get("timeout_ms", DEFAULT_TIMEOUT_MS)) / 1000
+        timeout_s = fields.integer(request.body, "timeout_ms", DEFAULT_TIMEOUT_MS) / 1000
         results = []
-        for name in request.body["topics"]:
-            name = str(name)
+        for name in fields.strings(request.body, "topics"):
             try:
                 await asyncio.to_thread(self.admin.delete_topic, name)
                 await self._until(lambda: not any(t == name for t, _ in self.replicas.partitions), timeout_s)
@@ -77,10 +77,9 @@ class AdminApis:
         return Reply({**OK, "topics": results})
 
     async def describe_configs(self, request: Request) -> Reply:
-        names = request.body.get("topics")
+        names = fields.strings(request.body, "topics", None)
         results = []
         for name in (sorted(self.cache.topics()) if names is None else names):
-            name = str(name)
             try:
                 validate_topic_name(name)
                 meta = self.cache.topic(name)
@@ -94,10 +93,10 @@ class AdminApis:
 
     async def alter_configs(self, request: Request) -> Reply:
         body = request.body
-        name = str(body["topic"])
-        updates = {str(k): str(v) for k, v in (body.get("set") or {}).items()}
-        deletes = [str(k) for k in body.get("delete") or []]
-        validate_only = bool(body.get("validate_only", False))
+        name = fields.string(body, "topic")
+        updates = fields.string_map(body, "set")
+        deletes = fields.strings(body, "delete", [])
+        validate_only = fields.boolean(body, "validate_only", False)
         record = await asyncio.to_thread(self.admin.alter_config, name, updates, deletes, validate_only)
         if not validate_only:
             expected = self.config.log_config(record.config)

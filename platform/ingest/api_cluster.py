@@ -7,6 +7,7 @@ from typing import Any, Awaitable, Callable
 from ember.cluster.metadata_cache import MetadataCache, TopicMetadata
 from ember.cluster.topic_admin import validate_topic_name
 from ember.errors import LeaderNotAvailable, TopicAlreadyExists, UnknownTopicOrPartition
+from ember.ingest import fields
 from ember.ingest.dispatcher import Handler
 from ember.ingest.protocol import ApiKey, Request
 from ember.ingest.reply import OK, Reply, error_fields
@@ -26,10 +27,10 @@ class ClusterApis:
         return {ApiKey.METADATA: self.metadata}
 
     async def metadata(self, request: Request) -> Reply:
-        requested = request.body.get("topics")
+        requested = fields.strings(request.body, "topics", None)
         topics = self.cache.topics()
         live = self.cache.brokers()
-        names = sorted(topics) if requested is None else [str(n) for n in requested]
+        names = sorted(topics) if requested is None else requested
         results = []
         for name in names:
             try:

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from ember.errors import CoordinatorNotAvailable
+from ember.errors import CoordinatorNotAvailable, InvalidRequest
 from ember.groups.coordinator import (Group, GroupCoordinator, MemberIdRequired, coordinator_id,
                                       validate_group_id)
+from ember.ingest import fields
 from ember.ingest.client_types import TopicPartition
 from ember.ingest.dispatcher import Handler
 from ember.ingest.protocol import ApiKey, Request
@@ -20,7 +21,7 @@ def _tps(partitions: Iterable[TopicPartition]) -> list[dict[str, Any]]:
 
 
 def _parse_tps(items: Iterable[dict[str, Any]]) -> list[TopicPartition]:
-    return [TopicPartition(str(item["topic"]), int(item["partition"])) for item in items]
+    return [TopicPartition(*fields.topic_partition(item)) for item in items]
 
 
 class GroupApis:
@@ -35,7 +36,7 @@ class GroupApis:
                 ApiKey.DELETE_GROUPS: self.delete_groups}
 
     async def find_coordinator(self, request: Request) -> Reply:
-        group_id = str(request.body["key"])
+        group_id = fields.string(request.body, "key")
         validate_group_id(group_id)
         brokers = self.coordinator.cache.brokers()
         node = coordinator_id(group_id, brokers)
@@ -45,11 +46,13 @@ class GroupApis:
 
     async def join_group(self, request: Request) -> Reply:
         body = request.body
+        session_timeout_ms = fields.integer(body, "session_timeout_ms")
         try:
             result = await self.coordinator.join(
-                str(body["group_id"]), str(body.get("member_id", "")), str(body.get("client_id", "")),
-                int(body["session_timeout_ms"]), int(body.get("rebalance_timeout_ms", body["session_timeout_ms"])),
-                [str(t) for t in body["topics"]], [str(p) for p in body["protocols"]])
+                fields.string(body, "group_id"), fields.string(body, "member_id", ""),
+                fields.string(body, "client_id", ""), session_timeout_ms,
+                fields.integer(body, "rebalance_timeout_ms", session_timeout_ms),
+                fields.strings(body, "topics"), fields.strings(body, "protocols"))
         except MemberIdRequired as exc:     # first step of a join: the id to join with
             return Reply({**error_fields(exc), "member_id": exc.member_id})
         return Reply({**OK, "member_id": result.member_id, "generation": result.generation,
@@ -58,29 +61,32 @@ class GroupApis:
 
     async def heartbeat(self, request: Request) -> Reply:
         body = request.body
-        await self.coordinator.heartbeat(str(body["group_id"]), str(body["member_id"]), int(body["generation"]))
+        await self.coordinator.heartbeat(fields.string(body, "group_id"), fields.string(body, "member_id"),
+                                         fields.integer(body, "generation"))
         return Reply(dict(OK))
 
     async def leave_group(self, request: Request) -> Reply:
-        await self.coordinator.leave(str(request.body["group_id"]), str(request.body["member_id"]))
+        await self.coordinator.leave(fields.string(request.body, "group_id"), fields.string(request.body, "member_id"))
         return Reply(dict(OK))
 
     async def offset_commit(self, request: Request) -> Reply:
         body = request.body
         offsets = {}
-        for item in body["offsets"]:
-            offset = int(item["offset"])
+        for item in fields.partitions(body, "offsets"):
+            tp = TopicPartition(*fields.topic_partition(item))
+            offset = fields.integer(item, "offset", bits=fields.INT64)
             if offset < 0:
-                raise ValueError(f"offset {offset} for {item['topic']}-{item['partition']} is negative")
-            offsets[TopicPartition(str(item["topic"]), int(item["partition"]))] = (offset, str(item.get("metadata") or ""))
-        await self.coordinator.commit(str(body["group_id"]), str(body.get("member_id", "")),
-                                      int(body.get("generation", -1)), offsets)
+                raise InvalidRequest(f"offset {offset} for {tp.topic}-{tp.partition} is negative")
+            offsets[tp] = (offset, fields.string(item, "metadata", ""))
+        await self.coordinator.commit(fields.string(body, "group_id"), fields.string(body, "member_id", ""),
+                                      fields.integer(body, "generation", -1), offsets)
         return Reply({**OK, "partitions": [{**tp, **OK} for tp in _tps(offsets)]})
 
     async def offset_fetch(self, request: Request) -> Reply:
         body = request.body
-        wanted = None if body.get("partitions") is None else _parse_tps(body["partitions"])
-        found = await self.coordinator.fetch(str(body["group_id"]), wanted)
+        listed = fields.partitions(body, default=None)
+        wanted = None if listed is None else _parse_tps(listed)
+        found = await self.coordinator.fetch(fields.string(body, "group_id"), wanted)
         partitions = []
         for tp in (sorted(found) if wanted is None else wanted):
             committed = found.get(tp)
@@ -92,9 +98,9 @@ class GroupApis:
 
     async def describe_groups(self, request: Request) -> Reply:
         results = []
-        for group_id in request.body["groups"]:
+        for group_id in fields.strings(request.body, "groups"):
             try:
-                results.append({**OK, **_describe(await self.coordinator.describe(str(group_id)))})
+                results.append({**OK, **_describe(await self.coordinator.describe(group_id))})
             except Exception as exc:
                 results.append({"group_id": group_id, **error_fields(exc)})
         return Reply({**OK, "groups": results})
@@ -104,9 +110,9 @@ class GroupApis:
 
     async def delete_groups(self, request: Request) -> Reply:
         results = []
-        for group_id in request.body["groups"]:
+        for group_id in fields.strings(request.body, "groups"):
             try:
-                await self.coordinator.delete(str(group_id))
+                await self.coordinator.delete(group_id)
                 results.append({"group_id": group_id, **OK})
             except Exception as exc:
                 results.append({"group_id": group_id, **error_fields(exc)})

@@ -11,6 +11,7 @@ from typing import Any
 
 from ember.cluster.controller import Controller
 from ember.errors import InvalidRequest
+from ember.ingest import fields
 from ember.ingest.dispatcher import Handler
 from ember.ingest.protocol import ApiKey, Request
 from ember.ingest.reply import OK, Reply, error_fields
@@ -27,11 +28,11 @@ class LeadershipApis:
     async def elect_leaders(self, request: Request) -> Reply:
         """Preferred-leader election of the listed partitions (null: every partition)."""
         body = request.body
-        if int(body.get("election_type", 0)) != 0:
+        if fields.integer(body, "election_type", 0, bits=fields.INT8) != 0:
             raise InvalidRequest("only preferred-leader election (election_type 0) is supported; unclean "
                                  "election follows the topic's unclean.leader.election.enable")
-        listed = body.get("partitions")
-        partitions = None if listed is None else [(str(p["topic"]), int(p["partition"])) for p in listed]
+        listed = fields.partitions(body, default=None)
+        partitions = None if listed is None else [fields.topic_partition(p) for p in listed]
         results = await asyncio.wrap_future(self.controller.call(lambda: self.controller.elect_preferred(partitions)))
         return Reply({**OK, "partitions": [
             {"topic": r.topic, "partition": r.partition, "previous_leader": r.previous_leader, "leader": r.leader,
@@ -39,8 +40,8 @@ class LeadershipApis:
 
     async def alter_partition_reassignments(self, request: Request) -> Reply:
         """Start moving partitions to new replica lists; progress shows in Metadata."""
-        moves = [(str(p["topic"]), int(p["partition"]), [int(b) for b in p["replicas"]])
-                 for p in request.body["partitions"]]
+        moves = [(*fields.topic_partition(p), fields.integers(p, "replicas"))
+                 for p in fields.partitions(request.body)]
         errors = await asyncio.wrap_future(self.controller.call(lambda: self.controller.reassign(moves)))
         results: list[dict[str, Any]] = [
             {"topic": topic, "partition": index, **(error_fields(error) if error is not None else OK)}

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Awaitable
 
 from ember.errors import InvalidRequiredAcks, OffsetOutOfRange
+from ember.ingest import fields
 from ember.ingest.dispatcher import Handler
 from ember.ingest.partition import CONSUMER_REPLICA_ID, Partition
 from ember.ingest.protocol import ApiKey, Request, split_payload
@@ -58,27 +59,28 @@ class RecordApis:
         """Append every partition's batch, then (acks=all) wait for all of them to replicate at
         once, so one slow partition does not delay the next one's append."""
         body = request.body
-        acks = int(body.get("acks", 1))
-        timeout_s = int(body.get("timeout_ms", DEFAULT_PRODUCE_TIMEOUT_MS)) / 1000
-        entries = [(str(e["topic"]), int(e["partition"]), int(e["size"])) for e in body["partitions"]]
+        acks = fields.integer(body, "acks", 1, bits=fields.INT16)
+        timeout_s = fields.integer(body, "timeout_ms", DEFAULT_PRODUCE_TIMEOUT_MS) / 1000
+        # The same partition may appear more than once: a producer sends consecutive batches together.
+        entries = [(*fields.topic_partition(e), fields.integer(e, "size")) for e in fields.objects(body, "partitions")]
         batches = split_payload(request.payload, [size for _, _, size in entries])
         deadline = asyncio.get_running_loop().time() + timeout_s
         results: list[dict[str, Any]] = []
         waits: list[tuple[dict[str, Any], Awaitable[None]]] = []
         for (topic, index, _), raw in zip(entries, batches):
-            fields: dict[str, Any] = {"topic": topic, "partition": index}
+            answer: dict[str, Any] = {"topic": topic, "partition": index}
             try:
                 produced, wait = await self._append_one(topic, index, raw, acks, deadline)
-                fields.update(produced)
+                answer.update(produced)
                 if wait is not None:
-                    waits.append((fields, wait))
+                    waits.append((answer, wait))
             except Exception as exc:
-                fields.update(_produce_error(exc))
-            results.append(fields)
+                answer.update(_produce_error(exc))
+            results.append(answer)
         outcomes = await asyncio.gather(*(wait for _, wait in waits), return_exceptions=True)
-        for (fields, _), outcome in zip(waits, outcomes):
+        for (answer, _), outcome in zip(waits, outcomes):
             if isinstance(outcome, BaseException):
-                fields.update(_produce_error(outcome))
+                answer.update(_produce_error(outcome))
         if acks == 0:
             failed = [r for r in results if r["error_code"]]
             if failed:
@@ -106,15 +108,16 @@ class RecordApis:
         """Long poll: answer once ``min_bytes`` are readable, an error occurs, or ``max_wait_ms``
         passes; waiting parks on the partitions' ``changed`` signals (woken by appends)."""
         body = request.body
-        replica_id = int(body.get("replica_id", CONSUMER_REPLICA_ID))
-        min_bytes = int(body.get("min_bytes", 1))
-        max_bytes = int(body.get("max_bytes", DEFAULT_FETCH_MAX_BYTES))
-        targets = [_FetchTarget(str(e["topic"]), int(e["partition"]), int(e["fetch_offset"]),
-                                int(e.get("max_bytes", DEFAULT_PARTITION_MAX_BYTES)),
-                                e.get("current_leader_epoch"))
-                   for e in body["partitions"]]
+        replica_id = fields.integer(body, "replica_id", CONSUMER_REPLICA_ID)
+        min_bytes = fields.integer(body, "min_bytes", 1)
+        max_bytes = fields.integer(body, "max_bytes", DEFAULT_FETCH_MAX_BYTES)
+        max_wait_ms = fields.integer(body, "max_wait_ms", 500)
+        targets = [_FetchTarget(*fields.topic_partition(e), fields.integer(e, "fetch_offset", bits=fields.INT64),
+                                fields.integer(e, "max_bytes", DEFAULT_PARTITION_MAX_BYTES),
+                                fields.integer(e, "current_leader_epoch", None))
+                   for e in fields.partitions(body)]
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + int(body.get("max_wait_ms", 500)) / 1000
+        deadline = loop.time() + max_wait_ms / 1000
         while True:
             results = await self._read_all(targets, replica_id, max_bytes)
             total = sum(r.size for r in results)
@@ -128,7 +131,7 @@ class RecordApis:
                         max_bytes: int) -> list[_FetchResult]:
         results, room = [], max_bytes
         for target in targets:
-            fields: dict[str, Any] = {"topic": target.topic, "partition": target.index}
+            answer: dict[str, Any] = {"topic": target.topic, "partition": target.index}
             try:
                 partition = self.replicas.leader_partition(target.topic, target.index)
                 partition.check_leader(target.leader_epoch)
@@ -138,10 +141,10 @@ class RecordApis:
                     target.offset, min(target.max_bytes, room), not any(r.size for r in results),
                     replica_id)
             except Exception as exc:
-                results.append(_FetchResult({**fields, **error_fields(exc), "high_watermark": -1,
+                results.append(_FetchResult({**answer, **error_fields(exc), "high_watermark": -1,
                                              "log_start_offset": -1, "log_end_offset": -1}))
                 continue
-            result = _FetchResult({**fields, **OK, **offsets}, piece, partition)
+            result = _FetchResult({**answer, **OK, **offsets}, piece, partition)
             room = max(0, room - result.size)
             results.append(result)
         return results
@@ -166,11 +169,12 @@ class RecordApis:
     # -- ListOffsets ---------------------------------------------------------------------------
 
     async def list_offsets(self, request: Request) -> Reply:
-        replica_id = int(request.body.get("replica_id", CONSUMER_REPLICA_ID))
+        replica_id = fields.integer(request.body, "replica_id", CONSUMER_REPLICA_ID)
 
-        async def offset(partition: Partition, entry: dict[str, Any]) -> dict[str, Any]:
-            found, timestamp = await partition.offset_for_timestamp(int(entry["timestamp"]), replica_id)
-            return {"offset": found, "timestamp": timestamp}
-        results = await self.replicas.answer_at_leader(request.body["partitions"], offset,
-                                                       {"offset": -1, "timestamp": -1})
+        async def offset(partition: Partition, timestamp: int) -> dict[str, Any]:
+            found, found_timestamp = await partition.offset_for_timestamp(timestamp, replica_id)
+            return {"offset": found, "timestamp": found_timestamp}
+        results = await self.replicas.answer_at_leader(
+            fields.partitions(request.body), lambda e: fields.integer(e, "timestamp", bits=fields.INT64), offset,
+            {"offset": -1, "timestamp": -1})
         return Reply({**OK, "partitions": results})

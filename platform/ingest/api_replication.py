@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ember.ingest import fields
 from ember.ingest.dispatcher import Handler
 from ember.ingest.protocol import ApiKey, Request
 from ember.ingest.partition import Partition
@@ -22,9 +23,10 @@ class ReplicationApis:
         return {ApiKey.OFFSET_FOR_LEADER_EPOCH: self.offset_for_leader_epoch}
 
     async def offset_for_leader_epoch(self, request: Request) -> Reply:
-        async def epoch_end(partition: Partition, entry: dict[str, Any]) -> dict[str, Any]:
-            epoch, end_offset = await partition.end_offset_for_epoch(int(entry["leader_epoch"]))
+        async def epoch_end(partition: Partition, leader_epoch: int) -> dict[str, Any]:
+            epoch, end_offset = await partition.end_offset_for_epoch(leader_epoch)
             return {"leader_epoch": epoch, "end_offset": end_offset}
-        results = await self.replicas.answer_at_leader(request.body["partitions"], epoch_end,
-                                                       {"leader_epoch": -1, "end_offset": -1})
+        results = await self.replicas.answer_at_leader(
+            fields.partitions(request.body), lambda e: fields.integer(e, "leader_epoch"), epoch_end,
+            {"leader_epoch": -1, "end_offset": -1})
         return Reply({**OK, "partitions": results})

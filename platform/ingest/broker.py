@@ -102,7 +102,8 @@ class Broker:
             self.config.zookeeper_session_timeout_ms)
         self.replicas: ReplicaManager | None = None
         self.groups = GroupCoordinator(options.broker_id, self.cache, GroupStore(self.session),
-                                       self.config.group_initial_rebalance_delay_ms)
+                                       self.config.group_initial_rebalance_delay_ms,
+                                       self.config.group_max_session_timeout_ms)
         self.server: BrokerServer | None = None
 
     async def start(self) -> None:
@@ -126,7 +127,8 @@ class Broker:
                         self.replicas.unavailable_reason).handlers(),
             RecordApis(self.replicas).handlers(), ReplicationApis(self.replicas).handlers(), admin.handlers(),
             LeadershipApis(self.controller).handlers(), GroupApis(self.groups).handlers())
-        self.server = BrokerServer(dispatcher, options.host, options.port, self.config.socket_request_max_bytes)
+        self.server = BrokerServer(dispatcher, options.host, options.port, self.config.socket_request_max_bytes,
+                                   self.config.connections_max_idle_ms)
         await self.server.bind()
         await asyncio.to_thread(self.registration.register)
         await self.server.start_serving()

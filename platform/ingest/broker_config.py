@@ -52,6 +52,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in (
           "How often the broker checks whether a partition's flush.ms has elapsed.", 1),
     _int("socket.request.max.bytes", 100 * 1024 * 1024,
          "Largest request frame; a bigger one closes the connection.", 1024),
+    _long("connections.max.idle.ms", 600000, "A connection that takes longer than this to send the next "
+          "request, to send the rest of a started request, or to accept a response is closed.", 1),
     _int("zookeeper.session.timeout.ms", 6000,
          "ZooKeeper session timeout: how long a dead broker stays registered.", 1000),
     _bool("auto.create.topics.enable", False,
@@ -77,6 +79,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in (
               "partitions that may be led elsewhere before the controller moves them back.", minimum=0, maximum=100),
     _int("group.initial.rebalance.delay.ms", 3000, "How long the first rebalance of an empty consumer "
          "group waits for more members, so a group starting together rebalances once.", 0),
+    _int("group.max.session.timeout.ms", 1800000, "Longest session timeout a consumer group member may "
+         "ask for (longer: INVALID_SESSION_TIMEOUT): bounds how long the coordinator keeps a silent member.", 1),
 )}
 
 #: Broker property -> the topic config it supplies the default of.
@@ -123,6 +127,7 @@ class BrokerConfig:
     log_flush_interval_ms: Optional[int]
     log_flush_scheduler_interval_ms: int
     socket_request_max_bytes: int
+    connections_max_idle_ms: int
     zookeeper_session_timeout_ms: int
     auto_create_topics_enable: bool
     replica_lag_time_max_ms: int
@@ -139,6 +144,7 @@ class BrokerConfig:
     leader_imbalance_check_interval_seconds: int
     leader_imbalance_per_broker_percentage: int
     group_initial_rebalance_delay_ms: int
+    group_max_session_timeout_ms: int
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, Any] | None = None) -> "BrokerConfig":

@@ -1,14 +1,16 @@
 """Routes decoded requests to API handlers and turns every failure into a typed error response.
 
-Handlers raise ``ember.errors`` exceptions for request-level failures; malformed field values
-(missing keys, wrong types) become INVALID_REQUEST; unknown API keys or versions become
-UNSUPPORTED_VERSION. A handler returns None when the protocol wants no response (acks=0).
+Handlers raise ``ember.errors`` exceptions for request-level failures and read fields through
+``ember.ingest.fields``, so malformed field values (missing keys, wrong types, out-of-range
+numbers) are INVALID_REQUEST; unknown API keys or versions become UNSUPPORTED_VERSION. Any other
+exception is a broker bug: UNKNOWN_SERVER_ERROR, logged with its trace. A handler returns None
+when the protocol wants no response (acks=0).
 """
 from __future__ import annotations
 
 from typing import Any, Awaitable, Callable, Mapping
 
-from ember.errors import ErrorCode, InvalidRequest, UnsupportedVersion
+from ember.errors import ErrorCode, UnsupportedVersion
 from ember.ingest.protocol import ApiKey, Request
 from ember.ingest.reply import CloseConnection, Reply, error_fields
 
@@ -36,8 +38,6 @@ class Dispatcher:
             return await handler(request)
         except CloseConnection:
             raise
-        except (KeyError, TypeError, ValueError) as exc:
-            return Reply(error_fields(InvalidRequest(f"malformed request field: {exc!r}")))
         except Exception as exc:
             return Reply(error_fields(exc))
 

@@ -157,4 +157,6 @@ class LogManager:
                 try:
                     await job(partition)
                 except Exception:
+                    if partition.log.closed:
+                        continue    # deleted meanwhile (topic deleted or partition moved away)
                     log.exception("%s of %s failed", getattr(job, "__name__", "job"), partition)

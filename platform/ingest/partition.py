@@ -74,8 +74,15 @@ class Partition:
     # -- I/O -----------------------------------------------------------------------------------
 
     async def run(self, job: Callable[..., T], *args: Any) -> T:
-        """Run a blocking ``Log`` job on the I/O pool."""
-        return await asyncio.get_running_loop().run_in_executor(self._io_pool, job, *args)
+        """Run a blocking ``Log`` job on the I/O pool. A cancelled caller (its client went away)
+        still returns only once the job is done: the job runs on regardless, and a caller holding
+        the append lock must keep it until its write has landed."""
+        future = asyncio.get_running_loop().run_in_executor(self._io_pool, job, *args)
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            await asyncio.wait([future])
+            raise
 
     # -- leadership ----------------------------------------------------------------------------
 

@@ -106,7 +106,9 @@ def _load(doc: memoryview) -> dict[str, Any]:
     try:
         body = json.loads(bytes(doc))
     except (UnicodeDecodeError, ValueError) as exc:
-        raise InvalidRequest(f"frame body is not valid JSON: {exc}") from None
+        raise InvalidRequest(f"frame body is not valid JSON: {str(exc)[:200]}") from None
+    except RecursionError:
+        raise InvalidRequest("frame body is JSON nested too deeply to parse") from None
     if not isinstance(body, dict):
         raise InvalidRequest("frame body must be a JSON object")
     return body

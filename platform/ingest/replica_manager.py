@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Awaitable, Callable, Iterable
+from typing import Any, Awaitable, Callable, Iterable, TypeVar
 
 from ember.cluster.election import offline_reason
 from ember.cluster.metadata_cache import MetadataCache, TopicMetadata
 from ember.cluster.records import NO_LEADER, PartitionState
 from ember.errors import (InvalidConfig, LeaderNotAvailable, NotLeaderOrFollower,
                           UnknownTopicOrPartition)
+from ember.ingest import fields
 from ember.ingest.broker_config import BrokerConfig
 from ember.ingest.connection import Address
 from ember.ingest.isr import IsrManager, IsrWriter
@@ -33,6 +34,7 @@ from ember.log.config import LogConfig
 log = logging.getLogger(__name__)
 
 _ALL = "\0all"   # queue marker: reconcile every topic (start-up, new session)
+T = TypeVar("T")
 
 
 class ReplicaManager:
@@ -54,21 +56,24 @@ class ReplicaManager:
 
     # -- lookups (event loop) ------------------------------------------------------------------
 
-    async def answer_at_leader(self, entries: Iterable[dict[str, Any]],
-                               answer: Callable[[Partition, dict[str, Any]], Awaitable[dict[str, Any]]],
+    async def answer_at_leader(self, entries: list[dict[str, Any]], value: Callable[[dict[str, Any]], T],
+                               answer: Callable[[Partition, T], Awaitable[dict[str, Any]]],
                                failed: dict[str, Any]) -> list[dict[str, Any]]:
-        """Per requested partition: ``answer(partition, entry)``'s fields when this broker leads
-        it at the request's ``current_leader_epoch``, else the error's fields plus ``failed``."""
+        """Per requested partition: ``answer(partition, value(entry))``'s fields when this broker
+        leads it at the request's ``current_leader_epoch``, else the error's fields plus ``failed``.
+        Every entry is read before any is answered: a malformed one refuses the whole request."""
+        parsed = [(*fields.topic_partition(e), fields.integer(e, "current_leader_epoch", None), value(e))
+                  for e in entries]
         results = []
-        for entry in entries:
-            fields: dict[str, Any] = {"topic": str(entry["topic"]), "partition": int(entry["partition"])}
+        for topic, index, leader_epoch, argument in parsed:
+            result: dict[str, Any] = {"topic": topic, "partition": index}
             try:
-                partition = self.leader_partition(fields["topic"], fields["partition"])
-                partition.check_leader(entry.get("current_leader_epoch"))
-                fields.update(OK, **await answer(partition, entry))
+                partition = self.leader_partition(topic, index)
+                partition.check_leader(leader_epoch)
+                result.update(OK, **await answer(partition, argument))
             except Exception as exc:
-                fields.update(error_fields(exc), **failed)
-            results.append(fields)
+                result.update(error_fields(exc), **failed)
+            results.append(result)
         return results
 
     def leader_partition(self, topic: str, index: int) -> Partition:

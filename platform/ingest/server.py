@@ -5,7 +5,10 @@ dispatcher and writes the reply before reading the next frame, so pipelined requ
 answered in the order they were sent (the unread ones wait in the socket buffer, which is also
 the back-pressure). Fetch payloads go out with ``loop.sendfile`` straight from segment files.
 A frame over ``socket.request.max.bytes``, a truncated header or a body that is not JSON is
-logged and closes that connection only.
+logged and closes that connection only. So is a connection that takes longer than
+``connections.max.idle.ms`` to start its next request, to send the rest of a started one (a client
+stalled mid-frame, or a slow-loris trickling bytes) or to take a response off the broker's hands;
+and a request still being handled when its client has gone is cancelled.
 """
 from __future__ import annotations
 
@@ -22,11 +25,59 @@ log = logging.getLogger(__name__)
 Dispatch = Callable[[Request], Awaitable[Reply | None]]
 
 
+#: While a request is handled, how often the broker looks whether its client is still there.
+CLIENT_CHECK_S = 1.0
+
+
+class _Watchdog:
+    """Cancels a connection's task when its current step outlasts ``connections.max.idle.ms``
+    (:meth:`arm`), or when its client goes away while a request is handled (:meth:`watch_client`:
+    a long-poll fetch or a JoinGroup must not hold a dead client's connection for as long as it
+    asked to wait). One timer re-armed per step, cheaper than a ``wait_for`` task per read;
+    cancelling (not aborting the transport) also unwinds a ``sendfile`` cleanly."""
+
+    def __init__(self, task: asyncio.Task[None], max_idle_ms: int) -> None:
+        self._task = task
+        self._max_idle_ms = max_idle_ms
+        self._handle: asyncio.TimerHandle | None = None
+        self._step = ""
+        self.expired: str | None = None
+
+    def arm(self, step: str) -> None:
+        self.disarm()
+        self._step = step
+        self._handle = asyncio.get_running_loop().call_later(self._max_idle_ms / 1000, self._expire)
+
+    def watch_client(self, reader: asyncio.StreamReader) -> None:
+        self.disarm()
+        self._handle = asyncio.get_running_loop().call_later(CLIENT_CHECK_S, self._check_client, reader)
+
+    def disarm(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    def _expire(self) -> None:
+        self.expired = (f"{self._step} took longer than connections.max.idle.ms={self._max_idle_ms}; "
+                        f"the client may reconnect")
+        self._task.cancel()
+
+    def _check_client(self, reader: asyncio.StreamReader) -> None:
+        # EOF with nothing left to read, or a reset: nobody will read the answer.
+        if reader.exception() is not None or reader.at_eof():
+            self.expired = "the client went away while its request was being handled"
+            self._task.cancel()
+        else:
+            self.watch_client(reader)
+
+
 class BrokerServer:
-    def __init__(self, dispatch: Dispatch, host: str, port: int, max_frame_bytes: int) -> None:
+    def __init__(self, dispatch: Dispatch, host: str, port: int, max_frame_bytes: int,
+                 max_idle_ms: int) -> None:
         self.dispatch = dispatch
         self.host, self.port = host, port
         self.max_frame_bytes = max_frame_bytes
+        self.max_idle_ms = max_idle_ms
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
 
@@ -54,14 +105,19 @@ class BrokerServer:
         assert task is not None
         self._connections.add(task)
         peer = writer.get_extra_info("peername")
+        watchdog = _Watchdog(task, self.max_idle_ms)
         try:
             while True:
-                request = await self._read_request(reader)
+                request = await self._read_request(reader, watchdog)
                 if request is None:
                     break
+                watchdog.watch_client(reader)
                 reply = await self.dispatch(request)
+                watchdog.disarm()
                 if reply is not None:
+                    watchdog.arm("writing a response")
                     await self._write(writer, request.correlation_id, reply)
+                    watchdog.disarm()
         except EmberError as exc:
             log.warning("closing connection from %s: %s", peer, exc)
         except CloseConnection as exc:
@@ -69,13 +125,20 @@ class BrokerServer:
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         except asyncio.CancelledError:
-            pass
+            if watchdog.expired:
+                log.info("closing connection from %s: %s", peer, watchdog.expired)
         finally:
+            watchdog.disarm()
             self._connections.discard(task)
-            writer.close()
+            if watchdog.expired:
+                writer.transport.abort()   # close() would wait forever to flush to a client that does not read
+            else:
+                writer.close()
 
-    async def _read_request(self, reader: asyncio.StreamReader) -> Request | None:
-        """The next request, None at a clean end of stream; raises EmberError on bad frames."""
+    async def _read_request(self, reader: asyncio.StreamReader, watchdog: _Watchdog) -> Request | None:
+        """The next request, None at a clean end of stream; raises EmberError on bad frames.
+        The wait for the length prefix and the read of the frame are each bounded by ``watchdog``."""
+        watchdog.arm("sending the next request")
         try:
             head = await reader.readexactly(FRAME_LENGTH.size)
         except asyncio.IncompleteReadError as exc:
@@ -84,6 +147,7 @@ class BrokerServer:
             return None
         (size,) = FRAME_LENGTH.unpack(head)
         check_frame_size(size, self.max_frame_bytes)
+        watchdog.arm(f"sending a request frame of {size} bytes")
         return decode_request(await reader.readexactly(size))
 
     async def _write(self, writer: asyncio.StreamWriter, correlation_id: int, reply: Reply) -> None:
@@ -91,6 +155,8 @@ class BrokerServer:
             writer.write(response_prefix(correlation_id, reply.body, reply.payload_size))
             for piece in reply.payload:
                 if isinstance(piece, FileRegion):
+                    if writer.transport.is_closing():   # sendfile would raise RuntimeError
+                        raise ConnectionResetError("the client closed the connection")
                     await asyncio.get_running_loop().sendfile(
                         writer.transport, piece.file, piece.position, piece.size)
                 else:

@@ -464,6 +464,11 @@ class Log:
                 path.unlink(missing_ok=True)
         self._pending_deletes = keep
 
+    @property
+    def closed(self) -> bool:
+        """Closed or deleted: every further operation raises StorageError."""
+        return self._closed
+
     def close(self) -> None:
         """Flush, checkpoint and close the files. Idempotent."""
         with self._flush_lock:

@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 import pytest
 
-from ember.errors import (IllegalGeneration, NonEmptyGroup, NotCoordinator, RebalanceInProgress,
+from ember.errors import (IllegalGeneration, InvalidSessionTimeout, NonEmptyGroup, NotCoordinator, RebalanceInProgress,
                           UnknownMemberId, UnknownTopicOrPartition)
 from ember.groups import coordinator as coordinator_module
 from ember.groups.coordinator import EMPTY, PREPARING, STABLE, GroupCoordinator, MemberIdRequired
@@ -223,5 +223,19 @@ def test_commit_checks_partitions_and_membership() -> None:
         with pytest.raises(IllegalGeneration):
             await coord.commit("g", a.member_id, a.generation - 1, {TopicPartition("t", 1): (2, "")})
         assert store.offsets["g"] == {TopicPartition("t", 1): (1, "")}
+        await coord.close()
+    run(scenario)
+
+
+def test_join_with_a_session_timeout_above_the_broker_maximum_is_refused() -> None:
+    """group.max.session.timeout.ms: no member id handed out, nothing kept for its session."""
+    async def scenario() -> None:
+        coord = GroupCoordinator(1, FakeCache(), FakeStore(), 0, max_session_timeout_ms=30000)
+        coord.start()
+        with pytest.raises(InvalidSessionTimeout):
+            await coord.join("g", "", "c", 30001, 10000, ["t"], ["range"])
+        assert "g" not in coord.groups
+        member = await join(coord, session_ms=30000)
+        assert member.generation == 1
         await coord.close()
     run(scenario)

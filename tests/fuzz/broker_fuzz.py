@@ -1,0 +1,406 @@
+"""Fuzz a live ember cluster's wire protocol with mutated valid requests (docs/protocol.md,
+"Hostile input").
+
+Starts a LocalCluster (real ZooKeeper, real broker processes), creates the fuzzer's own topics
+and groups, then sends ``--frames`` hostile frames (``wire_mutator``) over many concurrent
+connections, each a pipeline of soft mutations ended by an ApiVersions sentinel or by one fatal
+frame, while a well-behaved Producer/Consumer/Admin works on its own topic. Findings (each is a
+failure):
+
+* a broker process died, stopped answering a fresh connection, or logged a traceback or ERROR;
+* a soft pipeline was closed by the broker (only a failed acks=0 produce may do that), or a
+  fatal frame's connection was not closed; a response that is not a well-formed frame, or whose
+  correlation ids are out of order;
+* a broker's RSS after the run exceeds ``2 x before + 100 MB``, or its connections do not
+  return to their number before the run (a connection held after its client left);
+* the well-behaved client failed, stalled, or its topic does not hold exactly the records it
+  was acknowledged; any partition's log fails validation or has an offset gap (``log_audit``).
+
+A pipeline whose sentinel is not answered in ``--answer-timeout`` seconds is closed and counted
+(a mutated request may ask the broker to wait, e.g. a fetch with a huge ``max_wait_ms``); its
+mutations are listed so a real hang can be told apart.
+
+    .venv/bin/python tests/fuzz/broker_fuzz.py --frames 1000000 --seed 1 [--brokers 1]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import re
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ember.client import Admin
+from ember.cluster.local import LocalCluster, broker_responds
+from ember.errors import EmberError, TopicAlreadyExists
+from ember.ingest.metadata_client import MetadataClient
+from ember.ingest.protocol import FRAME_LENGTH, ApiKey, decode_response, encode_request
+
+from log_audit import AuditResult, audit_logs
+from well_behaved import WellBehavedClient
+from wire_mutator import FuzzTargets, Mutant, RequestTemplates, mutate
+
+FUZZ_TOPICS = {"fz-a": 3, "fz-b": 1, "fz-c": 2}
+FUZZ_GROUPS = ("fzg-1", "fzg-2", "fzg-3")
+#: Longer than any fuzz name, so no bit flip of one can name it.
+GOOD_TOPIC = "well-behaved-client-topic"
+GOOD_GROUP = "well-behaved-client-group"
+SENTINEL_ID = -7
+#: Broker settings of the fuzz cluster: stalled fuzz connections (a lying length prefix) close fast.
+BROKER_CONFIG = {"connections.max.idle.ms": "5000", "group.initial.rebalance.delay.ms": "100",
+                 "zookeeper.session.timeout.ms": "10000"}
+RSS_FACTOR, RSS_SLACK_KB = 2, 100 * 1024
+SOCKET_SLACK = 10
+WARM_UP_S = 60.0
+PROBE_INTERVAL_S = 5.0
+PROBE_TIMEOUT_S = 10.0
+#: Mutated requests may delete the fuzz topics (an api key turned into DeleteTopics): recreate them.
+RECREATE_INTERVAL_S = 2.0
+#: Share of connections reset right after their frames are sent, unread (a client that crashed).
+ABANDON_SHARE = 0.05
+
+
+@dataclass
+class FuzzConfig:
+    frames: int = 20_000
+    seed: int = 1
+    brokers: int = 1
+    connections: int = 16
+    pipeline: int = 48                 # most frames per connection
+    answer_timeout_s: float = 20.0
+    max_seconds: float = 3600.0
+
+
+@dataclass
+class ProcessStats:
+    rss_kb: int
+    peak_kb: int
+    sockets: int      # open connections (files grow legitimately: segments roll)
+    files: int
+
+
+@dataclass
+class FuzzReport:
+    frames: int = 0
+    fatal_frames: int = 0
+    pipelines: int = 0
+    answered_pipelines: int = 0
+    abandoned: int = 0
+    responses: int = 0
+    error_codes: Counter = field(default_factory=Counter)
+    unanswered: list[str] = field(default_factory=list)
+    findings: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    before: dict[int, ProcessStats] = field(default_factory=dict)
+    after: dict[int, ProcessStats] = field(default_factory=dict)
+    recreated_topics: int = 0
+    good_records: int = 0
+    good_rounds: int = 0
+    good_longest_round_s: float = 0.0
+    audit: AuditResult | None = None
+
+    def summary(self) -> str:
+        lines = [f"frames {self.frames} ({self.fatal_frames} fatal) in {self.seconds:.0f}s "
+                 f"({self.frames / max(self.seconds, 1e-9):.0f}/s), {self.pipelines} connections "
+                 f"({self.abandoned} reset unread), {self.answered_pipelines} answered to the end, "
+                 f"{self.responses} responses",
+                 "error codes: " + ", ".join(f"{code}:{n}" for code, n in self.error_codes.most_common())]
+        for broker_id, before in sorted(self.before.items()):
+            after = self.after.get(broker_id, before)
+            lines.append(f"broker {broker_id}: RSS {before.rss_kb // 1024} MB -> {after.rss_kb // 1024} MB "
+                         f"(peak {after.peak_kb // 1024} MB), sockets {before.sockets} -> {after.sockets}, "
+                         f"other open files {before.files} -> {after.files}")
+        lines.append(f"well-behaved client: {self.good_records} records acknowledged in {self.good_rounds} rounds, "
+                     f"longest round {self.good_longest_round_s:.1f}s")
+        if self.audit:
+            lines.append(f"log audit: {self.audit.partitions} partitions, {self.audit.batches} batches, "
+                         f"{self.audit.records} records, {self.audit.undecodable} accepted batches with a valid CRC "
+                         f"but no Arrow payload")
+        lines.append(f"fuzz topics deleted by fuzzed requests and recreated: {self.recreated_topics}")
+        lines.append(f"unanswered pipelines (closed by the fuzzer): {len(self.unanswered)}")
+        lines += [f"  {u}" for u in self.unanswered[:20]]
+        lines.append(f"findings: {len(self.findings)}")
+        lines += [f"  {f}" for f in self.findings[:50]]
+        return "\n".join(lines)
+
+
+def process_stats(pid: int) -> ProcessStats:
+    status = Path(f"/proc/{pid}/status").read_text()
+    kb = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(VmRSS|VmHWM):\s+(\d+) kB", status, re.M)}
+    targets = []
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            targets.append(str(fd.readlink()))
+        except OSError:
+            pass     # closed meanwhile
+    sockets = sum(t.startswith("socket:") for t in targets)
+    return ProcessStats(kb["VmRSS"], kb["VmHWM"], sockets, len(targets) - sockets)
+
+
+# -- one fuzz connection -------------------------------------------------------------------------
+
+@dataclass
+class _Pipeline:
+    index: int
+    address: tuple[str, int]
+    mutants: list[Mutant]
+    abandon: bool = False      # reset the connection right after sending, as a crashed client would
+
+    @property
+    def fatal(self) -> bool:
+        return bool(self.mutants) and self.mutants[-1].fatal
+
+    def describe(self) -> str:
+        return f"pipeline {self.index} to {self.address[1]}: " + " | ".join(m.what for m in self.mutants)
+
+
+class _Fuzzer:
+    def __init__(self, config: FuzzConfig, cluster: LocalCluster, templates: RequestTemplates,
+                 report: FuzzReport) -> None:
+        self.config, self.cluster, self.templates, self.report = config, cluster, templates, report
+        self.addresses = [(b.host, b.port) for b in cluster.brokers.values()]
+        self._next_pipeline = 0
+        self._deadline = 0.0
+
+    def pipeline(self) -> _Pipeline:
+        index = self._next_pipeline
+        self._next_pipeline += 1
+        rng = random.Random(f"{self.config.seed}/{index}")
+        count = min(rng.randint(1, self.config.pipeline), self.config.frames - self.report.frames)
+        mutants = [mutate(self.templates.random(rng), i, rng, allow_fatal=i == count - 1 and rng.random() < 0.5)
+                   for i in range(count)]
+        return _Pipeline(index, rng.choice(self.addresses), mutants, abandon=rng.random() < ABANDON_SHARE)
+
+    async def run(self) -> None:
+        self._deadline = time.monotonic() + self.config.max_seconds
+        workers = [asyncio.create_task(self._worker()) for _ in range(self.config.connections)]
+        background = [asyncio.create_task(self._probe_forever()), asyncio.create_task(self._recreate_forever())]
+        try:
+            await asyncio.gather(*workers)
+        finally:
+            for task in background:
+                task.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
+
+    async def _worker(self) -> None:
+        while self.report.frames < self.config.frames and time.monotonic() < self._deadline \
+                and len(self.report.findings) < 100:
+            pipeline = self.pipeline()
+            if not pipeline.mutants:
+                return
+            self.report.frames += len(pipeline.mutants)
+            self.report.fatal_frames += sum(m.fatal for m in pipeline.mutants)
+            self.report.pipelines += 1
+            await self._send(pipeline)
+
+    async def _send(self, pipeline: _Pipeline) -> None:
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(*pipeline.address), PROBE_TIMEOUT_S)
+        except (OSError, asyncio.TimeoutError) as exc:
+            self.report.findings.append(f"cannot connect to broker at {pipeline.address}: {exc!r}")
+            return
+        responses = asyncio.create_task(self._read(pipeline, reader))
+        try:
+            for mutant in pipeline.mutants:
+                writer.write(mutant.data)
+                await writer.drain()
+            if pipeline.abandon:
+                self.report.abandoned += 1
+                responses.cancel()
+                writer.transport.abort()
+                await asyncio.gather(responses, return_exceptions=True)
+                return
+            if not pipeline.fatal:
+                writer.write(b"".join(encode_request(ApiKey.API_VERSIONS, 0, SENTINEL_ID, {})))
+                await writer.drain()
+        except (ConnectionError, OSError):
+            pass   # the broker closed the connection; _read judges whether it should have
+        try:
+            await asyncio.wait_for(responses, self.config.answer_timeout_s + 5)
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            writer.transport.abort()
+
+    async def _read(self, pipeline: _Pipeline, reader: asyncio.StreamReader) -> None:
+        """Read responses until the sentinel, the broker closing, or the answer timeout."""
+        deadline = time.monotonic() + self.config.answer_timeout_s
+        last_id = -1
+        sent_ids = set(range(len(pipeline.mutants)))
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                head = await asyncio.wait_for(reader.readexactly(FRAME_LENGTH.size), max(remaining, 0.01))
+                body = await asyncio.wait_for(reader.readexactly(FRAME_LENGTH.unpack(head)[0]), max(remaining, 0.01))
+            except asyncio.TimeoutError:
+                what = "fatal frame's connection stayed open" if pipeline.fatal else "no sentinel answer"
+                self.report.unanswered.append(f"{what}: {pipeline.describe()[:600]}")
+                return
+            except (asyncio.IncompleteReadError, ConnectionError, OSError):
+                if not pipeline.fatal and not any(m.silent for m in pipeline.mutants):
+                    self.report.findings.append(f"the broker closed a connection of well-formed requests: "
+                                                f"{pipeline.describe()[:600]}")
+                return
+            try:
+                response = decode_response(body)
+            except EmberError as exc:
+                self.report.findings.append(f"malformed response ({exc}): {pipeline.describe()[:300]}")
+                return
+            self.report.responses += 1
+            if response.correlation_id == SENTINEL_ID:
+                self.report.answered_pipelines += 1
+                return
+            if response.correlation_id not in sent_ids or response.correlation_id <= last_id:
+                self.report.findings.append(f"response correlation id {response.correlation_id} out of order "
+                                            f"(after {last_id}): {pipeline.describe()[:300]}")
+                return
+            last_id = response.correlation_id
+            self.report.error_codes[response.body.get("error_code")] += 1
+
+    async def _probe_forever(self) -> None:
+        """Every broker process alive and answering a fresh connection, all run long."""
+        while True:
+            await asyncio.sleep(PROBE_INTERVAL_S)
+            for problem in await asyncio.to_thread(broker_problems, self.cluster):
+                self.report.findings.append(problem)
+
+
+    async def _recreate_forever(self) -> None:
+        with Admin(self.cluster.bootstrap) as admin:
+            while True:
+                await asyncio.sleep(RECREATE_INTERVAL_S)
+                self.report.recreated_topics += await asyncio.to_thread(create_fuzz_topics, admin, len(self.addresses))
+
+
+def create_fuzz_topics(admin: Admin, brokers: int) -> int:
+    """Create the fuzz topics that do not exist (at start, and after a fuzzed delete)."""
+    created = 0
+    existing = set(admin.list_topics())
+    for topic, partitions in FUZZ_TOPICS.items():
+        if topic not in existing:
+            try:
+                admin.create_topic(topic, partitions=partitions, replication_factor=min(3, brokers),
+                                   config={"segment.bytes": str(1 << 20)} if topic == "fz-c" else None)
+                created += 1
+            except TopicAlreadyExists:
+                pass
+    return created
+
+
+def _running(pid: int) -> bool:
+    """The process exists and has not exited (a zombie waits for its parent to reap it)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def broker_problems(cluster: LocalCluster) -> list[str]:
+    problems = []
+    for broker_id, broker in cluster.brokers.items():
+        if broker.pid is None or not _running(broker.pid):
+            problems.append(f"broker {broker_id} exited; see {broker.log_path}")
+        elif not broker_responds(broker.host, broker.port, PROBE_TIMEOUT_S):
+            problems.append(f"broker {broker_id} did not answer ApiVersions within {PROBE_TIMEOUT_S:.0f}s")
+    return problems
+
+
+def log_findings(cluster: LocalCluster) -> list[str]:
+    """ERROR lines and tracebacks in the broker logs, one finding per distinct message and
+    exception (messages cut short: they may quote hostile input)."""
+    findings: Counter = Counter()
+    for broker in cluster.brokers.values():
+        message = ""
+        lines = broker.log_path.read_text(errors="replace").splitlines()
+        for number, line in enumerate(lines):
+            if re.match(r"^\d{4}-\d\d-\d\d ", line):
+                message = line[24:160]
+                if " ERROR " in line and not (number + 1 < len(lines) and lines[number + 1].startswith("Traceback")):
+                    findings[f"broker {broker.broker_id}: {message}"] += 1
+            elif line.startswith("Traceback"):
+                error = next((l for l in lines[number + 1:] if not l.startswith((" ", "Traceback", "\n"))), "?")
+                findings[f"broker {broker.broker_id}: {message} -> {error[:160]}"] += 1
+    return [f"{text} (x{count})" for text, count in findings.items()]
+
+
+# -- the run -------------------------------------------------------------------------------------
+
+def _setup(cluster: LocalCluster) -> FuzzTargets:
+    with Admin(cluster.bootstrap) as admin:
+        create_fuzz_topics(admin, len(cluster.brokers))
+        admin.create_topic(GOOD_TOPIC, partitions=3, replication_factor=min(3, len(cluster.brokers)))
+    metadata = MetadataClient(cluster.bootstrap)
+    try:
+        producer_ids = tuple(metadata.request(ApiKey.INIT_PRODUCER_ID, {}).body["producer_id"] for _ in range(3))
+    finally:
+        metadata.close()
+    return FuzzTargets(FUZZ_TOPICS, FUZZ_GROUPS, tuple(cluster.brokers), producer_ids)
+
+
+def _settle_sockets(cluster: LocalCluster, report: FuzzReport, timeout_s: float = 60.0) -> None:
+    """Wait (bounded) until every broker's connections are back near their number before the run."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        report.after = {i: process_stats(b.pid) for i, b in cluster.brokers.items() if b.pid}
+        if all(report.after[i].sockets <= report.before[i].sockets + SOCKET_SLACK for i in report.after):
+            return
+        time.sleep(1.0)
+
+
+def run(config: FuzzConfig, data_dir: Path) -> FuzzReport:
+    report = FuzzReport()
+    with LocalCluster(data_dir, broker_count=config.brokers, broker_config=BROKER_CONFIG) as cluster:
+        targets = _setup(cluster)
+        templates = RequestTemplates(targets, random.Random(config.seed))
+        good = WellBehavedClient(cluster.bootstrap, GOOD_TOPIC, 3, GOOD_GROUP)
+        good.start()
+        warm_until = time.monotonic() + WARM_UP_S       # connections open, group joined
+        while good.rounds < 3 and good.is_alive() and time.monotonic() < warm_until:
+            time.sleep(0.1)
+        report.before = {i: process_stats(b.pid) for i, b in cluster.brokers.items() if b.pid}
+        started = time.monotonic()
+        asyncio.run(_Fuzzer(config, cluster, templates, report).run())
+        report.seconds = time.monotonic() - started
+        report.findings += broker_problems(cluster)
+        good.stop()
+        report.good_records, report.good_rounds = good.acknowledged, good.rounds
+        report.good_longest_round_s = good.longest_round_s
+        report.findings += good.verify()
+        _settle_sockets(cluster, report)
+        for broker_id, before in report.before.items():
+            after = report.after[broker_id]
+            if after.rss_kb > RSS_FACTOR * before.rss_kb + RSS_SLACK_KB:
+                report.findings.append(f"broker {broker_id} RSS grew from {before.rss_kb} kB to {after.rss_kb} kB")
+            if after.sockets > before.sockets + SOCKET_SLACK:
+                report.findings.append(f"broker {broker_id} holds {after.sockets} connections, "
+                                       f"{before.sockets} before the run")
+        report.audit = audit_logs(cluster.bootstrap, must_decode=[GOOD_TOPIC])
+        report.findings += report.audit.problems
+        report.findings += log_findings(cluster)
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--frames", type=int, default=FuzzConfig.frames)
+    parser.add_argument("--seed", type=int, default=FuzzConfig.seed)
+    parser.add_argument("--brokers", type=int, default=FuzzConfig.brokers)
+    parser.add_argument("--connections", type=int, default=FuzzConfig.connections)
+    parser.add_argument("--max-minutes", type=float, default=FuzzConfig.max_seconds / 60)
+    parser.add_argument("--data", type=Path, help="cluster directory (default: a temporary one)")
+    args = parser.parse_args(argv)
+    config = FuzzConfig(frames=args.frames, seed=args.seed, brokers=args.brokers, connections=args.connections,
+                        max_seconds=args.max_minutes * 60)
+    with tempfile.TemporaryDirectory(prefix="ember-fuzz-") as tmp:
+        report = run(config, args.data or Path(tmp))
+    print(report.summary())
+    return 1 if report.findings else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
