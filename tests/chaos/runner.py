@@ -24,6 +24,16 @@ GROUP = "chaos-group"
 BROKERS = 3
 
 
+def broker_config(session_timeout_ms: int) -> dict[str, str]:
+    """Brokers that notice faults quickly: short ZooKeeper sessions and ISR lag, fast fetch retries,
+    and preferred-leader moves every 10 s (so leadership moves without faults too)."""
+    return {"zookeeper.session.timeout.ms": str(session_timeout_ms),
+            "replica.fetch.backoff.ms": "200",
+            "replica.lag.time.max.ms": "5000",
+            "leader.imbalance.check.interval.seconds": "10",
+            "min.insync.replicas": "2"}
+
+
 @dataclass(frozen=True)
 class ChaosConfig:
     """A run's shape. Rates are records per second per producer."""
@@ -39,15 +49,9 @@ class ChaosConfig:
     kinds: tuple[str, ...] = KINDS
     session_timeout_ms: int = 3000
     clients: ClientSettings = field(default_factory=ClientSettings)
+    min_faults: int = 0                 # keep injecting past the duration until this many were healed
     settle_s: float = 120.0             # after the last fault: full ISR, consumers caught up
     progress_every_s: float = 10.0
-
-    def broker_config(self) -> dict[str, str]:
-        return {"zookeeper.session.timeout.ms": str(self.session_timeout_ms),
-                "replica.fetch.backoff.ms": "200",
-                "replica.lag.time.max.ms": "5000",
-                "leader.imbalance.check.interval.seconds": "10",   # preferred-leader moves happen too
-                "min.insync.replicas": "2"}
 
     def bounds(self) -> ChaosBounds:
         return ChaosBounds(session_timeout_s=self.session_timeout_ms / 1000)
@@ -98,13 +102,12 @@ def run_chaos(config: ChaosConfig, progress: Callable[[str], None] = print) -> C
     started = time.monotonic()
     rng = random.Random(config.seed)
     history = History(config.clients.delivery_bound_s)
-    cluster = LocalCluster(config.data_dir / "cluster", broker_count=BROKERS, broker_config=config.broker_config())
+    cluster = LocalCluster(config.data_dir / "cluster", broker_count=BROKERS,
+                           broker_config=broker_config(config.session_timeout_ms))
     errors: list[str] = []
     try:
         cluster.start(progress=progress)
-        with Admin(cluster.bootstrap) as admin:
-            admin.create_topic(TOPIC, partitions=config.partitions, replication_factor=BROKERS,
-                               config={"min.insync.replicas": "2"})
+        create_topic(cluster.bootstrap, TOPIC, config.partitions)
         wait_settled(cluster.bootstrap, TOPIC, set(cluster.brokers), history, config.settle_s)
         producers = _producers(config, cluster.bootstrap, history)
         live = LiveConsumer(cluster.bootstrap, TOPIC, config.partitions, history, config.clients)
@@ -146,6 +149,13 @@ def run_chaos(config: ChaosConfig, progress: Callable[[str], None] = print) -> C
     return ChaosReport(config, history, results, time.monotonic() - started, errors)
 
 
+def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    """A topic replicated on every broker, acks=all needing 2 in-sync replicas."""
+    with Admin(bootstrap) as admin:
+        admin.create_topic(topic, partitions=partitions, replication_factor=BROKERS,
+                           config={"min.insync.replicas": "2"})
+
+
 def _producers(config: ChaosConfig, bootstrap: str, history: History) -> list[ProducerWorker]:
     out = [ProducerWorker(i, bootstrap, TOPIC, config.partitions, config.record_rate, history, config.clients,
                           columnar=False) for i in range(config.record_producers)]
@@ -157,10 +167,12 @@ def _producers(config: ChaosConfig, bootstrap: str, history: History) -> list[Pr
 
 def _report_until(config: ChaosConfig, history: History, started: float, progress: Callable[[str], None],
                   running: list) -> None:
-    """Print progress every ``progress_every_s`` until the duration is over (or a thread died)."""
+    """Print progress every ``progress_every_s`` until the duration is over and ``min_faults``
+    were injected (bounded: a fault takes well under a minute), or a thread died."""
     end = time.monotonic() + config.duration_s
-    while time.monotonic() < end:
-        time.sleep(min(config.progress_every_s, max(0.0, end - time.monotonic())))
+    limit = end + 60.0 * config.min_faults
+    while time.monotonic() < end or (len(history.faults) < config.min_faults and time.monotonic() < limit):
+        time.sleep(max(0.1, min(config.progress_every_s, end - time.monotonic())))
         counts = Counter()
         for log in history.producers:
             counts.update(log.counts())
