@@ -86,14 +86,16 @@ class Controller:
             threading.Thread(target=self._check_imbalance_periodically, name="leader-imbalance",
                              daemon=True).start()
 
-    def close(self) -> None:
-        """Resign (so another broker takes over at once) and stop the event thread."""
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Resign (so another broker takes over at once) and stop the event thread; gives up on
+        resigning after ``timeout_s`` (the ZooKeeper session's end resigns instead)."""
         self._closed = True
         self._stopped.set()
         try:
-            self._events.submit(self._resign).result(timeout=10)
+            self._events.submit(self._resign).result(timeout=timeout_s)
         except FutureTimeout:
-            log.warning("controller thread still busy after 10 s; the ZooKeeper session's end resigns instead")
+            log.warning("controller thread still busy after %.1fs; the ZooKeeper session's end resigns instead",
+                        timeout_s)
         finally:
             self._events.shutdown(wait=False, cancel_futures=True)
 

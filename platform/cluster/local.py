@@ -18,10 +18,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ember.cluster.zookeeper_server import ZooKeeperServer, free_port, is_healthy, read_pid, terminate
-from ember.errors import BrokerNotAvailable
+from ember.errors import BrokerNotAvailable, EmberError
 from ember.ingest.protocol import FRAME_LENGTH, ApiKey, decode_response, encode_request
 
 STATE_FILE = "cluster.json"
+
+
+class ClusterStopFailed(EmberError):
+    """A process of the local cluster could not be stopped."""
+    hint = "see `ember cluster status --data DIR`, then stop the listed pids by hand"
 
 
 @dataclass
@@ -51,6 +56,7 @@ class LocalCluster:
     zookeeper: ZooKeeperServer | None = None
     brokers: dict[int, BrokerProcess] = field(default_factory=dict)
     _processes: dict[int, subprocess.Popen] = field(default_factory=dict, repr=False)
+    _started: bool = field(default=False, repr=False)
 
     @property
     def bootstrap(self) -> str:
@@ -64,6 +70,10 @@ class LocalCluster:
     # -- lifecycle ---------------------------------------------------------------------------
 
     def start(self, timeout_s: float = 60.0, progress=lambda message: None) -> "LocalCluster":
+        """Start ZooKeeper and the brokers; on a cluster this object already started, do nothing
+        (so ``with LocalCluster(...).start() as c`` starts it once)."""
+        if self._started:
+            return self
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if self.zookeeper is None:
             self.zookeeper = ZooKeeperServer(self.data_dir / "zookeeper", free_port())
@@ -74,17 +84,32 @@ class LocalCluster:
         for broker in self.brokers.values():
             progress(f"starting broker {broker.broker_id} on {broker.address}")
             self._spawn(broker)
+        self._started = True
         self.save()
         self.wait_healthy(timeout_s)
         progress(f"cluster ready: bootstrap {self.bootstrap}")
         return self
 
-    def stop(self) -> None:
-        """Stop brokers (SIGTERM, then SIGKILL), then ZooKeeper."""
+    def stop(self, timeout_s: float = 15.0) -> None:
+        """Stop brokers (SIGTERM, then SIGKILL after ``timeout_s`` each), then ZooKeeper.
+
+        Every process is stopped even if stopping another one failed; the state file goes only
+        once nothing is left running, so ``ember cluster down`` can still find what remains."""
+        failures: list[str] = []
         for broker_id in list(self.brokers):
-            self.kill_broker(broker_id, signal.SIGTERM)
+            try:
+                self.kill_broker(broker_id, signal.SIGTERM, timeout_s)
+            except (OSError, subprocess.SubprocessError) as exc:
+                failures.append(f"broker {broker_id}: {exc}")
         if self.zookeeper is not None:
-            self.zookeeper.stop()
+            try:
+                self.zookeeper.stop(timeout_s)
+            except OSError as exc:
+                failures.append(f"ZooKeeper: {exc}")
+        self._started = False
+        if failures:
+            self.save()
+            raise ClusterStopFailed("could not stop " + "; ".join(failures))
         (self.data_dir / STATE_FILE).unlink(missing_ok=True)
 
     def __enter__(self) -> "LocalCluster":

@@ -6,6 +6,7 @@ import threading
 import time
 
 from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.handlers.threading import KazooTimeoutError
 
 from ember.cluster import zk_paths
 from ember.cluster.records import BrokerInfo
@@ -63,9 +64,14 @@ class BrokerRegistration:
         except EmberError:
             log.exception("could not re-register broker %d", self.info.id)
 
-    def deregister(self) -> None:
+    def deregister(self, timeout_s: float) -> None:
+        """Delete the registration so the controller moves leadership away now, not at session
+        expiry. Gives up after ``timeout_s`` (ZooKeeper unreachable): the session's end does it."""
         self._closed = True
         try:
-            self.session.client.delete(self.path)
+            self.session.client.delete_async(self.path).get(timeout=timeout_s)
         except NoNodeError:
             pass
+        except KazooTimeoutError:
+            log.warning("could not deregister broker %d within %.1fs (ZooKeeper unreachable); its session's "
+                        "expiry removes the registration", self.info.id, timeout_s)

@@ -68,12 +68,22 @@ class ZkSession:
             for callback in self._callbacks:
                 threading.Thread(target=callback, name="zk-new-session", daemon=True).start()
 
-    def close(self) -> None:
+    def close(self, timeout_s: float = 10.0) -> None:
+        """End the session; returns within ``timeout_s`` even if ZooKeeper is unreachable (kazoo's
+        stop then waits out its reconnect back-off, on a daemon thread left behind)."""
         self.client.remove_listener(self._on_state)
-        try:
-            self.client.stop()
-        finally:
-            self.client.close()
+
+        def stop() -> None:
+            try:
+                self.client.stop()
+            finally:
+                self.client.close()
+
+        stopper = threading.Thread(target=stop, name="zk-session-close", daemon=True)
+        stopper.start()
+        stopper.join(timeout_s)
+        if stopper.is_alive():
+            log.warning("ZooKeeper session did not close within %.1fs; leaving it to expire", timeout_s)
 
 
 def ensure_cluster_id(session: ZkSession, proposed: str) -> str:

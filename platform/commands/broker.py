@@ -4,13 +4,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
+import threading
 from pathlib import Path
 
 from ember.errors import InvalidConfig
 from ember.ingest.broker import Broker, BrokerOptions
 from ember.ingest.broker_config import BrokerConfig
 
+#: How long a stopped broker waits for worker threads before it exits anyway.
+EXECUTOR_SHUTDOWN_S = 3.0
 LOG_FORMAT = "%(asctime)s %(levelname)s [%(name)s] %(message)s"
 
 
@@ -49,5 +53,31 @@ def start_broker(args: argparse.Namespace) -> int:
     config = BrokerConfig.load(args.config)
     setup_logging(args.data)
     options = BrokerOptions(args.id, args.zookeeper, host, port, args.data.resolve(), config)
-    asyncio.run(Broker(options).run())
+    run_until_stopped(Broker(options))
     return 0
+
+
+def run_until_stopped(broker: Broker) -> None:
+    """Serve until SIGTERM/SIGINT, shut down, and exit in bounded time.
+
+    ``asyncio.run`` would wait without limit for worker threads still blocked in a ZooKeeper call
+    (ZooKeeper down), and so would the interpreter's exit. Once the broker has stopped (logs
+    flushed, checkpoints written) nothing they do matters: give them a moment, then leave."""
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(broker.run())
+        loop.run_until_complete(_shutdown_executor(loop))
+    finally:
+        loop.close()
+    stuck = [t.name for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
+    if stuck:
+        logging.getLogger(__name__).warning("exiting with threads still blocked: %s", ", ".join(stuck))
+        logging.shutdown()
+        os._exit(0)
+
+
+async def _shutdown_executor(loop: asyncio.AbstractEventLoop) -> None:
+    try:
+        await asyncio.wait_for(loop.shutdown_default_executor(), EXECUTOR_SHUTDOWN_S)
+    except asyncio.TimeoutError:
+        pass

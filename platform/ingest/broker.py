@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import threading
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +43,40 @@ from ember.ingest.replica_manager import ReplicaManager
 from ember.ingest.server import BrokerServer
 
 log = logging.getLogger(__name__)
+
+#: Upper bound of any one shutdown step (the ZooKeeper steps have their own, shorter budget).
+STEP_TIMEOUT_S = 30.0
+
+
+def _on_daemon_thread(fn: Callable[[], object]) -> "asyncio.Future[object]":
+    """Run a blocking call on a daemon thread: unlike the default executor's threads, one stuck
+    in a ZooKeeper call cannot keep the process from exiting."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[object] = loop.create_future()
+
+    def run() -> None:
+        result: object = None
+        error: BaseException | None = None
+        try:
+            result = fn()
+        except BaseException as exc:   # noqa: BLE001 - handed to the awaiting coroutine
+            error = exc
+        try:
+            loop.call_soon_threadsafe(_settle, future, result, error)
+        except RuntimeError:   # the loop is gone: the shutdown moved on without this step
+            pass
+
+    threading.Thread(target=run, name="broker-shutdown", daemon=True).start()
+    return future
+
+
+def _settle(future: "asyncio.Future[object]", result: object, error: BaseException | None) -> None:
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
 
 
 @dataclass(frozen=True)
@@ -102,23 +138,36 @@ class Broker:
                  options.host, options.port)
 
     async def stop(self) -> None:
-        """Undo whatever :meth:`start` got to; each step runs even if an earlier one failed."""
+        """Undo whatever :meth:`start` got to; each step runs even if an earlier one failed, and
+        the whole shutdown ends in bounded time whatever ZooKeeper does.
+
+        The ZooKeeper steps (resign as controller, deregister, end the session) only speed up
+        failover: the session's expiry does the same after ``zookeeper.session.timeout.ms``. So
+        together they get at most that long, and the local steps (stop serving, flush and close
+        every log, write checkpoints) always run."""
         log.info("shutting down broker %d", self.options.broker_id)
-        steps: list[Callable[[], Awaitable[object]]] = [
-            lambda: asyncio.to_thread(self.controller.close),
-            lambda: asyncio.to_thread(self.registration.deregister),
-            self.groups.close,
-            lambda: self.server.close() if self.server else asyncio.sleep(0),
-            self.logs.stop_schedules,
-            lambda: self.replicas.close() if self.replicas else asyncio.sleep(0),
-            lambda: asyncio.to_thread(self.session.close),
-            lambda: asyncio.to_thread(self.logs.close),
+        zk_deadline = time.monotonic() + self.config.zookeeper_session_timeout_ms / 1000
+
+        def zk_budget() -> float:
+            return max(zk_deadline - time.monotonic(), 0.0)
+
+        steps: list[tuple[str, Callable[[], Awaitable[object]]]] = [
+            ("resign as controller", lambda: _on_daemon_thread(lambda: self.controller.close(zk_budget()))),
+            ("deregister", lambda: _on_daemon_thread(lambda: self.registration.deregister(zk_budget()))),
+            ("close group coordinator", self.groups.close),
+            ("stop serving", lambda: self.server.close() if self.server else asyncio.sleep(0)),
+            ("stop schedules", self.logs.stop_schedules),
+            ("close replicas and logs", lambda: self.replicas.close() if self.replicas else asyncio.sleep(0)),
+            ("end ZooKeeper session", lambda: _on_daemon_thread(lambda: self.session.close(max(zk_budget(), 1.0)))),
+            ("close log manager", lambda: asyncio.to_thread(self.logs.close)),
         ]
-        for step in steps:
+        for name, step in steps:
             try:
-                await step()
+                await asyncio.wait_for(step(), STEP_TIMEOUT_S)
+            except asyncio.TimeoutError:
+                log.error("shutdown step %r did not finish within %.0fs; continuing", name, STEP_TIMEOUT_S)
             except Exception:
-                log.exception("shutdown step failed; continuing")
+                log.exception("shutdown step %r failed; continuing", name)
         log.info("broker %d stopped", self.options.broker_id)
 
     async def run(self) -> None:

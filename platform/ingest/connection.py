@@ -9,6 +9,12 @@ threads, and handing every request across an event-loop boundary would cost more
 A request that outlives its timeout closes the connection (responses come in order, so a lost one
 leaves the stream unusable) and every pending request fails with a retriable error. The
 :class:`ConnectionPool` reconnects on demand with exponential backoff.
+
+Two locks, never nested the other way round: ``_send_lock`` keeps frames whole on the socket and
+``_state_lock`` guards the pending table and the closed state. Failing a connection takes only
+``_state_lock`` and shuts the socket down (which wakes a sender blocked in ``sendmsg``), so it can
+run from the sending thread, the reader thread or ``close()`` without waiting for a send. The
+reader thread releases the file descriptor once no send can still use it.
 """
 from __future__ import annotations
 
@@ -67,6 +73,7 @@ class Connection:
         self._correlation = itertools.count(1)
         self._pending: dict[int, _Pending] = {}
         self._send_lock = threading.Lock()
+        self._state_lock = threading.Lock()
         self._closed: EmberError | None = None
         try:
             self._sock = socket.create_connection(address, timeout=connect_timeout_ms / 1000)
@@ -97,18 +104,23 @@ class Connection:
         future: Future = Future()
         deadline = time.monotonic() + (self.request_timeout_s if timeout_s is None else timeout_s)
         with self._send_lock:
-            if self._closed is not None:
-                raise type(self._closed)(str(self._closed))
-            correlation_id = next(self._correlation)
-            if expect_response:
-                self._pending[correlation_id] = _Pending(future, deadline, api_key)
+            with self._state_lock:
+                if self._closed is not None:
+                    raise type(self._closed)(str(self._closed))
+                correlation_id = next(self._correlation)
+                if expect_response:
+                    self._pending[correlation_id] = _Pending(future, deadline, api_key)
             try:
                 self._send(encode_request(api_key, 0, correlation_id, body, payload))
+                failure = None
             except OSError as exc:
-                self._pending.pop(correlation_id, None)
-                error = NetworkError(f"sending to broker {self.name} failed: {exc}")
-                self._fail(error)
-                raise error from None
+                with self._state_lock:
+                    self._pending.pop(correlation_id, None)
+                failure = self._closed or NetworkError(f"sending to broker {self.name} failed: {exc}")
+        if failure is not None:
+            # Outside the send lock: failing runs the pending requests' callbacks, which may send.
+            self._fail(failure)
+            raise type(failure)(str(failure))
         if not expect_response:
             future.set_result(None)
         return future
@@ -132,15 +144,19 @@ class Connection:
                     sent = 0
 
     def _fail(self, error: EmberError) -> None:
-        with self._send_lock:
-            if self._closed is None:
+        """Mark the connection closed, wake every thread using the socket, fail pending requests.
+
+        Takes only ``_state_lock``: callers may hold ``_send_lock`` (a send that failed)."""
+        with self._state_lock:
+            first = self._closed is None
+            if first:
                 self._closed = error
-                try:
-                    self._sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-                self._sock.close()
             pending, self._pending = self._pending, {}
+        if first:
+            try:
+                self._sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
         for entry in pending.values():
             if not entry.future.done():
                 entry.future.set_exception(type(error)(str(error)))
@@ -192,15 +208,28 @@ class Connection:
                 self._fail(NetworkError(f"connection to broker {self.name} lost: {exc}"))
         except EmberError as exc:
             self._fail(NetworkError(f"bad frame from broker {self.name}: {exc}"))
+        finally:
+            self._release_socket()
+
+    def _release_socket(self) -> None:
+        """Close the descriptor once the connection is failed and no send holds the socket.
+
+        The socket is shut down by then, so a send still in progress returns at once."""
+        if self._closed is None:
+            self._fail(NetworkError(f"connection to broker {self.name} stopped reading"))
+        with self._send_lock:
+            self._sock.close()
 
     def _dispatch(self, frame: memoryview) -> None:
         response = decode_response(frame)
         if response.payload:
             # The read buffer is reused; the payload must outlive it.
             response.payload = memoryview(bytes(response.payload))
-        entry = self._pending.pop(response.correlation_id, None)
-        if entry is None:
+        with self._state_lock:
+            entry = self._pending.pop(response.correlation_id, None)
+        if entry is None and self._closed is None:
             log.warning("broker %s sent an unexpected correlation id %d", self.name, response.correlation_id)
+        if entry is None:
             return
         if not entry.future.done():
             entry.future.set_result(response)

@@ -59,6 +59,7 @@ class Producer:
         if delivery_timeout_ms < linger_ms + request_timeout_ms:
             raise ValueError("delivery_timeout_ms must be at least linger_ms + request_timeout_ms")
         self.max_block_s = max_block_ms / 1000
+        self._request_timeout_s = request_timeout_ms / 1000
         self.max_request_size = max_request_size
         self._key_serializer = key_serializer
         self._value_serializer = value_serializer
@@ -209,8 +210,10 @@ class Producer:
             raise KafkaTimeoutError(f"flush: {len(not_done)} batch(es) still unacknowledged after {timeout}s")
 
     def close(self, timeout: Optional[float] = None) -> None:
-        """Send what is queued (waiting up to ``timeout`` seconds, forever if None), then stop.
-        Records still unsent after the timeout fail with KafkaTimeoutError."""
+        """Send what is queued (waiting up to ``timeout`` seconds; with None, until every batch has
+        resolved, which takes at most ``delivery_timeout_ms``), then stop. Records still unsent
+        after the timeout fail with KafkaTimeoutError; close() itself returns within ``timeout``
+        plus ``request_timeout_ms`` at worst (a send blocked on a dead socket)."""
         if self._closed:
             return
         self._closed = True
@@ -221,8 +224,11 @@ class Producer:
         if self._sender.is_alive():
             self._sender.force_close = True
             self._accumulator.wakeup.set()
-            self._sender.join()
+            self._sender.join(self._request_timeout_s)
+        # Closing the connections fails the requests still out; their batches go back to the
+        # queue or fail, and whatever is queued then fails here: no future is left unresolved.
         self._metadata.close()
+        self._sender.abort_unsent(KafkaTimeoutError("producer closed before the record was acknowledged"))
 
     def __enter__(self) -> "Producer":
         return self

@@ -26,6 +26,9 @@ from ember.log.batch import build_batch, increment_sequence
 
 log = logging.getLogger(__name__)
 
+#: Shortest wait for a produce answer, for a batch sent just before its delivery timeout.
+_MIN_REQUEST_TIMEOUT_S = 0.05
+
 
 @dataclass(frozen=True)
 class SenderConfig:
@@ -87,8 +90,7 @@ class Sender(threading.Thread):
             if wait > 0:
                 self.acc.wakeup.wait(wait)
             self.acc.wakeup.clear()
-        for batch in self.acc.abort_all():
-            self._fail(batch, KafkaTimeoutError("producer closed before the record was sent"), in_flight=False)
+        self.abort_unsent(KafkaTimeoutError("producer closed before the record was sent"))
 
     def _run_once(self) -> float:
         now = time.monotonic()
@@ -179,9 +181,12 @@ class Sender(threading.Thread):
                                                 "size": len(b.encoded)} for b in batches]}
         if self.idempotence is not None:
             body["producer_id"] = self.idempotence.producer_id
+        # Never wait for an answer past a batch's delivery timeout: every send resolves within it.
+        first_deadline = min(b.created for b in batches) + config.delivery_timeout_s
+        timeout_s = min(config.request_timeout_ms / 1000, max(first_deadline - time.monotonic(), _MIN_REQUEST_TIMEOUT_S))
         try:
             future = conn.request(ApiKey.PRODUCE, body, [b.encoded for b in batches],
-                                  expect_response=config.acks != 0)
+                                  expect_response=config.acks != 0, timeout_s=timeout_s)
         except EmberError as exc:
             self.metadata.mark_stale()
             for batch in batches:
@@ -255,7 +260,14 @@ class Sender(threading.Thread):
             error = self._expiry_error(batch, now)
         self._fail(batch, error, in_flight=True)
 
+    def abort_unsent(self, error: BaseException) -> None:
+        """Fail every batch still queued (the sender has stopped or will never get to them)."""
+        for batch in self.acc.abort_all():
+            self._fail(batch, error, in_flight=False)
+
     def _complete(self, batch: ProducerBatch, base_offset: int, log_append_time: int) -> None:
+        if batch.future.done():   # failed by close() while its answer was on the way
+            return
         # Resolve (running the record callbacks) before the batch leaves the accumulator, so a
         # flush() never returns while a callback of an acknowledged batch is still to run.
         batch.future.set_result(ProduceResult(batch.tp.topic, batch.tp.partition, base_offset, log_append_time))
