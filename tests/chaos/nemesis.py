@@ -24,9 +24,11 @@ from typing import Callable, Optional
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.retry import KazooRetry
 
 from ember.cluster import zk_paths
 from ember.cluster.local import LocalCluster
+from ember.cluster.zk_session import RECONNECT_MAX_DELAY_S
 from ember.errors import EmberError
 
 from .history import Fault, History
@@ -40,7 +42,7 @@ class ChaosBounds:
     """How long faults are held and how long healing may take."""
     session_timeout_s: float
     hold_s: tuple[float, float] = (1.0, 6.0)
-    zookeeper_down_s: tuple[float, float] = (2.0, 8.0)
+    zookeeper_down_s: tuple[float, float] = (2.0, 15.0)   # often past the session timeout
     pause_factor: tuple[float, float] = (1.5, 2.5)    # SIGSTOP held this many session timeouts
     gap_s: tuple[float, float] = (1.0, 4.0)            # between healing and the next fault
     restart_s: float = 45.0                            # a restarted broker serves again
@@ -55,7 +57,8 @@ class ZkProbe:
     def __init__(self, connect: str, timeout_s: float = 10.0) -> None:
         self.connect = connect
         self.timeout_s = timeout_s
-        self.client = KazooClient(hosts=connect + zk_paths.CHROOT, timeout=timeout_s)
+        self.client = KazooClient(hosts=connect + zk_paths.CHROOT, timeout=timeout_s,
+                                  connection_retry=KazooRetry(max_tries=-1, max_delay=RECONNECT_MAX_DELAY_S))
         self.client.start(timeout=timeout_s)
 
     def _read(self, read: Callable[[], object], default: object) -> object:
