@@ -33,6 +33,9 @@ from ember.errors import EmberError
 
 from .history import Fault, History
 
+#: Tries at expiring a session the broker keeps winning back (see Nemesis._expire_session).
+EXPIRE_ATTEMPTS = 5
+
 KINDS = ("kill-broker", "kill-controller", "kill-leader", "kill-two", "terminate-broker",
          "pause-leader", "zookeeper-down", "expire-session")
 
@@ -82,10 +85,6 @@ class ZkProbe:
         data = self._read(lambda: self.client.get(zk_paths.partition_state(topic, partition))[0], None)
         leader = json.loads(data)["leader"] if data else -1
         return leader if leader >= 0 else None
-
-    def isr(self, topic: str, partition: int) -> list[int]:
-        data = self._read(lambda: self.client.get(zk_paths.partition_state(topic, partition))[0], None)
-        return json.loads(data)["isr"] if data else []
 
     def registration_owner(self, broker_id: int) -> Optional[int]:
         """The ZooKeeper session id owning the broker's registration (None: not registered)."""
@@ -142,9 +141,11 @@ class Nemesis(threading.Thread):
 
     def stop(self, timeout_s: float) -> None:
         """Stop injecting, heal what is broken, and wait (bounded) for the thread."""
+        started = time.monotonic()
         self._halt.set()
         self.join(timeout_s)
-        self.history.timing("nemesis stop (heal the last fault)", None if self.is_alive() else 0.0, timeout_s)
+        self.history.timing("nemesis stop (heal the last fault)",
+                            None if self.is_alive() else time.monotonic() - started, timeout_s)
         self.probe.close()
 
     def run(self) -> None:
@@ -174,16 +175,21 @@ class Nemesis(threading.Thread):
         elif kind == "terminate-broker":
             self._terminate(fault, self.rng.choice(brokers))
         else:
-            victims = {"kill-broker": lambda: [self.rng.choice(brokers)],
-                       "kill-controller": lambda: [self.probe.controller() or self.rng.choice(brokers)],
-                       "kill-leader": lambda: [self._leader_or_any(brokers)],
-                       "kill-two": lambda: sorted(self.rng.sample(brokers, 2))}[kind]()
-            self._kill(fault, victims)
+            self._kill(fault, self._victims(kind, brokers))
         fault.healed_at = time.monotonic()
         self.history.faults.append(fault)
         self.progress(f"fault {len(self.history.faults)}: {kind} {list(fault.targets)} "
                       f"held {fault.healed_at - fault.injected_at:.1f}s {fault.note}".rstrip())
         return fault
+
+    def _victims(self, kind: str, brokers: list[int]) -> list[int]:
+        if kind == "kill-two":
+            return sorted(self.rng.sample(brokers, 2))
+        if kind == "kill-controller":
+            return [self.probe.controller() or self.rng.choice(brokers)]
+        if kind == "kill-leader":
+            return [self._leader_or_any(brokers)]
+        return [self.rng.choice(brokers)]
 
     def _leader_or_any(self, brokers: list[int]) -> int:
         partition = self.rng.randrange(self.partitions)
@@ -229,12 +235,14 @@ class Nemesis(threading.Thread):
         fault.targets = (broker_id,)
         owner = self.probe.registration_owner(broker_id)
         self.cluster.pause_broker(broker_id)
+        started = time.monotonic()
         try:
             low, high = self.bounds.pause_factor
             self._hold((low * self.bounds.session_timeout_s, high * self.bounds.session_timeout_s))
         finally:
             self.cluster.resume_broker(broker_id)
-        self._await_new_session(fault, broker_id, owner)
+        self._await_new_session(fault, broker_id, owner, time.monotonic())
+        fault.note += f" after a {time.monotonic() - started:.1f}s pause"
 
     def _expire_session(self, fault: Fault, broker_id: int) -> None:
         fault.targets = (broker_id,)
@@ -242,22 +250,38 @@ class Nemesis(threading.Thread):
         if owner is None:
             fault.note = "(not registered: nothing to expire)"
             return
-        expire_session(self.cluster.zk_connect, owner)
-        self._await_new_session(fault, broker_id, owner)
-
-    def _await_new_session(self, fault: Fault, broker_id: int, old_owner: Optional[int]) -> None:
-        """Bounded wait until the broker is registered again under a session other than ``old_owner``."""
         started = time.monotonic()
-        deadline = started + self.bounds.reregister_s
-        while time.monotonic() < deadline:
-            owner = self.probe.registration_owner(broker_id)
-            if owner is not None and owner != old_owner:
-                fault.note = f"(new session after {time.monotonic() - started:.1f}s)"
-                self.history.timing(f"broker {broker_id} registers again after {fault.kind}",
-                                    time.monotonic() - started, self.bounds.reregister_s)
-                return
+        # Taking the session over makes the broker reconnect at once; if it gets in between our
+        # connect and close, it wins the session back. Expire again while the old session still
+        # owns the registration (bounded).
+        for attempt in range(1, EXPIRE_ATTEMPTS + 1):
+            expire_session(self.cluster.zk_connect, owner)
+            if self._wait_for_owner(broker_id, lambda now: now != owner, 2 * self.bounds.session_timeout_s):
+                break
+        self._await_new_session(fault, broker_id, owner, started)
+        fault.note += f" ({attempt} attempt{'s' if attempt > 1 else ''})"
+
+    def _await_new_session(self, fault: Fault, broker_id: int, old_owner: Optional[int], started: float) -> None:
+        """Bounded wait (from ``started``) until the broker is registered again under a session
+        other than ``old_owner``; how long it took is a liveness timing."""
+        what = f"broker {broker_id} registers again after {fault.kind}"
+        if self._wait_for_owner(broker_id, lambda now: now is not None and now != old_owner,
+                                started + self.bounds.reregister_s - time.monotonic()):
+            fault.note = f"new session after {time.monotonic() - started:.1f}s"
+            self.history.timing(what, time.monotonic() - started, self.bounds.reregister_s)
+        else:
+            fault.note = "NO new session"
+            self.history.timing(what, None, self.bounds.reregister_s)
+
+    def _wait_for_owner(self, broker_id: int, done: Callable[[Optional[int]], bool], timeout_s: float) -> bool:
+        """Whether the session owning the broker's registration (None: unregistered) satisfies
+        ``done`` within ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while not done(self.probe.registration_owner(broker_id)):
+            if time.monotonic() > deadline:
+                return False
             time.sleep(0.1)
-        self.history.timing(f"broker {broker_id} registers again after {fault.kind}", None, self.bounds.reregister_s)
+        return True
 
     def _zookeeper_down(self, fault: Fault) -> None:
         zookeeper = self.cluster.zookeeper
