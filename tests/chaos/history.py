@@ -43,6 +43,7 @@ class ProducerLog:
         self.resolved_at = array("d")
         self.offsets = array("q")
         self.errors: Counter[str] = Counter()
+        self.acked_count = self.failed_count = 0
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -64,19 +65,22 @@ class ProducerLog:
         for i in range(count):
             self.offsets[first_seq + i] = base_offset + i
             self.resolved_at[first_seq + i] = now
+        with self._lock:
+            self.acked_count += count
 
     def failed(self, first_seq: int, error: BaseException, count: int = 1, now: Optional[float] = None) -> None:
         now = time.monotonic() if now is None else now
-        self.errors[type(error).__name__] += count
         for i in range(count):
             self.offsets[first_seq + i] = FAILED
             self.resolved_at[first_seq + i] = now
+        with self._lock:
+            self.errors[type(error).__name__] += count
+            self.failed_count += count
 
     def counts(self) -> dict[str, int]:
-        acked = sum(1 for o in self.offsets if o >= 0)
-        failed = sum(1 for o in self.offsets if o == FAILED)
-        return {"sent": len(self.offsets), "acked": acked, "failed": failed,
-                "pending": len(self.offsets) - acked - failed}
+        with self._lock:
+            sent, acked, failed = len(self.offsets), self.acked_count, self.failed_count
+        return {"sent": sent, "acked": acked, "failed": failed, "pending": sent - acked - failed}
 
 
 @dataclass

@@ -169,20 +169,24 @@ def _report_until(config: ChaosConfig, history: History, started: float, progres
                   running: list) -> None:
     """Print progress every ``progress_every_s`` until the duration is over and ``min_faults``
     were injected (bounded: a fault takes well under a minute), or a thread died."""
-    end = time.monotonic() + config.duration_s
+    reported = time.monotonic()
+    end = reported + config.duration_s
     limit = end + 60.0 * config.min_faults
     while time.monotonic() < end or (len(history.faults) < config.min_faults and time.monotonic() < limit):
-        time.sleep(max(0.1, min(config.progress_every_s, end - time.monotonic())))
-        counts = Counter()
-        for log in history.producers:
-            counts.update(log.counts())
-        progress(f"[{time.monotonic() - started:6.0f}s] faults {len(history.faults)} | acked {counts['acked']:,} "
-                 f"failed {counts['failed']:,} unresolved {counts['pending']:,} | live read {history.live.count():,} "
-                 f"| commits {len(history.commits):,}" + (f" | STALLS {len(history.stalls)}" if history.stalls else ""))
+        time.sleep(min(config.progress_every_s, max(1.0, end - time.monotonic())))
         dead = [t.name for t in running if t.error is not None]
         if dead:
             progress(f"stopping early: {', '.join(dead)} failed")
             return
+        if time.monotonic() - reported >= config.progress_every_s:
+            reported = time.monotonic()
+            counts = Counter()
+            for log in history.producers:
+                counts.update(log.counts())
+            progress(f"[{reported - started:6.0f}s] faults {len(history.faults)} | acked {counts['acked']:,} "
+                     f"failed {counts['failed']:,} unresolved {counts['pending']:,} | "
+                     f"live read {history.live.count():,} | commits {len(history.commits):,}"
+                     + (f" | STALLS {len(history.stalls)}" if history.stalls else ""))
 
 
 def _await_live_consumer(live: LiveConsumer, high_watermarks: dict[int, int], history: History, bound_s: float) -> None:
