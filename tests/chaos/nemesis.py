@@ -241,8 +241,9 @@ class Nemesis(threading.Thread):
             self._hold((low * self.bounds.session_timeout_s, high * self.bounds.session_timeout_s))
         finally:
             self.cluster.resume_broker(broker_id)
-        self._await_new_session(fault, broker_id, owner, time.monotonic())
-        fault.note += f" after a {time.monotonic() - started:.1f}s pause"
+        paused = time.monotonic() - started
+        outcome = self._await_new_session(fault, broker_id, owner, time.monotonic())
+        fault.note = f"(paused {paused:.1f}s, {outcome})"
 
     def _expire_session(self, fault: Fault, broker_id: int) -> None:
         fault.targets = (broker_id,)
@@ -258,20 +259,20 @@ class Nemesis(threading.Thread):
             expire_session(self.cluster.zk_connect, owner)
             if self._wait_for_owner(broker_id, lambda now: now != owner, 2 * self.bounds.session_timeout_s):
                 break
-        self._await_new_session(fault, broker_id, owner, started)
-        fault.note += f" ({attempt} attempt{'s' if attempt > 1 else ''})"
+        outcome = self._await_new_session(fault, broker_id, owner, started)
+        fault.note = f"({outcome}, {attempt} attempt{'s' if attempt > 1 else ''})"
 
-    def _await_new_session(self, fault: Fault, broker_id: int, old_owner: Optional[int], started: float) -> None:
+    def _await_new_session(self, fault: Fault, broker_id: int, old_owner: Optional[int], started: float) -> str:
         """Bounded wait (from ``started``) until the broker is registered again under a session
-        other than ``old_owner``; how long it took is a liveness timing."""
+        other than ``old_owner``; how long it took is a liveness timing. Returns what happened."""
         what = f"broker {broker_id} registers again after {fault.kind}"
         if self._wait_for_owner(broker_id, lambda now: now is not None and now != old_owner,
                                 started + self.bounds.reregister_s - time.monotonic()):
-            fault.note = f"new session after {time.monotonic() - started:.1f}s"
-            self.history.timing(what, time.monotonic() - started, self.bounds.reregister_s)
-        else:
-            fault.note = "NO new session"
-            self.history.timing(what, None, self.bounds.reregister_s)
+            took = time.monotonic() - started
+            self.history.timing(what, took, self.bounds.reregister_s)
+            return f"new session after {took:.1f}s"
+        self.history.timing(what, None, self.bounds.reregister_s)
+        return "NO new session"
 
     def _wait_for_owner(self, broker_id: int, done: Callable[[Optional[int]], bool], timeout_s: float) -> bool:
         """Whether the session owning the broker's registration (None: unregistered) satisfies
