@@ -4,6 +4,12 @@ ZooKeeper drops every ephemeral node (broker registration, controller) when a se
 kazoo reconnects by itself with a fresh session; :class:`ZkSession` runs the registered
 ``on_new_session`` callbacks then, on their own thread, because kazoo forbids blocking calls
 inside its connection listener.
+
+Reconnecting is retried at least every second (``RECONNECT_MAX_DELAY_S``): ZooKeeper restores its
+sessions when it restarts and gives each its whole timeout again, so a prompt reconnect keeps the
+session (and the broker's registration) however long the server was down. kazoo's default back-off
+doubles up to an hour, which let sessions expire after short outages and every broker fail over at
+once.
 """
 from __future__ import annotations
 
@@ -14,11 +20,14 @@ from typing import Callable
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import NodeExistsError
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.retry import KazooRetry
 
 from ember.cluster import zk_paths
 from ember.errors import EmberError
 
 log = logging.getLogger(__name__)
+
+RECONNECT_MAX_DELAY_S = 1.0
 
 
 class ZooKeeperConnectionError(EmberError):
@@ -32,7 +41,8 @@ class ZkSession:
 
     def __init__(self, connect: str, session_timeout_ms: int) -> None:
         self.connect = connect
-        self.client = KazooClient(hosts=connect, timeout=session_timeout_ms / 1000.0)
+        self.client = KazooClient(hosts=connect, timeout=session_timeout_ms / 1000.0,
+                                  connection_retry=KazooRetry(max_tries=-1, max_delay=RECONNECT_MAX_DELAY_S))
         self._callbacks: list[Callable[[], None]] = []
         self._session_lost = False
         self.client.add_listener(self._on_state)

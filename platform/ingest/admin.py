@@ -3,15 +3,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Callable, Iterable, Mapping, Optional, TypeVar
 
-from ember.errors import BrokerNotAvailable, EmberError, NetworkError, error_for_code
+from ember.errors import BrokerNotAvailable, EmberError, NetworkError, RequestTimedOut, error_for_code
 from ember.ingest.client_types import TopicPartition
 from ember.ingest.metadata_client import MetadataClient, response_error
 from ember.ingest.offsets import EARLIEST, LATEST, list_offsets
 from ember.ingest.protocol import ApiKey
 
 _CONTROLLER_RETRY_S = 0.2
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ class Admin:
         self._topic_results(ApiKey.DELETE_TOPICS, {"topics": [name]})
 
     def list_topics(self) -> list[str]:
-        return sorted(self._metadata.refresh(None, broker_id=self._home()))
+        return sorted(self._at_home(lambda broker: self._metadata.refresh(None, broker_id=broker)))
 
     def describe_configs(self, name: str) -> dict[str, dict[str, Any]]:
         """``{config: {"value", "default", "doc"}}`` of a topic, defaults included."""
@@ -109,7 +110,7 @@ class Admin:
 
     def describe_topic(self, name: str) -> TopicDescription:
         """Leader, replicas, ISR, log start, high watermark and log end of every partition."""
-        info = self._metadata.refresh([name], broker_id=self._home()).get(name)
+        info = self._at_home(lambda broker: self._metadata.refresh([name], broker_id=broker)).get(name)
         if info is None or info.error_code:
             raise error_for_code(info.error_code if info else 3, f"topic {name!r} does not exist")
         tps = [TopicPartition(name, p.partition) for p in info.partitions]
@@ -161,12 +162,17 @@ class Admin:
         controller = self._metadata.controller_id
         return controller if controller in self._metadata.brokers else None
 
-    def _request(self, api_key: int, body: dict[str, Any]) -> dict[str, Any]:
+    def _at_home(self, call: Callable[[int | None], T]) -> T:
+        """``call(broker)`` at the controller (see :meth:`_home`); when it is unreachable (it died
+        or moved), at any broker after a refresh, which also learns the new controller."""
         try:
-            return self._metadata.request(api_key, body, broker_id=self._home()).body
-        except (BrokerNotAvailable, NetworkError):
+            return call(self._home())
+        except (BrokerNotAvailable, NetworkError, RequestTimedOut):
             self._metadata.refresh([])
-            return self._metadata.request(api_key, body).body
+            return call(None)
+
+    def _request(self, api_key: int, body: dict[str, Any]) -> dict[str, Any]:
+        return self._at_home(lambda broker: self._metadata.request(api_key, body, broker_id=broker).body)
 
     def _controller_request(self, api_key: int, body: dict[str, Any]) -> dict[str, Any]:
         """A request only the controller serves, retried while the controller moves."""

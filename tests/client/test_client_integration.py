@@ -14,7 +14,7 @@ from ember.client import Admin, Consumer, OffsetAndTimestamp, Producer, TopicPar
 from ember.cluster.local import LocalCluster
 from ember.errors import (InvalidReplicationFactor, KafkaTimeoutError, MessageTooLarge, OffsetOutOfRange,
                           TopicAlreadyExists, UnknownTopicOrPartition)
-from ember.ingest.connection import Connection
+from ember.ingest.connection import Connection, parse_bootstrap
 from ember.ingest.partitioner import partition_for_key
 from ember.ingest.protocol import ApiKey, decode_response
 
@@ -221,6 +221,23 @@ def test_broker_down_retries_then_times_out(make_cluster, topic_name: str) -> No
             future.get(30)
         cluster.restart_broker(1)
         assert producer.send(topic_name, b"again").get(30).offset == 1
+
+
+def test_admin_keeps_answering_after_the_controller_it_asked_dies(make_cluster, topic_name: str) -> None:
+    """Admin asks the controller (same view after a write); found by the chaos harness: a
+    streaming query died because describe_topic gave up when that broker was SIGKILLed."""
+    cluster = make_cluster(brokers=3)
+    with Admin(cluster.bootstrap) as admin:
+        admin.create_topic(topic_name, partitions=2, replication_factor=3)
+        assert len(admin.describe_topic(topic_name).partitions) == 2
+        connection = Connection(parse_bootstrap(cluster.bootstrap)[0])
+        try:
+            controller = connection.request(ApiKey.METADATA, {"topics": []}).result(10).body["controller_id"]
+        finally:
+            connection.close()
+        cluster.kill_broker(controller)
+        assert len(admin.describe_topic(topic_name).partitions) == 2
+        assert topic_name in admin.list_topics()
 
 
 def run_cli(*args: str, stdin: bytes = b"", env: dict | None = None) -> subprocess.CompletedProcess:

@@ -1,0 +1,48 @@
+"""``python -m tests.chaos --duration 600 --seed 7``: one chaos run, progress on stdout, a
+summary at the end; exit status 0 when every check passed (docs/testing.md)."""
+from __future__ import annotations
+
+import argparse
+import logging
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from .nemesis import KINDS
+from .runner import ChaosConfig, run_chaos
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.chaos", description=__doc__)
+    parser.add_argument("--duration", type=float, default=600, help="seconds of faults (default 600)")
+    parser.add_argument("--seed", type=int, default=7, help="seed of the nemesis (default 7)")
+    parser.add_argument("--data", type=Path, help="run directory (default data/chaos-SEED-TIME)")
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--record-producers", type=int, default=1, help="producers calling send() per record")
+    parser.add_argument("--record-rate", type=float, default=300, help="records/s of each send() producer")
+    parser.add_argument("--columnar-producers", type=int, default=1, help="producers calling send_batch()")
+    parser.add_argument("--columnar-rate", type=float, default=1000, help="records/s of each send_batch() producer")
+    parser.add_argument("--faults", default=",".join(KINDS), help=f"comma-separated kinds among {','.join(KINDS)}")
+    parser.add_argument("--keep", action="store_true", help="keep the run directory after a passing run")
+    args = parser.parse_args(argv)
+    data = args.data or Path("data") / f"chaos-{args.seed}-{int(time.time())}"
+    data.mkdir(parents=True, exist_ok=True)
+    logging.basicConfig(filename=data / "clients.log", level=logging.INFO,
+                        format="%(asctime)s %(threadName)s %(name)s %(levelname)s %(message)s")
+    config = ChaosConfig(duration_s=args.duration, seed=args.seed, data_dir=data, partitions=args.partitions,
+                         record_producers=args.record_producers, record_rate=args.record_rate,
+                         columnar_producers=args.columnar_producers, columnar_rate=args.columnar_rate,
+                         kinds=tuple(k for k in args.faults.split(",") if k), progress_every_s=15)
+    print(f"chaos: seed {args.seed}, {args.duration:.0f}s of faults, run directory {data}", flush=True)
+    report = run_chaos(config, progress=lambda message: print(message, flush=True))
+    print(report.summary(), flush=True)
+    if report.ok and not args.keep:
+        shutil.rmtree(data, ignore_errors=True)
+    elif not report.ok:
+        print(f"run directory kept for inspection: {data} (broker logs, clients.log, stalls.txt)")
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
