@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ember.errors import InvalidConfig
 from ember.ingest.broker import Broker, BrokerOptions
-from ember.ingest.broker_config import BrokerConfig
+from ember.ingest.broker_config import BROKER_CONFIGS, BrokerConfig
 
 LOG_FORMAT = "%(asctime)s %(levelname)s [%(name)s] %(message)s"
 
@@ -24,6 +24,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     start.add_argument("--data", required=True, type=Path, metavar="DIR", help="data directory of this broker")
     start.add_argument("--config", type=Path, metavar="FILE",
                        help="broker properties (Kafka names; see conf/broker.properties)")
+    start.add_argument("--metrics-listen", metavar="HOST:PORT",
+                       help="serve /metrics, /livez and /readyz here (overrides metrics.listen; off by default)")
     start.set_defaults(func=start_broker)
 
 
@@ -48,6 +50,8 @@ def start_broker(args: argparse.Namespace) -> int:
         raise InvalidConfig(f"--config {args.config}: no such file")
     config = BrokerConfig.load(args.config)
     setup_logging(args.data)
-    options = BrokerOptions(args.id, args.zookeeper, host, port, args.data.resolve(), config)
+    metrics_listen = BROKER_CONFIGS["metrics.listen"].parse(args.metrics_listen) if args.metrics_listen \
+        else config.metrics_listen
+    options = BrokerOptions(args.id, args.zookeeper, host, port, args.data.resolve(), config, metrics_listen)
     asyncio.run(Broker(options).run())
     return 0

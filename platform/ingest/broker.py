@@ -39,6 +39,7 @@ from ember.ingest.isr import IsrWriter
 from ember.ingest.log_manager import LogManager
 from ember.ingest.replica_manager import ReplicaManager
 from ember.ingest.server import BrokerServer
+from ember.metrics.service import MetricsService
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,8 @@ class BrokerOptions:
     port: int
     data_dir: Path
     config: BrokerConfig
+    #: Where to serve /metrics, /livez and /readyz (None: metrics off).
+    metrics_listen: tuple[str, int] | None = None
 
 
 class Broker:
@@ -60,26 +63,31 @@ class Broker:
         self.logs = LogManager(options.data_dir, options.broker_id)
         self.session = ZkSession(options.zookeeper, self.config.zookeeper_session_timeout_ms)
         self.cache = MetadataCache(self.session)
-        self.controller = Controller(self.session, self.cache, options.broker_id, self.config.controller_config())
+        self.groups = GroupCoordinator(options.broker_id, self.cache, GroupStore(self.session),
+                                       self.config.group_initial_rebalance_delay_ms)
+        self.replicas: ReplicaManager | None = None
+        self.server: BrokerServer | None = None
+        self.telemetry = MetricsService(self, *options.metrics_listen) if options.metrics_listen else None
+        self.metrics = self.telemetry.metrics if self.telemetry is not None else None
+        self.controller = Controller(self.session, self.cache, options.broker_id, self.config.controller_config(),
+                                     self.metrics)
         self.registration = BrokerRegistration(
             self.session, BrokerInfo(options.broker_id, options.host, options.port),
             self.config.zookeeper_session_timeout_ms)
-        self.replicas: ReplicaManager | None = None
-        self.groups = GroupCoordinator(options.broker_id, self.cache, GroupStore(self.session),
-                                       self.config.group_initial_rebalance_delay_ms)
-        self.server: BrokerServer | None = None
 
     async def start(self) -> None:
         options = self.options
         log.info("starting broker %d (data %s, ZooKeeper %s)", options.broker_id, options.data_dir,
                  options.zookeeper)
         self.logs.lock()
+        if self.telemetry is not None:
+            await self.telemetry.start()
         await asyncio.to_thread(self.session.start)
         cluster_id = await asyncio.to_thread(ensure_cluster_id, self.session, uuid.uuid4().hex)
         self.logs.claim(cluster_id)
         await asyncio.to_thread(self.cache.start)
         self.replicas = ReplicaManager(options.broker_id, self.cache, self.logs, self.config,
-                                       IsrWriter(self.session, options.broker_id))
+                                       IsrWriter(self.session, options.broker_id), self.metrics)
         self.cache.add_listener(self.replicas.notify)
         await self.replicas.start()
 
@@ -90,14 +98,15 @@ class Broker:
                         self.replicas.unavailable_reason).handlers(),
             RecordApis(self.replicas).handlers(), ReplicationApis(self.replicas).handlers(), admin.handlers(),
             LeadershipApis(self.controller).handlers(), GroupApis(self.groups).handlers())
-        self.server = BrokerServer(dispatcher, options.host, options.port, self.config.socket_request_max_bytes)
+        self.server = BrokerServer(dispatcher, options.host, options.port, self.config.socket_request_max_bytes,
+                                   self.telemetry.requests if self.telemetry is not None else None)
         await self.server.bind()
         await asyncio.to_thread(self.registration.register)
         await self.server.start_serving()
         self.controller.start()
         self.groups.start()
         self.logs.start_schedules(self.replicas.all_partitions, self.config.log_retention_check_interval_ms,
-                                  self.config.log_flush_scheduler_interval_ms)
+                                  self.config.log_flush_scheduler_interval_ms, self.metrics)
         log.info("broker %d started (cluster %s) on %s:%d", options.broker_id, cluster_id,
                  options.host, options.port)
 
@@ -113,6 +122,7 @@ class Broker:
             lambda: self.replicas.close() if self.replicas else asyncio.sleep(0),
             lambda: asyncio.to_thread(self.session.close),
             lambda: asyncio.to_thread(self.logs.close),
+            lambda: self.telemetry.close() if self.telemetry else asyncio.sleep(0),
         ]
         for step in steps:
             try:

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Awaitable, Callable
+from typing import TYPE_CHECKING, Awaitable, Callable
 
 from ember.errors import EmberError
 from ember.ingest.protocol import FRAME_LENGTH, Request, check_frame_size, decode_request, response_prefix
 from ember.ingest.reply import CloseConnection, FileRegion, Reply
+
+if TYPE_CHECKING:
+    from ember.metrics.requests import RequestObserver
 
 log = logging.getLogger(__name__)
 
@@ -23,8 +26,10 @@ Dispatch = Callable[[Request], Awaitable[Reply | None]]
 
 
 class BrokerServer:
-    def __init__(self, dispatch: Dispatch, host: str, port: int, max_frame_bytes: int) -> None:
+    def __init__(self, dispatch: Dispatch, host: str, port: int, max_frame_bytes: int,
+                 observer: "RequestObserver | None" = None) -> None:
         self.dispatch = dispatch
+        self.observer = observer
         self.host, self.port = host, port
         self.max_frame_bytes = max_frame_bytes
         self._server: asyncio.Server | None = None
@@ -49,6 +54,10 @@ class BrokerServer:
         await asyncio.gather(*self._connections, return_exceptions=True)
         await self._server.wait_closed()
 
+    @property
+    def connection_count(self) -> int:
+        return len(self._connections)
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
@@ -59,9 +68,16 @@ class BrokerServer:
                 request = await self._read_request(reader)
                 if request is None:
                     break
-                reply = await self.dispatch(request)
-                if reply is not None:
-                    await self._write(writer, request.correlation_id, reply)
+                timer = self.observer.start(request.api_key) if self.observer is not None else None
+                try:
+                    reply = await self.dispatch(request)
+                    if timer is not None:
+                        timer.handled(reply)
+                    if reply is not None:
+                        await self._write(writer, request.correlation_id, reply)
+                finally:
+                    if timer is not None:
+                        timer.done()
         except EmberError as exc:
             log.warning("closing connection from %s: %s", peer, exc)
         except CloseConnection as exc:
