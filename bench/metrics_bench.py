@@ -1,0 +1,141 @@
+"""What broker metrics cost: producer and consumer throughput with metrics off and on, as ratios.
+
+One broker (LocalCluster), 100-byte records, RF 1. Per run: ``bench/produce_bench.py``'s send
+loop (``Producer.send`` + ``flush``, acks=1), then one consumer reading the topic back from the
+start, ``--consume-passes`` times, with ``poll_batches`` (Arrow batches, so the broker's fetch path and not per-record Python
+objects sets the pace). "On" serves ``/metrics`` and is fetched every second meanwhile (a busy
+Prometheus scrapes every 15 s); "off" is a broker without ``metrics.listen``, which creates no
+metric at all. Each round runs off and on back to back on fresh clusters (in alternating order);
+the reported ratio (on / off, aim >= 0.97) is the median over rounds of each round's ratio, so
+load from neighbours that drifts between rounds cancels out. Beside throughput, the broker
+process's CPU seconds per million records (from /proc) are compared: on a shared machine the
+CPU the broker spends is steadier than the wall-clock rate it reaches.
+
+    .venv/bin/python bench/metrics_bench.py [--records 1000000] [--rounds 5] [--consume-passes 5]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from produce_bench import bench_send
+
+from ember.client import Admin, Consumer, TopicPartition
+from ember.cluster.local import LocalCluster
+from ember.metrics.scrape import http_get
+
+TOPIC = "bench-metrics"
+SCRAPE_INTERVAL_S = 1.0
+
+
+def bench_consume(bootstrap: str, records: int, passes: int) -> float:
+    """Records/s reading the first ``records`` of partition 0, ``passes`` times over."""
+    partition = TopicPartition(TOPIC, 0)
+    with Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest") as consumer:
+        consumer.assign([partition])
+        started, read = time.perf_counter(), 0
+        deadline = started + 300
+        for _ in range(passes):
+            consumer.seek(partition, 0)
+            this_pass = 0
+            while this_pass < records:
+                if time.perf_counter() > deadline:
+                    raise TimeoutError(f"read {read + this_pass} of {records * passes} records in 300 s")
+                this_pass += sum(batch.num_rows for batch in consumer.poll_batches(1000).values())
+            read += this_pass
+        return read / (time.perf_counter() - started)
+
+
+def scrape_until(stop: threading.Event, host: str, port: int, scrapes: list[int]) -> None:
+    """Fetch /metrics like Prometheus (without parsing it here, in the producer's process)."""
+    while not stop.wait(SCRAPE_INTERVAL_S):
+        http_get(host, port, "/metrics", 10)
+        scrapes.append(1)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Run:
+    produce_per_s: float
+    consume_per_s: float
+    produce_cpu_s: float     # broker CPU while producing
+    consume_cpu_s: float     # broker CPU while consuming
+    scrapes: int
+
+
+def run(metrics: bool, records: int, passes: int) -> Run:
+    """One fresh one-broker cluster: produce, then consume, with the broker's CPU time of each."""
+    with tempfile.TemporaryDirectory() as directory, \
+            LocalCluster(Path(directory), broker_count=1, metrics=metrics) as cluster:
+        with Admin(cluster.bootstrap) as admin:
+            admin.create_topic(TOPIC, partitions=1)
+        stop, scrapes = threading.Event(), []
+        scraper = None
+        if metrics:
+            broker = cluster.brokers[1]
+            scraper = threading.Thread(target=scrape_until, args=(stop, broker.host, broker.metrics_port, scrapes))
+            scraper.start()
+        pid = cluster.brokers[1].pid
+        assert pid is not None
+        try:
+            cpu = cpu_seconds(pid)
+            produced = bench_send(cluster.bootstrap, TOPIC, records, profile=False)["records_per_s"]
+            cpu_produce, cpu = cpu_seconds(pid) - cpu, cpu_seconds(pid)
+            consumed = bench_consume(cluster.bootstrap, records, passes)
+            cpu_consume = cpu_seconds(pid) - cpu
+        finally:
+            stop.set()
+            if scraper is not None:
+                scraper.join(30)
+    return Run(produced, consumed, cpu_produce, cpu_consume, len(scrapes))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--consume-passes", type=int, default=5, help="times the consumer reads the topic")
+    args = parser.parse_args()
+
+    rounds: list[dict[bool, Run]] = []
+    for round_ in range(args.rounds):
+        rounds.append({})
+        for metrics in ((False, True) if round_ % 2 == 0 else (True, False)):
+            result = rounds[-1][metrics] = run(metrics, args.records, args.consume_passes)
+            print(f"round {round_ + 1} metrics {'on ' if metrics else 'off'}: produce {result.produce_per_s:,.0f} "
+                  f"records/s ({result.produce_cpu_s:.2f} broker CPU s), consume {result.consume_per_s:,.0f} "
+                  f"records/s ({result.consume_cpu_s:.2f} broker CPU s), {result.scrapes} scrapes", flush=True)
+
+    def median(metrics: bool, field: str) -> float:
+        return statistics.median(getattr(r[metrics], field) for r in rounds)
+
+    def ratio(field: str, higher_is_better: bool = True) -> float:
+        pairs = [(getattr(r[True], field), getattr(r[False], field)) for r in rounds]
+        return statistics.median(on / off if higher_is_better else off / on for on, off in pairs)
+
+    consumed = args.records * args.consume_passes
+    print(f"\nmetrics cost: {args.records:,} records of 100 bytes, one broker, acks=1, {args.rounds} rounds\n")
+    print(f"  {'':28}{'off':>12}{'on':>12}{'ratio':>8}  (median per round of on/off; CPU: off/on)")
+    for name, field, scale in (("produce records/s", "produce_per_s", 1.0),
+                               ("consume records/s", "consume_per_s", 1.0)):
+        print(f"  {name:28}{median(False, field) * scale:>12,.0f}{median(True, field) * scale:>12,.0f}"
+              f"{ratio(field):>8.3f}")
+    for name, field, count in (("produce broker CPU s / 1M", "produce_cpu_s", args.records),
+                               ("consume broker CPU s / 1M", "consume_cpu_s", consumed)):
+        print(f"  {name:28}{median(False, field) * 1e6 / count:>12.2f}{median(True, field) * 1e6 / count:>12.2f}"
+              f"{ratio(field, higher_is_better=False):>8.3f}")
+
+
+if __name__ == "__main__":
+    main()
