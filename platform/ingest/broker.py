@@ -1,12 +1,14 @@
 """The broker process: wires ZooKeeper metadata, the partition logs and the network server
 together, and owns the start-up and shutdown order.
 
-Start-up: lock the data directory → ZooKeeper session, cluster id → metadata cache (watches)
+Start-up: lock the data directory → metrics endpoint (with ``metrics.listen``) → ZooKeeper
+session, cluster id → metadata cache (watches)
 → delete partitions of topics deleted while we were down, open the rest → bind the port →
 register in ``/brokers/ids`` → accept connections (so "answers ApiVersions" implies
 "registered") → join controller election → retention and flush schedules.
 Shutdown (SIGTERM/SIGINT) runs it backwards: resign and deregister first so the controller
-moves leadership away, then stop serving, then flush and close every log.
+moves leadership away, then stop serving, then flush and close every log; the metrics endpoint
+goes last.
 """
 from __future__ import annotations
 
