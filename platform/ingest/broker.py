@@ -67,8 +67,6 @@ class Broker:
         self.cache = MetadataCache(self.session)
         self.groups = GroupCoordinator(options.broker_id, self.cache, GroupStore(self.session),
                                        self.config.group_initial_rebalance_delay_ms)
-        self.replicas: ReplicaManager | None = None
-        self.server: BrokerServer | None = None
         self.telemetry = MetricsService(self, *options.metrics_listen) if options.metrics_listen else None
         self.metrics = self.telemetry.metrics if self.telemetry is not None else None
         self.controller = Controller(self.session, self.cache, options.broker_id, self.config.controller_config(),
@@ -76,6 +74,8 @@ class Broker:
         self.registration = BrokerRegistration(
             self.session, BrokerInfo(options.broker_id, options.host, options.port),
             self.config.zookeeper_session_timeout_ms)
+        self.replicas: ReplicaManager | None = None
+        self.server: BrokerServer | None = None
 
     async def start(self) -> None:
         options = self.options

@@ -42,7 +42,8 @@ def read_all(bootstrap: str, count: int) -> None:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """3 brokers serving metrics; topic ``metered`` (3 partitions, RF 3) got 100 records per
-    partition, all read back once, and group ``behind`` committed 10, 0 and 100 of them."""
+    partition, all read back once, and group ``behind`` committed 10, 0 and 100 of them the way a
+    Spark query reading with ``groupId`` commits (``GroupAdmin.commit_offsets``)."""
     with LocalCluster(tmp_path_factory.mktemp("metrics"), broker_count=3, metrics=True) as running:
         with Admin(running.bootstrap) as admin:
             admin.create_topic(TOPIC, partitions=3, replication_factor=3)

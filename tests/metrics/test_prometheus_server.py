@@ -139,6 +139,12 @@ def test_killing_a_broker_raises_under_replicated_partitions_and_a_restart_clear
     # sees broker 3's ZooKeeper session expire; the leaders on brokers 1 and 2 report them
     wait_for(lambda: prometheus.value(under) == 4, "4 under-replicated partitions after broker 3 died")
     assert prometheus.value('up{job="ember",broker="3"}') == 0
+    # the partition broker 3 led failed over: an election by the controller (which may be new)
+    elections = "sum(ember_controller_controllerstats_leaderelections_total)"
+    wait_for(lambda: (prometheus.value(elections) or 0) >= 1, "the failover's leader election")
     cluster.restart_broker(3)
     wait_for(lambda: prometheus.value(under) == 0, "under-replicated partitions back to 0 after the restart")
+    # broker 3 rejoined the ISR of all 4 partitions, each written by the partition's leader
+    expands = 'sum(ember_server_replicamanager_isrexpands_total{broker!="3"})'
+    wait_for(lambda: (prometheus.value(expands) or 0) >= 4, "4 ISR expansions")
     wait_for(lambda: prometheus.value('sum(ember_server_ready{job="ember"})') == 3, "all 3 brokers ready again")
