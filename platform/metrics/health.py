@@ -2,10 +2,11 @@
 
 *Live*: the event loop answers (the endpoint runs on it, so a wedged loop fails the check).
 *Ready*: the broker may take traffic: its ZooKeeper session is connected, it is registered in
-``/brokers/ids``, it has applied the partition states ZooKeeper holds for every partition
-assigned to it (metadata caught up with the controller's decisions), and every partition the
-metadata names it leader of is open and led here (none it leads is offline). ``ember cluster
-status`` and load balancers use readiness; liveness only tells a supervisor to restart.
+``/brokers/ids``, it has opened every partition assigned to it and applied the newest state its
+ZooKeeper watches delivered for each (caught up with the controller's decisions), and every
+partition the metadata names it leader of is open and led here (none it leads is offline).
+``ember cluster status`` and load balancers use readiness; liveness only tells a supervisor to
+restart.
 """
 from __future__ import annotations
 
