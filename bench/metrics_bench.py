@@ -3,8 +3,8 @@
 One broker (LocalCluster), 100-byte records, RF 1. Per run: ``bench/produce_bench.py``'s send
 loop (``Producer.send`` + ``flush``, acks=1), then one consumer reading the topic back from the
 start, ``--consume-passes`` times, with ``poll_batches`` (Arrow batches, so the broker's fetch path and not per-record Python
-objects sets the pace). "On" serves ``/metrics`` and is fetched every second meanwhile (a busy
-Prometheus scrapes every 15 s); "off" is a broker without ``metrics.listen``, which creates no
+objects sets the pace). "On" serves ``/metrics`` and is fetched every ``--scrape-interval`` seconds
+meanwhile (5; Prometheus's example config scrapes every 15 s); "off" is a broker without ``metrics.listen``, which creates no
 metric at all. Each round runs off and on back to back on fresh clusters (in alternating order);
 the reported ratio (on / off, aim >= 0.97) is the median over rounds of each round's ratio, so
 load from neighbours that drifts between rounds cancels out. Beside throughput, the broker
@@ -37,8 +37,8 @@ from ember.metrics.requests import RequestObserver
 from ember.metrics.scrape import http_get, scrape
 
 TOPIC = "bench-metrics"
-SCRAPE_INTERVAL_S = 1.0
 SCRAPES_TIMED = 50
+PROMETHEUS_INTERVAL_S = 15.0
 
 
 def bench_consume(bootstrap: str, records: int, passes: int) -> float:
@@ -59,9 +59,9 @@ def bench_consume(bootstrap: str, records: int, passes: int) -> float:
         return read / (time.perf_counter() - started)
 
 
-def scrape_until(stop: threading.Event, host: str, port: int, scrapes: list[int]) -> None:
+def scrape_until(stop: threading.Event, host: str, port: int, interval_s: float, scrapes: list[int]) -> None:
     """Fetch /metrics like Prometheus (without parsing it here, in the producer's process)."""
-    while not stop.wait(SCRAPE_INTERVAL_S):
+    while not stop.wait(interval_s):
         http_get(host, port, "/metrics", 10)
         scrapes.append(1)
 
@@ -79,11 +79,12 @@ class Run:
     produce_cpu_s: float     # broker CPU while producing
     consume_cpu_s: float     # broker CPU while consuming
     scrapes: int
+    seconds: float           # producing and consuming, wall clock
     requests: int = 0        # requests the broker counted (metrics on)
     scrape_cpu_s: float = 0.0   # broker CPU of one scrape (metrics on)
 
 
-def run(metrics: bool, records: int, passes: int) -> Run:
+def run(metrics: bool, records: int, passes: int, scrape_interval_s: float) -> Run:
     """One fresh one-broker cluster: produce, then consume, with the broker's CPU time of each."""
     with tempfile.TemporaryDirectory() as directory, \
             LocalCluster(Path(directory), broker_count=1, metrics=metrics) as cluster:
@@ -93,10 +94,12 @@ def run(metrics: bool, records: int, passes: int) -> Run:
         scraper = None
         if metrics:
             broker = cluster.brokers[1]
-            scraper = threading.Thread(target=scrape_until, args=(stop, broker.host, broker.metrics_port, scrapes))
+            scraper = threading.Thread(target=scrape_until, args=(stop, broker.host, broker.metrics_port,
+                                                                  scrape_interval_s, scrapes))
             scraper.start()
         pid = cluster.brokers[1].pid
         assert pid is not None
+        started = time.perf_counter()
         try:
             cpu = cpu_seconds(pid)
             produced = bench_send(cluster.bootstrap, TOPIC, records, profile=False)["records_per_s"]
@@ -107,7 +110,7 @@ def run(metrics: bool, records: int, passes: int) -> Run:
             stop.set()
             if scraper is not None:
                 scraper.join(30)
-        result = Run(produced, consumed, cpu_produce, cpu_consume, len(scrapes))
+        result = Run(produced, consumed, cpu_produce, cpu_consume, len(scrapes), time.perf_counter() - started)
         if metrics:
             broker = cluster.brokers[1]
             result.requests = int(scrape(broker.host, broker.metrics_port).total(
@@ -139,13 +142,14 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--consume-passes", type=int, default=5, help="times the consumer reads the topic")
+    parser.add_argument("--scrape-interval", type=float, default=5.0, help="seconds between scrapes (metrics on)")
     args = parser.parse_args()
 
     rounds: list[dict[bool, Run]] = []
     for round_ in range(args.rounds):
         rounds.append({})
         for metrics in ((False, True) if round_ % 2 == 0 else (True, False)):
-            result = rounds[-1][metrics] = run(metrics, args.records, args.consume_passes)
+            result = rounds[-1][metrics] = run(metrics, args.records, args.consume_passes, args.scrape_interval)
             print(f"round {round_ + 1} metrics {'on ' if metrics else 'off'}: produce {result.produce_per_s:,.0f} "
                   f"records/s ({result.produce_cpu_s:.2f} broker CPU s), consume {result.consume_per_s:,.0f} "
                   f"records/s ({result.consume_cpu_s:.2f} broker CPU s), {result.scrapes} scrapes", flush=True)
@@ -158,7 +162,8 @@ def main() -> None:
         return statistics.median(on / off if higher_is_better else off / on for on, off in pairs)
 
     consumed = args.records * args.consume_passes
-    print(f"\nmetrics cost: {args.records:,} records of 100 bytes, one broker, acks=1, {args.rounds} rounds\n")
+    print(f"\nmetrics cost: {args.records:,} records of 100 bytes, one broker, acks=1, {args.rounds} rounds, "
+          f"scraped every {args.scrape_interval:g} s\n")
     print(f"  {'':28}{'off':>12}{'on':>12}{'ratio':>8}  (median per round of on/off; CPU: off/on)")
     for name, field, scale in (("produce records/s", "produce_per_s", 1.0),
                                ("consume records/s", "consume_per_s", 1.0)):
@@ -170,15 +175,19 @@ def main() -> None:
               f"{ratio(field, higher_is_better=False):>8.3f}")
 
     per_request = bookkeeping_s()
-    implied = []
-    for r in rounds:
-        on = r[True]
-        work = on.requests * per_request + on.scrapes * on.scrape_cpu_s
-        implied.append(1 - work / (on.produce_cpu_s + on.consume_cpu_s))
+
+    def implied(interval_s: float) -> float:
+        """Median over rounds of 1 - (metric work / broker CPU) with a scrape every ``interval_s``."""
+        shares = [(on.requests * per_request + on.seconds / interval_s * on.scrape_cpu_s) /
+                  (on.produce_cpu_s + on.consume_cpu_s) for on in (r[True] for r in rounds)]
+        return 1 - statistics.median(shares)
+
     print(f"\n  metric work: {per_request * 1e6:.1f} us per request, "
           f"{statistics.median(r[True].scrape_cpu_s for r in rounds) * 1e3:.1f} ms broker CPU per scrape, "
           f"{statistics.median(r[True].requests for r in rounds):,.0f} requests per run"
-          f"\n  on/off ratio that work implies (median over rounds): {statistics.median(implied):.3f}")
+          f"\n  on/off ratio that work implies: {implied(args.scrape_interval):.3f} scraped every "
+          f"{args.scrape_interval:g} s, {implied(PROMETHEUS_INTERVAL_S):.3f} every {PROMETHEUS_INTERVAL_S:g} s, "
+          f"{implied(1.0):.3f} every 1 s")
 
 
 if __name__ == "__main__":
