@@ -33,7 +33,7 @@ from ember.cluster.local import LocalCluster
 from ember.ingest.protocol import ApiKey
 from ember.ingest.reply import Reply
 from ember.metrics.broker_metrics import BrokerMetrics
-from ember.metrics.requests import RequestObserver
+from ember.metrics.requests import RequestMetrics
 from ember.metrics.scrape import http_get, scrape
 
 TOPIC = "bench-metrics"
@@ -123,10 +123,9 @@ def run(metrics: bool, records: int, passes: int, scrape_interval_s: float) -> R
 
 
 def bookkeeping_s(requests: int = 20000) -> float:
-    """Seconds of metric work one produce request costs: its timer (count, error walk, three
-    histograms, in-flight gauge) and its batch's topic counters."""
-    metrics = BrokerMetrics()
-    observer, stats = RequestObserver(metrics, "ember"), metrics.topic(TOPIC)
+    """Seconds of metric work one produce request costs: its timer (count, error walk, two
+    histograms, in-flight count) and its batch's topic counters."""
+    observer, stats = RequestMetrics().listener("ember"), BrokerMetrics().topic(TOPIC)
     reply = Reply({"error_code": 0, "partitions": [{"topic": TOPIC, "partition": 0, "error_code": 0}]})
     started = time.perf_counter()
     for _ in range(requests):

@@ -5,16 +5,15 @@ Kafka's JMX names become Prometheus names the way the JMX exporter spells them
 ``kafka_server_brokertopicmetrics_messagesin_total``), with ``ember`` for ``kafka``, rates as
 ``_total`` counters and times as ``_seconds`` histograms. docs/operations.md maps every name.
 
-They are updated where things happen, once per request, batch or event, never per record: a
-topic's children are looked up once (:class:`TopicStats`), so a produced batch costs two
-``inc`` calls. State (partitions, logs, controller, ZooKeeper, lag) is read at scrape time by the
+They are updated where things happen, once per batch or event, never per record: a topic's
+children are looked up once (:class:`TopicStats`), so a produced batch costs two ``inc`` calls.
+Request metrics, the busiest, are kept lock-free on the event loop (``ember.metrics.requests``). State (partitions, logs, controller, ZooKeeper, lag) is read at scrape time by the
 collectors in ``ember.metrics.state`` and ``ember.metrics.lag``, so it costs nothing between
 scrapes. A broker without ``metrics.listen`` creates none of this (its code paths hold ``None``).
 """
 from __future__ import annotations
 
-from prometheus_client import (CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector,
-                               disable_created_metrics)
+from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector, disable_created_metrics
 from prometheus_client.registry import Collector
 
 #: Request, flush and ZooKeeper latencies: 0.5 ms (a metadata request) to 30 s (a stuck acks=all).
@@ -64,18 +63,6 @@ class BrokerMetrics:
         def histogram(name: str, doc: str, labels: tuple[str, ...] = ()) -> Histogram:
             return Histogram(name, doc, labels, registry=registry, buckets=LATENCY_BUCKETS)
 
-        request = ("listener", "request")
-        self.requests = counter("ember_network_requestmetrics_requests", "Requests handled.", request)
-        self.errors = counter("ember_network_requestmetrics_errors",
-                              "Error codes answered (request-level and per partition/entry), by code.",
-                              request + ("error",))
-        self.total_time = histogram("ember_network_requestmetrics_totaltime_seconds",
-                                    "From a request read to its response written.", request)
-        self.local_time = histogram("ember_network_requestmetrics_localtime_seconds",
-                                    "In the request's handler, including waits for replication and long polls.",
-                                    request)
-        self.requests_in_flight = Gauge("ember_network_requestchannel_requestsinflight",
-                                        "Requests read and not answered yet.", ("listener",), registry=registry)
         self.event_loop_delay = histogram("ember_network_requestchannel_eventloopdelay_seconds",
                                           "How late the event loop runs a due callback (ember's request queue time).")
 

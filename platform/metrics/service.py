@@ -18,7 +18,7 @@ from ember.metrics.broker_metrics import BrokerMetrics
 from ember.metrics.endpoint import HttpEndpoint
 from ember.metrics.lag import GroupLagCollector
 from ember.metrics.probes import Probes
-from ember.metrics.requests import RequestObserver
+from ember.metrics.requests import RequestMetrics
 from ember.metrics.state import LISTENER, BrokerStateCollector
 
 if TYPE_CHECKING:
@@ -34,9 +34,11 @@ class MetricsService:
     def __init__(self, broker: "Broker", host: str, port: int) -> None:
         self.broker = broker
         self.metrics = BrokerMetrics()
-        self.requests = RequestObserver(self.metrics, LISTENER)
+        request_metrics = RequestMetrics()
+        self.requests = request_metrics.listener(LISTENER)
         self.state = BrokerStateCollector(broker)
         self.lag = GroupLagCollector(broker.groups, broker.cache, self._partitions, LAG_TIMEOUT_S)
+        self.metrics.register(request_metrics)
         self.metrics.register(self.state)
         self.metrics.register(self.lag)
         self.probes = Probes(self.metrics, broker.session)
