@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Idempotent set-up for ember: virtualenv + pip packages, Debian's zookeeper, Java 17+, Delta jars.
+# Idempotent set-up for ember: virtualenv + pip packages, Debian's zookeeper and prometheus, Java 17+,
+# Delta jars.
 # Quick when everything is already in place; safe to run before every command.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,6 +35,12 @@ if [ ! -f /usr/share/java/zookeeper.jar ]; then
     apt_install zookeeper
 fi
 
+# 2b. Prometheus server and promtool from Debian's package: the metrics tests scrape a real cluster
+#     with it and check conf/prometheus/ rules. Its system service is not used (we start our own).
+if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then
+    apt_install --no-install-recommends prometheus
+fi
+
 # 3. Python virtual environment with pinned packages (re-installed only when pyproject.toml changes).
 #    Debian ships venv's ensurepip separately; a venv left without pip by a failed run is rebuilt.
 if ! python3 -c 'import ensurepip' >/dev/null 2>&1; then
@@ -45,7 +52,7 @@ if [ ! -x "$VENV/bin/pip" ]; then
     python3 -m venv "$VENV"
 fi
 if [ ! -f "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ]; then
-    say "installing Python packages (pyspark, delta-spark, pyarrow, kazoo, pytest)"
+    say "installing Python packages (pyspark, delta-spark, pyarrow, kazoo, prometheus-client, pytest)"
     "$VENV/bin/pip" install -q --upgrade pip
     "$VENV/bin/pip" install -q -e '.[test]'
     touch "$STAMP"

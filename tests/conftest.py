@@ -23,9 +23,9 @@ def make_cluster(tmp_path: Path) -> Iterator[Callable[..., LocalCluster]]:
     """Start private clusters for tests that kill, pause or restart processes; stopped at teardown."""
     clusters: list[LocalCluster] = []
 
-    def start(brokers: int = 1, config: dict[str, str] | None = None) -> LocalCluster:
+    def start(brokers: int = 1, config: dict[str, str] | None = None, metrics: bool = False) -> LocalCluster:
         cluster = LocalCluster(tmp_path / f"cluster-{len(clusters)}", broker_count=brokers,
-                               broker_config=dict(config or {}))
+                               broker_config=dict(config or {}), metrics=metrics)
         clusters.append(cluster)
         return cluster.start()
 

@@ -17,7 +17,7 @@ import threading
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable, Mapping, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Callable, Mapping, NamedTuple, TypeVar
 
 from kazoo.exceptions import BadVersionError, NoNodeError
 from kazoo.recipe.watchers import DataWatch
@@ -32,6 +32,9 @@ from ember.cluster.zk_session import ZkSession
 from ember.errors import ElectionNotNeeded, EmberError, NotController, PreferredLeaderNotAvailable, \
     UnknownTopicOrPartition
 from ember.log.config import LogConfig
+
+if TYPE_CHECKING:
+    from ember.metrics.broker_metrics import BrokerMetrics
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +68,9 @@ class ElectionResult(NamedTuple):
 
 class Controller:
     def __init__(self, session: ZkSession, cache: MetadataCache, broker_id: int,
-                 config: ControllerConfig | None = None) -> None:
+                 config: ControllerConfig | None = None, metrics: "BrokerMetrics | None" = None) -> None:
         self.session = session
+        self.metrics = metrics
         self.cache = cache
         self.broker_id = broker_id
         self.config = config or ControllerConfig()
@@ -247,6 +251,10 @@ class Controller:
                 return None
             if not written:
                 continue
+            elected = target.leader >= 0 and (target.leader, target.leader_epoch) != (current.leader,
+                                                                                     current.leader_epoch)
+            if elected and self.metrics is not None:
+                self.metrics.leader_elected(is_unclean(current, target))
             if is_unclean(current, target):
                 log.warning("%s-%d: UNCLEAN leader election: broker %d was not in the ISR %s and becomes leader "
                             "(epoch %d); records it lacks are lost (data may be lost)", topic, index,

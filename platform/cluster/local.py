@@ -20,6 +20,7 @@ from pathlib import Path
 from ember.cluster.zookeeper_server import ZooKeeperServer, free_port, is_healthy, read_pid, terminate
 from ember.errors import BrokerNotAvailable, EmberError
 from ember.ingest.protocol import FRAME_LENGTH, ApiKey, decode_response, encode_request
+from ember.metrics.scrape import readiness
 
 STATE_FILE = "cluster.json"
 
@@ -36,6 +37,7 @@ class BrokerProcess:
     data_dir: Path
     host: str = "127.0.0.1"
     pid: int | None = None
+    metrics_port: int | None = None   # /metrics, /livez, /readyz when the cluster serves metrics
 
     @property
     def address(self) -> str:
@@ -53,6 +55,7 @@ class LocalCluster:
     data_dir: Path
     broker_count: int = 1
     broker_config: dict[str, str] = field(default_factory=dict)
+    metrics: bool = False   # each broker serves metrics on its own loopback port
     zookeeper: ZooKeeperServer | None = None
     brokers: dict[int, BrokerProcess] = field(default_factory=dict)
     _processes: dict[int, subprocess.Popen] = field(default_factory=dict, repr=False)
@@ -61,6 +64,11 @@ class LocalCluster:
     @property
     def bootstrap(self) -> str:
         return ",".join(b.address for b in self.brokers.values())
+
+    @property
+    def metrics_addresses(self) -> dict[int, str]:
+        """HOST:PORT of each broker's metrics endpoint (empty when metrics are off)."""
+        return {b.broker_id: f"{b.host}:{b.metrics_port}" for b in self.brokers.values() if b.metrics_port}
 
     @property
     def zk_connect(self) -> str:
@@ -80,7 +88,8 @@ class LocalCluster:
         progress(f"starting ZooKeeper on {self.zookeeper.connect_string}")
         self.zookeeper.start()
         for broker_id in range(1, self.broker_count + 1):
-            self.brokers.setdefault(broker_id, BrokerProcess(broker_id, free_port(), self.data_dir / f"broker-{broker_id}"))
+            self.brokers.setdefault(broker_id, BrokerProcess(broker_id, free_port(), self.data_dir / f"broker-{broker_id}",
+                                                             metrics_port=free_port() if self.metrics else None))
         for broker in self.brokers.values():
             progress(f"starting broker {broker.broker_id} on {broker.address}")
             self._spawn(broker)
@@ -128,6 +137,8 @@ class LocalCluster:
             config = self.data_dir / "broker-overrides.properties"
             config.write_text("".join(f"{k}={v}\n" for k, v in self.broker_config.items()))
             command += ["--config", str(config)]
+        if broker.metrics_port is not None:
+            command += ["--metrics-listen", f"{broker.host}:{broker.metrics_port}"]
         with open(broker.log_path, "ab") as log:
             process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
                                        stdin=subprocess.DEVNULL, start_new_session=True)
@@ -197,7 +208,8 @@ class LocalCluster:
         if state["zookeeper"]:
             cluster.zookeeper = ZooKeeperServer(data_dir / "zookeeper", state["zookeeper"]["port"])
         for b in state["brokers"]:
-            cluster.brokers[b["broker_id"]] = BrokerProcess(b["broker_id"], b["port"], Path(b["data_dir"]), b["host"], b["pid"])
+            cluster.brokers[b["broker_id"]] = BrokerProcess(b["broker_id"], b["port"], Path(b["data_dir"]), b["host"], b["pid"],
+                                                            b.get("metrics_port"))
         return cluster
 
     def status(self) -> dict[str, object]:
@@ -207,7 +219,8 @@ class LocalCluster:
             "zookeeper": {"address": zk.connect_string if zk else None,
                           "healthy": bool(zk and is_healthy(zk.host, zk.port))},
             "brokers": [{"id": b.broker_id, "address": b.address, "pid": b.pid,
-                         "healthy": b.pid is not None and broker_responds(b.host, b.port)}
+                         "healthy": b.pid is not None and broker_responds(b.host, b.port),
+                         "readiness": readiness(b.host, b.metrics_port) if b.metrics_port and b.pid else None}
                         for b in self.brokers.values()],
         }
 

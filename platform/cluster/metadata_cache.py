@@ -101,6 +101,11 @@ class MetadataCache:
         with self._lock:
             return self._controller.broker_id if self._controller else -1
 
+    def controller(self) -> ControllerInfo | None:
+        """The active controller and its epoch, None while there is none."""
+        with self._lock:
+            return self._controller
+
     def topics(self) -> dict[str, TopicMetadata]:
         with self._lock:
             return dict(self._topics)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ember.errors import InvalidConfig
 from ember.ingest.broker import Broker, BrokerOptions
-from ember.ingest.broker_config import BrokerConfig
+from ember.ingest.broker_config import BROKER_CONFIGS, BrokerConfig
 
 #: How long a stopped broker waits for worker threads before it exits anyway.
 EXECUTOR_SHUTDOWN_S = 3.0
@@ -28,6 +28,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     start.add_argument("--data", required=True, type=Path, metavar="DIR", help="data directory of this broker")
     start.add_argument("--config", type=Path, metavar="FILE",
                        help="broker properties (Kafka names; see conf/broker.properties)")
+    start.add_argument("--metrics-listen", metavar="HOST:PORT",
+                       help="serve /metrics, /livez and /readyz here (overrides metrics.listen; off by default)")
     start.set_defaults(func=start_broker)
 
 
@@ -52,7 +54,9 @@ def start_broker(args: argparse.Namespace) -> int:
         raise InvalidConfig(f"--config {args.config}: no such file")
     config = BrokerConfig.load(args.config)
     setup_logging(args.data)
-    options = BrokerOptions(args.id, args.zookeeper, host, port, args.data.resolve(), config)
+    metrics_listen = BROKER_CONFIGS["metrics.listen"].parse(args.metrics_listen) if args.metrics_listen \
+        else config.metrics_listen
+    options = BrokerOptions(args.id, args.zookeeper, host, port, args.data.resolve(), config, metrics_listen)
     run_until_stopped(Broker(options))
     return 0
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ember.cluster.local import LocalCluster, STATE_FILE
 from ember.errors import EmberError
+from ember.metrics.prometheus_config import write_prometheus_config
 
 DEFAULT_DATA = os.environ.get("EMBER_DATA", "data/cluster")
 
@@ -20,6 +21,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     up.add_argument("--data", type=Path, default=Path(DEFAULT_DATA), help=f"data directory (default {DEFAULT_DATA})")
     up.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
                     help="broker config override, e.g. --config log.retention.ms=60000 (repeatable)")
+    up.add_argument("--metrics", action="store_true",
+                    help="serve Prometheus metrics and health checks on a loopback port per broker, and write "
+                         "a Prometheus config for them into the data directory")
     up.set_defaults(func=cluster_up)
 
     for name, func, text in (("down", cluster_down, "stop the cluster's brokers and ZooKeeper"),
@@ -46,15 +50,30 @@ def cluster_up(args: argparse.Namespace) -> int:
             b["healthy"] for b in LocalCluster.load(args.data).status()["brokers"]):
         print(f"a cluster is already running under {args.data}; `ember cluster down --data {args.data}` first")
         return 1
-    cluster = LocalCluster(args.data, broker_count=args.brokers, broker_config=_parse_overrides(args.config))
+    cluster = LocalCluster(args.data, broker_count=args.brokers, broker_config=_parse_overrides(args.config),
+                           metrics=args.metrics)
     try:
         cluster.start(progress=print)
     except EmberError:
         cluster.stop()
         raise
     print(f"\nZooKeeper: {cluster.zk_connect}\nbootstrap: {cluster.bootstrap}")
+    if args.metrics:
+        print_metrics(cluster)
     print(f"try:  export EMBER_BOOTSTRAP={cluster.bootstrap}\n      ember topics create demo --partitions 3")
     return 0
+
+
+def print_metrics(cluster: LocalCluster) -> None:
+    """The endpoints, and a Prometheus config for them written next to the cluster's data."""
+    print("metrics:")
+    for broker_id, address in sorted(cluster.metrics_addresses.items()):
+        print(f"  broker {broker_id}  http://{address}/metrics   health: http://{address}/readyz, /livez")
+    config = write_prometheus_config(cluster.data_dir, cluster.metrics_addresses)
+    print(f"Prometheus scrape config (alert rules included): {config}\n"
+          f"  prometheus --config.file={config} --storage.tsdb.path={cluster.data_dir / 'prometheus'}\n"
+          f"---\n{config.read_text()}---\n"
+          f"terminal view without Prometheus:  ember top --data {cluster.data_dir}")
 
 
 def cluster_down(args: argparse.Namespace) -> int:
@@ -69,9 +88,13 @@ def cluster_status(args: argparse.Namespace) -> int:
     zk = status["zookeeper"]
     print(f"zookeeper  {zk['address']:<22} {'up' if zk['healthy'] else 'DOWN'}")
     for broker in status["brokers"]:
+        readiness = broker["readiness"]
+        ready = "" if readiness is None else "  ready" if readiness.ready else \
+            f"  NOT READY: {'; '.join(readiness.reasons)}"
         print(f"broker {broker['id']:<3} {broker['address']:<22} {'up' if broker['healthy'] else 'DOWN'}"
-              f"  pid {broker['pid'] or '-'}")
+              f"  pid {broker['pid'] or '-'}{ready}")
     bootstrap = ",".join(b["address"] for b in status["brokers"] if b["healthy"])
     print(f"bootstrap: {bootstrap or '(no broker up)'}")
-    healthy = zk["healthy"] and all(b["healthy"] for b in status["brokers"])
+    healthy = zk["healthy"] and all(b["healthy"] and (b["readiness"] is None or b["readiness"].ready)
+                                    for b in status["brokers"])
     return 0 if healthy else 1

@@ -125,7 +125,11 @@ class RecordApis:
             if total >= min_bytes or remaining <= 0 or any(r.fields["error_code"] for r in results):
                 break
             await wait_any([r.partition.changed for r in results if r.partition is not None], remaining)
-        return self._fetch_reply(results)
+        reply = self._fetch_reply(results)
+        for result in results:
+            if result.partition is not None and result.partition.stats is not None and result.fields["size"]:
+                result.partition.stats.sent(result.fields["size"], replica_id >= 0)
+        return reply
 
     async def _read_all(self, targets: list[_FetchTarget], replica_id: int,
                         max_bytes: int) -> list[_FetchResult]:

@@ -1,12 +1,14 @@
 """The broker process: wires ZooKeeper metadata, the partition logs and the network server
 together, and owns the start-up and shutdown order.
 
-Start-up: lock the data directory → ZooKeeper session, cluster id → metadata cache (watches)
+Start-up: lock the data directory → metrics endpoint (with ``metrics.listen``) → ZooKeeper
+session, cluster id → metadata cache (watches)
 → delete partitions of topics deleted while we were down, open the rest → bind the port →
 register in ``/brokers/ids`` → accept connections (so "answers ApiVersions" implies
 "registered") → join controller election → retention and flush schedules.
 Shutdown (SIGTERM/SIGINT) runs it backwards: resign and deregister first so the controller
-moves leadership away, then stop serving, then flush and close every log.
+moves leadership away, then stop serving, then flush and close every log; the metrics endpoint
+goes last.
 """
 from __future__ import annotations
 
@@ -41,6 +43,7 @@ from ember.ingest.isr import IsrWriter
 from ember.ingest.log_manager import LogManager
 from ember.ingest.replica_manager import ReplicaManager
 from ember.ingest.server import BrokerServer
+from ember.metrics.service import MetricsService
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +90,8 @@ class BrokerOptions:
     port: int
     data_dir: Path
     config: BrokerConfig
+    #: Where to serve /metrics, /livez and /readyz (None: metrics off).
+    metrics_listen: tuple[str, int] | None = None
 
 
 class Broker:
@@ -96,14 +101,17 @@ class Broker:
         self.logs = LogManager(options.data_dir, options.broker_id)
         self.session = ZkSession(options.zookeeper, self.config.zookeeper_session_timeout_ms)
         self.cache = MetadataCache(self.session)
-        self.controller = Controller(self.session, self.cache, options.broker_id, self.config.controller_config())
+        self.groups = GroupCoordinator(options.broker_id, self.cache, GroupStore(self.session),
+                                       self.config.group_initial_rebalance_delay_ms,
+                                       self.config.group_max_session_timeout_ms)
+        self.telemetry = MetricsService(self, *options.metrics_listen) if options.metrics_listen else None
+        self.metrics = self.telemetry.metrics if self.telemetry is not None else None
+        self.controller = Controller(self.session, self.cache, options.broker_id, self.config.controller_config(),
+                                     self.metrics)
         self.registration = BrokerRegistration(
             self.session, BrokerInfo(options.broker_id, options.host, options.port),
             self.config.zookeeper_session_timeout_ms)
         self.replicas: ReplicaManager | None = None
-        self.groups = GroupCoordinator(options.broker_id, self.cache, GroupStore(self.session),
-                                       self.config.group_initial_rebalance_delay_ms,
-                                       self.config.group_max_session_timeout_ms)
         self.server: BrokerServer | None = None
 
     async def start(self) -> None:
@@ -111,12 +119,14 @@ class Broker:
         log.info("starting broker %d (data %s, ZooKeeper %s)", options.broker_id, options.data_dir,
                  options.zookeeper)
         self.logs.lock()
+        if self.telemetry is not None:
+            await self.telemetry.start()
         await asyncio.to_thread(self.session.start)
         cluster_id = await asyncio.to_thread(ensure_cluster_id, self.session, uuid.uuid4().hex)
         self.logs.claim(cluster_id)
         await asyncio.to_thread(self.cache.start)
         self.replicas = ReplicaManager(options.broker_id, self.cache, self.logs, self.config,
-                                       IsrWriter(self.session, options.broker_id))
+                                       IsrWriter(self.session, options.broker_id), self.metrics)
         self.cache.add_listener(self.replicas.notify)
         await self.replicas.start()
 
@@ -128,14 +138,15 @@ class Broker:
             RecordApis(self.replicas).handlers(), ReplicationApis(self.replicas).handlers(), admin.handlers(),
             LeadershipApis(self.controller).handlers(), GroupApis(self.groups).handlers())
         self.server = BrokerServer(dispatcher, options.host, options.port, self.config.socket_request_max_bytes,
-                                   self.config.connections_max_idle_ms)
+                                   self.config.connections_max_idle_ms,
+                                   self.telemetry.requests if self.telemetry is not None else None)
         await self.server.bind()
         await asyncio.to_thread(self.registration.register)
         await self.server.start_serving()
         self.controller.start()
         self.groups.start()
         self.logs.start_schedules(self.replicas.all_partitions, self.config.log_retention_check_interval_ms,
-                                  self.config.log_flush_scheduler_interval_ms)
+                                  self.config.log_flush_scheduler_interval_ms, self.metrics)
         log.info("broker %d started (cluster %s) on %s:%d", options.broker_id, cluster_id,
                  options.host, options.port)
 
@@ -162,6 +173,7 @@ class Broker:
             ("close replicas and logs", lambda: self.replicas.close() if self.replicas else asyncio.sleep(0)),
             ("end ZooKeeper session", lambda: _on_daemon_thread(lambda: self.session.close(max(zk_budget(), 1.0)))),
             ("close log manager", lambda: asyncio.to_thread(self.logs.close)),
+            ("stop metrics endpoint", lambda: self.telemetry.close() if self.telemetry else asyncio.sleep(0)),
         ]
         for name, step in steps:
             try:

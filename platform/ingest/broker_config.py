@@ -77,6 +77,9 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in (
           "imbalance.", 1),
     ConfigDef("leader.imbalance.per.broker.percentage", "int", 10, "Share (percent) of a broker's preferred "
               "partitions that may be led elsewhere before the controller moves them back.", minimum=0, maximum=100),
+    ConfigDef("metrics.listen", "address", None, "Where the broker serves Prometheus metrics (/metrics) and its "
+              "health checks (/livez, /readyz); unset: not served. Keep it on loopback unless a firewall "
+              "guards the port.", nullable=True),
     _int("group.initial.rebalance.delay.ms", 3000, "How long the first rebalance of an empty consumer "
          "group waits for more members, so a group starting together rebalances once.", 0),
     _int("group.max.session.timeout.ms", 1800000, "Longest session timeout a consumer group member may "
@@ -145,6 +148,7 @@ class BrokerConfig:
     leader_imbalance_per_broker_percentage: int
     group_initial_rebalance_delay_ms: int
     group_max_session_timeout_ms: int
+    metrics_listen: Optional[tuple[str, int]]
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, Any] | None = None) -> "BrokerConfig":

@@ -28,6 +28,7 @@ from ember.cluster.zk_session import ZkSession
 
 if TYPE_CHECKING:
     from ember.ingest.partition import Partition
+    from ember.metrics.broker_metrics import BrokerMetrics
 
 log = logging.getLogger(__name__)
 
@@ -103,8 +104,9 @@ class IsrManager:
     partition at a time. Runs on the event loop; ZooKeeper writes run on a thread."""
 
     def __init__(self, writer: IsrWriter, lag_max_ms: int, partitions: Callable[[], Iterable["Partition"]],
-                 apply_state: ApplyState) -> None:
+                 apply_state: ApplyState, metrics: "BrokerMetrics | None" = None) -> None:
         self.writer = writer
+        self.metrics = metrics
         self.lag_max_ms = lag_max_ms
         self._partitions = partitions
         self._apply_state = apply_state
@@ -153,12 +155,15 @@ class IsrManager:
 
     async def _run_write(self, partition: "Partition", change: IsrChange) -> None:
         try:
+            before = partition.state.isr
             state = await asyncio.to_thread(self.writer.update, partition.topic, partition.index,
                                             partition.leader_epoch, change)
             if state is not None:
                 if state.leader_epoch != partition.leader_epoch or state.leader != partition.broker_id:
                     log.warning("%s: leader epoch moved to %d (leader %d); no longer leading", partition,
                                 state.leader_epoch, state.leader)
+                elif self.metrics is not None:
+                    self.metrics.isr_changed(len(before), len(state.isr))
                 await self._apply_state(partition, state)
         except KazooException as exc:
             log.warning("%s: ISR change not written (%s); retrying later", partition, exc)

@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import shutil
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,7 @@ from ember.log.config import LogConfig
 if TYPE_CHECKING:
     from ember.ingest.partition import Partition
     from ember.log import Log
+    from ember.metrics.broker_metrics import BrokerMetrics
 
 log = logging.getLogger(__name__)
 
@@ -128,14 +130,21 @@ class LogManager:
     # -- schedules -----------------------------------------------------------------------------
 
     def start_schedules(self, partitions: Callable[[], Iterable["Partition"]],
-                        retention_interval_ms: int, flush_interval_ms: int) -> None:
+                        retention_interval_ms: int, flush_interval_ms: int,
+                        metrics: "BrokerMetrics | None" = None) -> None:
         """Retention every ``log.retention.check.interval.ms``, the flush check every
-        ``log.flush.scheduler.interval.ms``; each log's job runs on the I/O pool."""
+        ``log.flush.scheduler.interval.ms``; each log's job runs on the I/O pool. Flushes that
+        happen are timed into ``metrics``."""
         async def retention(p: "Partition") -> None:
             await p.run(p.log.apply_retention)
 
+        def timed_flush(log_: "Log") -> None:
+            started = time.perf_counter()
+            if log_.flush_if_due() and metrics is not None:
+                metrics.log_flush_time.observe(time.perf_counter() - started)
+
         async def flush(p: "Partition") -> None:
-            await p.run(p.log.flush_if_due)
+            await p.run(timed_flush, p.log)
 
         self._schedules = [
             asyncio.create_task(self._every(retention_interval_ms, partitions, retention), name="retention"),

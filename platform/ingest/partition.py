@@ -34,6 +34,7 @@ from ember.log.config import LogConfig
 
 if TYPE_CHECKING:
     from ember.log import AppendResult, FetchSlice, Log
+    from ember.metrics.broker_metrics import TopicStats
 
 T = TypeVar("T")
 
@@ -44,7 +45,7 @@ CONSUMER_REPLICA_ID = -1
 
 class Partition:
     def __init__(self, topic: str, index: int, topic_id: str, log: "Log", config: LogConfig,
-                 broker_id: int, io_pool: Executor) -> None:
+                 broker_id: int, io_pool: Executor, stats: "TopicStats | None" = None) -> None:
         self.topic = topic
         self.index = index
         self.topic_id = topic_id
@@ -67,6 +68,8 @@ class Partition:
         # queued on the I/O pool while leading must not land after this replica began following.
         self._append_lock = asyncio.Lock()
         self._io_pool = io_pool
+        #: The topic's byte and record counters (None: metrics are off).
+        self.stats = stats
 
     def __repr__(self) -> str:
         return f"{self.topic}-{self.index}"
@@ -211,6 +214,8 @@ class Partition:
                                         f"min.insync.replicas is {self.config.min_insync_replicas}")
             result = await self.run(self._append, raw, self.leader_epoch)
         self.changed.fire()
+        if self.stats is not None and not result.duplicate:
+            self.stats.produced(result.record_count, len(raw))
         return result
 
     def _append(self, raw: memoryview, leader_epoch: int) -> "AppendResult":
@@ -287,6 +292,8 @@ class Partition:
         async with self._append_lock:
             self._check_following(leader_epoch)
             await self.run(self._append_as_follower, raw, leader_high_watermark)
+        if self.stats is not None and raw:
+            self.stats.replicated(len(raw))
 
     def _append_as_follower(self, raw: memoryview, leader_high_watermark: int) -> None:
         if raw:

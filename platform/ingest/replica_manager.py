@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Awaitable, Callable, Iterable, TypeVar
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, TypeVar
 
 from ember.cluster.election import offline_reason
 from ember.cluster.metadata_cache import MetadataCache, TopicMetadata
@@ -31,6 +31,9 @@ from ember.ingest.replica_fetcher import FetcherConfig, ReplicaFetchers
 from ember.ingest.signals import Signal
 from ember.log.config import LogConfig
 
+if TYPE_CHECKING:
+    from ember.metrics.broker_metrics import BrokerMetrics
+
 log = logging.getLogger(__name__)
 
 _ALL = "\0all"   # queue marker: reconcile every topic (start-up, new session)
@@ -39,14 +42,16 @@ T = TypeVar("T")
 
 class ReplicaManager:
     def __init__(self, broker_id: int, cache: MetadataCache, logs: LogManager, config: BrokerConfig,
-                 isr_writer: IsrWriter) -> None:
+                 isr_writer: IsrWriter, metrics: "BrokerMetrics | None" = None) -> None:
         self.broker_id = broker_id
+        self.metrics = metrics
         self.cache = cache
         self.logs = logs
         self.config = config
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.fetchers = ReplicaFetchers(broker_id, self._broker_address, FetcherConfig.from_broker_config(config))
-        self.isr = IsrManager(isr_writer, config.replica_lag_time_max_ms, self.all_partitions, self.apply_state)
+        self.isr = IsrManager(isr_writer, config.replica_lag_time_max_ms, self.all_partitions, self.apply_state,
+                              metrics)
         #: Fired after every reconcile, so admin requests can wait for their effect locally.
         self.reconciled = Signal()
         self._dirty: set[str] = set()
@@ -183,6 +188,8 @@ class ReplicaManager:
         if meta is None:
             for partition in local.values():
                 await self._delete(partition, "its topic was deleted")
+            if self.metrics is not None:
+                self.metrics.forget_topic(name)
             return
         try:
             config = self.config.log_config(meta.record.config)
@@ -204,7 +211,7 @@ class ReplicaManager:
             log_ = await asyncio.get_running_loop().run_in_executor(
                 self.logs.io_pool, self.logs.open_log, meta.name, index, meta.topic_id, config)
             partition = Partition(meta.name, index, meta.topic_id, log_, config, self.broker_id,
-                                  self.logs.io_pool)
+                                  self.logs.io_pool, self.metrics.topic(meta.name) if self.metrics else None)
             self.partitions[(meta.name, index)] = partition
             log.info("opened %s (log end %d)", partition, log_.log_end_offset)
         elif partition.config != config:

@@ -8,17 +8,22 @@ A frame over ``socket.request.max.bytes``, a truncated header or a body that is 
 logged and closes that connection only. So is a connection that takes longer than
 ``connections.max.idle.ms`` to start its next request, to send the rest of a started one (a client
 stalled mid-frame, or a slow-loris trickling bytes) or to take a response off the broker's hands;
-and a request still being handled when its client has gone is cancelled.
+and a request still being handled when its client has gone is cancelled. With metrics on, an
+observer (``ember.metrics.requests``) counts and times every request here, the one place all of
+them pass.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Awaitable, Callable
+from typing import TYPE_CHECKING, Awaitable, Callable
 
 from ember.errors import EmberError
 from ember.ingest.protocol import FRAME_LENGTH, Request, check_frame_size, decode_request, response_prefix
 from ember.ingest.reply import CloseConnection, FileRegion, Reply
+
+if TYPE_CHECKING:
+    from ember.metrics.requests import RequestObserver
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +78,9 @@ class _Watchdog:
 
 class BrokerServer:
     def __init__(self, dispatch: Dispatch, host: str, port: int, max_frame_bytes: int,
-                 max_idle_ms: int) -> None:
+                 max_idle_ms: int, observer: "RequestObserver | None" = None) -> None:
         self.dispatch = dispatch
+        self.observer = observer
         self.host, self.port = host, port
         self.max_frame_bytes = max_frame_bytes
         self.max_idle_ms = max_idle_ms
@@ -100,6 +106,10 @@ class BrokerServer:
         await asyncio.gather(*self._connections, return_exceptions=True)
         await self._server.wait_closed()
 
+    @property
+    def connection_count(self) -> int:
+        return len(self._connections)
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
@@ -111,13 +121,20 @@ class BrokerServer:
                 request = await self._read_request(reader, watchdog)
                 if request is None:
                     break
-                watchdog.watch_client(reader)
-                reply = await self.dispatch(request)
-                watchdog.disarm()
-                if reply is not None:
-                    watchdog.arm("writing a response")
-                    await self._write(writer, request.correlation_id, reply)
+                timer = self.observer.start(request.api_key) if self.observer is not None else None
+                try:
+                    watchdog.watch_client(reader)
+                    reply = await self.dispatch(request)
                     watchdog.disarm()
+                    if timer is not None:
+                        timer.handled(reply)
+                    if reply is not None:
+                        watchdog.arm("writing a response")
+                        await self._write(writer, request.correlation_id, reply)
+                        watchdog.disarm()
+                finally:
+                    if timer is not None:
+                        timer.done()
         except EmberError as exc:
             log.warning("closing connection from %s: %s", peer, exc)
         except CloseConnection as exc:

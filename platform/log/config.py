@@ -19,7 +19,7 @@ _INT64_MAX = (1 << 63) - 1
 class ConfigDef:
     """One known topic config: how to parse and validate it and how to describe it."""
     name: str
-    type: str  # "int", "long", "boolean" or "string"
+    type: str  # "int", "long", "boolean", "string" or "address" (HOST:PORT, parsed to a tuple)
     default: Any
     doc: str
     minimum: Optional[int] = None
@@ -33,6 +33,8 @@ class ConfigDef:
         """Human-readable allowed values, quoted in errors and DescribeConfigs."""
         if self.choices:
             text = ", ".join(self.choices)
+        elif self.type == "address":
+            text = "HOST:PORT (port 0: any free port)"
         elif self.type == "boolean":
             text = "true, false"
         else:
@@ -49,6 +51,8 @@ class ConfigDef:
             return self._parse_bool(raw)
         if self.type == "string":
             return self._parse_choice(raw)
+        if self.type == "address":
+            return self._parse_address(raw)
         return self._parse_int(raw)
 
     def _invalid(self, raw: Any, why: str = "") -> errors.InvalidConfig:
@@ -70,6 +74,12 @@ class ConfigDef:
         if value not in self.choices:
             raise self._invalid(raw)
         return value
+
+    def _parse_address(self, raw: Any) -> tuple[str, int]:
+        host, sep, port = str(raw).strip().rpartition(":")
+        if not sep or not host or not port.isdigit() or int(port) > 65535:
+            raise self._invalid(raw)
+        return host, int(port)
 
     def _parse_int(self, raw: Any) -> int:
         if isinstance(raw, bool):

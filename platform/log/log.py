@@ -166,6 +166,14 @@ class Log:
         with self._lock:
             return sum(s.size for s in self._segments)
 
+    @property
+    def segment_stats(self) -> tuple[int, int]:
+        """(segment count, bytes) without the lock, for metrics scraped on the broker's event loop,
+        which must not wait behind an append or a roll's fsync: the segment list is only ever
+        replaced, never changed in place, so one read of it is a consistent snapshot."""
+        segments = self._segments
+        return len(segments), sum(s.size for s in segments)
+
     def update_high_watermark(self, offset: int) -> int:
         """Set the high watermark, clamped to [log start, log end]; returns the new value."""
         with self._lock:

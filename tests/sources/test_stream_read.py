@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from ember.sources.progress import offsets_behind_latest
 from spark_helpers import create_topic, expected, produce, rows
 
 pytestmark = pytest.mark.spark
@@ -45,9 +46,11 @@ def test_max_records_per_trigger_limits_each_micro_batch(spark, shared_cluster, 
     produce(shared_cluster.bootstrap, topic_name, {0: 20, 1: 15})
     query = run_available_now(spark, shared_cluster, tmp_path, {
         "topic": topic_name, "startingOffsets": "earliest", "maxRecordsPerTrigger": "10"})
-    sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
-    assert sizes == [10, 10, 10, 5]
+    batches = [p for p in query.recentProgress if p["numInputRows"]]
+    assert [p["numInputRows"] for p in batches] == [10, 10, 10, 5]
     assert written(spark, tmp_path) == expected({0: 20, 1: 15})
+    # each progress tells how far the batch ended behind the latest offsets it was planned against
+    assert [sum(offsets_behind_latest(p).values()) for p in batches] == [25, 15, 5, 0]
 
 
 def test_topic_pattern_picks_up_new_topics(spark, shared_cluster, topic_name, tmp_path) -> None:

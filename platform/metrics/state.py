@@ -1,0 +1,138 @@
+"""Gauges read at scrape time from the broker's own state: partitions and their ISRs, logs, the
+controller, the ZooKeeper session, connections and readiness.
+
+Runs on the broker's event loop (the endpoint serves from it), where partition leadership and
+ISRs live, so it reads them without locks and sees one consistent moment. Log sizes are read
+lock-free (``Log.segment_stats``). Like Kafka, partition health is reported by each partition's
+leader only, and cluster-wide counts (offline partitions, topics) by the active controller only,
+so summing over brokers counts each partition once.
+"""
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Iterator
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from ember.cluster.records import BrokerInfo
+from ember.metrics.health import Readiness, check_readiness
+
+if TYPE_CHECKING:
+    from prometheus_client import Metric
+
+    from ember.ingest.broker import Broker
+
+SESSION_STATES = ("CONNECTED", "SUSPENDED", "LOST")
+LISTENER = "ember"
+
+
+class BrokerStateCollector(Collector):
+    def __init__(self, broker: "Broker") -> None:
+        self.broker = broker
+        options = broker.options
+        self.me = BrokerInfo(options.broker_id, options.host, options.port)
+
+    def readiness(self) -> Readiness:
+        broker = self.broker
+        partitions = broker.replicas.partitions if broker.replicas is not None else None
+        return check_readiness(self.me, str(broker.session.client.state), broker.cache, partitions)
+
+    def collect(self) -> Iterator["Metric"]:
+        yield from self._broker()
+        yield from self._partitions()
+        yield from self._controller()
+        yield from self._disk()
+
+    def _broker(self) -> Iterator["Metric"]:
+        info = GaugeMetricFamily("ember_server_broker_info", "This broker's id.", labels=["broker_id"])
+        info.add_metric([str(self.me.id)], 1)
+        yield info
+        yield GaugeMetricFamily("ember_server_ready", "1 when the broker is ready for traffic (see /readyz).",
+                                value=int(self.readiness().ready))
+        state = str(self.broker.session.client.state)
+        session = GaugeMetricFamily("ember_server_sessionexpirelistener_sessionstate",
+                                    "ZooKeeper session state: 1 for the current one.", labels=["state"])
+        for name in SESSION_STATES:
+            session.add_metric([name], int(name == state))
+        yield session
+        connections = GaugeMetricFamily("ember_server_socketservermetrics_connection_count",
+                                        "Open client and broker connections.", labels=["listener"])
+        server = self.broker.server
+        connections.add_metric([LISTENER], server.connection_count if server is not None else 0)
+        yield connections
+
+    def _partitions(self) -> Iterator["Metric"]:
+        replicas = self.broker.replicas
+        local = list(replicas.partitions.values()) if replicas is not None else []
+        tp = ["topic", "partition"]
+        size = GaugeMetricFamily("ember_log_log_size", "Bytes of the partition's log on this broker.", labels=tp)
+        segments = GaugeMetricFamily("ember_log_log_numlogsegments", "Segments of the partition's log.", labels=tp)
+        start = GaugeMetricFamily("ember_log_log_logstartoffset", "First offset of the partition's log.", labels=tp)
+        end = GaugeMetricFamily("ember_log_log_logendoffset", "Offset after the last record of the log.", labels=tp)
+        in_sync = GaugeMetricFamily("ember_cluster_partition_insyncreplicascount",
+                                    "ISR size (reported by the leader).", labels=tp)
+        assigned = GaugeMetricFamily("ember_cluster_partition_replicascount",
+                                     "Replicas assigned (reported by the leader).", labels=tp)
+        under = GaugeMetricFamily("ember_cluster_partition_underreplicated",
+                                  "1 when the ISR is smaller than the replica set (reported by the leader).", labels=tp)
+        under_min = GaugeMetricFamily("ember_cluster_partition_underminisr",
+                                      "1 when the ISR is below min.insync.replicas (reported by the leader).", labels=tp)
+        counts = {"under": 0, "under_min": 0, "at_min": 0, "leaders": 0}
+        for partition in local:
+            labels = [partition.topic, str(partition.index)]
+            log = partition.log
+            count, size_bytes = log.segment_stats
+            size.add_metric(labels, size_bytes)
+            segments.add_metric(labels, count)
+            start.add_metric(labels, log.log_start_offset)
+            end.add_metric(labels, log.log_end_offset)
+            if not partition.is_leader:
+                continue
+            isr, replicas_count = len(partition.state.isr), len(partition.replicas)
+            min_isr = partition.config.min_insync_replicas
+            counts["leaders"] += 1
+            counts["under"] += isr < replicas_count
+            counts["under_min"] += isr < min_isr
+            counts["at_min"] += isr == min_isr
+            in_sync.add_metric(labels, isr)
+            assigned.add_metric(labels, replicas_count)
+            under.add_metric(labels, int(isr < replicas_count))
+            under_min.add_metric(labels, int(isr < min_isr))
+        yield from (size, segments, start, end, in_sync, assigned, under, under_min)
+        for name, key, doc in (
+                ("partitioncount", None, "Partitions with a replica on this broker."),
+                ("leadercount", "leaders", "Partitions this broker leads."),
+                ("underreplicatedpartitions", "under", "Partitions led here whose ISR is smaller than their replicas."),
+                ("underminisrpartitioncount", "under_min", "Partitions led here with fewer in-sync replicas than "
+                                                           "min.insync.replicas (acks=all produce is refused)."),
+                ("atminisrpartitioncount", "at_min", "Partitions led here exactly at min.insync.replicas.")):
+            yield GaugeMetricFamily(f"ember_server_replicamanager_{name}", doc,
+                                    value=len(local) if key is None else counts[key])
+
+    def _controller(self) -> Iterator["Metric"]:
+        controller, cache = self.broker.controller, self.broker.cache
+        active = controller.active
+        yield GaugeMetricFamily("ember_controller_activecontrollercount",
+                                "1 on the active controller, 0 elsewhere.", value=int(active))
+        current = cache.controller()
+        yield GaugeMetricFamily("ember_controller_controllerepoch",
+                                "Epoch of the active controller as this broker knows it (-1: none).",
+                                value=current.epoch if current is not None else -1)
+        topics = cache.topics() if active else {}
+        offline = sum(1 for meta in topics.values() for index in meta.partitions
+                      if (state := meta.states.get(index)) is None or state.leader < 0)
+        yield GaugeMetricFamily("ember_controller_offlinepartitionscount",
+                                "Partitions without a leader (reported by the active controller).", value=offline)
+        yield GaugeMetricFamily("ember_controller_globaltopiccount", "Topics (reported by the active controller).",
+                                value=len(topics))
+        yield GaugeMetricFamily("ember_controller_globalpartitioncount",
+                                "Partitions (reported by the active controller).",
+                                value=sum(len(meta.partitions) for meta in topics.values()))
+
+    def _disk(self) -> Iterator["Metric"]:
+        stat = os.statvfs(self.broker.options.data_dir)
+        yield GaugeMetricFamily("ember_log_logdir_free_bytes", "Free bytes on the data directory's file system.",
+                                value=stat.f_bavail * stat.f_frsize)
+        yield GaugeMetricFamily("ember_log_logdir_total_bytes", "Size of the data directory's file system.",
+                                value=stat.f_blocks * stat.f_frsize)
