@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
 from ember.cluster.metadata_cache import MetadataCache
+from ember.cluster.records import BrokerInfo
 from ember.errors import (CoordinatorNotAvailable, GroupIdNotFound, IllegalGeneration,
                           InconsistentGroupProtocol, InvalidGroupId, MemberIdRequired, NonEmptyGroup,
                           NotCoordinator, RebalanceInProgress, UnknownMemberId, UnknownTopicOrPartition)
@@ -131,6 +132,15 @@ class GroupCoordinator:
         self.groups.clear()
 
     # -- ownership ---------------------------------------------------------------------------
+
+    def coordinator_broker(self, group_id: str) -> BrokerInfo:
+        """The live broker that coordinates ``group_id`` (what FindCoordinator answers)."""
+        validate_group_id(group_id)
+        brokers = self.cache.brokers()
+        node = coordinator_id(group_id, brokers)
+        if node is None:
+            raise CoordinatorNotAvailable("no live broker can coordinate groups")
+        return brokers[node]
 
     def owns(self, group_id: str) -> bool:
         return coordinator_id(group_id, self.cache.brokers()) == self.broker_id

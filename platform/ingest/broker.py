@@ -39,8 +39,10 @@ from ember.ingest.api_replication import ReplicationApis
 from ember.ingest.dispatcher import Dispatcher
 from ember.ingest.isr import IsrWriter
 from ember.ingest.log_manager import LogManager
+from ember.ingest.metadata_view import MetadataView
 from ember.ingest.replica_manager import ReplicaManager
 from ember.ingest.server import BrokerServer
+from ember.ingest.topic_changes import TopicChanges
 
 log = logging.getLogger(__name__)
 
@@ -119,12 +121,15 @@ class Broker:
         self.cache.add_listener(self.replicas.notify)
         await self.replicas.start()
 
-        admin = AdminApis(TopicAdmin(self.session, TopicConfigPolicy(self.config)), self.cache,
-                          self.replicas, self.config, ProducerIdAllocator(self.session, options.broker_id))
+        topics = TopicChanges(TopicAdmin(self.session, TopicConfigPolicy(self.config)), self.cache,
+                              self.replicas, self.config)
+        view = MetadataView(self.cache, topics.create if self.config.auto_create_topics_enable else None,
+                            self.replicas.unavailable_reason)
+        producer_ids = ProducerIdAllocator(self.session, options.broker_id)
         dispatcher = Dispatcher(
-            ClusterApis(self.cache, admin.create_topic if self.config.auto_create_topics_enable else None,
-                        self.replicas.unavailable_reason).handlers(),
-            RecordApis(self.replicas).handlers(), ReplicationApis(self.replicas).handlers(), admin.handlers(),
+            ClusterApis(view).handlers(), RecordApis(self.replicas).handlers(),
+            ReplicationApis(self.replicas).handlers(),
+            AdminApis(topics, self.cache, self.config, producer_ids).handlers(),
             LeadershipApis(self.controller).handlers(), GroupApis(self.groups).handlers())
         self.server = BrokerServer(dispatcher, options.host, options.port, self.config.socket_request_max_bytes)
         await self.server.bind()
