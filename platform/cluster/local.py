@@ -36,10 +36,15 @@ class BrokerProcess:
     data_dir: Path
     host: str = "127.0.0.1"
     pid: int | None = None
+    kafka_port: int | None = None     # the broker's KAFKA listener (Kafka's protocol)
 
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
+
+    @property
+    def kafka_address(self) -> str | None:
+        return f"{self.host}:{self.kafka_port}" if self.kafka_port is not None else None
 
     @property
     def log_path(self) -> Path:
@@ -63,6 +68,11 @@ class LocalCluster:
         return ",".join(b.address for b in self.brokers.values())
 
     @property
+    def kafka_bootstrap(self) -> str:
+        """Bootstrap servers for Kafka clients (every broker's KAFKA listener)."""
+        return ",".join(b.kafka_address for b in self.brokers.values() if b.kafka_address)
+
+    @property
     def zk_connect(self) -> str:
         assert self.zookeeper is not None
         return self.zookeeper.connect_string
@@ -80,7 +90,8 @@ class LocalCluster:
         progress(f"starting ZooKeeper on {self.zookeeper.connect_string}")
         self.zookeeper.start()
         for broker_id in range(1, self.broker_count + 1):
-            self.brokers.setdefault(broker_id, BrokerProcess(broker_id, free_port(), self.data_dir / f"broker-{broker_id}"))
+            self.brokers.setdefault(broker_id, BrokerProcess(broker_id, free_port(), self.data_dir / f"broker-{broker_id}",
+                                                             kafka_port=free_port()))
         for broker in self.brokers.values():
             progress(f"starting broker {broker.broker_id} on {broker.address}")
             self._spawn(broker)
@@ -124,6 +135,8 @@ class LocalCluster:
         broker.data_dir.mkdir(parents=True, exist_ok=True)
         command = [sys.executable, "-m", "ember.cli", "broker", "start", "--id", str(broker.broker_id),
                    "--zookeeper", self.zk_connect, "--listen", broker.address, "--data", str(broker.data_dir)]
+        if broker.kafka_port is not None:
+            command += ["--listeners", f"KAFKA://{broker.kafka_address}"]
         if self.broker_config:
             config = self.data_dir / "broker-overrides.properties"
             config.write_text("".join(f"{k}={v}\n" for k, v in self.broker_config.items()))
@@ -197,7 +210,8 @@ class LocalCluster:
         if state["zookeeper"]:
             cluster.zookeeper = ZooKeeperServer(data_dir / "zookeeper", state["zookeeper"]["port"])
         for b in state["brokers"]:
-            cluster.brokers[b["broker_id"]] = BrokerProcess(b["broker_id"], b["port"], Path(b["data_dir"]), b["host"], b["pid"])
+            cluster.brokers[b["broker_id"]] = BrokerProcess(b["broker_id"], b["port"], Path(b["data_dir"]), b["host"], b["pid"],
+                                                            b.get("kafka_port"))
         return cluster
 
     def status(self) -> dict[str, object]:

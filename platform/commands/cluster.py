@@ -52,7 +52,8 @@ def cluster_up(args: argparse.Namespace) -> int:
     except EmberError:
         cluster.stop()
         raise
-    print(f"\nZooKeeper: {cluster.zk_connect}\nbootstrap: {cluster.bootstrap}")
+    print(f"\nZooKeeper: {cluster.zk_connect}\nbootstrap: {cluster.bootstrap}"
+          f"\nKafka bootstrap (any Kafka client): {cluster.kafka_bootstrap}")
     print(f"try:  export EMBER_BOOTSTRAP={cluster.bootstrap}\n      ember topics create demo --partitions 3")
     return 0
 

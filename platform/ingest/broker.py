@@ -37,12 +37,15 @@ from ember.ingest.api_records import RecordApis
 from ember.ingest.broker_config import BrokerConfig, TopicConfigPolicy
 from ember.ingest.api_replication import ReplicationApis
 from ember.ingest.dispatcher import Dispatcher
+from ember.ingest.core import BrokerCore
 from ember.ingest.isr import IsrWriter
+from ember.ingest.listeners import EMBER_LISTENER, ListenerConfig
 from ember.ingest.log_manager import LogManager
 from ember.ingest.metadata_view import MetadataView
 from ember.ingest.replica_manager import ReplicaManager
 from ember.ingest.server import BrokerServer
 from ember.ingest.topic_changes import TopicChanges
+from ember.kafka.listener import kafka_server
 
 log = logging.getLogger(__name__)
 
@@ -85,8 +88,7 @@ def _settle(future: "asyncio.Future[object]", result: object, error: BaseExcepti
 class BrokerOptions:
     broker_id: int
     zookeeper: str
-    host: str
-    port: int
+    listeners: ListenerConfig
     data_dir: Path
     config: BrokerConfig
 
@@ -100,12 +102,14 @@ class Broker:
         self.cache = MetadataCache(self.session)
         self.controller = Controller(self.session, self.cache, options.broker_id, self.config.controller_config())
         self.registration = BrokerRegistration(
-            self.session, BrokerInfo(options.broker_id, options.host, options.port),
+            self.session, BrokerInfo(options.broker_id, *options.listeners.advertised_address(EMBER_LISTENER),
+                                     tuple((a.name, a.host, a.port) for a in options.listeners.advertised)),
             self.config.zookeeper_session_timeout_ms)
         self.replicas: ReplicaManager | None = None
         self.groups = GroupCoordinator(options.broker_id, self.cache, GroupStore(self.session),
                                        self.config.group_initial_rebalance_delay_ms)
         self.server: BrokerServer | None = None
+        self.kafka_servers: list[BrokerServer] = []
 
     async def start(self) -> None:
         options = self.options
@@ -131,16 +135,23 @@ class Broker:
             ReplicationApis(self.replicas).handlers(),
             AdminApis(topics, self.cache, self.config, producer_ids).handlers(),
             LeadershipApis(self.controller).handlers(), GroupApis(self.groups).handlers())
-        self.server = BrokerServer(dispatcher, options.host, options.port, self.config.socket_request_max_bytes)
-        await self.server.bind()
+        core = BrokerCore(options.broker_id, cluster_id, self.config, self.cache, self.replicas, view, topics,
+                          producer_ids, self.groups)
+        ember = options.listeners.ember
+        self.server = BrokerServer(dispatcher, ember.host, ember.port, self.config.socket_request_max_bytes)
+        self.kafka_servers = [kafka_server(core, listener, self.config.socket_request_max_bytes)
+                              for listener in options.listeners.kafka]
+        for server in (self.server, *self.kafka_servers):
+            await server.bind()
         await asyncio.to_thread(self.registration.register)
-        await self.server.start_serving()
+        for server in (self.server, *self.kafka_servers):
+            await server.start_serving()
         self.controller.start()
         self.groups.start()
         self.logs.start_schedules(self.replicas.all_partitions, self.config.log_retention_check_interval_ms,
                                   self.config.log_flush_scheduler_interval_ms)
-        log.info("broker %d started (cluster %s) on %s:%d", options.broker_id, cluster_id,
-                 options.host, options.port)
+        log.info("broker %d started (cluster %s), listeners %s", options.broker_id, cluster_id,
+                 ", ".join(map(str, options.listeners.bind)))
 
     async def stop(self) -> None:
         """Undo whatever :meth:`start` got to; each step runs even if an earlier one failed, and
@@ -161,6 +172,7 @@ class Broker:
             ("deregister", lambda: _on_daemon_thread(lambda: self.registration.deregister(zk_budget()))),
             ("close group coordinator", self.groups.close),
             ("stop serving", lambda: self.server.close() if self.server else asyncio.sleep(0)),
+            ("stop serving Kafka listeners", lambda: asyncio.gather(*(s.close() for s in self.kafka_servers))),
             ("stop schedules", self.logs.stop_schedules),
             ("close replicas and logs", lambda: self.replicas.close() if self.replicas else asyncio.sleep(0)),
             ("end ZooKeeper session", lambda: _on_daemon_thread(lambda: self.session.close(max(zk_budget(), 1.0)))),

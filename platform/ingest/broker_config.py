@@ -75,6 +75,10 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in (
           "imbalance.", 1),
     ConfigDef("leader.imbalance.per.broker.percentage", "int", 10, "Share (percent) of a broker's preferred "
               "partitions that may be led elsewhere before the controller moves them back.", minimum=0, maximum=100),
+    ConfigDef("listeners", "string", None, "Named listeners NAME://HOST:PORT,...: EMBER speaks ember's protocol "
+              "(also set by --listen), any other name Kafka's (plaintext).", nullable=True),
+    ConfigDef("advertised.listeners", "string", None, "The addresses clients are told, per listener name "
+              "(default: listeners).", nullable=True),
     _int("group.initial.rebalance.delay.ms", 3000, "How long the first rebalance of an empty consumer "
          "group waits for more members, so a group starting together rebalances once.", 0),
 )}
@@ -139,6 +143,8 @@ class BrokerConfig:
     leader_imbalance_check_interval_seconds: int
     leader_imbalance_per_broker_percentage: int
     group_initial_rebalance_delay_ms: int
+    listeners: Optional[str]
+    advertised_listeners: Optional[str]
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, Any] | None = None) -> "BrokerConfig":

@@ -23,6 +23,9 @@ Dispatch = Callable[[Request], Awaitable[Reply | None]]
 
 
 class BrokerServer:
+    #: Turns a frame (without its length) into a request; the Kafka listener decodes its own.
+    decode_frame = staticmethod(decode_request)
+
     def __init__(self, dispatch: Dispatch, host: str, port: int, max_frame_bytes: int) -> None:
         self.dispatch = dispatch
         self.host, self.port = host, port
@@ -84,7 +87,7 @@ class BrokerServer:
             return None
         (size,) = FRAME_LENGTH.unpack(head)
         check_frame_size(size, self.max_frame_bytes)
-        return decode_request(await reader.readexactly(size))
+        return self.decode_frame(await reader.readexactly(size))
 
     async def _write(self, writer: asyncio.StreamWriter, correlation_id: int, reply: Reply) -> None:
         try:

@@ -8,7 +8,7 @@ broker applies it soon.
 from __future__ import annotations
 
 import asyncio
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 from ember.cluster.metadata_cache import MetadataCache
 from ember.cluster.records import TopicRecord
@@ -30,14 +30,16 @@ class TopicChanges:
 
     async def create(self, name: str, partitions: int = -1, replication_factor: int = -1,
                      config: Mapping[str, str] | None = None, validate_only: bool = False,
-                     timeout_s: float | None = None) -> TopicRecord:
-        """Create a topic (-1 = the broker's default partitions / replication factor); with
-        ``timeout_s``, wait up to that long until this broker has opened its replicas."""
+                     timeout_s: float | None = None,
+                     assignment: Mapping[int, Sequence[int]] | None = None) -> TopicRecord:
+        """Create a topic (-1 = the broker's default partitions / replication factor, or a manual
+        ``assignment``); with ``timeout_s``, wait up to that long until this broker has opened
+        its replicas."""
         record = await asyncio.to_thread(
             self.admin.create_topic, name,
             self.config.num_partitions if partitions == -1 else partitions,
             self.config.default_replication_factor if replication_factor == -1 else replication_factor,
-            dict(config or {}), validate_only)
+            dict(config or {}), validate_only, assignment)
         if timeout_s is not None and not validate_only:
             await self.until(lambda: self._applied(name, record.topic_id), timeout_s)
         return record

@@ -1,0 +1,45 @@
+"""A Kafka-protocol listener: the broker's TCP server loop with Kafka's framing.
+
+It reuses ember's server (one coroutine per connection, requests answered in the order received,
+bad frames close only their connection) with Kafka's request decoding and response encoding.
+"""
+from __future__ import annotations
+
+import asyncio
+
+from ember.ingest.core import BrokerCore
+from ember.ingest.listeners import Listener
+from ember.ingest.server import BrokerServer
+from ember.kafka.api_versions import ApiVersionsHandler
+from ember.kafka.codec import KafkaRequest, decode_request
+from ember.kafka.dispatcher import KafkaDispatcher
+from ember.kafka.handlers_admin import AdminHandlers
+from ember.kafka.handlers_cluster import ClusterHandlers
+from ember.kafka.handlers_groups import GroupHandlers
+from ember.kafka.handlers_records import RecordHandlers
+
+
+def _decode(frame: bytes) -> KafkaRequest:
+    return decode_request(memoryview(frame))
+
+
+class KafkaServer(BrokerServer):
+    decode_frame = staticmethod(_decode)
+
+    async def _write(self, writer: asyncio.StreamWriter, correlation_id: int,  # type: ignore[override]
+                     reply: bytes) -> None:
+        writer.write(reply)
+        await writer.drain()
+
+
+def kafka_dispatcher(core: BrokerCore, listener: str) -> KafkaDispatcher:
+    """Every Kafka API this broker serves on ``listener`` (the name picks the advertised addresses)."""
+    dispatcher = KafkaDispatcher(RecordHandlers(core).apis(), ClusterHandlers(core, listener).apis(),
+                                 AdminHandlers(core).apis(), GroupHandlers(core, listener).apis())
+    dispatcher.apis.update(ApiVersionsHandler(dispatcher.supported).apis())
+    return dispatcher
+
+
+def kafka_server(core: BrokerCore, listener: Listener, max_frame_bytes: int) -> KafkaServer:
+    return KafkaServer(kafka_dispatcher(core, listener.name), listener.host, listener.port,  # type: ignore[arg-type]
+                       max_frame_bytes)
