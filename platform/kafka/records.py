@@ -11,15 +11,19 @@ fastest maintained one measured (docs/protocol.md has the figures). Codecs:
 
 * decoding: none, gzip, snappy (xerial-framed as Java/kafka-python/aiokafka send it, and raw as
   librdkafka does), lz4 frames, zstd frames without a content size;
-* storing: the Arrow payload keeps the producer's choice as closely as Arrow's IPC codecs allow:
-  none -> none, lz4 and snappy -> lz4, zstd and gzip -> zstd;
-* serving: an lz4 batch as Kafka lz4 (independent blocks, which Java requires), zstd as zstd
-  (Fetch v10+, lz4 before), none as none.
+* storing: the Arrow payload keeps the producer's choice as closely as Arrow's IPC codecs allow
+  (none -> none, lz4 and snappy -> lz4, zstd and gzip -> zstd), and the batch header remembers the
+  Kafka codec itself;
+* serving: in the Kafka codec the batch arrived with (as Kafka serves what producers wrote, so a
+  client reads back what it can write); batches from ember's clients by their Arrow codec, lz4 as
+  Kafka lz4 and zstd as zstd. lz4 frames have independent blocks (Java refuses linked ones),
+  snappy is xerial-framed (as Java writes it), zstd goes to Fetch v10+ only (lz4 before).
 """
 from __future__ import annotations
 
 import cramjam
 import pyarrow as pa
+from aiokafka.codec import snappy_encode
 from aiokafka.errors import CorruptRecordException, UnsupportedCodecError
 from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 from aiokafka.record.util import calc_crc32c
@@ -38,6 +42,7 @@ _STORED_AS = {NONE: "none", GZIP: "zstd", SNAPPY: "lz4", LZ4: "lz4", ZSTD: "zstd
 #: Kafka codec an ember payload codec (batch attributes bits 0-2) is served as
 _SERVED_AS = {0: NONE, 1: LZ4, 2: ZSTD}
 ZSTD_MIN_FETCH_VERSION = 10   # Kafka's: older fetchers cannot take zstd
+GZIP_LEVEL = 1                # every fetch re-compresses: favour speed
 _NO_LIMIT = (1 << 31) - 1
 _HEADERS = RECORD_SCHEMA.field("headers").type
 
@@ -98,7 +103,8 @@ def to_ember_batch(kafka_batch: Buffer) -> bytes:
                       "timestamp": pa.array(timestamps, pa.int64()),
                       "headers": pa.array(headers, _HEADERS)})
     return build_batch(table, compression=_STORED_AS[codec], producer_id=header.producer_id,
-                       producer_epoch=header.producer_epoch, base_sequence=header.base_sequence)
+                       producer_epoch=header.producer_epoch, base_sequence=header.base_sequence,
+                       kafka_codec=codec)
 
 
 def to_kafka_batch(ember_batch: Buffer, fetch_version: int) -> bytes:
@@ -115,7 +121,7 @@ def to_kafka_batch(ember_batch: Buffer, fetch_version: int) -> bytes:
     for delta in range(len(keys)):
         append(delta, timestamps[delta], keys[delta], values[delta], headers[delta])
     built = builder.build()
-    codec = _SERVED_AS.get(header.codec, NONE)
+    codec = header.kafka_codec or _SERVED_AS.get(header.codec, NONE)
     if codec == ZSTD and fetch_version < ZSTD_MIN_FETCH_VERSION:
         codec = LZ4
     body = bytes(built[HEADER_SIZE:])
@@ -140,4 +146,8 @@ def _compress(codec: int, data: bytes) -> bytes:
         compressor = cramjam.lz4.Compressor(content_checksum=False, block_linked=False)
         compressor.compress(data)
         return bytes(compressor.finish())
+    if codec == GZIP:
+        return bytes(cramjam.gzip.compress(data, level=GZIP_LEVEL))
+    if codec == SNAPPY:
+        return snappy_encode(data, xerial_compatible=True)
     return bytes(cramjam.zstd.compress(data))
