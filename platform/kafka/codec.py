@@ -17,7 +17,7 @@ import struct
 import typing
 import uuid
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode as KafkaErrorCode
@@ -71,14 +71,14 @@ def _skip_v1_header(frame: memoryview) -> int:
     return pos
 
 
-def decode_request(frame: memoryview) -> KafkaRequest:
-    """Decode a request frame (without its length). A version or API without a schema gets
-    ``body`` None (the dispatcher answers it); garbage raises InvalidRequest (the connection
-    closes: nothing in it can be trusted any more)."""
+def decode_request(frame: memoryview, served: Callable[[int, int], bool]) -> KafkaRequest:
+    """Decode a request frame (without its length). A request that is not ``served`` (or has no
+    schema) gets ``body`` None and is not decoded further (the dispatcher answers it); garbage
+    raises InvalidRequest (the connection closes: nothing in it can be trusted any more)."""
     if len(frame) < HEADER_START.size:
         raise InvalidRequest(f"request frame of {len(frame)} bytes is shorter than any header")
     api_key, api_version, correlation_id = HEADER_START.unpack_from(frame)
-    cls = request_class(api_key, api_version)
+    cls = request_class(api_key, api_version) if served(api_key, api_version) else None
     if cls is None:
         return KafkaRequest(api_key, api_version, correlation_id, None, None, frame[_skip_v1_header(frame):])
     try:

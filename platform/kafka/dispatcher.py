@@ -41,10 +41,14 @@ class KafkaDispatcher:
         """(api key, min version, max version) of every API, as ApiVersions lists them."""
         return [(key, api.min_version, api.max_version) for key, api in sorted(self.apis.items())]
 
+    def serves(self, api_key: int, api_version: int) -> bool:
+        api = self.apis.get(api_key)
+        return api is not None and api.min_version <= api_version <= api.max_version
+
     async def __call__(self, request: KafkaRequest) -> bytes | None:
-        api = self.apis.get(request.api_key)
-        if api is None or not api.min_version <= request.api_version <= api.max_version:
+        if not self.serves(request.api_key, request.api_version):
             return self._unsupported(request)
+        api = self.apis[request.api_key]
         try:
             response = await api.handler(request)
         except CloseConnection:

@@ -11,7 +11,7 @@ from ember.ingest.core import BrokerCore
 from ember.ingest.listeners import Listener
 from ember.ingest.server import BrokerServer
 from ember.kafka.api_versions import ApiVersionsHandler
-from ember.kafka.codec import KafkaRequest, decode_request
+from ember.kafka.codec import decode_request
 from ember.kafka.dispatcher import KafkaDispatcher
 from ember.kafka.handlers_admin import AdminHandlers
 from ember.kafka.handlers_cluster import ClusterHandlers
@@ -19,12 +19,10 @@ from ember.kafka.handlers_groups import GroupHandlers
 from ember.kafka.handlers_records import RecordHandlers
 
 
-def _decode(frame: bytes) -> KafkaRequest:
-    return decode_request(memoryview(frame))
-
-
 class KafkaServer(BrokerServer):
-    decode_frame = staticmethod(_decode)
+    def __init__(self, dispatcher: KafkaDispatcher, host: str, port: int, max_frame_bytes: int) -> None:
+        super().__init__(dispatcher, host, port, max_frame_bytes)   # type: ignore[arg-type]
+        self.decode_frame = lambda frame: decode_request(memoryview(frame), dispatcher.serves)  # type: ignore[assignment]
 
     async def _write(self, writer: asyncio.StreamWriter, correlation_id: int,  # type: ignore[override]
                      reply: bytes) -> None:
@@ -41,5 +39,4 @@ def kafka_dispatcher(core: BrokerCore, listener: str) -> KafkaDispatcher:
 
 
 def kafka_server(core: BrokerCore, listener: Listener, max_frame_bytes: int) -> KafkaServer:
-    return KafkaServer(kafka_dispatcher(core, listener.name), listener.host, listener.port,  # type: ignore[arg-type]
-                       max_frame_bytes)
+    return KafkaServer(kafka_dispatcher(core, listener.name), listener.host, listener.port, max_frame_bytes)
