@@ -220,7 +220,7 @@ class LocalCluster:
         return {
             "zookeeper": {"address": zk.connect_string if zk else None,
                           "healthy": bool(zk and is_healthy(zk.host, zk.port))},
-            "brokers": [{"id": b.broker_id, "address": b.address, "pid": b.pid,
+            "brokers": [{"id": b.broker_id, "address": b.address, "kafka_address": b.kafka_address, "pid": b.pid,
                          "healthy": b.pid is not None and broker_responds(b.host, b.port)}
                         for b in self.brokers.values()],
         }

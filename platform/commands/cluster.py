@@ -71,8 +71,10 @@ def cluster_status(args: argparse.Namespace) -> int:
     print(f"zookeeper  {zk['address']:<22} {'up' if zk['healthy'] else 'DOWN'}")
     for broker in status["brokers"]:
         print(f"broker {broker['id']:<3} {broker['address']:<22} {'up' if broker['healthy'] else 'DOWN'}"
-              f"  pid {broker['pid'] or '-'}")
+              f"  pid {broker['pid'] or '-'}  Kafka {broker['kafka_address'] or '-'}")
     bootstrap = ",".join(b["address"] for b in status["brokers"] if b["healthy"])
     print(f"bootstrap: {bootstrap or '(no broker up)'}")
+    kafka = ",".join(b["kafka_address"] for b in status["brokers"] if b["healthy"] and b["kafka_address"])
+    print(f"Kafka bootstrap: {kafka or '(no broker up)'}")
     healthy = zk["healthy"] and all(b["healthy"] for b in status["brokers"])
     return 0 if healthy else 1
