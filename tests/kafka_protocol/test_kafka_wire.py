@@ -72,9 +72,9 @@ def test_unsupported_apis_and_versions_get_kafka_errors_and_the_connection_stays
         _, body = wire.receive()
         assert _INT16.unpack_from(body)[0] == ErrorCode.UNSUPPORTED_VERSION
         listed = {struct.unpack_from(">hhh", body, 6 + 6 * i)[0] for i in range(struct.unpack_from(">i", body, 2)[0])}
-        assert ApiKey.PRODUCE in listed and ApiKey.FETCH in listed and ApiKey.JOIN_GROUP not in listed
-        # an API this broker does not serve (JoinGroup), an unknown API key, Metadata v99
-        for api_key, version in ((ApiKey.JOIN_GROUP, 5), (999, 0), (ApiKey.METADATA, 99)):
+        assert ApiKey.PRODUCE in listed and ApiKey.FETCH in listed and ApiKey.DESCRIBE_GROUPS not in listed
+        # an API this broker does not serve (DescribeGroups), an unknown API key, Metadata v99
+        for api_key, version in ((ApiKey.DESCRIBE_GROUPS, 5), (999, 0), (ApiKey.METADATA, 99)):
             header = struct.pack(">hhih", api_key, version, 77, -1)
             wire.send_raw(struct.pack(">i", len(header) + 3) + header + b"\0\0\0")
             correlation_id, body = wire.receive()
