@@ -196,3 +196,24 @@ def test_offsets_committed_over_kafka_are_the_ember_groups_offsets(shared_cluste
         assert consumer.committed([TopicPartition(topic_name, 0)], timeout=WAIT_S)[0].offset == 4
     finally:
         consumer.close()
+
+
+def test_acks_zero_producer_delivers_and_an_out_of_range_position_resets(bootstrap, topic_name):
+    create_topic(bootstrap, topic_name)
+    items = records(10)
+    # the first with acks=1: it waits until the new partition's leader serves it; an acks=0 record
+    # the leader cannot take is dropped with the connection (Kafka's acks=0 contract)
+    produce(bootstrap, topic_name, items[:1], acks="1")
+    produce(bootstrap, topic_name, items[1:], acks="0")
+    # acks=0 reports no offsets; the records are there all the same, in order
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused"})
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while consumer.get_watermark_offsets(TopicPartition(topic_name, 0), timeout=WAIT_S)[1] < 10:
+            assert time.monotonic() < deadline, "acks=0 records did not arrive"
+            time.sleep(0.2)
+    finally:
+        consumer.close()
+    # offset 1000 is past the log end: OFFSET_OUT_OF_RANGE, and the client resets to the earliest
+    got = consume(bootstrap, topic_name, {0: 1000}, 10, **{"auto.offset.reset": "earliest"})
+    assert [(m[1], m[3]) for m in got] == [(i, item[2]) for i, item in enumerate(items)]
