@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from kafka_helpers import WAIT_S, create_topic, produce, records
 
 from ember.groups.admin import GroupAdmin
@@ -41,14 +41,18 @@ def test_subscribed_consumers_share_partitions_and_take_over_when_one_leaves(sha
         settle([first, second], seen, lambda: len(first.assignment()) == 2 and len(second.assignment()) == 2)
         assert {tp.partition for tp in first.assignment()} | {tp.partition for tp in second.assignment()} == set(range(4))
         settle([first, second], seen, lambda: len(seen) == 40)
-        first.commit(asynchronous=False)
+        # a member of the current generation commits (explicit offsets: what this member consumed
+        # itself depends on how the reads raced the rebalance)
+        first.commit(offsets=[TopicPartition(topic_name, tp.partition, 10) for tp in first.assignment()],
+                     asynchronous=False)
         with GroupAdmin(shared_cluster.bootstrap) as admin:
             described = admin.describe_group(group)
         assert described.state == "Stable" and len(described.members) == 2
         assert sorted(tp.partition for m in described.members for tp in m.assignment) == [0, 1, 2, 3]
         second.close()
         settle([first], seen, lambda: len(first.assignment()) == 4)
-        first.commit(asynchronous=False)
+        first.commit(offsets=[TopicPartition(topic_name, p, 10) for p in range(4)], asynchronous=False)
+        assert [tp.offset for tp in first.committed(first.assignment(), timeout=WAIT_S)] == [10] * 4
     finally:
         first.close()
         second.close()
