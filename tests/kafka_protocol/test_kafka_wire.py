@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import datetime
 import struct
+import time
 
 import pytest
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from kafka_helpers import create_topic
-from kafka_wire import KafkaWire
+from kafka_wire import WAIT_S, KafkaWire
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
+from kio.schema.list_offsets.v6.request import ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 
@@ -28,13 +30,26 @@ def kafka_address(shared_cluster) -> str:
     return shared_cluster.kafka_bootstrap.split(",")[0]
 
 
-def leader_of(address: str, topic: str) -> str:
-    with KafkaWire(address) as wire:
-        metadata = wire.call(MetadataRequest(topics=(MetadataRequestTopic(topic_id=None, name=topic),),
-                                             allow_auto_topic_creation=False,
-                                             include_topic_authorized_operations=False))
-    brokers = {b.node_id: f"{b.host}:{b.port}" for b in metadata.brokers}
-    return brokers[metadata.topics[0].partitions[0].leader_id]
+def ready_leader(address: str, topic: str) -> str:
+    """The Kafka address of partition 0's leader once metadata names it and it serves the
+    partition (a new topic reaches every broker within moments, not at once)."""
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        with KafkaWire(address) as wire:
+            metadata = wire.call(MetadataRequest(topics=(MetadataRequestTopic(topic_id=None, name=topic),),
+                                                 allow_auto_topic_creation=False,
+                                                 include_topic_authorized_operations=False))
+        brokers = {b.node_id: f"{b.host}:{b.port}" for b in metadata.brokers}
+        partitions = metadata.topics[0].partitions
+        if partitions and partitions[0].leader_id in brokers:
+            leader = brokers[partitions[0].leader_id]
+            with KafkaWire(leader) as wire:
+                offsets = wire.call(ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=(ListOffsetsTopic(
+                    name=topic, partitions=(ListOffsetsPartition(partition_index=0, timestamp=-1),)),)))
+            if offsets.topics[0].partitions[0].error_code.value == 0:
+                return leader
+        time.sleep(0.1)
+    raise AssertionError(f"no leader of {topic}-0 served it within {WAIT_S}s")
 
 
 def produce_request(producer_id: int, sequence: int, count: int, topic: str) -> ProduceRequest:
@@ -48,7 +63,7 @@ def produce_request(producer_id: int, sequence: int, count: int, topic: str) -> 
 
 def test_idempotent_retries_are_deduplicated_and_sequence_gaps_refused(kafka_address, topic_name):
     create_topic(kafka_address, topic_name, replication_factor=3)
-    with KafkaWire(leader_of(kafka_address, topic_name)) as wire:
+    with KafkaWire(ready_leader(kafka_address, topic_name)) as wire:
         ids = wire.call(InitProducerIdRequest(transactional_id=None, transaction_timeout=datetime.timedelta(0),
                                               producer_id=-1, producer_epoch=-1))
         assert ids.error_code.value == 0 and ids.producer_id >= 0
