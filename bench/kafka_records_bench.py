@@ -7,7 +7,8 @@ For batches of N records of 100 B (key ~4 B, no headers / 2 headers) and codecs 
   * decode only    - iterating aiokafka's DefaultRecordBatch (the floor of kafka->ember)
   * encode only    - aiokafka's DefaultRecordBatchBuilder from Python values (the floor of ember->kafka)
 
-Each figure is the best of 5 rounds. Usage: kafka_records_bench.py [--records 1000] [--repeats 100]
+Each figure is the best of --rounds rounds of --repeats batches (on a shared machine many short
+rounds find the quiet moments). Usage: kafka_records_bench.py [--records 1000] [--repeats 100] [--rounds 5]
 """
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ def kafka_batch(count: int, codec: int, headers: bool) -> bytes:
     return bytes(builder.build())
 
 
-def per_record_us(fn: Callable[[], object], count: int, repeats: int, rounds: int = 5) -> float:
+def per_record_us(fn: Callable[[], object], count: int, repeats: int, rounds: int) -> float:
     """Best of ``rounds`` (the machine may be shared: the minimum is the cost, the rest is noise)."""
     fn()
     best = float("inf")
@@ -47,8 +48,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=1000)
     parser.add_argument("--repeats", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    n, repeats = args.records, args.repeats
+    n, repeats, rounds = args.records, args.repeats, args.rounds
     print(f"{n} records of 100 B per batch, µs per record (lower is better)")
     print(f"{'codec':<6} {'headers':<8} {'kafka->ember':>13} {'ember->kafka':>13} {'decode only':>12} {'encode only':>12}")
     for name, codec in CODECS.items():
@@ -62,10 +64,10 @@ def main() -> None:
                 for offset, timestamp, key, value, hdrs in records:
                     builder.append(offset, timestamp, key, value, hdrs)
                 return bytes(builder.build())
-            row = [per_record_us(lambda: to_ember_batch(kafka), n, repeats),
-                   per_record_us(lambda: to_kafka_batch(ember, 12), n, repeats),
-                   per_record_us(lambda: list(DefaultRecordBatch(kafka)), n, repeats),
-                   per_record_us(encode, n, repeats)]
+            row = [per_record_us(lambda: to_ember_batch(kafka), n, repeats, rounds),
+                   per_record_us(lambda: to_kafka_batch(ember, 12), n, repeats, rounds),
+                   per_record_us(lambda: list(DefaultRecordBatch(kafka)), n, repeats, rounds),
+                   per_record_us(encode, n, repeats, rounds)]
             print(f"{name:<6} {'2' if headers else '0':<8} " + " ".join(f"{v:>12.2f} " for v in row))
 
 
