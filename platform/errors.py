@@ -60,7 +60,10 @@ class ErrorCode(IntEnum):
     GROUP_ID_NOT_FOUND = 69
     NON_EMPTY_GROUP = 68
     MEMBER_ID_REQUIRED = 79
+    FETCH_SESSION_ID_NOT_FOUND = 70
+    INVALID_RECORD = 87
     UNSTABLE_OFFSET_COMMIT = 88
+    UNKNOWN_TOPIC_ID = 100
 
 
 class EmberError(Exception):
@@ -278,6 +281,25 @@ class NotController(EmberError):
 class InvalidRequest(EmberError):
     """The request is malformed."""
     code = ErrorCode.INVALID_REQUEST
+
+
+class InvalidRecord(EmberError):
+    """A record batch is well-formed but cannot be accepted (e.g. transactional, or offsets out of order)."""
+    code = ErrorCode.INVALID_RECORD
+
+
+class FetchSessionIdNotFound(EmberError):
+    """The fetch session is unknown to the broker (ember's Kafka listener keeps none)."""
+    code = ErrorCode.FETCH_SESSION_ID_NOT_FOUND
+    retriable = True
+    hint = "send a full fetch with session id 0"
+
+
+class UnknownTopicId(EmberError):
+    """No topic has this topic id (it was deleted, or re-created under a new id)."""
+    code = ErrorCode.UNKNOWN_TOPIC_ID
+    retriable = True
+    hint = "refresh metadata"
 
 
 class OutOfOrderSequenceNumber(EmberError):

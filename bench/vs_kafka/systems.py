@@ -98,9 +98,11 @@ class System(Protocol):
 class EmberClients:
     bootstrap: str
     storage_root: str
+    #: ember's Kafka listeners: mode ``kafka-client`` runs Kafka's client code against ember
+    kafka_bootstrap: str = ""
     name: str = "ember"
-    produce_modes: tuple[str, ...] = ("send", "send_batch")
-    consume_modes: tuple[str, ...] = ("poll_batches", "poll")
+    produce_modes: tuple[str, ...] = ("send", "send_batch", "kafka-client")
+    consume_modes: tuple[str, ...] = ("poll_batches", "poll", "kafka-client")
     spark_read_modes: tuple[str, ...] = ("broker", "direct")
 
     def _producer(self, settings: ProduceSettings) -> Producer:
@@ -111,7 +113,12 @@ class EmberClients:
     def produce_job(self, mode: str, topic: str, settings: ProduceSettings, value: bytes,
                     count: int) -> Iterator[Callable[[], None]]:
         """``send``: one call per record, then flush. ``send_batch``: the records as one Arrow
-        table (built before the clock starts: the columnar path assumes columns exist)."""
+        table (built before the clock starts: the columnar path assumes columns exist).
+        ``kafka-client``: confluent-kafka, exactly as against Kafka, through ember's Kafka listener."""
+        if mode == "kafka-client":
+            with KafkaClients(self.kafka_bootstrap).produce_job("produce", topic, settings, value, count) as job:
+                yield job
+            return
         with self._producer(settings) as producer:
             producer.send(topic, value).get(30)           # metadata, connections, producer id
 
@@ -148,7 +155,12 @@ class EmberClients:
 
     @contextmanager
     def consume_job(self, mode: str, topic: str, partitions: int, count: int) -> Iterator[Callable[[], int]]:
-        """Read from the beginning until ``count`` records arrived; returns the count read."""
+        """Read from the beginning until ``count`` records arrived; returns the count read
+        (``kafka-client``: confluent-kafka through ember's Kafka listener)."""
+        if mode == "kafka-client":
+            with KafkaClients(self.kafka_bootstrap).consume_job("consume", topic, partitions, count) as job:
+                yield job
+            return
         consumer, tps = self._consumer(topic, partitions)
         try:
             consumer.seek_to_beginning(*tps)
@@ -210,7 +222,7 @@ class EmberSystem:
         started = time.perf_counter()
         self.cluster.start()
         self.cold_start_s = time.perf_counter() - started
-        self.clients = EmberClients(self.cluster.bootstrap, str(self.cluster.data_dir))
+        self.clients = EmberClients(self.cluster.bootstrap, str(self.cluster.data_dir), self.cluster.kafka_bootstrap)
         self.admin = Admin(self.cluster.bootstrap)
 
     def create_topic(self, topic: str, partitions: int, replication_factor: int) -> None:

@@ -38,10 +38,15 @@ class BrokerProcess:
     host: str = "127.0.0.1"
     pid: int | None = None
     metrics_port: int | None = None   # /metrics, /livez, /readyz when the cluster serves metrics
+    kafka_port: int | None = None     # the broker's KAFKA listener (Kafka's protocol)
 
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
+
+    @property
+    def kafka_address(self) -> str | None:
+        return f"{self.host}:{self.kafka_port}" if self.kafka_port is not None else None
 
     @property
     def log_path(self) -> Path:
@@ -69,6 +74,9 @@ class LocalCluster:
     def metrics_addresses(self) -> dict[int, str]:
         """HOST:PORT of each broker's metrics endpoint (empty when metrics are off)."""
         return {b.broker_id: f"{b.host}:{b.metrics_port}" for b in self.brokers.values() if b.metrics_port}
+    def kafka_bootstrap(self) -> str:
+        """Bootstrap servers for Kafka clients (every broker's KAFKA listener)."""
+        return ",".join(b.kafka_address for b in self.brokers.values() if b.kafka_address)
 
     @property
     def zk_connect(self) -> str:
@@ -89,7 +97,8 @@ class LocalCluster:
         self.zookeeper.start()
         for broker_id in range(1, self.broker_count + 1):
             self.brokers.setdefault(broker_id, BrokerProcess(broker_id, free_port(), self.data_dir / f"broker-{broker_id}",
-                                                             metrics_port=free_port() if self.metrics else None))
+                                                             metrics_port=free_port() if self.metrics else None,
+                                                             kafka_port=free_port()))
         for broker in self.brokers.values():
             progress(f"starting broker {broker.broker_id} on {broker.address}")
             self._spawn(broker)
@@ -133,6 +142,8 @@ class LocalCluster:
         broker.data_dir.mkdir(parents=True, exist_ok=True)
         command = [sys.executable, "-m", "ember.cli", "broker", "start", "--id", str(broker.broker_id),
                    "--zookeeper", self.zk_connect, "--listen", broker.address, "--data", str(broker.data_dir)]
+        if broker.kafka_port is not None:
+            command += ["--listeners", f"KAFKA://{broker.kafka_address}"]
         if self.broker_config:
             config = self.data_dir / "broker-overrides.properties"
             config.write_text("".join(f"{k}={v}\n" for k, v in self.broker_config.items()))
@@ -209,7 +220,7 @@ class LocalCluster:
             cluster.zookeeper = ZooKeeperServer(data_dir / "zookeeper", state["zookeeper"]["port"])
         for b in state["brokers"]:
             cluster.brokers[b["broker_id"]] = BrokerProcess(b["broker_id"], b["port"], Path(b["data_dir"]), b["host"], b["pid"],
-                                                            b.get("metrics_port"))
+                                                            b.get("metrics_port"), b.get("kafka_port"))
         return cluster
 
     def status(self) -> dict[str, object]:
@@ -218,7 +229,7 @@ class LocalCluster:
         return {
             "zookeeper": {"address": zk.connect_string if zk else None,
                           "healthy": bool(zk and is_healthy(zk.host, zk.port))},
-            "brokers": [{"id": b.broker_id, "address": b.address, "pid": b.pid,
+            "brokers": [{"id": b.broker_id, "address": b.address, "kafka_address": b.kafka_address, "pid": b.pid,
                          "healthy": b.pid is not None and broker_responds(b.host, b.port),
                          "readiness": readiness(b.host, b.metrics_port) if b.metrics_port and b.pid else None}
                         for b in self.brokers.values()],

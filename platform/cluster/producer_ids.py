@@ -14,6 +14,9 @@ from ember.cluster import zk_paths
 from ember.cluster.zk_session import ZkSession
 
 BLOCK_SIZE = 1000
+#: Without transactions a producer id keeps its first epoch; a producer that needs a fresh
+#: sequence space asks for a new id.
+PRODUCER_EPOCH = 0
 
 
 class ProducerIdAllocator:

@@ -17,8 +17,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Collection
 
+from ember.cluster.assignment import check_replicas
 from ember.cluster.records import PartitionState, Reassignment, TopicRecord
-from ember.errors import InvalidReplicaAssignment, ReassignmentInProgress, UnknownTopicOrPartition
+from ember.errors import ReassignmentInProgress, UnknownTopicOrPartition
 
 
 def start_reassignment(name: str, record: TopicRecord, index: int, target: list[int],
@@ -29,11 +30,7 @@ def start_reassignment(name: str, record: TopicRecord, index: int, target: list[
         raise UnknownTopicOrPartition(f"{name}-{index} does not exist")
     if index in record.reassignments:
         raise ReassignmentInProgress(f"{name}-{index} is already being reassigned")
-    if not target or len(set(target)) != len(target):
-        raise InvalidReplicaAssignment(f"{name}-{index}: replicas {target} must be distinct and not empty")
-    missing = [b for b in target if b not in live]
-    if missing:
-        raise InvalidReplicaAssignment(f"{name}-{index}: broker(s) {missing} are not registered")
+    check_replicas(f"{name}-{index}", target, live)
     original = record.assignment[index]
     adding = [b for b in target if b not in original]
     removing = [b for b in original if b not in target]

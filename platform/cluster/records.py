@@ -17,18 +17,31 @@ def _dump(doc: dict[str, Any]) -> bytes:
 
 @dataclass(frozen=True)
 class BrokerInfo:
-    """A live broker's registration: where clients reach it."""
+    """A live broker's registration: where clients reach it. ``host``/``port`` is its ember
+    listener; ``endpoints`` lists every advertised listener as (name, host, port), so Kafka
+    clients are told the address of the listener they use."""
     id: int
     host: str
     port: int
+    endpoints: tuple[tuple[str, str, int], ...] = ()
+
+    def endpoint(self, listener: str) -> tuple[str, int] | None:
+        """(host, port) of the named listener, None if the broker has no such listener."""
+        return next(((host, port) for name, host, port in self.endpoints if name == listener), None)
 
     def to_bytes(self) -> bytes:
-        return _dump({"id": self.id, "host": self.host, "port": self.port})
+        return _dump({"id": self.id, "host": self.host, "port": self.port,
+                      "endpoints": [f"{name}://{host}:{port}" for name, host, port in self.endpoints]})
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "BrokerInfo":
         doc = json.loads(data)
-        return cls(int(doc["id"]), str(doc["host"]), int(doc["port"]))
+        endpoints = []
+        for url in doc.get("endpoints", []):
+            name, _, address = str(url).partition("://")
+            host, _, port = address.rpartition(":")
+            endpoints.append((name, host, int(port)))
+        return cls(int(doc["id"]), str(doc["host"]), int(doc["port"]), tuple(endpoints))
 
 
 @dataclass(frozen=True)

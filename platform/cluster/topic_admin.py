@@ -15,7 +15,7 @@ from typing import Mapping, Protocol, Sequence
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from ember.cluster import zk_paths
-from ember.cluster.assignment import assign_replicas
+from ember.cluster.assignment import assign_replicas, check_assignment
 from ember.cluster.records import PartitionState, TopicRecord
 from ember.cluster.zk_session import ZkSession
 from ember.errors import (InvalidConfig, InvalidPartitions, InvalidTopic, RequestTimedOut,
@@ -67,18 +67,24 @@ class TopicAdmin:
         self.policy = policy
 
     def create_topic(self, name: str, partitions: int, replication_factor: int,
-                     config: Mapping[str, str], validate_only: bool = False) -> TopicRecord:
+                     config: Mapping[str, str], validate_only: bool = False,
+                     assignment: Mapping[int, Sequence[int]] | None = None) -> TopicRecord:
         """Spread replicas over the brokers registered right now (read from ZooKeeper, not a
-        cache, so a broker that registered a moment ago counts)."""
+        cache, so a broker that registered a moment ago counts), or take ``assignment``
+        (``{partition: [broker ids]}``, preferred leader first) instead."""
         validate_topic_name(name)
-        if partitions > MAX_PARTITIONS:
+        if max(partitions, len(assignment or ())) > MAX_PARTITIONS:
             raise InvalidPartitions(f"{partitions} partitions requested; at most {MAX_PARTITIONS} per topic")
         overrides = {str(k): str(v) for k, v in config.items()}
         self.policy.validate(overrides)
         client = self.session.client
         live = [int(child) for child in client.get_children(zk_paths.BROKER_IDS)]
-        record = TopicRecord(uuid.uuid4().hex, assign_replicas(live, partitions, replication_factor),
-                             overrides)
+        if assignment:
+            check_assignment(name, assignment, live)
+            replicas = {int(index): [int(b) for b in brokers] for index, brokers in sorted(assignment.items())}
+        else:
+            replicas = assign_replicas(live, partitions, replication_factor)
+        record = TopicRecord(uuid.uuid4().hex, replicas, overrides)
         if client.exists(zk_paths.topic(name)):
             raise TopicAlreadyExists(f"topic {name!r} already exists")
         if validate_only:

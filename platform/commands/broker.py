@@ -12,6 +12,7 @@ from pathlib import Path
 from ember.errors import InvalidConfig
 from ember.ingest.broker import Broker, BrokerOptions
 from ember.ingest.broker_config import BROKER_CONFIGS, BrokerConfig
+from ember.ingest.listeners import ListenerConfig
 
 #: How long a stopped broker waits for worker threads before it exits anyway.
 EXECUTOR_SHUTDOWN_S = 3.0
@@ -24,7 +25,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     start = actions.add_parser("start", help="run a broker in the foreground until SIGTERM")
     start.add_argument("--id", type=int, required=True, help="broker id, unique in the cluster")
     start.add_argument("--zookeeper", required=True, metavar="HOST:PORT", help="ZooKeeper connect string")
-    start.add_argument("--listen", required=True, metavar="HOST:PORT", help="address clients connect to")
+    start.add_argument("--listen", metavar="HOST:PORT",
+                       help="address of the EMBER listener (ember's clients and follower fetches)")
+    start.add_argument("--listeners", metavar="NAME://HOST:PORT,...",
+                       help="Kafka's listeners property, e.g. KAFKA://127.0.0.1:9093 (any name but EMBER "
+                            "speaks Kafka's protocol); overrides the --config file's")
+    start.add_argument("--advertised-listeners", metavar="NAME://HOST:PORT,...",
+                       help="Kafka's advertised.listeners: what clients are told (default: the listeners)")
     start.add_argument("--data", required=True, type=Path, metavar="DIR", help="data directory of this broker")
     start.add_argument("--config", type=Path, metavar="FILE",
                        help="broker properties (Kafka names; see conf/broker.properties)")
@@ -49,14 +56,16 @@ def setup_logging(data_dir: Path) -> None:
 
 
 def start_broker(args: argparse.Namespace) -> int:
-    host, port = parse_listen(args.listen)
     if args.config is not None and not args.config.is_file():
         raise InvalidConfig(f"--config {args.config}: no such file")
     config = BrokerConfig.load(args.config)
+    listeners = ListenerConfig.resolve(parse_listen(args.listen) if args.listen else None,
+                                       args.listeners or config.listeners,
+                                       args.advertised_listeners or config.advertised_listeners)
     setup_logging(args.data)
     metrics_listen = BROKER_CONFIGS["metrics.listen"].parse(args.metrics_listen) if args.metrics_listen \
         else config.metrics_listen
-    options = BrokerOptions(args.id, args.zookeeper, host, port, args.data.resolve(), config, metrics_listen)
+    options = BrokerOptions(args.id, args.zookeeper, listeners, args.data.resolve(), config, metrics_listen)
     run_until_stopped(Broker(options))
     return 0
 

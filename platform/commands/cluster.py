@@ -57,7 +57,8 @@ def cluster_up(args: argparse.Namespace) -> int:
     except EmberError:
         cluster.stop()
         raise
-    print(f"\nZooKeeper: {cluster.zk_connect}\nbootstrap: {cluster.bootstrap}")
+    print(f"\nZooKeeper: {cluster.zk_connect}\nbootstrap: {cluster.bootstrap}"
+          f"\nKafka bootstrap (any Kafka client): {cluster.kafka_bootstrap}")
     if args.metrics:
         print_metrics(cluster)
     print(f"try:  export EMBER_BOOTSTRAP={cluster.bootstrap}\n      ember topics create demo --partitions 3")
@@ -92,9 +93,11 @@ def cluster_status(args: argparse.Namespace) -> int:
         ready = "" if readiness is None else "  ready" if readiness.ready else \
             f"  NOT READY: {'; '.join(readiness.reasons)}"
         print(f"broker {broker['id']:<3} {broker['address']:<22} {'up' if broker['healthy'] else 'DOWN'}"
-              f"  pid {broker['pid'] or '-'}{ready}")
+              f"  pid {broker['pid'] or '-'}  Kafka {broker['kafka_address'] or '-'}{ready}")
     bootstrap = ",".join(b["address"] for b in status["brokers"] if b["healthy"])
     print(f"bootstrap: {bootstrap or '(no broker up)'}")
+    kafka = ",".join(b["kafka_address"] for b in status["brokers"] if b["healthy"] and b["kafka_address"])
+    print(f"Kafka bootstrap: {kafka or '(no broker up)'}")
     healthy = zk["healthy"] and all(b["healthy"] and (b["readiness"] is None or b["readiness"].ready)
                                     for b in status["brokers"])
     return 0 if healthy else 1

@@ -21,6 +21,13 @@ starts when a member joins, leaves, changes its subscription or misses its sessi
 completes when every member has rejoined, or at the rebalance timeout (members that did not
 rejoin are dropped); then the generation goes up, the assignor runs here (see docs/groups.md),
 and every waiting JoinGroup is answered with its member's partitions.
+
+Kafka's clients assign partitions themselves (the classic protocol): their members join with
+their subscription as opaque protocol metadata (``metadata``), the generation is stored as above
+without an assignment, the leader's JoinGroup answer carries every member's metadata, and the
+group waits in CompletingRebalance until the leader's SyncGroup brings the assignment (stored in
+ZooKeeper like ember's), which every member's SyncGroup then returns (:meth:`sync`). A group is
+one kind or the other: ember and Kafka members never share a group.
 """
 from __future__ import annotations
 
@@ -34,6 +41,7 @@ from typing import Any, Iterable, Optional
 
 from ember.cluster.metadata_cache import MetadataCache
 from ember.cluster.topic_admin import is_legal_topic_name
+from ember.cluster.records import BrokerInfo
 from ember.errors import (CoordinatorNotAvailable, GroupIdNotFound, IllegalGeneration,
                           InconsistentGroupProtocol, InvalidGroupId, InvalidSessionTimeout, MemberIdRequired,
                           NonEmptyGroup, NotCoordinator, RebalanceInProgress, UnknownMemberId,
@@ -45,6 +53,7 @@ from ember.ingest.client_types import TopicPartition
 log = logging.getLogger(__name__)
 
 EMPTY, PREPARING, STABLE = "Empty", "PreparingRebalance", "Stable"
+AWAITING_SYNC = "CompletingRebalance"     # client-assigned groups: waiting for the leader's SyncGroup
 MAX_GROUP_ID_LENGTH = 249
 TICK_S = 0.1
 EMPTY_GROUP_IDLE_S = 60.0        # an Empty group unused this long leaves memory (it reloads from ZooKeeper)
@@ -80,6 +89,8 @@ class JoinResult:
     protocol: str
     leader: str
     assignment: list[TopicPartition]
+    #: client-assigned groups: every member's metadata for the chosen protocol, for the leader only
+    members: list[tuple[str, bytes]] = field(default_factory=list)
 
 
 @dataclass
@@ -93,6 +104,14 @@ class Member:
     assignment: list[TopicPartition] = field(default_factory=list)
     deadline: float = 0.0                       # session expiry, loop time
     join: Optional[asyncio.Future] = None       # a JoinGroup waiting for the rebalance to end
+    #: client-assigned (Kafka) members: protocol name -> subscription metadata; None for ember's
+    metadata: Optional[dict[str, bytes]] = None
+    assignment_data: bytes = b""                # the leader's assignment for this member, as sent
+    sync: Optional[asyncio.Future] = None       # a SyncGroup waiting for the leader's
+
+    @property
+    def waiting(self) -> bool:
+        return (self.join is not None and not self.join.done()) or (self.sync is not None and not self.sync.done())
 
 
 @dataclass
@@ -113,6 +132,8 @@ class Group:
     expected_session_s: float = DEFAULT_SESSION_TIMEOUT_MS / 1000
     pending_ids: dict[str, float] = field(default_factory=dict)   # MEMBER_ID_REQUIRED ids -> expiry
     completing: Optional[asyncio.Task] = None   # the generation being written to ZooKeeper
+    protocol_type: str = "consumer"
+    sync_deadline: float = 0.0                  # AWAITING_SYNC: the leader's SyncGroup is due by then
     changed: bool = False                       # a JoinGroup arrived while completing
     last_used: float = 0.0
 
@@ -142,6 +163,15 @@ class GroupCoordinator:
         self.groups.clear()
 
     # -- ownership ---------------------------------------------------------------------------
+
+    def coordinator_broker(self, group_id: str) -> BrokerInfo:
+        """The live broker that coordinates ``group_id`` (what FindCoordinator answers)."""
+        validate_group_id(group_id)
+        brokers = self.cache.brokers()
+        node = coordinator_id(group_id, brokers)
+        if node is None:
+            raise CoordinatorNotAvailable("no live broker can coordinate groups")
+        return brokers[node]
 
     def owns(self, group_id: str) -> bool:
         return coordinator_id(group_id, self.cache.brokers()) == self.broker_id
@@ -187,14 +217,25 @@ class GroupCoordinator:
     # -- membership --------------------------------------------------------------------------
 
     async def join(self, group_id: str, member_id: str, client_id: str, session_timeout_ms: int,
-                   rebalance_timeout_ms: int, topics: list[str], protocols: list[str]) -> JoinResult:
+                   rebalance_timeout_ms: int, topics: list[str], protocols: list[str],
+                   metadata: Optional[dict[str, bytes]] = None, protocol_type: str = "consumer") -> JoinResult:
+        """Join (or rejoin) and wait for the rebalance to end. ``metadata`` (protocol name ->
+        subscription bytes) marks a client-assigned member (Kafka's classic protocol): its group's
+        leader assigns, see :meth:`sync`; ember's members leave it None and get their partitions
+        from the assignor named by ``protocols``."""
         if session_timeout_ms > self.max_session_timeout_ms:
             raise InvalidSessionTimeout(f"session timeout {session_timeout_ms} ms is longer than "
                                         f"group.max.session.timeout.ms={self.max_session_timeout_ms}")
         group = await self._group(group_id, create=True)
-        if not protocols or any(p not in ASSIGNORS for p in protocols):
+        if not protocols or (metadata is None and any(p not in ASSIGNORS for p in protocols)):
             raise InconsistentGroupProtocol(f"assignors must be among {sorted(ASSIGNORS)}, got {protocols}")
         others = [m for mid, m in group.members.items() if mid != member_id]
+        if others and (others[0].metadata is None) != (metadata is None):
+            raise InconsistentGroupProtocol(f"group {group_id!r} has {'ember' if metadata is not None else 'Kafka'} "
+                                            f"consumers; ember's and Kafka's consumers cannot share a group")
+        if others and group.protocol_type != protocol_type:
+            raise InconsistentGroupProtocol(f"group {group_id!r} has protocol type {group.protocol_type!r}, "
+                                            f"not {protocol_type!r}")
         if others and not _common_protocols([m.protocols for m in others] + [protocols]):
             raise InconsistentGroupProtocol(f"assignors {protocols} share none with the group's members")
         loop = asyncio.get_running_loop()
@@ -209,16 +250,17 @@ class GroupCoordinator:
                 raise UnknownMemberId(f"member {member_id!r} is not in group {group_id!r}; join as a new member")
             group.pending_ids.pop(member_id, None)
             group.expected.pop(member_id, None)
-            member = Member(member_id, client_id, 0, 0, topics, protocols)
+            member = Member(member_id, client_id, 0, 0, topics, protocols, metadata=metadata)
             group.members[member_id] = member
+            group.protocol_type = protocol_type
         else:
-            unchanged = member.topics == topics and member.protocols == protocols
-            if group.state == STABLE and unchanged:
+            unchanged = member.topics == topics and member.protocols == protocols and member.metadata == metadata
+            if group.state in (STABLE, AWAITING_SYNC) and unchanged:
                 member.deadline = loop.time() + member.session_timeout_s
                 return self._result(group, member)
         member.session_timeout_s = session_timeout_ms / 1000
         member.rebalance_timeout_s = rebalance_timeout_ms / 1000
-        member.topics, member.protocols = list(topics), list(protocols)
+        member.topics, member.protocols, member.metadata = list(topics), list(protocols), metadata
         if member.join is not None and not member.join.done():
             # a retried JoinGroup of the same member: answer the old one (not cancel(): the
             # server would take that for a shutdown and close the old request's connection)
@@ -249,6 +291,55 @@ class GroupCoordinator:
         if group.state == PREPARING:
             raise RebalanceInProgress(f"group {group_id!r} is rebalancing; rejoin")
 
+    async def sync(self, group_id: str, member_id: str, generation: int,
+                   assignments: dict[str, tuple[bytes, list[TopicPartition]]]) -> bytes:
+        """SyncGroup of a client-assigned member: its assignment in the current generation. The
+        leader's brings everyone's (opaque bytes, and the partitions they name for describe and
+        ZooKeeper); the others wait for it. A rebalance meanwhile answers REBALANCE_IN_PROGRESS."""
+        group = await self._group(group_id, create=False)
+        if group is None:
+            raise UnknownMemberId(f"group {group_id!r} has no member {member_id!r}; rejoin")
+        member = self._member(group, member_id, generation)
+        if member.metadata is None:
+            raise InconsistentGroupProtocol("ember's consumers get their assignment from JoinGroup, not SyncGroup")
+        if group.state == PREPARING:
+            raise RebalanceInProgress(f"group {group_id!r} is rebalancing; rejoin")
+        if group.state == AWAITING_SYNC and member_id == group.leader:
+            await self._store_assignment(group, assignments)
+        if group.state == STABLE:
+            return member.assignment_data
+        if member.sync is not None and not member.sync.done():
+            _set_error(member.sync, RebalanceInProgress(f"superseded by a newer SyncGroup of {member_id}"))
+        member.sync = asyncio.get_running_loop().create_future()
+        return await member.sync
+
+    async def _store_assignment(self, group: Group, assignments: dict[str, tuple[bytes, list[TopicPartition]]]) -> None:
+        """Store the leader's assignment with the generation (compare-and-set), then answer the
+        waiting SyncGroups."""
+        generation = group.generation
+        members = dict(group.members)
+        assignment = {mid: assignments.get(mid, (b"", []))[1] for mid in members}
+        try:
+            group.version = await self._save(group, self._doc(group, members, assignment, generation))
+        except Exception as exc:
+            log.warning("group %s: could not store the assignment of generation %d: %s", group.group_id,
+                        generation, exc)
+            self._lose(group, NotCoordinator(f"group {group.group_id!r}: the assignment could not be stored; "
+                                             f"find the coordinator again"))
+            raise NotCoordinator(f"group {group.group_id!r}: the assignment could not be stored") from None
+        if group.state != AWAITING_SYNC or group.generation != generation:
+            raise RebalanceInProgress(f"group {group.group_id!r} started rebalancing; rejoin")
+        now = asyncio.get_running_loop().time()
+        group.previous = assignment
+        for member_id, member in group.members.items():
+            member.assignment_data, member.assignment = assignments.get(member_id, (b"", []))
+            member.deadline = now + member.session_timeout_s
+            if member.sync is not None and not member.sync.done():
+                member.sync.set_result(member.assignment_data)
+            member.sync = None
+        group.state = STABLE
+        log.info("group %s: generation %d assigned by its leader %s", group.group_id, generation, group.leader)
+
     async def leave(self, group_id: str, member_id: str) -> None:
         group = await self._group(group_id, create=False)
         if group is not None and group.expected.pop(member_id, None) is not None:
@@ -268,6 +359,7 @@ class GroupCoordinator:
         return member
 
     def _prepare(self, group: Group, reason: str) -> None:
+        self._fail_syncs(group, RebalanceInProgress(f"group {group.group_id!r} is rebalancing: {reason}; rejoin"))
         loop = asyncio.get_running_loop()
         if group.state == EMPTY:
             group.not_before = loop.time() + self.initial_delay_s
@@ -281,9 +373,9 @@ class GroupCoordinator:
             member = group.members.pop(member_id)
             if member.join is not None and not member.join.done():
                 _set_error(member.join, UnknownMemberId(f"member {member_id} {reason}"))
-        if group.state == STABLE and group.members:
+        if group.state in (STABLE, AWAITING_SYNC) and group.members:
             self._prepare(group, f"{', '.join(member_ids)} {reason}")
-        elif group.state == STABLE or group.state == EMPTY:
+        elif group.state in (STABLE, AWAITING_SYNC, EMPTY):
             group.state = PREPARING                 # the last member left: an Empty generation
             group.rebalance_deadline = 0.0
         if group.completing is not None:
@@ -318,6 +410,8 @@ class GroupCoordinator:
         if not group.members:
             return {}
         group.protocol = _common_protocols([m.protocols for m in group.members.values()])[0]
+        if _client_assigned(group):
+            return {}                               # the leader assigns (SyncGroup)
         topics = self.cache.topics()
         counts = {t: len(topics[t].partitions) for m in group.members.values() for t in m.topics if t in topics}
         subscriptions = {mid: m.topics for mid, m in group.members.items()}
@@ -327,16 +421,22 @@ class GroupCoordinator:
         """Compute the next generation, store it (compare-and-set), then answer the JoinGroups."""
         assignment = self._assign(group)
         members = dict(group.members)
-        doc = {"protocol_type": "consumer", "protocol": group.protocol, "generation": group.generation + 1,
-               "leader": min(members, default=""), "members": sorted(members),
-               "rebalance_timeout_ms": int(max((m.rebalance_timeout_s for m in members.values()), default=0) * 1000),
-               "session_timeout_ms": int(max((m.session_timeout_s for m in members.values()), default=0) * 1000),
-               "assignment": {m: [list(tp) for tp in tps] for m, tps in assignment.items()}}
+        doc = self._doc(group, members, assignment, group.generation + 1)
         group.changed = False
         task = asyncio.get_running_loop().create_task(self._complete(group, assignment, members, doc))
         group.completing = task
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    @staticmethod
+    def _doc(group: Group, members: dict[str, Member], assignment: dict[str, list[TopicPartition]],
+             generation: int) -> dict[str, Any]:
+        """The group document stored in ZooKeeper for ``generation``."""
+        return {"protocol_type": group.protocol_type, "protocol": group.protocol, "generation": generation,
+                "leader": min(members, default=""), "members": sorted(members),
+                "rebalance_timeout_ms": int(max((m.rebalance_timeout_s for m in members.values()), default=0) * 1000),
+                "session_timeout_ms": int(max((m.session_timeout_s for m in members.values()), default=0) * 1000),
+                "assignment": {m: [list(tp) for tp in tps] for m, tps in assignment.items()}}
 
     async def _complete(self, group: Group, assignment: dict[str, list[TopicPartition]],
                         members: dict[str, Member], doc: dict[str, Any]) -> None:
@@ -365,6 +465,9 @@ class GroupCoordinator:
                 member.join.set_result(self._result(group, member))
             member.join = None
         group.state = STABLE if group.members else EMPTY
+        if group.members and _client_assigned(group):
+            group.state = AWAITING_SYNC
+            group.sync_deadline = now + max((m.rebalance_timeout_s for m in members.values()), default=0)
         log.info("group %s: generation %d, %s, %d member(s)", group.group_id, group.generation,
                  group.state, len(members))
         if self.groups.get(group.group_id) is not group:
@@ -399,13 +502,24 @@ class GroupCoordinator:
 
     @staticmethod
     def _result(group: Group, member: Member) -> JoinResult:
-        return JoinResult(member.member_id, group.generation, group.protocol, group.leader, list(member.assignment))
+        members = [(m.member_id, (m.metadata or {}).get(group.protocol, b"")) for m in group.members.values()] \
+            if member.metadata is not None and member.member_id == group.leader else []
+        return JoinResult(member.member_id, group.generation, group.protocol, group.leader, list(member.assignment),
+                          members)
 
     @staticmethod
     def _fail_joins(group: Group, error: Exception) -> None:
         for member in group.members.values():
             if member.join is not None and not member.join.done():
                 _set_error(member.join, error)
+        GroupCoordinator._fail_syncs(group, error)
+
+    @staticmethod
+    def _fail_syncs(group: Group, error: Exception) -> None:
+        for member in group.members.values():
+            if member.sync is not None and not member.sync.done():
+                _set_error(member.sync, error)
+            member.sync = None
 
     async def _tick_forever(self) -> None:
         """Expire silent members, end rebalances whose time is up, hand off groups we lost,
@@ -423,9 +537,11 @@ class GroupCoordinator:
                     continue
                 for member_id in [m for m, until in group.pending_ids.items() if now > until]:
                     del group.pending_ids[member_id]
-                expired = [mid for mid, m in group.members.items() if m.join is None and now > m.deadline]
+                expired = [mid for mid, m in group.members.items() if not m.waiting and now > m.deadline]
                 if expired:
                     self._remove(group, expired, "missed the session timeout")
+                if group.state == AWAITING_SYNC and now > group.sync_deadline and group.leader in group.members:
+                    self._remove(group, [group.leader], "(the leader) did not send its SyncGroup in time")
                 self._maybe_complete(group)
                 if (group.state == EMPTY and not group.members and not group.expected and not group.pending_ids
                         and group.completing is None and now - group.last_used > EMPTY_GROUP_IDLE_S):
@@ -494,6 +610,11 @@ def _set_error(future: asyncio.Future, error: Exception) -> None:
     """Answer a pending JoinGroup with ``error`` (marked retrieved: its connection may be gone)."""
     future.set_exception(error)
     future.add_done_callback(lambda f: f.exception())
+
+
+def _client_assigned(group: Group) -> bool:
+    """Kafka's classic protocol: the group's leader assigns (a group never mixes both kinds)."""
+    return any(m.metadata is not None for m in group.members.values())
 
 
 def _common_protocols(preferences: list[list[str]]) -> list[str]:

@@ -1,33 +1,27 @@
-"""Topic administration and producer ids: CreateTopics, DeleteTopics, DescribeConfigs,
-AlterConfigs, InitProducerId. Any broker serves these; the ZooKeeper work runs on a thread
-(kazoo is blocking) and the reply waits, bounded, until this broker has applied the change."""
+"""Topic administration and producer ids of the ember protocol: CreateTopics, DeleteTopics,
+DescribeConfigs, AlterConfigs, InitProducerId. Any broker serves these; the work is in
+``ember.ingest.topic_changes`` (shared with the Kafka protocol), this module is the JSON format."""
 from __future__ import annotations
 
 import asyncio
-from typing import Callable
 
 from ember.cluster.metadata_cache import MetadataCache
-from ember.cluster.producer_ids import ProducerIdAllocator
-from ember.cluster.topic_admin import TopicAdmin, validate_topic_name
+from ember.cluster.producer_ids import PRODUCER_EPOCH, ProducerIdAllocator
+from ember.cluster.topic_admin import validate_topic_name
 from ember.errors import UnknownTopicOrPartition
 from ember.ingest import fields
 from ember.ingest.broker_config import BrokerConfig
 from ember.ingest.dispatcher import Handler
 from ember.ingest.protocol import ApiKey, Request
-from ember.ingest.replica_manager import ReplicaManager
 from ember.ingest.reply import OK, Reply, error_fields
-from ember.ingest.signals import wait_any
-
-DEFAULT_TIMEOUT_MS = 10000
-PRODUCER_EPOCH = 0
+from ember.ingest.topic_changes import DEFAULT_TIMEOUT_MS, TopicChanges
 
 
 class AdminApis:
-    def __init__(self, admin: TopicAdmin, cache: MetadataCache, replicas: ReplicaManager,
-                 config: BrokerConfig, producer_ids: ProducerIdAllocator) -> None:
-        self.admin = admin
+    def __init__(self, topics: TopicChanges, cache: MetadataCache, config: BrokerConfig,
+                 producer_ids: ProducerIdAllocator) -> None:
+        self.topics = topics
         self.cache = cache
-        self.replicas = replicas
         self.config = config
         self.producer_ids = producer_ids
 
@@ -35,16 +29,6 @@ class AdminApis:
         return {ApiKey.CREATE_TOPICS: self.create_topics, ApiKey.DELETE_TOPICS: self.delete_topics,
                 ApiKey.DESCRIBE_CONFIGS: self.describe_configs, ApiKey.ALTER_CONFIGS: self.alter_configs,
                 ApiKey.INIT_PRODUCER_ID: self.init_producer_id}
-
-    async def create_topic(self, name: str, partitions: int = -1, replication_factor: int = -1,
-                           config: dict[str, str] | None = None, validate_only: bool = False) -> str:
-        """Create a topic (-1 = the broker's default partitions / replication factor); returns its id."""
-        record = await asyncio.to_thread(
-            self.admin.create_topic, name,
-            self.config.num_partitions if partitions == -1 else partitions,
-            self.config.default_replication_factor if replication_factor == -1 else replication_factor,
-            config or {}, validate_only)
-        return record.topic_id
 
     async def create_topics(self, request: Request) -> Reply:
         body = request.body
@@ -56,9 +40,7 @@ class AdminApis:
         results = []
         for name, partitions, replication_factor, config in fields.unique(topics, lambda t: t[0], "topics"):
             try:
-                topic_id = await self.create_topic(name, partitions, replication_factor, config, validate_only)
-                if not validate_only:
-                    await self._until(lambda: self._applied(name, topic_id), timeout_s)
+                await self.topics.create(name, partitions, replication_factor, config, validate_only, timeout_s)
                 results.append({"topic": name, **OK})
             except Exception as exc:
                 results.append({"topic": name, **error_fields(exc)})
@@ -69,8 +51,7 @@ class AdminApis:
         results = []
         for name in fields.strings(request.body, "topics"):
             try:
-                await asyncio.to_thread(self.admin.delete_topic, name)
-                await self._until(lambda: not any(t == name for t, _ in self.replicas.partitions), timeout_s)
+                await self.topics.delete(name, timeout_s)
                 results.append({"topic": name, **OK})
             except Exception as exc:
                 results.append({"topic": name, **error_fields(exc)})
@@ -93,32 +74,11 @@ class AdminApis:
 
     async def alter_configs(self, request: Request) -> Reply:
         body = request.body
-        name = fields.string(body, "topic")
-        updates = fields.string_map(body, "set")
-        deletes = fields.strings(body, "delete", [])
-        validate_only = fields.boolean(body, "validate_only", False)
-        record = await asyncio.to_thread(self.admin.alter_config, name, updates, deletes, validate_only)
-        if not validate_only:
-            expected = self.config.log_config(record.config)
-            await self._until(lambda: all(p.config == expected for (t, _), p in self.replicas.partitions.items()
-                                          if t == name), DEFAULT_TIMEOUT_MS / 1000)
+        await self.topics.alter_config(fields.string(body, "topic"), fields.string_map(body, "set"),
+                                       fields.strings(body, "delete", []),
+                                       fields.boolean(body, "validate_only", False), DEFAULT_TIMEOUT_MS / 1000)
         return Reply(dict(OK))
 
     async def init_producer_id(self, _request: Request) -> Reply:
         producer_id = await asyncio.to_thread(self.producer_ids.next_id)
         return Reply({**OK, "producer_id": producer_id, "producer_epoch": PRODUCER_EPOCH})
-
-    def _applied(self, name: str, topic_id: str) -> bool:
-        meta = self.cache.topic(name)
-        if meta is None or meta.topic_id != topic_id:
-            return False
-        return all((name, index) in self.replicas.partitions
-                   for index, replicas in meta.partitions.items() if self.replicas.broker_id in replicas)
-
-    async def _until(self, done: Callable[[], bool], timeout_s: float) -> None:
-        """Wait (bounded) until this broker has applied a metadata change; a timeout is not an
-        error: the change is in ZooKeeper and every broker applies it soon."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        while not done() and loop.time() < deadline:
-            await wait_any([self.replicas.reconciled], deadline - loop.time())

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from ember.errors import CoordinatorNotAvailable, InvalidRequest
-from ember.groups.coordinator import (Group, GroupCoordinator, MemberIdRequired, coordinator_id,
-                                      validate_group_id)
+from ember.errors import InvalidRequest
+from ember.groups.coordinator import Group, GroupCoordinator, MemberIdRequired
 from ember.ingest import fields
 from ember.ingest.client_types import TopicPartition
 from ember.ingest.dispatcher import Handler
@@ -36,13 +35,8 @@ class GroupApis:
                 ApiKey.DELETE_GROUPS: self.delete_groups}
 
     async def find_coordinator(self, request: Request) -> Reply:
-        group_id = fields.string(request.body, "key")
-        validate_group_id(group_id)
-        brokers = self.coordinator.cache.brokers()
-        node = coordinator_id(group_id, brokers)
-        if node is None:
-            raise CoordinatorNotAvailable("no live broker can coordinate groups")
-        return Reply({**OK, "node_id": node, "host": brokers[node].host, "port": brokers[node].port})
+        broker = self.coordinator.coordinator_broker(fields.string(request.body, "key"))
+        return Reply({**OK, "node_id": broker.id, "host": broker.host, "port": broker.port})
 
     async def join_group(self, request: Request) -> Reply:
         body = request.body

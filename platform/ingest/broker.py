@@ -20,7 +20,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Awaitable, Callable
+from typing import TYPE_CHECKING, Awaitable, Callable
 
 from ember.cluster.controller import Controller
 from ember.cluster.metadata_cache import MetadataCache
@@ -39,11 +39,19 @@ from ember.ingest.api_records import RecordApis
 from ember.ingest.broker_config import BrokerConfig, TopicConfigPolicy
 from ember.ingest.api_replication import ReplicationApis
 from ember.ingest.dispatcher import Dispatcher
+from ember.ingest.core import BrokerCore
 from ember.ingest.isr import IsrWriter
+from ember.ingest.listeners import EMBER_LISTENER, ListenerConfig
 from ember.ingest.log_manager import LogManager
+from ember.ingest.metadata_view import MetadataView
 from ember.ingest.replica_manager import ReplicaManager
 from ember.ingest.server import BrokerServer
+from ember.ingest.topic_changes import TopicChanges
+from ember.kafka.listener import kafka_server
 from ember.metrics.service import MetricsService
+
+if TYPE_CHECKING:
+    from ember.metrics.requests import RequestObserver
 
 log = logging.getLogger(__name__)
 
@@ -86,8 +94,7 @@ def _settle(future: "asyncio.Future[object]", result: object, error: BaseExcepti
 class BrokerOptions:
     broker_id: int
     zookeeper: str
-    host: str
-    port: int
+    listeners: ListenerConfig
     data_dir: Path
     config: BrokerConfig
     #: Where to serve /metrics, /livez and /readyz (None: metrics off).
@@ -109,10 +116,12 @@ class Broker:
         self.controller = Controller(self.session, self.cache, options.broker_id, self.config.controller_config(),
                                      self.metrics)
         self.registration = BrokerRegistration(
-            self.session, BrokerInfo(options.broker_id, options.host, options.port),
+            self.session, BrokerInfo(options.broker_id, *options.listeners.advertised_address(EMBER_LISTENER),
+                                     tuple((a.name, a.host, a.port) for a in options.listeners.advertised)),
             self.config.zookeeper_session_timeout_ms)
         self.replicas: ReplicaManager | None = None
         self.server: BrokerServer | None = None
+        self.kafka_servers: list[BrokerServer] = []
 
     async def start(self) -> None:
         options = self.options
@@ -130,25 +139,47 @@ class Broker:
         self.cache.add_listener(self.replicas.notify)
         await self.replicas.start()
 
-        admin = AdminApis(TopicAdmin(self.session, TopicConfigPolicy(self.config)), self.cache,
-                          self.replicas, self.config, ProducerIdAllocator(self.session, options.broker_id))
+        topics = TopicChanges(TopicAdmin(self.session, TopicConfigPolicy(self.config)), self.cache,
+                              self.replicas, self.config)
+        view = MetadataView(self.cache, topics.create if self.config.auto_create_topics_enable else None,
+                            self.replicas.unavailable_reason)
+        producer_ids = ProducerIdAllocator(self.session, options.broker_id)
         dispatcher = Dispatcher(
-            ClusterApis(self.cache, admin.create_topic if self.config.auto_create_topics_enable else None,
-                        self.replicas.unavailable_reason).handlers(),
-            RecordApis(self.replicas).handlers(), ReplicationApis(self.replicas).handlers(), admin.handlers(),
+            ClusterApis(view).handlers(), RecordApis(self.replicas).handlers(),
+            ReplicationApis(self.replicas).handlers(),
+            AdminApis(topics, self.cache, self.config, producer_ids).handlers(),
             LeadershipApis(self.controller).handlers(), GroupApis(self.groups).handlers())
-        self.server = BrokerServer(dispatcher, options.host, options.port, self.config.socket_request_max_bytes,
-                                   self.config.connections_max_idle_ms,
-                                   self.telemetry.requests if self.telemetry is not None else None)
-        await self.server.bind()
+        core = BrokerCore(options.broker_id, cluster_id, self.config, self.cache, self.replicas, view, topics,
+                          producer_ids, self.groups)
+        ember = options.listeners.ember
+        max_bytes, max_idle_ms = self.config.socket_request_max_bytes, self.config.connections_max_idle_ms
+        self.server = BrokerServer(dispatcher, ember.host, ember.port, max_bytes, max_idle_ms,
+                                   self._request_observer(ember.name))
+        self.kafka_servers = [kafka_server(core, listener, max_bytes, max_idle_ms,
+                                           self._request_observer(listener.name))
+                              for listener in options.listeners.kafka]
+        for server in (self.server, *self.kafka_servers):
+            await server.bind()
         await asyncio.to_thread(self.registration.register)
-        await self.server.start_serving()
+        for server in (self.server, *self.kafka_servers):
+            await server.start_serving()
         self.controller.start()
         self.groups.start()
         self.logs.start_schedules(self.replicas.all_partitions, self.config.log_retention_check_interval_ms,
                                   self.config.log_flush_scheduler_interval_ms, self.metrics)
-        log.info("broker %d started (cluster %s) on %s:%d", options.broker_id, cluster_id,
-                 options.host, options.port)
+        log.info("broker %d started (cluster %s), listeners %s", options.broker_id, cluster_id,
+                 ", ".join(map(str, options.listeners.bind)))
+
+    def listener_servers(self) -> list[tuple[str, BrokerServer]]:
+        """(listener name, its server) of every listener serving now."""
+        if self.server is None:
+            return []
+        names = [self.options.listeners.ember.name, *(l.name for l in self.options.listeners.kafka)]
+        return list(zip(names, [self.server, *self.kafka_servers]))
+
+    def _request_observer(self, listener: str) -> "RequestObserver | None":
+        """Counts and times the requests of one listener (None: metrics off)."""
+        return self.telemetry.request_metrics.listener(listener) if self.telemetry is not None else None
 
     async def stop(self) -> None:
         """Undo whatever :meth:`start` got to; each step runs even if an earlier one failed, and
@@ -169,6 +200,7 @@ class Broker:
             ("deregister", lambda: _on_daemon_thread(lambda: self.registration.deregister(zk_budget()))),
             ("close group coordinator", self.groups.close),
             ("stop serving", lambda: self.server.close() if self.server else asyncio.sleep(0)),
+            ("stop serving Kafka listeners", lambda: asyncio.gather(*(s.close() for s in self.kafka_servers))),
             ("stop schedules", self.logs.stop_schedules),
             ("close replicas and logs", lambda: self.replicas.close() if self.replicas else asyncio.sleep(0)),
             ("end ZooKeeper session", lambda: _on_daemon_thread(lambda: self.session.close(max(zk_budget(), 1.0)))),

@@ -80,6 +80,10 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in (
     ConfigDef("metrics.listen", "address", None, "Where the broker serves Prometheus metrics (/metrics) and its "
               "health checks (/livez, /readyz); unset: not served. Keep it on loopback unless a firewall "
               "guards the port.", nullable=True),
+    ConfigDef("listeners", "string", None, "Named listeners NAME://HOST:PORT,...: EMBER speaks ember's protocol "
+              "(also set by --listen), any other name Kafka's (plaintext).", nullable=True),
+    ConfigDef("advertised.listeners", "string", None, "The addresses clients are told, per listener name "
+              "(default: listeners).", nullable=True),
     _int("group.initial.rebalance.delay.ms", 3000, "How long the first rebalance of an empty consumer "
          "group waits for more members, so a group starting together rebalances once.", 0),
     _int("group.max.session.timeout.ms", 1800000, "Longest session timeout a consumer group member may "
@@ -149,6 +153,8 @@ class BrokerConfig:
     group_initial_rebalance_delay_ms: int
     group_max_session_timeout_ms: int
     metrics_listen: Optional[tuple[str, int]]
+    listeners: Optional[str]
+    advertised_listeners: Optional[str]
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, Any] | None = None) -> "BrokerConfig":

@@ -77,6 +77,9 @@ class _Watchdog:
 
 
 class BrokerServer:
+    #: Turns a frame (without its length) into a request; the Kafka listener decodes its own.
+    decode_frame = staticmethod(decode_request)
+
     def __init__(self, dispatch: Dispatch, host: str, port: int, max_frame_bytes: int,
                  max_idle_ms: int, observer: "RequestObserver | None" = None) -> None:
         self.dispatch = dispatch
@@ -165,7 +168,7 @@ class BrokerServer:
         (size,) = FRAME_LENGTH.unpack(head)
         check_frame_size(size, self.max_frame_bytes)
         watchdog.arm(f"sending a request frame of {size} bytes")
-        return decode_request(await reader.readexactly(size))
+        return self.decode_frame(await reader.readexactly(size))
 
     async def _write(self, writer: asyncio.StreamWriter, correlation_id: int, reply: Reply) -> None:
         try:

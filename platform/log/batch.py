@@ -13,7 +13,7 @@ offset     field                   type   meaning
 12         partition_leader_epoch  int32  leader epoch that appended the batch
 16         magic                   int8   format version, ``MAGIC``
 17         crc                     uint32 zlib crc32 of bytes 21..end
-21         attributes              int16  bits 0-2 codec, bit 3 LogAppendTime
+21         attributes              int16  bits 0-2 codec, bit 3 LogAppendTime, bits 8-10 Kafka codec
 23         last_offset_delta       int32  record_count - 1
 27         first_timestamp         int64  timestamp of the first record (ms)
 35         max_timestamp           int64  largest record timestamp (ms)
@@ -53,6 +53,9 @@ CODECS = {"none": 0, "lz4": 1, "zstd": 2}
 _ARROW_CODEC = {0: None, 1: "lz4", 2: "zstd"}
 _CODEC_MASK = 0x07
 LOG_APPEND_TIME_FLAG = 0x08
+#: Bits 8-10: the Kafka codec (1 gzip .. 4 zstd) of the Kafka record batch this batch was converted
+#: from, 0 for batches from ember's clients; Kafka consumers get the batch back in that codec.
+_KAFKA_CODEC_SHIFT = 8
 
 _HEADER_TYPE = pa.list_(pa.struct([pa.field("key", pa.string(), nullable=False),
                                    pa.field("value", pa.binary())]))
@@ -106,6 +109,10 @@ class BatchHeader(NamedTuple):
     @property
     def codec(self) -> int:
         return self.attributes & _CODEC_MASK
+
+    @property
+    def kafka_codec(self) -> int:
+        return (self.attributes >> _KAFKA_CODEC_SHIFT) & _CODEC_MASK
 
     @property
     def log_append_time(self) -> bool:
@@ -209,12 +216,13 @@ RecordsLike = Union[pa.Table, pa.RecordBatch, Iterable[Union[Record, tuple]]]
 
 def build_batch(records: RecordsLike, *, compression: str = "none", producer_id: int = NO_PRODUCER_ID,
                 producer_epoch: int = NO_EPOCH, base_sequence: int = NO_SEQUENCE,
-                partition_leader_epoch: int = NO_EPOCH, base_offset: int = 0) -> bytes:
+                partition_leader_epoch: int = NO_EPOCH, base_offset: int = 0, kafka_codec: int = 0) -> bytes:
     """Encode records into one raw batch (header + Arrow IPC payload).
 
     ``records`` is an Arrow table/record batch with any of the columns key, value, timestamp,
     headers (missing ones are null, a missing or null timestamp is now), or Python records
-    ``(key, value[, timestamp_ms[, headers]])``.
+    ``(key, value[, timestamp_ms[, headers]])``. ``kafka_codec`` records the codec of the Kafka
+    batch the records came in (``ember.kafka.records``).
     """
     if compression not in CODECS:
         raise ValueError(f"compression must be one of {sorted(CODECS)}, not {compression!r}")
@@ -230,7 +238,8 @@ def build_batch(records: RecordsLike, *, compression: str = "none", producer_id:
     timestamps = batch.column("timestamp")
     header = BatchHeader(
         base_offset=base_offset, batch_length=HEADER_SIZE - LOG_OVERHEAD + payload.size,
-        partition_leader_epoch=partition_leader_epoch, magic=MAGIC, crc=0, attributes=codec,
+        partition_leader_epoch=partition_leader_epoch, magic=MAGIC, crc=0,
+        attributes=codec | (kafka_codec & _CODEC_MASK) << _KAFKA_CODEC_SHIFT,
         last_offset_delta=batch.num_rows - 1, first_timestamp=timestamps[0].as_py(),
         max_timestamp=pc.max(timestamps).as_py(), producer_id=producer_id,
         producer_epoch=producer_epoch, base_sequence=base_sequence, record_count=batch.num_rows)

@@ -19,7 +19,9 @@ _INT64_MAX = (1 << 63) - 1
 class ConfigDef:
     """One known topic config: how to parse and validate it and how to describe it."""
     name: str
-    type: str  # "int", "long", "boolean", "string" or "address" (HOST:PORT, parsed to a tuple)
+    # "int", "long", "boolean", "string" (free text when it has no choices) or "address"
+    # (HOST:PORT, parsed to a tuple)
+    type: str
     default: Any
     doc: str
     minimum: Optional[int] = None
@@ -37,6 +39,8 @@ class ConfigDef:
             text = "HOST:PORT (port 0: any free port)"
         elif self.type == "boolean":
             text = "true, false"
+        elif self.type == "string":
+            text = "text"
         else:
             low = "..." if self.minimum is None else str(self.minimum)
             high = "..." if self.maximum is None else str(self.maximum)
@@ -71,7 +75,7 @@ class ConfigDef:
         value = str(raw).strip()
         if value in self.unsupported:
             raise self._invalid(raw, f"{value!r} is not supported yet")
-        if value not in self.choices:
+        if self.choices and value not in self.choices:
             raise self._invalid(raw)
         return value
 

@@ -87,7 +87,7 @@ class ApiStats:
 
 
 class RequestObserver:
-    """Counts and times the requests of one listener (``ember`` now; a Kafka listener gets its own)."""
+    """Counts and times the requests of one listener (``EMBER``, and each Kafka listener)."""
 
     def __init__(self, listener: str) -> None:
         self.listener = listener
@@ -122,9 +122,11 @@ class RequestTimer:
         observer.in_flight += 1
         self.started = time.perf_counter()
 
-    def handled(self, reply: "Reply | None") -> None:
+    def handled(self, reply: "Reply | bytes | None") -> None:
+        """The handler returned ``reply``: an ember reply's error codes are counted; a Kafka
+        listener's reply is already encoded (its errors are not counted)."""
         self.handled_at = time.perf_counter()
-        if reply is not None:
+        if reply is not None and not isinstance(reply, bytes):
             self.observer.count_errors(self.api_key, reply.body)
 
     def done(self) -> None:

@@ -19,7 +19,7 @@ from ember.metrics.endpoint import HttpEndpoint
 from ember.metrics.lag import GroupLagCollector
 from ember.metrics.probes import Probes
 from ember.metrics.requests import RequestMetrics
-from ember.metrics.state import LISTENER, BrokerStateCollector
+from ember.metrics.state import BrokerStateCollector
 
 if TYPE_CHECKING:
     from ember.ingest.broker import Broker
@@ -34,8 +34,8 @@ class MetricsService:
     def __init__(self, broker: "Broker", host: str, port: int) -> None:
         self.broker = broker
         self.metrics = BrokerMetrics()
-        request_metrics = RequestMetrics()
-        self.requests = request_metrics.listener(LISTENER)
+        #: Request counts and times, one observer per listener (the broker hands them to its servers).
+        self.request_metrics = request_metrics = RequestMetrics()
         self.state = BrokerStateCollector(broker)
         self.lag = GroupLagCollector(broker.groups, broker.cache, self._partitions, LAG_TIMEOUT_S)
         self.metrics.register(request_metrics)

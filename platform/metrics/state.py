@@ -24,14 +24,13 @@ if TYPE_CHECKING:
     from ember.ingest.broker import Broker
 
 SESSION_STATES = ("CONNECTED", "SUSPENDED", "LOST")
-LISTENER = "ember"
 
 
 class BrokerStateCollector(Collector):
     def __init__(self, broker: "Broker") -> None:
         self.broker = broker
         options = broker.options
-        self.me = BrokerInfo(options.broker_id, options.host, options.port)
+        self.me = broker.registration.info
 
     def readiness(self) -> Readiness:
         broker = self.broker
@@ -58,8 +57,8 @@ class BrokerStateCollector(Collector):
         yield session
         connections = GaugeMetricFamily("ember_server_socketservermetrics_connection_count",
                                         "Open client and broker connections.", labels=["listener"])
-        server = self.broker.server
-        connections.add_metric([LISTENER], server.connection_count if server is not None else 0)
+        for name, server in self.broker.listener_servers():
+            connections.add_metric([name], server.connection_count)
         yield connections
 
     def _partitions(self) -> Iterator["Metric"]:

@@ -239,3 +239,63 @@ def test_join_with_a_session_timeout_above_the_broker_maximum_is_refused() -> No
         assert member.generation == 1
         await coord.close()
     run(scenario)
+
+
+async def kafka_join(coord: GroupCoordinator, member_id: str = "", rebalance_ms: int = 10000):
+    """A Kafka consumer's join: protocol metadata instead of a server-side assignor."""
+    args = ("c", 10000, rebalance_ms, ["t"], ["range"])
+    metadata = {"range": f"subscription of {member_id or 'new'}".encode()}
+    if not member_id:
+        with pytest.raises(MemberIdRequired) as required:
+            await coord.join("g", "", *args, metadata=metadata)
+        member_id = required.value.member_id
+    return await coord.join("g", member_id, *args, metadata={"range": f"sub-{member_id}".encode()})
+
+
+def test_kafka_members_get_their_leaders_assignment_through_sync() -> None:
+    async def scenario() -> None:
+        store = FakeStore()
+        coord = coordinator(store)
+        a, b = await asyncio.gather(kafka_join(coord), kafka_join(coord))
+        leader, follower = (a, b) if a.member_id == a.leader else (b, a)
+        assert {m for m, _ in leader.members} == {a.member_id, b.member_id} and follower.members == []
+        assert dict(leader.members)[follower.member_id] == f"sub-{follower.member_id}".encode()
+        assert coord.groups["g"].state == coordinator_module.AWAITING_SYNC and leader.assignment == []
+        waiting = asyncio.ensure_future(coord.sync("g", follower.member_id, follower.generation, {}))
+        await asyncio.sleep(0.1)
+        assert not waiting.done()                            # the follower waits for the leader's SyncGroup
+        plan = {leader.member_id: (b"L", [TopicPartition("t", 0), TopicPartition("t", 1)]),
+                follower.member_id: (b"F", [TopicPartition("t", 2), TopicPartition("t", 3)])}
+        assert await coord.sync("g", leader.member_id, leader.generation, plan) == b"L"
+        assert await waiting == b"F"
+        assert coord.groups["g"].state == STABLE
+        assert store.docs["g"][0]["assignment"][follower.member_id] == [["t", 2], ["t", 3]]
+        described = await coord.describe("g")
+        assert described.members[follower.member_id].assignment == [TopicPartition("t", 2), TopicPartition("t", 3)]
+        await coord.close()
+    run(scenario)
+
+
+def test_a_rebalance_answers_waiting_syncs_and_a_silent_leader_is_removed() -> None:
+    async def scenario() -> None:
+        coord = coordinator(FakeStore())
+        a, b = await asyncio.gather(kafka_join(coord, rebalance_ms=500), kafka_join(coord, rebalance_ms=500))
+        leader, follower = (a, b) if a.member_id == a.leader else (b, a)
+        waiting = asyncio.ensure_future(coord.sync("g", follower.member_id, follower.generation, {}))
+        with pytest.raises(RebalanceInProgress):             # the leader never syncs: after the rebalance
+            await waiting                                    # timeout it is removed, the group rebalances
+        assert leader.member_id not in coord.groups["g"].members
+        rejoined = await kafka_join(coord, follower.member_id)
+        assert rejoined.generation == follower.generation + 1 and rejoined.leader == follower.member_id
+        await coord.close()
+    run(scenario)
+
+
+def test_ember_and_kafka_consumers_never_share_a_group() -> None:
+    async def scenario() -> None:
+        coord = coordinator(FakeStore())
+        await kafka_join(coord)
+        with pytest.raises(coordinator_module.InconsistentGroupProtocol, match="cannot share a group"):
+            await join(coord)
+        await coord.close()
+    run(scenario)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import pytest
+from blocking_connection import BlockingConnection
 
 from ember.cluster.local import LocalCluster
 from ember.errors import ErrorCode
@@ -22,54 +23,26 @@ pytestmark = pytest.mark.integration
 WAIT_S = 30.0
 
 
-class RawClient:
+class RawClient(BlockingConnection):
     """One blocking connection speaking the framed protocol; every socket read is bounded."""
 
     def __init__(self, address: str, timeout_s: float = WAIT_S) -> None:
-        host, port = address.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=timeout_s)
-        self._next_id = 0
+        super().__init__(address, timeout_s)
 
     def send(self, api_key: int, body: dict[str, Any], payload: Sequence[bytes] = ()) -> int:
-        self._next_id += 1
-        self.sock.sendall(b"".join(encode_request(api_key, 0, self._next_id, body, payload)))
-        return self._next_id
+        correlation_id = self.next_correlation_id()
+        self.sock.sendall(b"".join(encode_request(api_key, 0, correlation_id, body, payload)))
+        return correlation_id
 
     def receive(self) -> Response:
-        (size,) = FRAME_LENGTH.unpack(self._exactly(FRAME_LENGTH.size))
-        return decode_response(self._exactly(size))
+        (size,) = FRAME_LENGTH.unpack(self.exactly(FRAME_LENGTH.size))
+        return decode_response(self.exactly(size))
 
     def call(self, api_key: int, body: dict[str, Any], payload: Sequence[bytes] = ()) -> Response:
         correlation_id = self.send(api_key, body, payload)
         response = self.receive()
         assert response.correlation_id == correlation_id
         return response
-
-    def is_closed_by_peer(self) -> bool:
-        """True once the broker has closed the connection (reads EOF or a reset)."""
-        try:
-            return self.sock.recv(1) == b""
-        except ConnectionResetError:
-            return True
-
-    def _exactly(self, size: int) -> bytes:
-        chunks, remaining = [], size
-        while remaining:
-            chunk = self.sock.recv(remaining)
-            if not chunk:
-                raise ConnectionError("broker closed the connection")
-            chunks.append(chunk)
-            remaining -= len(chunk)
-        return b"".join(chunks)
-
-    def close(self) -> None:
-        self.sock.close()
-
-    def __enter__(self) -> "RawClient":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def eventually(check: Callable[[], Any], timeout_s: float = WAIT_S, what: str = "condition") -> Any:

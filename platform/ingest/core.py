@@ -1,0 +1,27 @@
+"""The broker core both wire protocols' handlers share: one broker's replicas, metadata, topic
+administration, producer ids and group coordinator. A protocol adds a translation layer on top;
+it never holds state or logic of its own about records, topics or groups."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ember.cluster.metadata_cache import MetadataCache
+from ember.cluster.producer_ids import ProducerIdAllocator
+from ember.groups.coordinator import GroupCoordinator
+from ember.ingest.broker_config import BrokerConfig
+from ember.ingest.metadata_view import MetadataView
+from ember.ingest.replica_manager import ReplicaManager
+from ember.ingest.topic_changes import TopicChanges
+
+
+@dataclass(frozen=True)
+class BrokerCore:
+    broker_id: int
+    cluster_id: str
+    config: BrokerConfig
+    cache: MetadataCache
+    replicas: ReplicaManager
+    view: MetadataView
+    topics: TopicChanges
+    producer_ids: ProducerIdAllocator
+    groups: GroupCoordinator

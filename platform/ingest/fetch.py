@@ -1,0 +1,85 @@
+"""Reading partitions at their leaders with a long poll: the Fetch work of both wire protocols.
+
+A fetch answers once ``min_bytes`` are readable, a partition fails, or ``max_wait`` passes;
+waiting parks on the partitions' ``changed`` signals (woken by appends and high-watermark moves).
+The result is a list of segment slices; the ember protocol sends them with ``sendfile``, the
+Kafka protocol converts the batches they hold into Kafka record batches.
+"""
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from ember.ingest.partition import Partition
+from ember.ingest.replica_manager import ReplicaManager
+from ember.ingest.signals import wait_any
+from ember.log import FetchSlice
+
+NO_OFFSETS = {"high_watermark": -1, "log_start_offset": -1, "log_end_offset": -1}
+
+
+@dataclass(frozen=True)
+class FetchTarget:
+    topic: str
+    partition: int
+    offset: int
+    max_bytes: int
+    leader_epoch: int | None = None
+
+
+@dataclass
+class FetchResult:
+    target: FetchTarget
+    error: Exception | None = None
+    slice: FetchSlice | None = None
+    leader: Partition | None = None
+    #: high_watermark, log_start_offset, log_end_offset (all -1 on an error)
+    offsets: dict[str, int] = field(default_factory=lambda: dict(NO_OFFSETS))
+
+    @property
+    def size(self) -> int:
+        return self.slice.size if self.slice is not None else 0
+
+
+async def fetch_at_leaders(replicas: ReplicaManager, targets: Sequence[FetchTarget], replica_id: int,
+                           min_bytes: int, max_bytes: int, max_wait_s: float) -> list[FetchResult]:
+    """Long poll: read every target, again whenever one changes, until there is enough."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + max_wait_s
+    while True:
+        results = await _read_all(replicas, targets, replica_id, max_bytes)
+        remaining = deadline - loop.time()
+        if sum(r.size for r in results) >= min_bytes or remaining <= 0 or any(r.error for r in results):
+            _count_sent(results, replica_id)
+            return results
+        await wait_any([r.leader.changed for r in results if r.leader is not None], remaining)
+
+
+async def _read_all(replicas: ReplicaManager, targets: Sequence[FetchTarget], replica_id: int,
+                    max_bytes: int) -> list[FetchResult]:
+    """At least one whole batch (of the first partition that has one), then up to ``max_bytes``."""
+    results: list[FetchResult] = []
+    room = max_bytes
+    for target in targets:
+        try:
+            partition = replicas.leader_partition(target.topic, target.partition)
+            partition.check_leader(target.leader_epoch)
+            if replica_id >= 0:
+                await replicas.follower_fetched(partition, replica_id, target.offset)
+            piece, offsets = await partition.read(
+                target.offset, min(target.max_bytes, room), not any(r.size for r in results), replica_id)
+        except Exception as exc:
+            results.append(FetchResult(target, error=exc))
+            continue
+        result = FetchResult(target, slice=piece, leader=partition, offsets=offsets)
+        room = max(0, room - result.size)
+        results.append(result)
+    return results
+
+
+def _count_sent(results: Sequence[FetchResult], replica_id: int) -> None:
+    """Bytes out per topic (metrics on), consumers and followers apart."""
+    for result in results:
+        if result.leader is not None and result.leader.stats is not None and result.size:
+            result.leader.stats.sent(result.size, replica_id >= 0)

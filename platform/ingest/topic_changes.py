@@ -1,0 +1,71 @@
+"""Topic creation, deletion and config changes as a broker serves them, for both wire protocols.
+
+The ZooKeeper work runs on a thread (kazoo is blocking); the caller then waits, bounded, until
+this broker has applied the change, so a client that creates a topic and produces to it at once
+rarely sees it missing. A wait that times out is no error: the change is in ZooKeeper and every
+broker applies it soon.
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import Callable, Mapping, Sequence
+
+from ember.cluster.metadata_cache import MetadataCache
+from ember.cluster.records import TopicRecord
+from ember.cluster.topic_admin import TopicAdmin
+from ember.ingest.broker_config import BrokerConfig
+from ember.ingest.replica_manager import ReplicaManager
+from ember.ingest.signals import wait_any
+
+DEFAULT_TIMEOUT_MS = 10000
+
+
+class TopicChanges:
+    def __init__(self, admin: TopicAdmin, cache: MetadataCache, replicas: ReplicaManager,
+                 config: BrokerConfig) -> None:
+        self.admin = admin
+        self.cache = cache
+        self.replicas = replicas
+        self.config = config
+
+    async def create(self, name: str, partitions: int = -1, replication_factor: int = -1,
+                     config: Mapping[str, str] | None = None, validate_only: bool = False,
+                     timeout_s: float | None = None,
+                     assignment: Mapping[int, Sequence[int]] | None = None) -> TopicRecord:
+        """Create a topic (-1 = the broker's default partitions / replication factor, or a manual
+        ``assignment``); with ``timeout_s``, wait up to that long until this broker has opened
+        its replicas."""
+        record = await asyncio.to_thread(
+            self.admin.create_topic, name,
+            self.config.num_partitions if partitions == -1 else partitions,
+            self.config.default_replication_factor if replication_factor == -1 else replication_factor,
+            dict(config or {}), validate_only, assignment)
+        if timeout_s is not None and not validate_only:
+            await self.until(lambda: self._applied(name, record.topic_id), timeout_s)
+        return record
+
+    async def delete(self, name: str, timeout_s: float) -> None:
+        await asyncio.to_thread(self.admin.delete_topic, name)
+        await self.until(lambda: not any(t == name for t, _ in self.replicas.partitions), timeout_s)
+
+    async def alter_config(self, name: str, updates: Mapping[str, str], deletes: list[str],
+                           validate_only: bool, timeout_s: float) -> None:
+        record = await asyncio.to_thread(self.admin.alter_config, name, updates, deletes, validate_only)
+        if not validate_only:
+            expected = self.config.log_config(record.config)
+            await self.until(lambda: all(p.config == expected for (t, _), p in self.replicas.partitions.items()
+                                         if t == name), timeout_s)
+
+    def _applied(self, name: str, topic_id: str) -> bool:
+        meta = self.cache.topic(name)
+        if meta is None or meta.topic_id != topic_id:
+            return False
+        return all((name, index) in self.replicas.partitions
+                   for index, replicas in meta.partitions.items() if self.replicas.broker_id in replicas)
+
+    async def until(self, done: Callable[[], bool], timeout_s: float) -> None:
+        """Wait (bounded) until this broker has applied a metadata change."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while not done() and loop.time() < deadline:
+            await wait_any([self.replicas.reconciled], deadline - loop.time())

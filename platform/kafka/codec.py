@@ -1,0 +1,193 @@
+"""Kafka frames, request/response headers and message bodies, through ``kio``'s codecs (generated
+from Kafka's own message schemas, so every version's fields, flexible encodings and tagged fields
+are Kafka's).
+
+Handlers describe a response as plain values (dicts for structs, lists for arrays, ints for
+error codes, milliseconds and timestamps); :func:`build` turns them into the response class of the
+request's version, keeping the fields that version has and leaving out the ones it lacks, so one
+handler serves every version.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import functools
+import io
+import struct
+import typing
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_response_schema
+from kio.schema.errors import ErrorCode as KafkaErrorCode
+from kio.serial import entity_reader, entity_writer
+from kio.serial.readers import tz_aware_from_i64
+from kio.static.protocol import Entity
+
+from ember.errors import InvalidRequest
+
+FRAME_LENGTH = struct.Struct(">i")
+#: api_key, api_version, correlation_id: the start of every request header version.
+HEADER_START = struct.Struct(">hhi")
+_INT16 = struct.Struct(">h")
+
+
+@dataclass
+class KafkaRequest:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    #: The decoded body, None when this (api key, version) has no schema here (unsupported).
+    body: Any
+    #: The raw body bytes (after the header), for the few requests decoded by hand.
+    raw: memoryview
+
+
+@functools.cache
+def request_class(api_key: int, api_version: int) -> type[Entity] | None:
+    """kio's class of the request, None when kio (Kafka 4.x's schemas) has no such version."""
+    try:
+        return load_request_schema(api_key, api_version)
+    except (UnknownAPIKey, UnknownEntity):
+        return None
+
+
+@functools.cache
+def response_class(api_key: int, api_version: int) -> type[Entity]:
+    return load_response_schema(api_key, api_version)
+
+
+def _skip_v1_header(frame: memoryview) -> int:
+    """Where the body starts after a request header v1 (no tagged fields)."""
+    pos = HEADER_START.size
+    if len(frame) < pos + _INT16.size:
+        raise InvalidRequest("request frame shorter than its header")
+    (length,) = _INT16.unpack_from(frame, pos)
+    pos += _INT16.size + max(length, 0)
+    if pos > len(frame):
+        raise InvalidRequest("request header's client id runs past the frame")
+    return pos
+
+
+def decode_request(frame: memoryview, served: Callable[[int, int], bool]) -> KafkaRequest:
+    """Decode a request frame (without its length). A request that is not ``served`` (or has no
+    schema) gets ``body`` None and is not decoded further (the dispatcher answers it); garbage
+    raises InvalidRequest (the connection closes: nothing in it can be trusted any more)."""
+    if len(frame) < HEADER_START.size:
+        raise InvalidRequest(f"request frame of {len(frame)} bytes is shorter than any header")
+    api_key, api_version, correlation_id = HEADER_START.unpack_from(frame)
+    cls = request_class(api_key, api_version) if served(api_key, api_version) else None
+    if cls is None:
+        return KafkaRequest(api_key, api_version, correlation_id, None, None, frame[_skip_v1_header(frame):])
+    try:
+        header, header_size = entity_reader(cls.__header_schema__)(frame, 0)
+        body, _ = entity_reader(cls)(frame, header_size)
+    except Exception as exc:   # kio raises several types on malformed input
+        raise InvalidRequest(f"malformed {cls.__name__} v{api_version}: {type(exc).__name__}: {exc}") from None
+    return KafkaRequest(api_key, api_version, correlation_id, header.client_id, body, frame[header_size:])
+
+
+def encode_response(correlation_id: int, response: Entity) -> bytes:
+    """A whole response frame: length, the header version the response's schema uses, body."""
+    buffer = io.BytesIO()
+    buffer.write(b"\0\0\0\0")
+    header = response.__header_schema__   # type: ignore[attr-defined]
+    entity_writer(header)(buffer, header(correlation_id=correlation_id))
+    entity_writer(type(response))(buffer, response)
+    frame = buffer.getbuffer()
+    FRAME_LENGTH.pack_into(frame, 0, len(frame) - FRAME_LENGTH.size)
+    del frame
+    return buffer.getvalue()
+
+
+def frame_v0(correlation_id: int, body: bytes) -> bytes:
+    """A response frame with header v0 around a body encoded by hand."""
+    return FRAME_LENGTH.pack(FRAME_LENGTH.size + len(body)) + FRAME_LENGTH.pack(correlation_id) + body
+
+
+def encode_error_only(correlation_id: int, error_code: int) -> bytes:
+    """The answer to a request this broker cannot decode (unknown API key or version): header v0
+    and the error code alone, which is how every Kafka ApiVersions response starts."""
+    return frame_v0(correlation_id, _INT16.pack(error_code))
+
+
+# -- building responses from plain values --------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Field:
+    name: str
+    kafka_type: str | None
+    nested: type | None         # entity class of a struct or array-of-struct field
+    required: bool
+    nullable: bool
+
+
+@functools.cache
+def _fields(cls: type) -> tuple[_Field, ...]:
+    hints = typing.get_type_hints(cls)
+    result = []
+    for f in dataclasses.fields(cls):
+        hint = hints[f.name]
+        candidates = [hint, *typing.get_args(hint)]
+        candidates += [a for c in candidates for a in typing.get_args(c)]
+        nested = next((c for c in candidates if isinstance(c, type) and dataclasses.is_dataclass(c)), None)
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        nullable = type(None) in typing.get_args(hint)
+        result.append(_Field(f.name, f.metadata.get("kafka_type"), nested, required, nullable))
+    return tuple(result)
+
+
+def _convert(field: _Field, value: Any) -> Any:
+    if value is None:
+        return None
+    if field.nested is not None:
+        if isinstance(value, Mapping):
+            return build(field.nested, value)
+        if isinstance(value, (list, tuple)):
+            return tuple(build(field.nested, v) if isinstance(v, Mapping) else v for v in value)
+        return value
+    kafka_type = field.kafka_type
+    if kafka_type == "error_code":
+        return KafkaErrorCode(int(value))
+    if kafka_type in ("timedelta_i32", "timedelta_i64") and isinstance(value, int):
+        return datetime.timedelta(milliseconds=value)
+    if kafka_type == "datetime_i64" and isinstance(value, int):
+        return None if value < 0 else tz_aware_from_i64(value)
+    if kafka_type == "uuid" and isinstance(value, str):
+        return uuid.UUID(hex=value)
+    if isinstance(value, list):
+        return tuple(value)
+    return value
+
+
+def build(cls: type, values: Mapping[str, Any]) -> Any:
+    """An instance of kio class ``cls`` from ``values``: keys the class lacks are ignored (an older
+    or newer version), fields not given take their default (None when nullable); ``throttle_time``
+    defaults to 0."""
+    kwargs = {}
+    for field in _fields(cls):
+        if field.name in values:
+            kwargs[field.name] = _convert(field, values[field.name])
+        elif field.name == "throttle_time" and field.required:
+            kwargs[field.name] = datetime.timedelta(0)
+        elif field.required and field.nullable:
+            kwargs[field.name] = None
+        elif field.required:
+            raise KeyError(f"{cls.__name__} v{getattr(cls, '__version__', '?')} needs {field.name!r}")
+    return cls(**kwargs)
+
+
+def has_field(cls: type, name: str) -> bool:
+    return any(f.name == name for f in _fields(cls))
+
+
+def millis(value: datetime.timedelta | int) -> int:
+    """A kio duration (timedelta) as milliseconds."""
+    return value if isinstance(value, int) else round(value.total_seconds() * 1000)
+
+
+def topic_uuid(topic_id: str) -> uuid.UUID:
+    """ember's topic id (hex) as the UUID Kafka's protocol carries."""
+    return uuid.UUID(hex=topic_id)

@@ -1,0 +1,77 @@
+"""Routes decoded Kafka requests to their handlers and answers what it cannot route.
+
+Every API has the version range ApiVersions advertises (:mod:`ember.kafka.api_versions`); a request
+for another API or version gets UNSUPPORTED_VERSION and the connection stays open: ApiVersions gets
+Kafka's own fallback (a v0 response listing what is supported, so the client retries with a version
+both know), any other request a response header and the error code, since its body cannot be
+shaped without a schema. A handler returns None when Kafka wants no response (acks=0). A handler
+failing unexpectedly is logged and closes the connection (the client reconnects and retries);
+expected failures are error codes inside the responses the handlers build.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Mapping
+
+from ember.errors import ErrorCode
+from ember.ingest.protocol import ApiKey
+from ember.ingest.reply import CloseConnection
+from ember.kafka.codec import KafkaRequest, build, encode_error_only, encode_response, frame_v0, response_class
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[KafkaRequest], Awaitable[Any | None]]
+
+
+@dataclass(frozen=True)
+class Api:
+    min_version: int
+    max_version: int
+    handler: Handler
+
+
+class KafkaDispatcher:
+    def __init__(self, *families: Mapping[int, Api]) -> None:
+        self.apis: dict[int, Api] = {}
+        for family in families:
+            self.apis.update(family)
+
+    def supported(self) -> list[tuple[int, int, int]]:
+        """(api key, min version, max version) of every API, as ApiVersions lists them."""
+        return [(key, api.min_version, api.max_version) for key, api in sorted(self.apis.items())]
+
+    def serves(self, api_key: int, api_version: int) -> bool:
+        api = self.apis.get(api_key)
+        return api is not None and api.min_version <= api_version <= api.max_version
+
+    async def __call__(self, request: KafkaRequest) -> bytes | None:
+        if not self.serves(request.api_key, request.api_version):
+            return self._unsupported(request)
+        api = self.apis[request.api_key]
+        try:
+            response = await api.handler(request)
+        except CloseConnection:
+            raise
+        except Exception as exc:
+            log.exception("%s v%d from %r failed", _name(request.api_key), request.api_version, request.client_id)
+            raise CloseConnection(f"{_name(request.api_key)} failed: {type(exc).__name__}: {exc}") from None
+        if response is None:
+            return None
+        if isinstance(response, bytes):   # a body encoded by hand (Produce v0-2)
+            return frame_v0(request.correlation_id, response)
+        return encode_response(request.correlation_id, response)
+
+    def _unsupported(self, request: KafkaRequest) -> bytes:
+        log.info("answering UNSUPPORTED_VERSION to %s v%d from %r", _name(request.api_key),
+                 request.api_version, request.client_id)
+        if request.api_key == ApiKey.API_VERSIONS:
+            response = build(response_class(ApiKey.API_VERSIONS, 0), {
+                "error_code": ErrorCode.UNSUPPORTED_VERSION,
+                "api_keys": [{"api_key": k, "min_version": lo, "max_version": hi} for k, lo, hi in self.supported()]})
+            return encode_response(request.correlation_id, response)
+        return encode_error_only(request.correlation_id, ErrorCode.UNSUPPORTED_VERSION)
+
+
+def _name(api_key: int) -> str:
+    return ApiKey(api_key).name if api_key in ApiKey._value2member_map_ else f"api key {api_key}"

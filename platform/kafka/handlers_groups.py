@@ -1,0 +1,239 @@
+"""Consumer groups over Kafka's protocol: FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
+LeaveGroup, OffsetCommit and OffsetFetch. Translation only: the work is the shared group coordinator's
+(``ember.groups.coordinator``), so a group joined by Kafka consumers shows in ``ember groups
+describe`` and committed offsets are the same whichever protocol committed or reads them.
+
+Kafka consumers assign partitions themselves (the classic protocol): the coordinator hands the
+leader every member's subscription and distributes the leader's assignment through SyncGroup.
+Subscriptions and assignments stay opaque bytes on the wire; the consumer protocol's are decoded
+only to show topics and partitions (describe) and to store the assignment.
+Kafka clients reach the coordinator through the listener they use.
+"""
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+from kio.index import load_entity_schema
+from kio.serial import entity_reader
+from kio.static.constants import EntityType
+
+from ember.errors import CoordinatorNotAvailable, InvalidRequest, MemberIdRequired, UnsupportedVersion
+from ember.ingest.client_types import TopicPartition
+from ember.ingest.core import BrokerCore
+from ember.ingest.protocol import ApiKey
+from ember.ingest.reply import OK, error_fields
+from ember.kafka.codec import KafkaRequest, build, millis, response_class
+from ember.kafka.dispatcher import Api
+from ember.kafka.names import TopicNames
+
+GROUP_KEY = 0
+NO_OFFSET = -1
+CONSUMER = "consumer"
+#: JoinGroup v4+ clients join in two steps (MEMBER_ID_REQUIRED); older ones get an id at once.
+TWO_STEP_JOIN_VERSION = 4
+_SCHEMA_VERSION = struct.Struct(">h")
+
+
+class GroupHandlers:
+    def __init__(self, core: BrokerCore, listener: str) -> None:
+        self.core = core
+        self.listener = listener
+
+    def apis(self) -> dict[int, Api]:
+        return {ApiKey.FIND_COORDINATOR: Api(0, 6, self.find_coordinator),
+                ApiKey.OFFSET_COMMIT: Api(2, 10, self.offset_commit),
+                ApiKey.OFFSET_FETCH: Api(1, 10, self.offset_fetch),
+                ApiKey.JOIN_GROUP: Api(2, 9, self.join_group), ApiKey.SYNC_GROUP: Api(0, 5, self.sync_group),
+                ApiKey.HEARTBEAT: Api(0, 4, self.heartbeat), ApiKey.LEAVE_GROUP: Api(0, 5, self.leave_group)}
+
+    # -- FindCoordinator -----------------------------------------------------------------------
+
+    async def find_coordinator(self, request: KafkaRequest) -> Any:
+        body = request.body
+        key_type = getattr(body, "key_type", GROUP_KEY)
+        keys = list(getattr(body, "coordinator_keys", ())) or [getattr(body, "key", "")]
+        coordinators = [{"key": key, **self._coordinator(key, key_type)} for key in keys]
+        cls = response_class(ApiKey.FIND_COORDINATOR, request.api_version)
+        if request.api_version >= 4:
+            return build(cls, {"coordinators": coordinators})
+        return build(cls, coordinators[0])
+
+    def _coordinator(self, key: str, key_type: int) -> dict[str, Any]:
+        try:
+            if key_type != GROUP_KEY:
+                raise InvalidRequest("only group coordinators exist (ember has no transactions)")
+            broker = self.core.groups.coordinator_broker(key)
+            endpoint = broker.endpoint(self.listener)
+            if endpoint is None:
+                raise CoordinatorNotAvailable(f"broker {broker.id} coordinates {key!r} but has no "
+                                              f"{self.listener} listener")
+            return {**OK, "error_message": None, "node_id": broker.id, "host": endpoint[0], "port": endpoint[1]}
+        except Exception as exc:
+            return {**error_fields(exc), "node_id": -1, "host": "", "port": -1}
+
+    # -- membership: JoinGroup, SyncGroup, Heartbeat, LeaveGroup ------------------------------
+
+    async def join_group(self, request: KafkaRequest) -> Any:
+        body = request.body
+        cls = response_class(ApiKey.JOIN_GROUP, request.api_version)
+        protocols = [(p.name, p.metadata) for p in body.protocols]
+        session_ms = millis(body.session_timeout)
+        rebalance_ms = millis(getattr(body, "rebalance_timeout", body.session_timeout))
+        join = (body.group_id, body.member_id, request.client_id or "", session_ms,
+                rebalance_ms if rebalance_ms >= 0 else session_ms,
+                _subscribed_topics(body.protocol_type, protocols), [name for name, _ in protocols])
+        try:
+            _refuse_static_membership(body)
+            try:
+                result = await self.core.groups.join(*join, metadata=dict(protocols), protocol_type=body.protocol_type)
+            except MemberIdRequired as exc:
+                if request.api_version >= TWO_STEP_JOIN_VERSION:
+                    raise
+                result = await self.core.groups.join(body.group_id, exc.member_id, *join[2:],
+                                                     metadata=dict(protocols), protocol_type=body.protocol_type)
+        except Exception as exc:
+            return build(cls, {**error_fields(exc), "generation_id": -1, "protocol_name": "", "leader": "",
+                               "member_id": getattr(exc, "member_id", body.member_id) or body.member_id,
+                               "members": []})
+        return build(cls, {**OK, "generation_id": result.generation, "protocol_type": body.protocol_type,
+                           "protocol_name": result.protocol, "leader": result.leader, "member_id": result.member_id,
+                           "members": [{"member_id": m, "group_instance_id": None, "metadata": data}
+                                       for m, data in result.members]})
+
+    async def sync_group(self, request: KafkaRequest) -> Any:
+        body = request.body
+        cls = response_class(ApiKey.SYNC_GROUP, request.api_version)
+        protocol_type = getattr(body, "protocol_type", None) or CONSUMER
+        try:
+            _refuse_static_membership(body)
+            assignments = {a.member_id: (a.assignment, _assigned_partitions(protocol_type, a.assignment))
+                           for a in body.assignments}
+            data = await self.core.groups.sync(body.group_id, body.member_id, body.generation_id, assignments)
+        except Exception as exc:
+            return build(cls, {**error_fields(exc), "assignment": b""})
+        return build(cls, {**OK, "protocol_type": getattr(body, "protocol_type", None),
+                           "protocol_name": getattr(body, "protocol_name", None), "assignment": data})
+
+    async def heartbeat(self, request: KafkaRequest) -> Any:
+        body = request.body
+        try:
+            _refuse_static_membership(body)
+            await self.core.groups.heartbeat(body.group_id, body.member_id, body.generation_id)
+            outcome = dict(OK)
+        except Exception as exc:
+            outcome = error_fields(exc)
+        return build(response_class(ApiKey.HEARTBEAT, request.api_version), outcome)
+
+    async def leave_group(self, request: KafkaRequest) -> Any:
+        """One member (v0-2) or several (v3+); each gets its own error code."""
+        body = request.body
+        leaving = [m.member_id for m in body.members] if hasattr(body, "members") else [body.member_id]
+        members = []
+        for member_id in leaving:
+            try:
+                await self.core.groups.leave(body.group_id, member_id)
+                members.append({"member_id": member_id, "group_instance_id": None, **OK})
+            except Exception as exc:
+                members.append({"member_id": member_id, "group_instance_id": None, **error_fields(exc)})
+        top = members[0] if not hasattr(body, "members") and members else OK
+        return build(response_class(ApiKey.LEAVE_GROUP, request.api_version),
+                     {"error_code": top["error_code"], "members": members})
+
+    # -- OffsetCommit --------------------------------------------------------------------------
+
+    async def offset_commit(self, request: KafkaRequest) -> Any:
+        body = request.body
+        names = TopicNames(self.core.cache.topics())
+        offsets: dict[TopicPartition, tuple[int, str]] = {}
+        slots: list[tuple[dict[str, Any], int, Exception | None]] = []
+        for topic in body.topics:
+            try:
+                ref = names.ref(names.name_of(topic))
+            except Exception as exc:
+                ref = {"topic_id": topic.topic_id}
+                slots += [(ref, p.partition_index, exc) for p in topic.partitions]
+                continue
+            for part in topic.partitions:
+                offsets[TopicPartition(ref["name"], part.partition_index)] = (part.committed_offset,
+                                                                              part.committed_metadata or "")
+                slots.append((ref, part.partition_index, None))
+        generation = getattr(body, "generation_id_or_member_epoch", getattr(body, "generation_id", -1))
+        outcome: dict[str, Any] = dict(OK)
+        try:
+            if offsets:
+                await self.core.groups.commit(body.group_id, body.member_id, generation, offsets)
+        except Exception as exc:
+            outcome = error_fields(exc)
+        topics: dict[int, dict[str, Any]] = {}
+        for ref, index, error in slots:
+            fields = error_fields(error) if error is not None else outcome
+            topics.setdefault(id(ref), {**ref, "partitions": []})["partitions"].append(
+                {"partition_index": index, "error_code": fields["error_code"]})
+        return build(response_class(ApiKey.OFFSET_COMMIT, request.api_version), {"topics": list(topics.values())})
+
+    # -- OffsetFetch ---------------------------------------------------------------------------
+
+    async def offset_fetch(self, request: KafkaRequest) -> Any:
+        body = request.body
+        names = TopicNames(self.core.cache.topics())
+        cls = response_class(ApiKey.OFFSET_FETCH, request.api_version)
+        if request.api_version >= 8:
+            groups = [{"group_id": g.group_id, **await self._fetch_group(g.group_id, g.topics, names)}
+                      for g in body.groups]
+            return build(cls, {"groups": groups})
+        return build(cls, await self._fetch_group(body.group_id, body.topics, names))
+
+    async def _fetch_group(self, group_id: str, topics: Any, names: TopicNames) -> dict[str, Any]:
+        """One group's committed offsets: of the listed topics' partitions, or (null) all of them."""
+        wanted: list[TopicPartition] | None = None
+        try:
+            if topics is not None:
+                wanted = [TopicPartition(names.name_of(t), index) for t in topics for index in t.partition_indexes]
+            found = await self.core.groups.fetch(group_id, wanted)
+            status = dict(OK)
+        except Exception as exc:
+            found, status = {}, error_fields(exc)
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for tp in sorted(found) if wanted is None else wanted:
+            committed = found.get(tp)
+            by_topic.setdefault(tp.topic, []).append({
+                "partition_index": tp.partition, "error_code": status["error_code"],
+                "committed_offset": committed.offset if committed else NO_OFFSET, "committed_leader_epoch": -1,
+                "metadata": committed.metadata if committed else ""})
+        return {"error_code": status["error_code"],
+                "topics": [{**names.ref(topic), "partitions": parts} for topic, parts in by_topic.items()]}
+
+
+def _refuse_static_membership(body: Any) -> None:
+    if getattr(body, "group_instance_id", None) is not None:
+        raise UnsupportedVersion("static membership (group.instance.id) is not supported; "
+                                 "remove group.instance.id from the consumer's configuration")
+
+
+def _consumer_protocol(name: str, data: bytes) -> Any:
+    """A consumer-protocol subscription or assignment: an int16 schema version, then the struct
+    (a newer version than known is read as the newest known, as Kafka does)."""
+    (version,) = _SCHEMA_VERSION.unpack_from(data)
+    cls = load_entity_schema(name, max(0, min(version, 3)), EntityType.data)
+    return entity_reader(cls)(data, _SCHEMA_VERSION.size)[0]
+
+
+def _subscribed_topics(protocol_type: str, protocols: list[tuple[str, bytes]]) -> list[str]:
+    """The topics a consumer subscribes to (for describe); [] when not a consumer's subscription."""
+    if protocol_type != CONSUMER or not protocols:
+        return []
+    try:
+        return sorted(_consumer_protocol("consumer_protocol_subscription", protocols[0][1]).topics)
+    except Exception:
+        return []
+
+
+def _assigned_partitions(protocol_type: str, data: bytes) -> list[TopicPartition]:
+    if protocol_type != CONSUMER or not data:
+        return []
+    try:
+        assignment = _consumer_protocol("consumer_protocol_assignment", data)
+    except Exception as exc:
+        raise InvalidRequest(f"the leader's assignment is not a consumer-protocol assignment: {exc}") from None
+    return sorted(TopicPartition(t.topic, p) for t in assignment.assigned_partitions for p in t.partitions)

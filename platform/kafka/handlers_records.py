@@ -1,0 +1,219 @@
+"""Produce, Fetch and ListOffsets over Kafka's protocol: translation only. Records are converted
+between Kafka RecordBatch v2 and ember batches (:mod:`ember.kafka.records`); appending, long-poll
+reading and offset lookups are the broker core's (``ember.ingest.produce``, ``ember.ingest.fetch``,
+``ReplicaManager.answer_at_leader``), the same code the ember protocol runs."""
+from __future__ import annotations
+
+import asyncio
+import struct
+from typing import Any
+
+from ember.errors import ErrorCode, FetchSessionIdNotFound, InvalidRecord, InvalidRequest, UnsupportedVersion
+from ember.ingest.core import BrokerCore
+from ember.ingest.fetch import FetchResult, FetchTarget, fetch_at_leaders
+from ember.ingest.partition import CONSUMER_REPLICA_ID, EARLIEST_TIMESTAMP, Partition
+from ember.ingest.produce import ProduceEntry, Produced, append_at_leaders
+from ember.ingest.protocol import ApiKey
+from ember.ingest.reply import OK, CloseConnection, error_fields
+from ember.kafka.codec import KafkaRequest, build, millis, response_class
+from ember.kafka.dispatcher import Api
+from ember.kafka.names import TopicNames
+from ember.kafka.records import split_batches, to_ember_batch, to_kafka_batch
+from ember.log import FetchSlice
+from ember.log.batch import iter_batches
+
+#: Produce v0-2 (magic 0/1 message sets) are advertised, as Kafka 4 does because librdkafka before
+#: 2.11.1 turns compression off when Produce starts at v3, and rejected per request.
+FIRST_PRODUCE_VERSION = 3
+_NO_RECORDS = b""
+
+
+def _produce_fields(outcome: Produced | Exception) -> dict[str, Any]:
+    if isinstance(outcome, Exception):
+        return {**error_fields(outcome), "base_offset": -1, "log_append_time": -1, "log_start_offset": -1}
+    return {**OK, "base_offset": outcome.base_offset, "log_append_time": outcome.log_append_time,
+            "log_start_offset": outcome.log_start_offset}
+
+
+def _convert(records: bytes | None) -> bytes:
+    """A partition's records field (exactly one v2 batch, as Kafka requires) as an ember batch."""
+    batches = split_batches(records or b"")
+    if len(batches) != 1:
+        raise InvalidRecord(f"a Produce request must carry exactly one record batch per partition, not {len(batches)}")
+    return to_ember_batch(batches[0])
+
+
+class RecordHandlers:
+    def __init__(self, core: BrokerCore) -> None:
+        self.core = core
+
+    def apis(self) -> dict[int, Api]:
+        return {ApiKey.PRODUCE: Api(0, 13, self.produce), ApiKey.FETCH: Api(4, 18, self.fetch),
+                ApiKey.LIST_OFFSETS: Api(1, 6, self.list_offsets)}
+
+    # -- Produce -------------------------------------------------------------------------------
+
+    async def produce(self, request: KafkaRequest) -> Any:
+        if request.api_version < FIRST_PRODUCE_VERSION:
+            return _reject_old_produce(request)
+        body = request.body
+        names = TopicNames(self.core.cache.topics())
+        listed: list[tuple[dict[str, Any], int, bytes | Exception]] = []   # topic ref, partition, batch
+        for topic in body.topic_data:
+            try:
+                ref = names.ref(names.name_of(topic))
+            except Exception as exc:
+                ref, error = {"topic_id": topic.topic_id}, exc
+                listed += [(ref, p.index, error) for p in topic.partition_data]
+                continue
+            for part in topic.partition_data:
+                try:
+                    if body.transactional_id is not None:
+                        raise InvalidRecord("transactional produce is not supported (ember has no transactions)")
+                    listed.append((ref, part.index, _convert(part.records)))
+                except Exception as exc:
+                    listed.append((ref, part.index, exc))
+        entries = [ProduceEntry(ref["name"], index, batch) for ref, index, batch in listed
+                   if not isinstance(batch, Exception)]
+        appended = iter(await append_at_leaders(self.core.replicas, entries, body.acks, millis(body.timeout) / 1000))
+        outcomes = [batch if isinstance(batch, Exception) else next(appended) for _, _, batch in listed]
+        if body.acks == 0:
+            failed = next((o for o in outcomes if isinstance(o, Exception)), None)
+            if failed is not None:
+                raise CloseConnection(f"acks=0 produce failed: {failed}")
+            return None
+        topics: dict[int, dict[str, Any]] = {}
+        for (ref, index, _), outcome in zip(listed, outcomes):
+            topic = topics.setdefault(id(ref), {**ref, "partition_responses": []})
+            topic["partition_responses"].append({"index": index, **_produce_fields(outcome), "record_errors": []})
+        return build(response_class(ApiKey.PRODUCE, request.api_version), {"responses": list(topics.values())})
+
+    # -- Fetch ---------------------------------------------------------------------------------
+
+    async def fetch(self, request: KafkaRequest) -> Any:
+        """Sessionless fetches (KIP-227's fallback, which every client supports): each request is
+        full and every response says session id 0, so the client keeps sending full requests."""
+        body = request.body
+        cls = response_class(ApiKey.FETCH, request.api_version)
+        if body.session_id != 0:
+            return build(cls, {**error_fields(FetchSessionIdNotFound(
+                f"fetch session {body.session_id} is unknown: this broker keeps no fetch sessions")),
+                "session_id": 0, "responses": []})
+        names = TopicNames(self.core.cache.topics())
+        targets: list[FetchTarget] = []
+        slots: list[tuple[dict[str, Any], int, int | Exception]] = []   # topic ref, partition, target or error
+        for topic in body.topics:
+            try:
+                ref: dict[str, Any] = names.ref(names.name_of(topic))
+            except Exception as exc:
+                ref = {"topic_id": topic.topic_id}
+                slots += [(ref, p.partition, exc) for p in topic.partitions]
+                continue
+            for part in topic.partitions:
+                epoch = getattr(part, "current_leader_epoch", -1)
+                slots.append((ref, part.partition, len(targets)))
+                targets.append(FetchTarget(ref["name"], part.partition, part.fetch_offset,
+                                           part.partition_max_bytes, epoch if epoch >= 0 else None))
+        results = await fetch_at_leaders(self.core.replicas, targets, CONSUMER_REPLICA_ID, body.min_bytes,
+                                         body.max_bytes, millis(body.max_wait) / 1000) if targets else []
+        converted = await asyncio.gather(*(self._fetch_partition(r, request.api_version) for r in results))
+        topics: dict[int, dict[str, Any]] = {}
+        for ref, index, slot in slots:
+            fields = _fetch_fields(index, slot, {}) if isinstance(slot, Exception) else converted[slot]
+            topics.setdefault(id(ref), {**ref, "partitions": []})["partitions"].append(fields)
+        return build(cls, {**OK, "session_id": 0, "responses": list(topics.values())})
+
+    async def _fetch_partition(self, result: FetchResult, version: int) -> dict[str, Any]:
+        index = result.target.partition
+        if result.error is not None:
+            return _fetch_fields(index, result.error, {})
+        records = _NO_RECORDS
+        if result.slice is not None and result.leader is not None:
+            try:
+                records = await result.leader.run(_kafka_batches, result.slice, version)
+            except Exception as exc:   # retention removed the segment meanwhile, or it is corrupt
+                return _fetch_fields(index, exc, {})
+        return _fetch_fields(index, None, result.offsets, records)
+
+    # -- ListOffsets ---------------------------------------------------------------------------
+
+    async def list_offsets(self, request: KafkaRequest) -> Any:
+        body = request.body
+
+        async def offset(partition: Partition, entry: dict[str, Any]) -> dict[str, Any]:
+            if entry["timestamp"] < EARLIEST_TIMESTAMP:
+                raise UnsupportedVersion(f"ListOffsets timestamp {entry['timestamp']} (a special offset of "
+                                         f"ListOffsets v7+) is not supported")
+            found, timestamp = await partition.offset_for_timestamp(entry["timestamp"], CONSUMER_REPLICA_ID)
+            return {"offset": found, "timestamp": timestamp}
+        topics = []
+        for topic in body.topics:
+            entries = [{"topic": topic.name, "partition": p.partition_index, "timestamp": p.timestamp,
+                        "current_leader_epoch": getattr(p, "current_leader_epoch", -1)} for p in topic.partitions]
+            answers = await self.core.replicas.answer_at_leader(entries, offset, {"offset": -1, "timestamp": -1})
+            topics.append({"name": topic.name, "partitions": [
+                {**a, "partition_index": a["partition"], "leader_epoch": -1}
+                for a in answers]})
+        return build(response_class(ApiKey.LIST_OFFSETS, request.api_version), {"topics": topics})
+
+
+def _fetch_fields(index: int, error: Exception | None, offsets: dict[str, int],
+                  records: bytes | None = _NO_RECORDS) -> dict[str, Any]:
+    high_watermark = offsets.get("high_watermark", -1)
+    return {"partition_index": index, **(error_fields(error) if error is not None else OK),
+            "high_watermark": high_watermark, "last_stable_offset": high_watermark,
+            "log_start_offset": offsets.get("log_start_offset", -1), "aborted_transactions": [],
+            "preferred_read_replica": -1, "records": records}
+
+
+def _kafka_batches(piece: FetchSlice, version: int) -> bytes:
+    """The slice's ember batches as Kafka v2 batches (I/O thread: reads the segment file)."""
+    data = piece.read_bytes()
+    return b"".join(to_kafka_batch(raw, version) for _, raw in iter_batches(data, verify_crc=False))
+
+
+def _reject_old_produce(request: KafkaRequest) -> bytes | None:
+    """UNSUPPORTED_VERSION for every partition of a Produce v0-2 request, in that version's layout
+    (kio has no schema for these versions, so the few fields needed are read and written here)."""
+    reader = _Reader(request.raw)
+    acks = reader.unpack(_INT16)
+    reader.unpack(_INT32)                                     # timeout
+    topics = []
+    for _ in range(reader.unpack(_INT32)):
+        name = reader.take(reader.unpack(_INT16))
+        partitions = []
+        for _ in range(reader.unpack(_INT32)):
+            partitions.append(reader.unpack(_INT32))
+            reader.take(max(reader.unpack(_INT32), 0))        # the message set
+        topics.append((name, partitions))
+    if acks == 0:
+        raise CloseConnection(f"acks=0 Produce v{request.api_version} is not supported (Produce v3+ only)")
+    out = [_INT32.pack(len(topics))]
+    for name, partitions in topics:
+        out += [_INT16.pack(len(name)), name, _INT32.pack(len(partitions))]
+        for index in partitions:
+            out.append(_OLD_PARTITION.pack(index, ErrorCode.UNSUPPORTED_VERSION, -1))
+            if request.api_version == 2:
+                out.append(_INT64.pack(-1))                   # log_append_time
+    if request.api_version >= 1:
+        out.append(_INT32.pack(0))                            # throttle_time_ms
+    return b"".join(out)
+
+
+_INT16, _INT32, _INT64 = struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">q")
+_OLD_PARTITION = struct.Struct(">ihq")                        # partition, error_code, base_offset
+
+
+class _Reader:
+    def __init__(self, data: memoryview) -> None:
+        self.data, self.pos = data, 0
+
+    def take(self, size: int) -> bytes:
+        if size < 0 or self.pos + size > len(self.data):
+            raise InvalidRequest("Produce v0-2 request ends early")
+        chunk = self.data[self.pos:self.pos + size].tobytes()
+        self.pos += size
+        return chunk
+
+    def unpack(self, fmt: struct.Struct) -> int:
+        return fmt.unpack(self.take(fmt.size))[0]

@@ -1,0 +1,49 @@
+"""A Kafka-protocol listener: the broker's TCP server loop with Kafka's framing.
+
+It reuses ember's server (one coroutine per connection, requests answered in the order received,
+bad frames close only their connection) with Kafka's request decoding and response encoding.
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from ember.ingest.core import BrokerCore
+from ember.ingest.listeners import Listener
+from ember.ingest.server import BrokerServer
+from ember.kafka.api_versions import ApiVersionsHandler
+from ember.kafka.codec import decode_request
+from ember.kafka.dispatcher import KafkaDispatcher
+from ember.kafka.handlers_admin import AdminHandlers
+from ember.kafka.handlers_cluster import ClusterHandlers
+from ember.kafka.handlers_groups import GroupHandlers
+from ember.kafka.handlers_records import RecordHandlers
+
+if TYPE_CHECKING:
+    from ember.metrics.requests import RequestObserver
+
+
+class KafkaServer(BrokerServer):
+    def __init__(self, dispatcher: KafkaDispatcher, host: str, port: int, max_frame_bytes: int,
+                 max_idle_ms: int, observer: "RequestObserver | None" = None) -> None:
+        super().__init__(dispatcher, host, port, max_frame_bytes, max_idle_ms, observer)   # type: ignore[arg-type]
+        self.decode_frame = lambda frame: decode_request(memoryview(frame), dispatcher.serves)  # type: ignore[assignment]
+
+    async def _write(self, writer: asyncio.StreamWriter, correlation_id: int,  # type: ignore[override]
+                     reply: bytes) -> None:
+        writer.write(reply)
+        await writer.drain()
+
+
+def kafka_dispatcher(core: BrokerCore, listener: str) -> KafkaDispatcher:
+    """Every Kafka API this broker serves on ``listener`` (the name picks the advertised addresses)."""
+    dispatcher = KafkaDispatcher(RecordHandlers(core).apis(), ClusterHandlers(core, listener).apis(),
+                                 AdminHandlers(core).apis(), GroupHandlers(core, listener).apis())
+    dispatcher.apis.update(ApiVersionsHandler(dispatcher.supported).apis())
+    return dispatcher
+
+
+def kafka_server(core: BrokerCore, listener: Listener, max_frame_bytes: int, max_idle_ms: int,
+                 observer: "RequestObserver | None" = None) -> KafkaServer:
+    return KafkaServer(kafka_dispatcher(core, listener.name), listener.host, listener.port, max_frame_bytes,
+                       max_idle_ms, observer)

@@ -1,0 +1,120 @@
+"""Exact Kafka requests against a broker's Kafka listener: idempotent sequences behave as for
+ember's producer, unsupported APIs and versions get Kafka error responses on a connection that
+stays open, malformed frames close only their own connection."""
+from __future__ import annotations
+
+import datetime
+import struct
+import time
+
+import pytest
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
+from kafka_helpers import create_topic
+from kafka_wire import WAIT_S, KafkaWire
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
+from kio.schema.list_offsets.v6.request import ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
+
+from ember.errors import ErrorCode
+from ember.ingest.protocol import ApiKey
+
+pytestmark = pytest.mark.integration
+
+_INT16 = struct.Struct(">h")
+
+
+@pytest.fixture(scope="module")
+def kafka_address(shared_cluster) -> str:
+    return shared_cluster.kafka_bootstrap.split(",")[0]
+
+
+def ready_leader(address: str, topic: str) -> str:
+    """The Kafka address of partition 0's leader once metadata names it and it serves the
+    partition (a new topic reaches every broker within moments, not at once)."""
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        with KafkaWire(address) as wire:
+            metadata = wire.call(MetadataRequest(topics=(MetadataRequestTopic(topic_id=None, name=topic),),
+                                                 allow_auto_topic_creation=False,
+                                                 include_topic_authorized_operations=False))
+        brokers = {b.node_id: f"{b.host}:{b.port}" for b in metadata.brokers}
+        partitions = metadata.topics[0].partitions
+        if partitions and partitions[0].leader_id in brokers:
+            leader = brokers[partitions[0].leader_id]
+            with KafkaWire(leader) as wire:
+                offsets = wire.call(ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=(ListOffsetsTopic(
+                    name=topic, partitions=(ListOffsetsPartition(partition_index=0, timestamp=-1),)),)))
+            if offsets.topics[0].partitions[0].error_code.value == 0:
+                return leader
+        time.sleep(0.1)
+    raise AssertionError(f"no leader of {topic}-0 served it within {WAIT_S}s")
+
+
+def produce_request(producer_id: int, sequence: int, count: int, topic: str) -> ProduceRequest:
+    builder = DefaultRecordBatchBuilder(2, 0, 0, producer_id, 0, sequence, 1 << 20)
+    for i in range(count):
+        builder.append(i, 1000 + i, None, f"seq-{sequence + i}".encode(), [])
+    data = PartitionProduceData(index=0, records=bytes(builder.build()))
+    return ProduceRequest(transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=30),
+                          topic_data=(TopicProduceData(name=topic, partition_data=(data,)),))
+
+
+def test_idempotent_retries_are_deduplicated_and_sequence_gaps_refused(kafka_address, topic_name):
+    create_topic(kafka_address, topic_name, replication_factor=3)
+    with KafkaWire(ready_leader(kafka_address, topic_name)) as wire:
+        ids = wire.call(InitProducerIdRequest(transactional_id=None, transaction_timeout=datetime.timedelta(0),
+                                              producer_id=-1, producer_epoch=-1))
+        assert ids.error_code.value == 0 and ids.producer_id >= 0
+
+        def send(sequence: int, count: int) -> tuple[int, int]:
+            response = wire.call(produce_request(ids.producer_id, sequence, count, topic_name))
+            partition = response.responses[0].partition_responses[0]
+            return partition.error_code.value, partition.base_offset
+
+        assert send(0, 3) == (0, 0)
+        assert send(0, 3) == (0, 0)                    # a retry: the original offsets, nothing written
+        assert send(10, 2)[0] == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+        assert send(3, 2) == (0, 3)
+
+
+def test_unsupported_apis_and_versions_get_kafka_errors_and_the_connection_stays_open(kafka_address):
+    with KafkaWire(kafka_address) as wire:
+        # ApiVersions newer than served: Kafka's fallback, a v0 response listing what is served
+        _, frame = wire.frame(ApiVersionsRequest(client_software_name="t", client_software_version="1"), api_version=9)
+        wire.send_raw(frame)
+        _, body = wire.receive()
+        assert _INT16.unpack_from(body)[0] == ErrorCode.UNSUPPORTED_VERSION
+        listed = {struct.unpack_from(">hhh", body, 6 + 6 * i)[0] for i in range(struct.unpack_from(">i", body, 2)[0])}
+        assert ApiKey.PRODUCE in listed and ApiKey.FETCH in listed and ApiKey.DESCRIBE_GROUPS not in listed
+        # an API this broker does not serve (DescribeGroups), an unknown API key, Metadata v99
+        for api_key, version in ((ApiKey.DESCRIBE_GROUPS, 5), (999, 0), (ApiKey.METADATA, 99)):
+            header = struct.pack(">hhih", api_key, version, 77, -1)
+            wire.send_raw(struct.pack(">i", len(header) + 3) + header + b"\0\0\0")
+            correlation_id, body = wire.receive()
+            assert (correlation_id, _INT16.unpack_from(body)[0]) == (77, ErrorCode.UNSUPPORTED_VERSION)
+        # Produce v2 (advertised from v0, as Kafka does): every partition answered UNSUPPORTED_VERSION
+        topic = b"some-topic"
+        produce_v2 = struct.pack(">hhih", ApiKey.PRODUCE, 2, 78, -1) + struct.pack(">hii", 1, 1000, 1) + \
+            struct.pack(">h", len(topic)) + topic + struct.pack(">iii", 1, 4, 0)
+        wire.send_raw(struct.pack(">i", len(produce_v2)) + produce_v2)
+        correlation_id, body = wire.receive()
+        assert correlation_id == 78
+        assert struct.unpack_from(">ih", body, 4 + 2 + len(topic) + 4) == (4, ErrorCode.UNSUPPORTED_VERSION)
+        versions = wire.call(ApiVersionsRequest(client_software_name="t", client_software_version="1"))
+        assert versions.error_code.value == 0
+
+
+@pytest.mark.parametrize("garbage", [
+    struct.pack(">i", 3) + b"abc",                                        # shorter than any header
+    struct.pack(">i", 12) + struct.pack(">hhih", ApiKey.METADATA, 12, 1, 50) + b"\0\0",   # client id runs past the end
+    struct.pack(">i", 14) + struct.pack(">hhih", ApiKey.METADATA, 12, 1, -1) + b"\x05\x05\x05\x05",   # body is junk
+    struct.pack(">i", 2_000_000_000),                                     # over socket.request.max.bytes
+])
+def test_malformed_frames_close_only_their_connection(kafka_address, garbage):
+    with KafkaWire(kafka_address, timeout_s=10) as bad, KafkaWire(kafka_address) as good:
+        bad.send_raw(garbage)
+        assert bad.is_closed_by_peer()
+        versions = good.call(ApiVersionsRequest(client_software_name="t", client_software_version="1"))
+        assert versions.error_code.value == 0

@@ -1,0 +1,60 @@
+"""The Kafka listener's configuration and codec: named listeners, the advertised API table (every
+version decodes with Kafka's schemas) and the generic response builder."""
+from __future__ import annotations
+
+import pytest
+
+from ember.errors import InvalidConfig
+from ember.ingest.listeners import ListenerConfig
+from ember.ingest.protocol import ApiKey
+from ember.kafka.codec import build, request_class, response_class
+from ember.kafka.listener import kafka_dispatcher
+
+
+def test_listen_is_the_ember_listener_and_advertised_listeners_override_by_name():
+    config = ListenerConfig.resolve(("127.0.0.1", 9092), "KAFKA://0.0.0.0:9093", "KAFKA://broker1.example:19093")
+    assert [str(b) for b in config.bind] == ["EMBER://127.0.0.1:9092", "KAFKA://0.0.0.0:9093"]
+    assert config.advertised_address("KAFKA") == ("broker1.example", 19093)
+    assert config.advertised_address("EMBER") == ("127.0.0.1", 9092)
+    assert [k.name for k in config.kafka] == ["KAFKA"]
+
+
+@pytest.mark.parametrize("listen, listeners, advertised, problem", [
+    (None, "KAFKA://127.0.0.1:9093", None, "no EMBER listener"),
+    (("127.0.0.1", 1), "EMBER://127.0.0.1:2", None, "disagree"),
+    (("127.0.0.1", 1), "KAFKA://a:2,KAFKA://a:3", None, "more than once"),
+    (("127.0.0.1", 1), "SSL://a:2", None, "plaintext"),
+    (("127.0.0.1", 1), "KAFKA://0.0.0.0:2", None, "cannot be advertised"),
+    (("127.0.0.1", 1), "KAFKA://a:2", "OTHER://b:3", "does not bind"),
+    (("127.0.0.1", 1), "KAFKA:a:2", None, "NAME://HOST:PORT"),
+])
+def test_bad_listener_settings_say_what_to_fix(listen, listeners, advertised, problem):
+    with pytest.raises(InvalidConfig, match=problem):
+        ListenerConfig.resolve(listen, listeners, advertised)
+
+
+def test_every_advertised_version_has_kafkas_schema_except_rejected_produce_v0_to_2():
+    supported = kafka_dispatcher(core=None, listener="KAFKA").supported()   # type: ignore[arg-type]
+    keys = {key for key, _, _ in supported}
+    assert keys == {ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.LIST_OFFSETS, ApiKey.METADATA, ApiKey.OFFSET_COMMIT,
+                    ApiKey.OFFSET_FETCH, ApiKey.FIND_COORDINATOR, ApiKey.API_VERSIONS, ApiKey.CREATE_TOPICS,
+                    ApiKey.DELETE_TOPICS, ApiKey.INIT_PRODUCER_ID, ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP,
+                    ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP}
+    for key, low, high in supported:
+        for version in range(low, high + 1):
+            if key == ApiKey.PRODUCE and version < 3:
+                assert request_class(key, version) is None
+                continue
+            assert request_class(key, version) is not None, (key, version)
+            response_class(key, version)
+
+
+def test_build_keeps_the_fields_a_version_has_and_defaults_the_rest():
+    values = {"brokers": [{"node_id": 1, "host": "h", "port": 9, "rack": None}], "cluster_id": "c",
+              "controller_id": 1, "topics": [{"error_code": 3, "name": "t", "partitions": []}], "error_code": 0}
+    v0 = build(response_class(ApiKey.METADATA, 0), values)
+    v13 = build(response_class(ApiKey.METADATA, 13), values)
+    assert not hasattr(v0, "cluster_id") and v13.cluster_id == "c"
+    assert v0.topics[0].error_code.value == 3 and v13.topics[0].name == "t"
+    with pytest.raises(KeyError, match="brokers"):
+        build(response_class(ApiKey.METADATA, 13), {"topics": []})
