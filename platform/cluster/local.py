@@ -74,6 +74,8 @@ class LocalCluster:
     def metrics_addresses(self) -> dict[int, str]:
         """HOST:PORT of each broker's metrics endpoint (empty when metrics are off)."""
         return {b.broker_id: f"{b.host}:{b.metrics_port}" for b in self.brokers.values() if b.metrics_port}
+
+    @property
     def kafka_bootstrap(self) -> str:
         """Bootstrap servers for Kafka clients (every broker's KAFKA listener)."""
         return ",".join(b.kafka_address for b in self.brokers.values() if b.kafka_address)
