@@ -140,17 +140,18 @@ class RecordHandlers:
     async def list_offsets(self, request: KafkaRequest) -> Any:
         body = request.body
 
-        async def offset(partition: Partition, entry: dict[str, Any]) -> dict[str, Any]:
-            if entry["timestamp"] < EARLIEST_TIMESTAMP:
-                raise UnsupportedVersion(f"ListOffsets timestamp {entry['timestamp']} (a special offset of "
+        async def offset(partition: Partition, wanted: int) -> dict[str, Any]:
+            if wanted < EARLIEST_TIMESTAMP:
+                raise UnsupportedVersion(f"ListOffsets timestamp {wanted} (a special offset of "
                                          f"ListOffsets v7+) is not supported")
-            found, timestamp = await partition.offset_for_timestamp(entry["timestamp"], CONSUMER_REPLICA_ID)
+            found, timestamp = await partition.offset_for_timestamp(wanted, CONSUMER_REPLICA_ID)
             return {"offset": found, "timestamp": timestamp}
         topics = []
         for topic in body.topics:
             entries = [{"topic": topic.name, "partition": p.partition_index, "timestamp": p.timestamp,
                         "current_leader_epoch": getattr(p, "current_leader_epoch", -1)} for p in topic.partitions]
-            answers = await self.core.replicas.answer_at_leader(entries, offset, {"offset": -1, "timestamp": -1})
+            answers = await self.core.replicas.answer_at_leader(entries, lambda e: e["timestamp"], offset,
+                                                                {"offset": -1, "timestamp": -1})
             topics.append({"name": topic.name, "partitions": [
                 {**a, "partition_index": a["partition"], "leader_epoch": -1}
                 for a in answers]})

@@ -101,6 +101,25 @@ def test_refused_requests_are_counted_by_error_code(cluster) -> None:
                          error="TOPIC_ALREADY_EXISTS") == before + 1
 
 
+def test_a_kafka_clients_requests_are_counted_under_its_listener(cluster) -> None:
+    from confluent_kafka import Producer as KafkaProducer
+    topic = "kafka-metered"
+    with Admin(cluster.bootstrap) as admin:
+        admin.create_topic(topic, partitions=1, replication_factor=3)
+    producer = KafkaProducer({"bootstrap.servers": cluster.kafka_bootstrap, "acks": "all"})
+    for i in range(10):
+        producer.produce(topic, b"kafka-%d" % i)
+    assert producer.flush(30) == 0
+    assert cluster_total(cluster, "ember_server_brokertopicmetrics_messagesin_total", topic=topic) == 10
+    assert cluster_total(cluster, "ember_network_requestmetrics_requests_total", listener="KAFKA",
+                         request="Produce") >= 1
+    assert cluster_total(cluster, "ember_network_requestmetrics_requests_total", listener="EMBER",
+                         request="CreateTopics") >= 1
+    # ember's Produce requests went to the EMBER listener only
+    assert cluster_total(cluster, "ember_network_requestmetrics_requests_total", listener="KAFKA",
+                         request="CreateTopics") == 0
+
+
 def test_every_broker_is_live_and_ready_and_cluster_status_says_so(cluster) -> None:
     for broker in cluster.brokers.values():
         assert http_get(broker.host, broker.metrics_port, "/livez", 5) == (200, b'{"live": true}\n')
