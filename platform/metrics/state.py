@@ -29,8 +29,11 @@ SESSION_STATES = ("CONNECTED", "SUSPENDED", "LOST")
 class BrokerStateCollector(Collector):
     def __init__(self, broker: "Broker") -> None:
         self.broker = broker
-        options = broker.options
-        self.me = broker.registration.info
+
+    @property
+    def me(self) -> BrokerInfo:
+        """This broker as registered (built after the metrics service, which starts first)."""
+        return self.broker.registration.info
 
     def readiness(self) -> Readiness:
         broker = self.broker

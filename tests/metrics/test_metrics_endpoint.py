@@ -129,7 +129,7 @@ def test_every_broker_is_live_and_ready_and_cluster_status_says_so(cluster) -> N
     out = subprocess.run([sys.executable, "-m", "ember.cli", "cluster", "status", "--data", str(cluster.data_dir)],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert len(re.findall(r"^broker \d+ .* up  pid \d+  ready$", out.stdout, re.MULTILINE)) == 3
+    assert len(re.findall(r"^broker \d+ .* up  pid \d+  Kafka \S+  ready$", out.stdout, re.MULTILINE)) == 3
 
 
 def test_ember_top_shows_each_broker_the_topic_and_the_groups_lag(cluster) -> None:
