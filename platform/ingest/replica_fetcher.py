@@ -234,14 +234,8 @@ class ReplicaFetcher:
         """The leader has no data at our log end: above its end, keep only what it has; below its
         log start (retention moved on while we were away), restart empty at its log start."""
         partition = follow.partition
-        body = {"replica_id": self.broker_id,
-                "partitions": [follow.target(timestamp=EARLIEST_TIMESTAMP),
-                               follow.target(timestamp=LATEST_TIMESTAMP)]}
-        items = (await client.call(ApiKey.LIST_OFFSETS, body)).body["partitions"]
-        for item in items:
-            if item["error_code"]:
-                raise error_for_code(int(item["error_code"]), item.get("error_message", ""))
-        start, end = int(items[0]["offset"]), int(items[1]["offset"])
+        start, end = [await self._leader_offset(client, follow, timestamp)
+                      for timestamp in (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP)]
         log_end = partition.log.log_end_offset
         if log_end > end:
             log.warning("%s: log end %d is past leader %d's log end %d; truncating", partition, log_end,
@@ -253,6 +247,15 @@ class ReplicaFetcher:
             await partition.truncate(start, follow.leader_epoch, fully=True)
         else:
             raise OffsetOutOfRange(f"{partition}: offset {log_end} is inside the leader's log [{start}, {end}]")
+
+
+    async def _leader_offset(self, client: BrokerClient, follow: _Follow, timestamp: int) -> int:
+        """One ListOffsets answer of the leader (a request names each partition once)."""
+        body = {"replica_id": self.broker_id, "partitions": [follow.target(timestamp=timestamp)]}
+        item = (await client.call(ApiKey.LIST_OFFSETS, body)).body["partitions"][0]
+        if item["error_code"]:
+            raise error_for_code(int(item["error_code"]), item.get("error_message", ""))
+        return int(item["offset"])
 
 
 class ReplicaFetchers:
