@@ -1,4 +1,4 @@
-"""Per-record cost of the Kafka <-> ember record conversion (ember.kafka.records), the work the
+"""Per-record cost of the Kafka <-> ember record conversion (ember.protocol.kafka.records), the work the
 Kafka listener adds to Produce and Fetch, beside the bare aiokafka record codec it is built on.
 
 For batches of N records of 100 B (key ~4 B, no headers / 2 headers) and codecs none and lz4:
@@ -19,7 +19,7 @@ from typing import Callable
 
 from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from ember.kafka.records import to_ember_batch, to_kafka_batch
+from ember.protocol.kafka.records import to_ember_batch, to_kafka_batch
 
 CODECS = {"none": 0, "lz4": 3}
 

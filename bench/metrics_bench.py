@@ -30,8 +30,8 @@ from produce_bench import bench_send
 
 from ember.client import Admin, Consumer, TopicPartition
 from ember.cluster.local import LocalCluster
-from ember.ingest.protocol import ApiKey
-from ember.ingest.reply import Reply
+from ember.protocol.ember.wire import ApiKey
+from ember.protocol.ember.reply import Reply
 from ember.metrics.broker_metrics import BrokerMetrics
 from ember.metrics.requests import RequestMetrics
 from ember.metrics.scrape import http_get, scrape

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ember.cluster.zookeeper_server import ZooKeeperServer, free_port, is_healthy, read_pid, terminate
 from ember.errors import BrokerNotAvailable, EmberError
-from ember.ingest.protocol import FRAME_LENGTH, ApiKey, decode_response, encode_request
+from ember.protocol.ember.wire import FRAME_LENGTH, ApiKey, decode_response, encode_request
 from ember.metrics.scrape import readiness
 
 STATE_FILE = "cluster.json"

@@ -12,10 +12,10 @@ from typing import Iterable, Optional
 
 from ember.errors import EmberError, NonEmptyGroup, error_for_code
 from ember.groups.coordinator_client import CoordinatorClient
-from ember.ingest.client_types import TopicPartition
-from ember.ingest.metadata_client import MetadataClient, response_error
-from ember.ingest.offsets import EARLIEST, LATEST, list_offsets
-from ember.ingest.protocol import ApiKey
+from ember.client.types import TopicPartition
+from ember.client.metadata import MetadataClient, response_error
+from ember.client.offsets import EARLIEST, LATEST, list_offsets
+from ember.protocol.ember.wire import ApiKey
 
 
 @dataclass(frozen=True)

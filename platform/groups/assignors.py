@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Callable, Mapping, Sequence
 
-from ember.ingest.client_types import TopicPartition
+from ember.client.types import TopicPartition
 
 Subscriptions = Mapping[str, Sequence[str]]        # member id -> subscribed topics
 PartitionCounts = Mapping[str, int]                # topic -> partition count

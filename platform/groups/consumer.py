@@ -1,6 +1,6 @@
 """The consumer with group membership: ``ember.client.Consumer``.
 
-Without ``group_id`` it is exactly :class:`ember.ingest.consumer.Consumer`. With one, a
+Without ``group_id`` it is exactly :class:`ember.client.consumer.Consumer`. With one, a
 subscription is shared by the group's members: the coordinator assigns partitions (one member
 per partition) and reassigns them when members join, leave or die; positions start at the
 group's committed offsets (``auto_offset_reset`` only where none is committed); offsets are
@@ -21,10 +21,10 @@ from ember.errors import (CoordinatorNotAvailable, EmberError, IllegalGeneration
 from ember.groups.assignors import ASSIGNORS
 from ember.groups.coordinator_client import CoordinatorClient
 from ember.groups.membership import Membership
-from ember.ingest.client_types import OffsetAndMetadata, TopicPartition
-from ember.ingest.consumer import Consumer
-from ember.ingest.metadata_client import response_error
-from ember.ingest.protocol import ApiKey
+from ember.client.types import OffsetAndMetadata, TopicPartition
+from ember.client.consumer import Consumer
+from ember.client.metadata import response_error
+from ember.protocol.ember.wire import ApiKey
 
 log = logging.getLogger(__name__)
 

@@ -48,7 +48,7 @@ from ember.errors import (CoordinatorNotAvailable, GroupIdNotFound, IllegalGener
                           UnknownTopicOrPartition)
 from ember.groups.assignors import ASSIGNORS
 from ember.groups.store import CommittedOffset, GroupStore, MetadataConflict
-from ember.ingest.client_types import TopicPartition
+from ember.client.types import TopicPartition
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ from typing import Sequence
 from ember.errors import (EmberError, IllegalGeneration, KafkaTimeoutError, RebalanceInProgress,
                           UnknownMemberId)
 from ember.groups.coordinator_client import MEMBER_ID_REQUIRED, CoordinatorClient
-from ember.ingest.client_types import TopicPartition
-from ember.ingest.protocol import ApiKey
+from ember.client.types import TopicPartition
+from ember.protocol.ember.wire import ApiKey
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotE
 
 from ember.cluster import zk_paths
 from ember.cluster.zk_session import ZkSession
-from ember.ingest.client_types import TopicPartition
+from ember.client.types import TopicPartition
 
 
 @dataclass(frozen=True)

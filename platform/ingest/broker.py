@@ -31,23 +31,23 @@ from ember.cluster.topic_admin import TopicAdmin
 from ember.cluster.zk_session import ZkSession, ensure_cluster_id
 from ember.groups.coordinator import GroupCoordinator
 from ember.groups.store import GroupStore
-from ember.ingest.api_admin import AdminApis
-from ember.ingest.api_cluster import ClusterApis
-from ember.ingest.api_groups import GroupApis
-from ember.ingest.api_leadership import LeadershipApis
-from ember.ingest.api_records import RecordApis
+from ember.protocol.ember.api_admin import AdminApis
+from ember.protocol.ember.api_cluster import ClusterApis
+from ember.protocol.ember.api_groups import GroupApis
+from ember.protocol.ember.api_leadership import LeadershipApis
+from ember.protocol.ember.api_records import RecordApis
 from ember.ingest.broker_config import BrokerConfig, TopicConfigPolicy
-from ember.ingest.api_replication import ReplicationApis
-from ember.ingest.dispatcher import Dispatcher
+from ember.protocol.ember.api_replication import ReplicationApis
+from ember.protocol.ember.dispatcher import Dispatcher
 from ember.ingest.core import BrokerCore
 from ember.ingest.isr import IsrWriter
 from ember.ingest.listeners import EMBER_LISTENER, ListenerConfig
 from ember.ingest.log_manager import LogManager
 from ember.ingest.metadata_view import MetadataView
 from ember.ingest.replica_manager import ReplicaManager
-from ember.ingest.server import BrokerServer
+from ember.protocol.ember.server import BrokerServer
 from ember.ingest.topic_changes import TopicChanges
-from ember.kafka.listener import kafka_server
+from ember.protocol.kafka.listener import kafka_server
 from ember.metrics.service import MetricsService
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """Requests one broker sends another (follower fetches, leader-epoch queries), from asyncio.
 
-Wraps the client :class:`~ember.ingest.connection.Connection` (pipelined, correlation-matched,
+Wraps the client :class:`~ember.client.connection.Connection` (pipelined, correlation-matched,
 its own reader thread) so replica fetchers reuse the client network layer instead of a second
 protocol implementation: connecting runs on a thread, responses arrive as awaitable futures.
 """
@@ -10,8 +10,8 @@ import asyncio
 from typing import Any
 
 from ember.errors import raise_for_code
-from ember.ingest.connection import Address, Connection
-from ember.ingest.protocol import ApiKey, Response
+from ember.client.connection import Address, Connection
+from ember.protocol.ember.wire import ApiKey, Response
 
 
 class BrokerClient:

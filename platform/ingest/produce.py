@@ -3,7 +3,7 @@
 Every partition's batch is appended first, then (acks=all) the replication waits run together,
 so one slow partition does not delay the next one's append. The wire layers only translate: the
 ember protocol passes its batches as they came, the Kafka protocol converts Kafka record batches
-into ember batches first (``ember.kafka.records``), so offsets, order and idempotent
+into ember batches first (``ember.protocol.kafka.records``), so offsets, order and idempotent
 deduplication are the same whichever protocol wrote.
 """
 from __future__ import annotations

@@ -20,9 +20,9 @@ from ember.errors import (EmberError, ErrorCode, NotLeaderOrFollower, OffsetOutO
                           error_for_code)
 from ember.ingest.broker_client import BrokerClient
 from ember.ingest.broker_config import BrokerConfig
-from ember.ingest.connection import Address
+from ember.client.connection import Address
 from ember.ingest.partition import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Partition
-from ember.ingest.protocol import ApiKey, split_payload
+from ember.protocol.ember.wire import ApiKey, split_payload
 from ember.log.batch import NO_EPOCH
 
 log = logging.getLogger(__name__)

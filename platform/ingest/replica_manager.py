@@ -20,13 +20,13 @@ from ember.cluster.metadata_cache import MetadataCache, TopicMetadata
 from ember.cluster.records import NO_LEADER, PartitionState
 from ember.errors import (InvalidConfig, LeaderNotAvailable, NotLeaderOrFollower,
                           UnknownTopicOrPartition)
-from ember.ingest import fields
+from ember.protocol.ember import fields
 from ember.ingest.broker_config import BrokerConfig
-from ember.ingest.connection import Address
+from ember.client.connection import Address
 from ember.ingest.isr import IsrManager, IsrWriter
 from ember.ingest.log_manager import LogManager
 from ember.ingest.partition import Partition
-from ember.ingest.reply import OK, error_fields
+from ember.protocol.ember.reply import OK, error_fields
 from ember.ingest.replica_fetcher import FetcherConfig, ReplicaFetchers
 from ember.ingest.signals import Signal
 from ember.log.config import LogConfig

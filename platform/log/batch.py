@@ -222,7 +222,7 @@ def build_batch(records: RecordsLike, *, compression: str = "none", producer_id:
     ``records`` is an Arrow table/record batch with any of the columns key, value, timestamp,
     headers (missing ones are null, a missing or null timestamp is now), or Python records
     ``(key, value[, timestamp_ms[, headers]])``. ``kafka_codec`` records the codec of the Kafka
-    batch the records came in (``ember.kafka.records``).
+    batch the records came in (``ember.protocol.kafka.records``).
     """
     if compression not in CODECS:
         raise ValueError(f"compression must be one of {sorted(CODECS)}, not {compression!r}")

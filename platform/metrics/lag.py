@@ -22,9 +22,9 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from ember.ingest.broker_client import BrokerClient
-from ember.ingest.client_types import TopicPartition
-from ember.ingest.offsets import LATEST
-from ember.ingest.protocol import ApiKey
+from ember.client.types import TopicPartition
+from ember.client.offsets import LATEST
+from ember.protocol.ember.wire import ApiKey
 
 if TYPE_CHECKING:
     from prometheus_client import Metric

@@ -21,8 +21,8 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 from pyspark.sql.types import BinaryType, IntegerType, StringType, StructType
 
 from ember.client import Producer
-from ember.ingest.partitioner import partitions_for_keys
-from ember.ingest.producer import split_batches
+from ember.client.partitioner import partitions_for_keys
+from ember.client.producer import split_batches
 from ember.log.producer_state import MAX_CACHED_BATCHES
 from ember.sources.options import OptionError, WriterOptions
 from ember.sources.schema import HEADERS_TYPE

@@ -12,7 +12,7 @@ import pyarrow as pa
 from ember.client import Admin, Consumer, TopicPartition
 from ember.cluster.local import LocalCluster
 from ember.errors import EmberError
-from ember.ingest.admin import PartitionDescription
+from ember.client.admin import PartitionDescription
 from ember.log.batch import DECODED_SCHEMA
 from ember.log.reader import read_offset_range
 

@@ -7,9 +7,9 @@ import time
 import pytest
 
 from ember.errors import KafkaTimeoutError, NotLeaderOrFollower
-from ember.ingest.accumulator import RecordAccumulator
-from ember.ingest.client_types import RecordMetadata, TopicPartition
-from ember.ingest.futures import ProduceResult
+from ember.client.accumulator import RecordAccumulator
+from ember.client.types import RecordMetadata, TopicPartition
+from ember.client.futures import ProduceResult
 from ember.log.batch import RECORD_SCHEMA, build_batch, decode_batches
 
 TP = TopicPartition("t", 0)

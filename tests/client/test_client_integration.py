@@ -14,9 +14,9 @@ from ember.client import Admin, Consumer, OffsetAndTimestamp, Producer, TopicPar
 from ember.cluster.local import LocalCluster
 from ember.errors import (InvalidReplicationFactor, KafkaTimeoutError, MessageTooLarge, OffsetOutOfRange,
                           TopicAlreadyExists, UnknownTopicOrPartition)
-from ember.ingest.connection import Connection, parse_bootstrap
-from ember.ingest.partitioner import partition_for_key
-from ember.ingest.protocol import ApiKey, decode_response
+from ember.client.connection import Connection, parse_bootstrap
+from ember.client.partitioner import partition_for_key
+from ember.protocol.ember.wire import ApiKey, decode_response
 
 pytestmark = pytest.mark.integration
 

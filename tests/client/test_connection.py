@@ -10,8 +10,8 @@ from concurrent.futures import Future
 import pytest
 
 from ember.errors import NetworkError, RequestTimedOut
-from ember.ingest.connection import Connection
-from ember.ingest.protocol import ApiKey
+from ember.client.connection import Connection
+from ember.protocol.ember.wire import ApiKey
 
 BOUND_S = 10.0
 

@@ -9,9 +9,9 @@ import pytest
 from ember.client import Admin, Consumer, Producer, TopicPartition
 from ember.cluster.local import LocalCluster
 from ember.errors import OutOfOrderSequenceNumber, UnknownProducerId
-from ember.ingest.accumulator import RecordAccumulator
-from ember.ingest.producer import split_batches
-from ember.ingest.sender import Sender, SenderConfig
+from ember.client.accumulator import RecordAccumulator
+from ember.client.producer import split_batches
+from ember.client.sender import Sender, SenderConfig
 
 PRODUCER_ID = (1 << 62) + 12345
 MAX_REQUEST_SIZE = 4096   # ~34 rows of table() per batch

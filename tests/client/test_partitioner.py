@@ -6,7 +6,7 @@ import random
 import pyarrow as pa
 import pytest
 
-from ember.ingest.partitioner import StickyPartitioner, murmur2, partition_for_key, partitions_for_keys
+from ember.client.partitioner import StickyPartitioner, murmur2, partition_for_key, partitions_for_keys
 
 # org.apache.kafka.common.utils.UtilsTest#testMurmur2, plus values Kafka's murmur2 gives for "1".."12345".
 KAFKA_MURMUR2 = {

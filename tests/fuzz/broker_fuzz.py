@@ -38,8 +38,8 @@ from pathlib import Path
 from ember.client import Admin
 from ember.cluster.local import LocalCluster, broker_responds
 from ember.errors import EmberError, TopicAlreadyExists
-from ember.ingest.metadata_client import MetadataClient
-from ember.ingest.protocol import FRAME_LENGTH, ApiKey, decode_response, encode_request
+from ember.client.metadata import MetadataClient
+from ember.protocol.ember.wire import FRAME_LENGTH, ApiKey, decode_response, encode_request
 
 from log_audit import AuditResult, audit_logs
 from well_behaved import WellBehavedClient

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from ember.errors import CorruptRecord, EmberError
-from ember.ingest.client_types import TopicPartition
-from ember.ingest.metadata_client import MetadataClient
-from ember.ingest.offsets import EARLIEST, list_offsets
-from ember.ingest.protocol import ApiKey
+from ember.client.types import TopicPartition
+from ember.client.metadata import MetadataClient
+from ember.client.offsets import EARLIEST, list_offsets
+from ember.protocol.ember.wire import ApiKey
 from ember.log.batch import decode_payload, iter_batches
 
 FETCH_BYTES = 8 * 1024 * 1024

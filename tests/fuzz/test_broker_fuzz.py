@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ember.ingest.protocol import ApiKey
+from ember.protocol.ember.wire import ApiKey
 
 from broker_fuzz import FuzzConfig, run
 from wire_mutator import FuzzTargets, RequestTemplates, mutate

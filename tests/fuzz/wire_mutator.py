@@ -23,7 +23,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ember.ingest.protocol import FRAME_LENGTH, REQUEST_HEADER, ApiKey
+from ember.protocol.ember.wire import FRAME_LENGTH, REQUEST_HEADER, ApiKey
 from ember.log import HEADER_SIZE, BatchHeader, build_batch
 from ember.log.batch import CRC_START
 from ember.log.crc import crc32

@@ -14,7 +14,7 @@ from ember.errors import (IllegalGeneration, InvalidSessionTimeout, NonEmptyGrou
 from ember.groups import coordinator as coordinator_module
 from ember.groups.coordinator import EMPTY, PREPARING, STABLE, GroupCoordinator, MemberIdRequired
 from ember.groups.store import MetadataConflict
-from ember.ingest.client_types import TopicPartition
+from ember.client.types import TopicPartition
 
 
 class FakeCache:

@@ -20,8 +20,8 @@ from ember.errors import (BrokerNotAvailable, CoordinatorNotAvailable, IllegalGe
                           NonEmptyGroup, UnknownMemberId)
 from ember.groups.admin import GroupAdmin
 from ember.groups.coordinator_client import MEMBER_ID_REQUIRED, CoordinatorClient
-from ember.ingest.metadata_client import MetadataClient
-from ember.ingest.protocol import ApiKey
+from ember.client.metadata import MetadataClient
+from ember.protocol.ember.wire import ApiKey
 
 pytestmark = pytest.mark.integration
 

@@ -15,7 +15,7 @@ from blocking_connection import BlockingConnection
 
 from ember.cluster.local import LocalCluster
 from ember.errors import ErrorCode
-from ember.ingest.protocol import FRAME_LENGTH, ApiKey, Response, decode_response, encode_request
+from ember.protocol.ember.wire import FRAME_LENGTH, ApiKey, Response, decode_response, encode_request
 from ember.log import build_batch, to_table
 
 pytestmark = pytest.mark.integration

@@ -7,7 +7,7 @@ import signal
 import pytest
 
 from ember.errors import ErrorCode
-from ember.ingest.protocol import ApiKey
+from ember.protocol.ember.wire import ApiKey
 from ember.log import build_batch
 
 from test_broker_api import RawClient, create_topic, eventually, fetch_values, leader_address, partition_dirs, produce

@@ -11,7 +11,7 @@ import pytest
 
 from ember.client import Admin, Consumer, Producer, TopicPartition
 from ember.cluster.local import LocalCluster
-from ember.ingest.protocol import FRAME_LENGTH, REQUEST_HEADER, ApiKey, encode_request
+from ember.protocol.ember.wire import FRAME_LENGTH, REQUEST_HEADER, ApiKey, encode_request
 from ember.log import build_batch
 
 from test_broker_api import RawClient, create_topic, eventually, fetch_body, produce

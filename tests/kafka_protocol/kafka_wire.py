@@ -9,8 +9,8 @@ from typing import Any
 from blocking_connection import BlockingConnection
 from kio.serial import entity_reader, entity_writer
 
-from ember.ingest.protocol import ApiKey
-from ember.kafka.codec import response_class
+from ember.protocol.ember.wire import ApiKey
+from ember.protocol.kafka.codec import response_class
 
 WAIT_S = 30.0
 _LENGTH = struct.Struct(">i")

@@ -18,7 +18,7 @@ from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopi
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 
 from ember.errors import ErrorCode
-from ember.ingest.protocol import ApiKey
+from ember.protocol.ember.wire import ApiKey
 
 pytestmark = pytest.mark.integration
 

@@ -6,8 +6,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from ember.errors import ErrorCode
-from ember.ingest.protocol import ApiKey
-from ember.ingest.reply import Reply
+from ember.protocol.ember.wire import ApiKey
+from ember.protocol.ember.reply import Reply
 from ember.metrics.broker_metrics import BrokerMetrics
 from ember.metrics.requests import RequestMetrics, request_name
 

@@ -8,8 +8,8 @@ from typing import Any, Callable, Iterable
 from ember.client import Admin, Consumer
 from ember.cluster.local import LocalCluster
 from ember.errors import EmberError
-from ember.ingest.connection import Connection, parse_bootstrap
-from ember.ingest.protocol import ApiKey
+from ember.client.connection import Connection, parse_bootstrap
+from ember.protocol.ember.wire import ApiKey
 from ember.log import build_batch
 from ember.log.reader import read_offset_range
 

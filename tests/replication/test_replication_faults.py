@@ -12,7 +12,7 @@ import signal
 import pytest
 
 from ember.errors import ErrorCode, OffsetOutOfRange
-from ember.ingest.protocol import ApiKey
+from ember.protocol.ember.wire import ApiKey
 from ember.log import build_batch
 from ember.log.reader import read_offset_range
 from ember.log.recovery import segment_bases

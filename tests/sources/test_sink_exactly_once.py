@@ -19,7 +19,7 @@ from pyspark.sql.types import BinaryType, StructField, StructType
 
 from ember.client import Consumer, TopicPartition
 from ember.errors import OutOfOrderSequenceNumber
-from ember.ingest.partitioner import partition_for_key
+from ember.client.partitioner import partition_for_key
 from ember.sources import writer
 from ember.sources.options import OptionError, WriterOptions, writer_options
 from ember.sources.writer import EmberStreamWriter, ExactlyOnceWrite, TaskIdentity

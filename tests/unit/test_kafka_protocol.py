@@ -6,9 +6,9 @@ import pytest
 
 from ember.errors import InvalidConfig
 from ember.ingest.listeners import ListenerConfig
-from ember.ingest.protocol import ApiKey
-from ember.kafka.codec import build, request_class, response_class
-from ember.kafka.listener import kafka_dispatcher
+from ember.protocol.ember.wire import ApiKey
+from ember.protocol.kafka.codec import build, request_class, response_class
+from ember.protocol.kafka.listener import kafka_dispatcher
 
 
 def test_listen_is_the_ember_listener_and_advertised_listeners_override_by_name():

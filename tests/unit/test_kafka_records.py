@@ -8,7 +8,7 @@ from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBat
 from aiokafka.record.util import calc_crc32c
 
 from ember.errors import CorruptRecord, InvalidRecord
-from ember.kafka.records import split_batches, to_ember_batch, to_kafka_batch
+from ember.protocol.kafka.records import split_batches, to_ember_batch, to_kafka_batch
 from ember.log.batch import (CRC_START, HEADER_SIZE, LOG_OVERHEAD, BatchHeader, build_batch, check_batch,
                              patch_base_offset, stamp_log_append_time, to_table)
 

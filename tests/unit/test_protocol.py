@@ -1,7 +1,7 @@
 import pytest
 
 from ember.errors import InvalidRequest, MessageTooLarge
-from ember.ingest import protocol as p
+from ember.protocol.ember import wire as p
 
 
 def _frame(buffers):

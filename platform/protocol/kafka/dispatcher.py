@@ -1,6 +1,6 @@
 """Routes decoded Kafka requests to their handlers and answers what it cannot route.
 
-Every API has the version range ApiVersions advertises (:mod:`ember.kafka.api_versions`); a request
+Every API has the version range ApiVersions advertises (:mod:`ember.protocol.kafka.api_versions`); a request
 for another API or version gets UNSUPPORTED_VERSION and the connection stays open: ApiVersions gets
 Kafka's own fallback (a v0 response listing what is supported, so the client retries with a version
 both know), any other request a response header and the error code, since its body cannot be
@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Mapping
 
 from ember.errors import ErrorCode
-from ember.ingest.protocol import ApiKey
-from ember.ingest.reply import CloseConnection
-from ember.kafka.codec import KafkaRequest, build, encode_error_only, encode_response, frame_v0, response_class
+from ember.protocol.ember.wire import ApiKey
+from ember.protocol.ember.reply import CloseConnection
+from ember.protocol.kafka.codec import KafkaRequest, build, encode_error_only, encode_response, frame_v0, response_class
 
 log = logging.getLogger(__name__)
 

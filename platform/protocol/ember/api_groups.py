@@ -8,11 +8,11 @@ from typing import Any, Iterable
 
 from ember.errors import InvalidRequest
 from ember.groups.coordinator import Group, GroupCoordinator, MemberIdRequired
-from ember.ingest import fields
-from ember.ingest.client_types import TopicPartition
-from ember.ingest.dispatcher import Handler
-from ember.ingest.protocol import ApiKey, Request
-from ember.ingest.reply import OK, Reply, error_fields
+from ember.protocol.ember import fields
+from ember.client.types import TopicPartition
+from ember.protocol.ember.dispatcher import Handler
+from ember.protocol.ember.wire import ApiKey, Request
+from ember.protocol.ember.reply import OK, Reply, error_fields
 
 
 def _tps(partitions: Iterable[TopicPartition]) -> list[dict[str, Any]]:

@@ -6,10 +6,10 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Optional, TypeVar
 
 from ember.errors import BrokerNotAvailable, EmberError, NetworkError, RequestTimedOut, error_for_code
-from ember.ingest.client_types import TopicPartition
-from ember.ingest.metadata_client import MetadataClient, response_error
-from ember.ingest.offsets import EARLIEST, LATEST, list_offsets
-from ember.ingest.protocol import ApiKey
+from ember.client.types import TopicPartition
+from ember.client.metadata import MetadataClient, response_error
+from ember.client.offsets import EARLIEST, LATEST, list_offsets
+from ember.protocol.ember.wire import ApiKey
 
 _CONTROLLER_RETRY_S = 0.2
 T = TypeVar("T")

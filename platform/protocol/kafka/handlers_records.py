@@ -1,5 +1,5 @@
 """Produce, Fetch and ListOffsets over Kafka's protocol: translation only. Records are converted
-between Kafka RecordBatch v2 and ember batches (:mod:`ember.kafka.records`); appending, long-poll
+between Kafka RecordBatch v2 and ember batches (:mod:`ember.protocol.kafka.records`); appending, long-poll
 reading and offset lookups are the broker core's (``ember.ingest.produce``, ``ember.ingest.fetch``,
 ``ReplicaManager.answer_at_leader``), the same code the ember protocol runs."""
 from __future__ import annotations
@@ -13,12 +13,12 @@ from ember.ingest.core import BrokerCore
 from ember.ingest.fetch import FetchResult, FetchTarget, fetch_at_leaders
 from ember.ingest.partition import CONSUMER_REPLICA_ID, EARLIEST_TIMESTAMP, Partition
 from ember.ingest.produce import ProduceEntry, Produced, append_at_leaders
-from ember.ingest.protocol import ApiKey
-from ember.ingest.reply import OK, CloseConnection, error_fields
-from ember.kafka.codec import KafkaRequest, build, millis, response_class
-from ember.kafka.dispatcher import Api
-from ember.kafka.names import TopicNames
-from ember.kafka.records import split_batches, to_ember_batch, to_kafka_batch
+from ember.protocol.ember.wire import ApiKey
+from ember.protocol.ember.reply import OK, CloseConnection, error_fields
+from ember.protocol.kafka.codec import KafkaRequest, build, millis, response_class
+from ember.protocol.kafka.dispatcher import Api
+from ember.protocol.kafka.names import TopicNames
+from ember.protocol.kafka.records import split_batches, to_ember_batch, to_kafka_batch
 from ember.log import FetchSlice
 from ember.log.batch import iter_batches
 

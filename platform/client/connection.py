@@ -28,8 +28,8 @@ from concurrent.futures import Future
 from typing import Any, Iterable, Sequence
 
 from ember.errors import BrokerNotAvailable, EmberError, NetworkError, RequestTimedOut
-from ember.ingest.protocol import (DEFAULT_MAX_FRAME_BYTES, FRAME_LENGTH, Buffer, Response,
-                                   check_frame_size, decode_response, encode_request)
+from ember.protocol.ember.wire import (DEFAULT_MAX_FRAME_BYTES, FRAME_LENGTH, Buffer, Response,
+                                       check_frame_size, decode_response, encode_request)
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """``ember.client.Producer``: batched, asynchronous, optionally idempotent record producer.
 
 ``send`` partitions a record, appends it to the partition's open batch and returns a future; a
-background :class:`~ember.ingest.sender.Sender` ships batches to partition leaders. ``send_batch``
+background :class:`~ember.client.sender.Sender` ships batches to partition leaders. ``send_batch``
 is the columnar path: it partitions a whole Arrow table with vectorized murmur2 and queues large,
 ready-made batches. Config names are Kafka's in snake_case (``linger_ms`` = ``linger.ms``).
 
@@ -20,12 +20,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ember.errors import EmberError, KafkaTimeoutError, MessageTooLarge, UnknownTopicOrPartition
-from ember.ingest.accumulator import BATCH_OVERHEAD, RECORD_OVERHEAD, ProducerBatch, RecordAccumulator
-from ember.ingest.client_types import BatchMetadata, TopicPartition
-from ember.ingest.futures import FutureRecordMetadata
-from ember.ingest.metadata_client import MetadataClient
-from ember.ingest.partitioner import StickyPartitioner, partition_for_key, partitions_for_keys
-from ember.ingest.sender import Sender, SenderConfig
+from ember.client.accumulator import BATCH_OVERHEAD, RECORD_OVERHEAD, ProducerBatch, RecordAccumulator
+from ember.client.types import BatchMetadata, TopicPartition
+from ember.client.futures import FutureRecordMetadata
+from ember.client.metadata import MetadataClient
+from ember.client.partitioner import StickyPartitioner, partition_for_key, partitions_for_keys
+from ember.client.sender import Sender, SenderConfig
 from ember.log.batch import CODECS, RECORD_SCHEMA
 
 Serializer = Optional[Callable[[Any], Optional[bytes]]]

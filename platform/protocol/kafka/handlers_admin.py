@@ -8,11 +8,11 @@ from typing import Any
 from ember.cluster.producer_ids import PRODUCER_EPOCH
 from ember.errors import InvalidRequest
 from ember.ingest.core import BrokerCore
-from ember.ingest.protocol import ApiKey
-from ember.ingest.reply import OK, error_fields
-from ember.kafka.codec import KafkaRequest, build, millis, response_class
-from ember.kafka.dispatcher import Api
-from ember.kafka.names import ZERO_UUID, TopicNames
+from ember.protocol.ember.wire import ApiKey
+from ember.protocol.ember.reply import OK, error_fields
+from ember.protocol.kafka.codec import KafkaRequest, build, millis, response_class
+from ember.protocol.kafka.dispatcher import Api
+from ember.protocol.kafka.names import ZERO_UUID, TopicNames
 
 #: DescribeConfigs' config sources, as CreateTopics v5+ reports them
 DYNAMIC_TOPIC_CONFIG, DEFAULT_CONFIG = 1, 5

@@ -19,8 +19,8 @@ import logging
 from typing import TYPE_CHECKING, Awaitable, Callable
 
 from ember.errors import EmberError
-from ember.ingest.protocol import FRAME_LENGTH, Request, check_frame_size, decode_request, response_prefix
-from ember.ingest.reply import CloseConnection, FileRegion, Reply
+from ember.protocol.ember.wire import FRAME_LENGTH, Request, check_frame_size, decode_request, response_prefix
+from ember.protocol.ember.reply import CloseConnection, FileRegion, Reply
 
 if TYPE_CHECKING:
     from ember.metrics.requests import RequestObserver

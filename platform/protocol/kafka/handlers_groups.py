@@ -19,13 +19,13 @@ from kio.serial import entity_reader
 from kio.static.constants import EntityType
 
 from ember.errors import CoordinatorNotAvailable, InvalidRequest, MemberIdRequired, UnsupportedVersion
-from ember.ingest.client_types import TopicPartition
+from ember.client.types import TopicPartition
 from ember.ingest.core import BrokerCore
-from ember.ingest.protocol import ApiKey
-from ember.ingest.reply import OK, error_fields
-from ember.kafka.codec import KafkaRequest, build, millis, response_class
-from ember.kafka.dispatcher import Api
-from ember.kafka.names import TopicNames
+from ember.protocol.ember.wire import ApiKey
+from ember.protocol.ember.reply import OK, error_fields
+from ember.protocol.kafka.codec import KafkaRequest, build, millis, response_class
+from ember.protocol.kafka.dispatcher import Api
+from ember.protocol.kafka.names import TopicNames
 
 GROUP_KEY = 0
 NO_OFFSET = -1

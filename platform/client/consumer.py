@@ -20,10 +20,10 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Optional
 import pyarrow as pa
 
 from ember.errors import EmberError, ErrorCode, OffsetOutOfRange, error_for_code
-from ember.ingest.client_types import ConsumerRecord, OffsetAndTimestamp, TopicPartition
-from ember.ingest.metadata_client import STALE_METADATA, MetadataClient, response_error
-from ember.ingest.offsets import EARLIEST, LATEST, list_offsets
-from ember.ingest.protocol import ApiKey, split_payload
+from ember.client.types import ConsumerRecord, OffsetAndTimestamp, TopicPartition
+from ember.client.metadata import STALE_METADATA, MetadataClient, response_error
+from ember.client.offsets import EARLIEST, LATEST, list_offsets
+from ember.protocol.ember.wire import ApiKey, split_payload
 from ember.log.batch import HEADER_SIZE, BatchHeader, check_batch, decode_payload
 
 Deserializer = Optional[Callable[[Optional[bytes]], Any]]

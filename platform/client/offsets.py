@@ -11,9 +11,9 @@ from typing import Mapping
 
 from ember.errors import (EmberError, KafkaTimeoutError, LeaderNotAvailable, UnknownTopicOrPartition,
                           error_for_code)
-from ember.ingest.client_types import TopicPartition
-from ember.ingest.metadata_client import MetadataClient, response_error
-from ember.ingest.protocol import ApiKey
+from ember.client.types import TopicPartition
+from ember.client.metadata import MetadataClient, response_error
+from ember.protocol.ember.wire import ApiKey
 
 EARLIEST = -2
 LATEST = -1

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ember.ingest import fields
-from ember.ingest.dispatcher import Handler
-from ember.ingest.protocol import ApiKey, Request
+from ember.protocol.ember import fields
+from ember.protocol.ember.dispatcher import Handler
+from ember.protocol.ember.wire import ApiKey, Request
 from ember.ingest.partition import Partition
-from ember.ingest.reply import OK, Reply
+from ember.protocol.ember.reply import OK, Reply
 from ember.ingest.replica_manager import ReplicaManager
 
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from ember.errors import BrokerNotAvailable, EmberError, ErrorCode, KafkaTimeoutError, error_for_code
-from ember.ingest.connection import Address, Connection, ConnectionPool, parse_bootstrap
-from ember.ingest.protocol import ApiKey, Buffer, Response
+from ember.client.connection import Address, Connection, ConnectionPool, parse_bootstrap
+from ember.protocol.ember.wire import ApiKey, Buffer, Response
 
 #: Errors after which a client should refresh metadata before retrying.
 STALE_METADATA = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,

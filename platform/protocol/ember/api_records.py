@@ -7,13 +7,13 @@ from __future__ import annotations
 from typing import Any
 
 from ember.errors import OffsetOutOfRange
-from ember.ingest import fields
-from ember.ingest.dispatcher import Handler
+from ember.protocol.ember import fields
+from ember.protocol.ember.dispatcher import Handler
 from ember.ingest.fetch import FetchResult, FetchTarget, fetch_at_leaders
 from ember.ingest.partition import CONSUMER_REPLICA_ID, Partition
 from ember.ingest.produce import ProduceEntry, Produced, append_at_leaders
-from ember.ingest.protocol import ApiKey, Request, split_payload
-from ember.ingest.reply import OK, CloseConnection, FileRegion, Reply, error_fields
+from ember.protocol.ember.wire import ApiKey, Request, split_payload
+from ember.protocol.ember.reply import OK, CloseConnection, FileRegion, Reply, error_fields
 from ember.ingest.replica_manager import ReplicaManager
 
 DEFAULT_PRODUCE_TIMEOUT_MS = 30000

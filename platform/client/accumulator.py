@@ -20,8 +20,8 @@ from typing import Iterable, Optional
 import pyarrow as pa
 
 from ember.errors import KafkaTimeoutError
-from ember.ingest.client_types import TopicPartition
-from ember.ingest.futures import FutureRecordMetadata, ProduceResult
+from ember.client.types import TopicPartition
+from ember.client.futures import FutureRecordMetadata, ProduceResult
 from ember.log.batch import RECORD_SCHEMA
 
 #: Per-record bytes on top of key and value in the Arrow payload (offsets, timestamp, validity; measured ~29).

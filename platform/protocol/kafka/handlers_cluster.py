@@ -8,11 +8,11 @@ from typing import Any
 from ember.cluster.records import BrokerInfo
 from ember.ingest.core import BrokerCore
 from ember.ingest.metadata_view import PartitionView
-from ember.ingest.protocol import ApiKey
-from ember.ingest.reply import OK, error_fields
-from ember.kafka.codec import KafkaRequest, build, response_class
-from ember.kafka.dispatcher import Api
-from ember.kafka.names import ZERO_UUID, TopicNames
+from ember.protocol.ember.wire import ApiKey
+from ember.protocol.ember.reply import OK, error_fields
+from ember.protocol.kafka.codec import KafkaRequest, build, response_class
+from ember.protocol.kafka.dispatcher import Api
+from ember.protocol.kafka.names import ZERO_UUID, TopicNames
 
 #: Kafka's "authorized operations not requested" value
 NO_OPERATIONS = -(1 << 31)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ember.ingest import fields
-from ember.ingest.dispatcher import Handler
+from ember.protocol.ember import fields
+from ember.protocol.ember.dispatcher import Handler
 from ember.ingest.metadata_view import MetadataView, PartitionView
-from ember.ingest.protocol import ApiKey, Request
-from ember.ingest.reply import OK, Reply, error_fields
+from ember.protocol.ember.wire import ApiKey, Request
+from ember.protocol.ember.reply import OK, Reply, error_fields
 
 
 def _partition_fields(view: PartitionView) -> dict[str, Any]:

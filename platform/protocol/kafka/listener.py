@@ -10,14 +10,14 @@ from typing import TYPE_CHECKING
 
 from ember.ingest.core import BrokerCore
 from ember.ingest.listeners import Listener
-from ember.ingest.server import BrokerServer
-from ember.kafka.api_versions import ApiVersionsHandler
-from ember.kafka.codec import decode_request
-from ember.kafka.dispatcher import KafkaDispatcher
-from ember.kafka.handlers_admin import AdminHandlers
-from ember.kafka.handlers_cluster import ClusterHandlers
-from ember.kafka.handlers_groups import GroupHandlers
-from ember.kafka.handlers_records import RecordHandlers
+from ember.protocol.ember.server import BrokerServer
+from ember.protocol.kafka.api_versions import ApiVersionsHandler
+from ember.protocol.kafka.codec import decode_request
+from ember.protocol.kafka.dispatcher import KafkaDispatcher
+from ember.protocol.kafka.handlers_admin import AdminHandlers
+from ember.protocol.kafka.handlers_cluster import ClusterHandlers
+from ember.protocol.kafka.handlers_groups import GroupHandlers
+from ember.protocol.kafka.handlers_records import RecordHandlers
 
 if TYPE_CHECKING:
     from ember.metrics.requests import RequestObserver

@@ -11,10 +11,10 @@ from typing import Any
 
 from ember.cluster.controller import Controller
 from ember.errors import InvalidRequest
-from ember.ingest import fields
-from ember.ingest.dispatcher import Handler
-from ember.ingest.protocol import ApiKey, Request
-from ember.ingest.reply import OK, Reply, error_fields
+from ember.protocol.ember import fields
+from ember.protocol.ember.dispatcher import Handler
+from ember.protocol.ember.wire import ApiKey, Request
+from ember.protocol.ember.reply import OK, Reply, error_fields
 
 
 class LeadershipApis:

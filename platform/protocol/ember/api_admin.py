@@ -9,11 +9,11 @@ from ember.cluster.metadata_cache import MetadataCache
 from ember.cluster.producer_ids import PRODUCER_EPOCH, ProducerIdAllocator
 from ember.cluster.topic_admin import validate_topic_name
 from ember.errors import UnknownTopicOrPartition
-from ember.ingest import fields
+from ember.protocol.ember import fields
 from ember.ingest.broker_config import BrokerConfig
-from ember.ingest.dispatcher import Handler
-from ember.ingest.protocol import ApiKey, Request
-from ember.ingest.reply import OK, Reply, error_fields
+from ember.protocol.ember.dispatcher import Handler
+from ember.protocol.ember.wire import ApiKey, Request
+from ember.protocol.ember.reply import OK, Reply, error_fields
 from ember.ingest.topic_changes import DEFAULT_TIMEOUT_MS, TopicChanges
 
 

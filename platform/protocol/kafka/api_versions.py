@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ember.ingest.protocol import ApiKey
-from ember.ingest.reply import OK
-from ember.kafka.codec import KafkaRequest, build, response_class
-from ember.kafka.dispatcher import Api
+from ember.protocol.ember.wire import ApiKey
+from ember.protocol.ember.reply import OK
+from ember.protocol.kafka.codec import KafkaRequest, build, response_class
+from ember.protocol.kafka.dispatcher import Api
 
 Supported = Callable[[], list[tuple[int, int, int]]]
 
