@@ -103,7 +103,7 @@ class EmberClients:
     name: str = "ember"
     produce_modes: tuple[str, ...] = ("send", "send_batch", "kafka-client")
     consume_modes: tuple[str, ...] = ("poll_batches", "poll", "kafka-client")
-    spark_read_modes: tuple[str, ...] = ("broker", "direct")
+    spark_read_modes: tuple[str, ...] = ("broker", "direct", "kafka")
 
     def _producer(self, settings: ProduceSettings) -> Producer:
         return Producer(self.bootstrap, acks=settings.acks, linger_ms=settings.linger_ms,
@@ -199,7 +199,10 @@ class EmberClients:
             consumer.close()
 
     def spark_read(self, spark: Any, mode: str, topic: str) -> Any:
-        """``broker``: through the brokers; ``direct``: segment files under the data dir."""
+        """``broker``: through the brokers; ``direct``: segment files under the data dir; ``kafka``:
+        Spark's own Kafka connector, exactly as against Kafka, through ember's Kafka listener."""
+        if mode == "kafka":
+            return KafkaClients(self.kafka_bootstrap).spark_read(spark, mode, topic)
         reader = (spark.read.format("ember").option("bootstrap", self.bootstrap).option("topic", topic)
                   .option("readPath", mode))
         if mode == "direct":

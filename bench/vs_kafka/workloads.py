@@ -252,7 +252,7 @@ def spark_read(spark: Any, systems: Sequence[System], topic: str, records: int, 
     ember_modes, kafka_modes = modes(systems, "spark_read_modes")
     group = f"Spark batch read of {records:,} records (local[2])"
     return [Row(group, name, "records/s", best[("ember", mode, name)], best[("kafka", kafka_modes[0], name)], True,
-                f"readPath={mode}", 'format("kafka")')
+                'format("kafka") via the Kafka listener' if mode == "kafka" else f"readPath={mode}", 'format("kafka")')
             for name in queries for mode in ember_modes]
 
 
