@@ -9,6 +9,7 @@ import time
 
 import pytest
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
+from aiokafka.record.util import calc_crc32c
 from kafka_helpers import create_topic
 from kafka_wire import WAIT_S, KafkaWire
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
@@ -118,3 +119,75 @@ def test_malformed_frames_close_only_their_connection(kafka_address, garbage):
         assert bad.is_closed_by_peer()
         versions = good.call(ApiVersionsRequest(client_software_name="t", client_software_version="1"))
         assert versions.error_code.value == 0
+
+
+def _with_crc(batch: bytearray) -> bytes:
+    """The batch with its CRC-32C recomputed (over attributes to the end, Kafka's rule)."""
+    struct.pack_into(">I", batch, 17, calc_crc32c(bytes(batch[21:])))
+    return bytes(batch)
+
+
+def _good_batch(count: int = 3, value_size: int = 10) -> bytearray:
+    builder = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, 1 << 20)
+    for i in range(count):
+        builder.append(i, 1000 + i, None, bytes([65 + i]) * value_size, [])
+    return bytearray(builder.build())
+
+
+def _corrupt_crc() -> bytes:
+    batch = _good_batch()
+    batch[-1] ^= 0xFF
+    return bytes(batch)
+
+
+def _bad_compression() -> bytes:
+    batch = _good_batch()
+    struct.pack_into(">h", batch, 21, 1)            # attributes say gzip; the records are not
+    return _with_crc(batch)
+
+
+def _magic_1() -> bytes:
+    batch = _good_batch()
+    batch[16] = 1
+    return bytes(batch)
+
+
+def _truncated() -> bytes:
+    return bytes(_good_batch()[:-5])
+
+
+def _two_batches() -> bytes:
+    return bytes(_good_batch()) + bytes(_good_batch())    # Produce v3+ carries one batch per partition
+
+
+def _transactional() -> bytes:
+    batch = _good_batch()
+    struct.pack_into(">h", batch, 21, 0x10)
+    return _with_crc(batch)
+
+
+def _oversized() -> bytes:
+    return bytes(_good_batch(count=20, value_size=5000))    # ~100 KB against max.message.bytes 20000
+
+
+@pytest.mark.parametrize("records, error", [
+    (_corrupt_crc, ErrorCode.CORRUPT_RECORD),
+    (_bad_compression, ErrorCode.CORRUPT_RECORD),
+    (_magic_1, ErrorCode.CORRUPT_RECORD),
+    (_truncated, ErrorCode.CORRUPT_RECORD),
+    (_two_batches, ErrorCode.INVALID_RECORD),
+    (_transactional, ErrorCode.INVALID_RECORD),
+    (_oversized, ErrorCode.MESSAGE_TOO_LARGE),
+], ids=lambda case: getattr(case, "__name__", "").strip("_") or None)
+def test_bad_record_batches_get_kafka_errors_and_nothing_is_written(kafka_address, topic_name, records, error):
+    create_topic(kafka_address, topic_name, config={"max.message.bytes": "20000"})
+    with KafkaWire(ready_leader(kafka_address, topic_name)) as wire:
+        def produce(data: bytes) -> tuple[int, int]:
+            request = ProduceRequest(transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=30),
+                                     topic_data=(TopicProduceData(name=topic_name, partition_data=(
+                                         PartitionProduceData(index=0, records=data),)),))
+            partition = wire.call(request).responses[0].partition_responses[0]
+            return partition.error_code.value, partition.base_offset
+
+        assert produce(records())[0] == error
+        assert produce(bytes(_good_batch())) == (0, 0)    # the refused batch left nothing behind
