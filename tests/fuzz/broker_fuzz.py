@@ -21,6 +21,11 @@ A pipeline whose sentinel is not answered in ``--answer-timeout`` seconds is clo
 mutations are listed so a real hang can be told apart.
 
     .venv/bin/python tests/fuzz/broker_fuzz.py --frames 1000000 --seed 1 [--brokers 1]
+    .venv/bin/python tests/fuzz/broker_fuzz.py --protocol kafka --frames 1000000 --seed 1
+
+``--protocol kafka`` fuzzes the brokers' Kafka listeners instead, with mutated Kafka requests
+(``kafka_mutator``); there a request whose bytes were damaged may be answered or have its
+connection closed, as Kafka does, and no error count is read from responses.
 """
 from __future__ import annotations
 
@@ -28,12 +33,18 @@ import argparse
 import asyncio
 import random
 import re
+import socket
 import sys
 import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
+
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.api_versions.v3.response import ApiVersionsResponse
+from kio.serial import entity_reader
 
 from ember.client import Admin
 from ember.cluster.local import LocalCluster, broker_responds
@@ -41,6 +52,7 @@ from ember.errors import EmberError, TopicAlreadyExists
 from ember.client.metadata import MetadataClient
 from ember.protocol.ember.wire import FRAME_LENGTH, ApiKey, decode_response, encode_request
 
+from kafka_mutator import KafkaRequestTemplates, encode, mutate_kafka
 from log_audit import AuditResult, audit_logs
 from well_behaved import WellBehavedClient
 from wire_mutator import FuzzTargets, Mutant, RequestTemplates, mutate
@@ -70,6 +82,7 @@ class FuzzConfig:
     frames: int = 20_000
     seed: int = 1
     brokers: int = 1
+    protocol: str = "ember"            # or "kafka": the brokers' Kafka listeners
     connections: int = 16
     pipeline: int = 48                 # most frames per connection
     answer_timeout_s: float = 20.0
@@ -142,6 +155,57 @@ def process_stats(pid: int) -> ProcessStats:
     return ProcessStats(kb["VmRSS"], kb["VmHWM"], sockets, len(targets) - sockets)
 
 
+# -- the protocols ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Dialect:
+    """How the fuzzer speaks to one kind of listener: where, what it sends, how it ends a
+    pipeline (a request that is always answered) and how it reads a response frame's body."""
+    addresses: list[tuple[str, int]]
+    mutant: Callable[[random.Random, int, bool], Mutant]      # (rng, correlation id, allow_fatal)
+    sentinel: bytes
+    answer: Callable[[bytes], tuple[int, object]]             # body -> (correlation id, error code)
+
+
+def ember_dialect(cluster: LocalCluster, targets: FuzzTargets, seed: int) -> Dialect:
+    templates = RequestTemplates(targets, random.Random(seed))
+
+    def answer(body: bytes) -> tuple[int, object]:
+        response = decode_response(body)
+        return response.correlation_id, response.body.get("error_code")
+
+    return Dialect([(b.host, b.port) for b in cluster.brokers.values()],
+                   lambda rng, i, fatal: mutate(templates.random(rng), i, rng, allow_fatal=fatal),
+                   b"".join(encode_request(ApiKey.API_VERSIONS, 0, SENTINEL_ID, {})), answer)
+
+
+def kafka_dialect(cluster: LocalCluster, targets: FuzzTargets, seed: int) -> Dialect:
+    addresses = [(host, int(port)) for host, port in (a.rsplit(":", 1) for a in cluster.kafka_bootstrap.split(","))]
+    templates = KafkaRequestTemplates(targets, kafka_api_versions(addresses[0]), random.Random(seed))
+
+    def answer(body: bytes) -> tuple[int, object]:
+        if len(body) < 4:
+            raise ValueError(f"response of {len(body)} bytes has no correlation id")
+        return int.from_bytes(body[:4], "big", signed=True), None
+
+    return Dialect(addresses, lambda rng, i, fatal: mutate_kafka(templates.random(rng), i, rng, allow_fatal=fatal),
+                   encode(_kafka_api_versions_request(), SENTINEL_ID), answer)
+
+
+def _kafka_api_versions_request() -> ApiVersionsRequest:
+    return ApiVersionsRequest(client_software_name="ember-fuzz", client_software_version="1")
+
+
+def kafka_api_versions(address: tuple[str, int]) -> list[tuple[int, int, int]]:
+    """(api key, min, max) the Kafka listener at ``address`` advertises."""
+    with socket.create_connection(address, timeout=PROBE_TIMEOUT_S) as sock:
+        sock.sendall(encode(_kafka_api_versions_request(), 1))
+        stream = sock.makefile("rb")
+        body = stream.read(FRAME_LENGTH.unpack(stream.read(4))[0])
+    response = entity_reader(ApiVersionsResponse)(body, 4)[0]    # after the correlation id: header v0
+    return [(int(k.api_key), int(k.min_version), int(k.max_version)) for k in response.api_keys]
+
+
 # -- one fuzz connection -------------------------------------------------------------------------
 
 @dataclass
@@ -155,15 +219,19 @@ class _Pipeline:
     def fatal(self) -> bool:
         return bool(self.mutants) and self.mutants[-1].fatal
 
+    @property
+    def may_close(self) -> bool:
+        """Whether the broker may close this connection before answering the sentinel."""
+        return any(m.fatal or m.silent or m.lenient for m in self.mutants)
+
     def describe(self) -> str:
         return f"pipeline {self.index} to {self.address[1]}: " + " | ".join(m.what for m in self.mutants)
 
 
 class _Fuzzer:
-    def __init__(self, config: FuzzConfig, cluster: LocalCluster, templates: RequestTemplates,
-                 report: FuzzReport) -> None:
-        self.config, self.cluster, self.templates, self.report = config, cluster, templates, report
-        self.addresses = [(b.host, b.port) for b in cluster.brokers.values()]
+    def __init__(self, config: FuzzConfig, cluster: LocalCluster, dialect: Dialect, report: FuzzReport) -> None:
+        self.config, self.cluster, self.dialect, self.report = config, cluster, dialect, report
+        self.addresses = dialect.addresses
         self._next_pipeline = 0
         self._deadline = 0.0
 
@@ -172,8 +240,7 @@ class _Fuzzer:
         self._next_pipeline += 1
         rng = random.Random(f"{self.config.seed}/{index}")
         count = min(rng.randint(1, self.config.pipeline), self.config.frames - self.report.frames)
-        mutants = [mutate(self.templates.random(rng), i, rng, allow_fatal=i == count - 1 and rng.random() < 0.5)
-                   for i in range(count)]
+        mutants = [self.dialect.mutant(rng, i, i == count - 1 and rng.random() < 0.5) for i in range(count)]
         return _Pipeline(index, rng.choice(self.addresses), mutants, abandon=rng.random() < ABANDON_SHARE)
 
     async def run(self) -> None:
@@ -216,7 +283,7 @@ class _Fuzzer:
                 await asyncio.gather(responses, return_exceptions=True)
                 return
             if not pipeline.fatal:
-                writer.write(b"".join(encode_request(ApiKey.API_VERSIONS, 0, SENTINEL_ID, {})))
+                writer.write(self.dialect.sentinel)
                 await writer.drain()
         except (ConnectionError, OSError):
             pass   # the broker closed the connection; _read judges whether it should have
@@ -242,25 +309,25 @@ class _Fuzzer:
                 self.report.unanswered.append(f"{what}: {pipeline.describe()[:600]}")
                 return
             except (asyncio.IncompleteReadError, ConnectionError, OSError):
-                if not pipeline.fatal and not any(m.silent for m in pipeline.mutants):
+                if not pipeline.may_close:
                     self.report.findings.append(f"the broker closed a connection of well-formed requests: "
                                                 f"{pipeline.describe()[:600]}")
                 return
             try:
-                response = decode_response(body)
-            except EmberError as exc:
+                correlation_id, error_code = self.dialect.answer(body)
+            except (EmberError, ValueError) as exc:
                 self.report.findings.append(f"malformed response ({exc}): {pipeline.describe()[:300]}")
                 return
             self.report.responses += 1
-            if response.correlation_id == SENTINEL_ID:
+            if correlation_id == SENTINEL_ID:
                 self.report.answered_pipelines += 1
                 return
-            if response.correlation_id not in sent_ids or response.correlation_id <= last_id:
-                self.report.findings.append(f"response correlation id {response.correlation_id} out of order "
+            if correlation_id not in sent_ids or correlation_id <= last_id:
+                self.report.findings.append(f"response correlation id {correlation_id} out of order "
                                             f"(after {last_id}): {pipeline.describe()[:300]}")
                 return
-            last_id = response.correlation_id
-            self.report.error_codes[response.body.get("error_code")] += 1
+            last_id = correlation_id
+            self.report.error_codes[error_code] += 1
 
     async def _probe_forever(self) -> None:
         """Every broker process alive and answering a fresh connection, all run long."""
@@ -356,7 +423,7 @@ def run(config: FuzzConfig, data_dir: Path) -> FuzzReport:
     report = FuzzReport()
     with LocalCluster(data_dir, broker_count=config.brokers, broker_config=BROKER_CONFIG) as cluster:
         targets = _setup(cluster)
-        templates = RequestTemplates(targets, random.Random(config.seed))
+        dialect = (kafka_dialect if config.protocol == "kafka" else ember_dialect)(cluster, targets, config.seed)
         good = WellBehavedClient(cluster.bootstrap, GOOD_TOPIC, 3, GOOD_GROUP)
         good.start()
         warm_until = time.monotonic() + WARM_UP_S       # connections open, group joined
@@ -364,7 +431,7 @@ def run(config: FuzzConfig, data_dir: Path) -> FuzzReport:
             time.sleep(0.1)
         report.before = {i: process_stats(b.pid) for i, b in cluster.brokers.items() if b.pid}
         started = time.monotonic()
-        asyncio.run(_Fuzzer(config, cluster, templates, report).run())
+        asyncio.run(_Fuzzer(config, cluster, dialect, report).run())
         report.seconds = time.monotonic() - started
         report.findings += broker_problems(cluster)
         good.stop()
@@ -390,11 +457,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--frames", type=int, default=FuzzConfig.frames)
     parser.add_argument("--seed", type=int, default=FuzzConfig.seed)
     parser.add_argument("--brokers", type=int, default=FuzzConfig.brokers)
+    parser.add_argument("--protocol", choices=("ember", "kafka"), default=FuzzConfig.protocol,
+                        help="which listener to fuzz (default: %(default)s)")
     parser.add_argument("--connections", type=int, default=FuzzConfig.connections)
     parser.add_argument("--max-minutes", type=float, default=FuzzConfig.max_seconds / 60)
     parser.add_argument("--data", type=Path, help="cluster directory (default: a temporary one)")
     args = parser.parse_args(argv)
-    config = FuzzConfig(frames=args.frames, seed=args.seed, brokers=args.brokers, connections=args.connections,
+    config = FuzzConfig(frames=args.frames, seed=args.seed, brokers=args.brokers, protocol=args.protocol,
+                        connections=args.connections,
                         max_seconds=args.max_minutes * 60)
     with tempfile.TemporaryDirectory(prefix="ember-fuzz-") as tmp:
         report = run(config, args.data or Path(tmp))

@@ -77,11 +77,13 @@ class Request:
 @dataclass(frozen=True)
 class Mutant:
     """A frame as sent (length prefix included), what was done to it, whether it breaks the
-    connection (``fatal``) and whether the broker answers it at all (``silent``: acks=0)."""
+    connection (``fatal``), whether the broker answers it at all (``silent``: acks=0) and whether
+    it may either answer or close the connection (``lenient``: Kafka's rule for undecodable bodies)."""
     data: bytes
     fatal: bool
     what: str
     silent: bool = False
+    lenient: bool = False
 
 
 def _dump(body: Any) -> bytes:

@@ -42,13 +42,22 @@ class CloseConnection(Exception):
     acks=0 produce: the client gets no response, so a closed socket is its only signal)."""
 
 
+#: Longest error message sent: messages may quote what a request named (a config name, a value),
+#: and Kafka's older versions carry strings of at most 32,767 bytes.
+MAX_ERROR_MESSAGE = 1000
+
+
 def error_fields(exc: BaseException) -> dict[str, Any]:
     """``error_code``/``error_message`` for a failure; unexpected ones are logged with a trace."""
     if isinstance(exc, EmberError):
-        return {"error_code": int(exc.code), "error_message": str(exc)}
+        return {"error_code": int(exc.code), "error_message": _shortened(str(exc))}
     log.error("unexpected error while handling a request", exc_info=exc)
     return {"error_code": int(ErrorCode.UNKNOWN_SERVER_ERROR),
-            "error_message": f"{type(exc).__name__}: {exc} (see the broker log)"}
+            "error_message": _shortened(f"{type(exc).__name__}: {exc}") + " (see the broker log)"}
+
+
+def _shortened(message: str) -> str:
+    return message if len(message) <= MAX_ERROR_MESSAGE else message[:MAX_ERROR_MESSAGE - 3] + "..."
 
 
 OK: dict[str, Any] = {"error_code": 0}

@@ -86,6 +86,7 @@ def decode_request(frame: memoryview, served: Callable[[int, int], bool]) -> Kaf
         body, _ = entity_reader(cls)(frame, header_size)
     except Exception as exc:   # kio raises several types on malformed input
         raise InvalidRequest(f"malformed {cls.__name__} v{api_version}: {type(exc).__name__}: {exc}") from None
+    refuse_nulls(body)
     return KafkaRequest(api_key, api_version, correlation_id, header.client_id, body, frame[header_size:])
 
 
@@ -137,6 +138,22 @@ def _fields(cls: type) -> tuple[_Field, ...]:
         nullable = type(None) in typing.get_args(hint)
         result.append(_Field(f.name, f.metadata.get("kafka_type"), nested, required, nullable))
     return tuple(result)
+
+
+def refuse_nulls(entity: Any) -> None:
+    """InvalidRequest when a field the schema does not let be null is null. kio reads a length of
+    -1 as None even where Kafka's schema forbids it (Kafka's own parser refuses such a request),
+    and handlers rely on the schema: an array is iterable, a string is a string."""
+    for field in _fields(type(entity)):
+        value = getattr(entity, field.name)
+        if value is None:
+            if not field.nullable:
+                raise InvalidRequest(f"{type(entity).__name__}.{field.name} is null, which its schema does not allow")
+        elif field.nested is not None:
+            for item in value if isinstance(value, tuple) else (value,):
+                refuse_nulls(item)
+        elif isinstance(value, tuple) and None in value and field.kafka_type != "uuid":
+            raise InvalidRequest(f"{type(entity).__name__}.{field.name} holds a null, which its schema does not allow")
 
 
 def _convert(field: _Field, value: Any) -> Any:

@@ -60,7 +60,11 @@ class KafkaDispatcher:
             return None
         if isinstance(response, bytes):   # a body encoded by hand (Produce v0-2)
             return frame_v0(request.correlation_id, response)
-        return encode_response(request.correlation_id, response)
+        try:
+            return encode_response(request.correlation_id, response)
+        except Exception as exc:          # a handler built a value its version cannot carry: a broker bug
+            log.exception("%s v%d response cannot be encoded", _name(request.api_key), request.api_version)
+            raise CloseConnection(f"{_name(request.api_key)} response cannot be encoded: {exc}") from None
 
     def _unsupported(self, request: KafkaRequest) -> bytes:
         log.info("answering UNSUPPORTED_VERSION to %s v%d from %r", _name(request.api_key),

@@ -53,7 +53,9 @@ class ClusterHandlers:
             try:
                 name = item if isinstance(item, str) else names.name_of(item)
             except Exception as exc:
-                results.append({**error_fields(exc), "name": None, "topic_id": item.topic_id, "partitions": []})
+                name = getattr(item, "name", None)      # None: asked by id; v10-11 answer a name, never null
+                results.append({**error_fields(exc), "name": "" if name is None and request.api_version < 12 else name,
+                                "topic_id": getattr(item, "topic_id", ZERO_UUID), "partitions": []})
                 continue
             try:
                 meta = await view.topic(name, topics, allow_auto_create)

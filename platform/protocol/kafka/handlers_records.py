@@ -17,7 +17,7 @@ from ember.protocol.ember.wire import ApiKey
 from ember.protocol.ember.reply import OK, CloseConnection, error_fields
 from ember.protocol.kafka.codec import KafkaRequest, build, millis, response_class
 from ember.protocol.kafka.dispatcher import Api
-from ember.protocol.kafka.names import TopicNames
+from ember.protocol.kafka.names import ZERO_UUID, TopicNames
 from ember.protocol.kafka.records import split_batches, to_ember_batch, to_kafka_batch
 from ember.log import FetchSlice
 from ember.log.batch import iter_batches
@@ -63,7 +63,7 @@ class RecordHandlers:
             try:
                 ref = names.ref(names.name_of(topic))
             except Exception as exc:
-                ref, error = {"topic_id": topic.topic_id}, exc
+                ref, error = {"name": getattr(topic, "name", None), "topic_id": getattr(topic, "topic_id", ZERO_UUID)}, exc
                 listed += [(ref, p.index, error) for p in topic.partition_data]
                 continue
             for part in topic.partition_data:
@@ -95,9 +95,10 @@ class RecordHandlers:
         full and every response says session id 0, so the client keeps sending full requests."""
         body = request.body
         cls = response_class(ApiKey.FETCH, request.api_version)
-        if body.session_id != 0:
+        session_id = getattr(body, "session_id", 0)     # Fetch v7+
+        if session_id != 0:
             return build(cls, {**error_fields(FetchSessionIdNotFound(
-                f"fetch session {body.session_id} is unknown: this broker keeps no fetch sessions")),
+                f"fetch session {session_id} is unknown: this broker keeps no fetch sessions")),
                 "session_id": 0, "responses": []})
         names = TopicNames(self.core.cache.topics())
         targets: list[FetchTarget] = []
@@ -106,7 +107,7 @@ class RecordHandlers:
             try:
                 ref: dict[str, Any] = names.ref(names.name_of(topic))
             except Exception as exc:
-                ref = {"topic_id": topic.topic_id}
+                ref = {"topic": getattr(topic, "topic", None), "topic_id": getattr(topic, "topic_id", ZERO_UUID)}
                 slots += [(ref, p.partition, exc) for p in topic.partitions]
                 continue
             for part in topic.partitions:

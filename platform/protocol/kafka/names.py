@@ -20,8 +20,9 @@ class TopicNames:
 
     def name_of(self, item: Any) -> str:
         """The topic an entity of a request names (its ``name``/``topic`` or ``topic_id`` field)."""
-        name = getattr(item, "name", None) or getattr(item, "topic", None)
-        if name:
+        name = getattr(item, "name", None)
+        name = getattr(item, "topic", None) if name is None else name
+        if name is not None:     # even "": the topic-name check refuses it with INVALID_TOPIC_EXCEPTION
             return str(name)
         topic_id = getattr(item, "topic_id", None)
         if topic_id in self._names:
