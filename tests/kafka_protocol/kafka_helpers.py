@@ -11,6 +11,9 @@ from typing import Any, Iterable
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from ember.client import Consumer as EmberConsumer
+from ember.client import TopicPartition as EmberTopicPartition
+
 WAIT_S = 30.0
 BASE_MS = 1_700_000_000_000
 
@@ -73,6 +76,22 @@ def consume(bootstrap: str, topic: str, starts: dict[int, int], count: int, **co
                         message.headers() or [], message.timestamp()))
         assert len(got) == count, f"read {len(got)} of {count} records within {WAIT_S}s"
         return sorted(got, key=lambda m: (m[0], m[1]))
+    finally:
+        consumer.close()
+
+
+def ember_read(cluster, topic: str, partitions: int, count: int) -> list[tuple]:
+    """Records read by ember's own consumer, as (partition, offset, key, value, headers, timestamp)."""
+    consumer = EmberConsumer(bootstrap_servers=cluster.bootstrap, auto_offset_reset="earliest")
+    try:
+        consumer.assign([EmberTopicPartition(topic, p) for p in range(partitions)])
+        got: list[tuple] = []
+        deadline = time.monotonic() + WAIT_S
+        while len(got) < count and time.monotonic() < deadline:
+            for batch in consumer.poll(timeout_ms=500).values():
+                got += [(r.partition, r.offset, r.key, r.value, r.headers, r.timestamp) for r in batch]
+        assert len(got) == count
+        return sorted(got)
     finally:
         consumer.close()
 

@@ -9,7 +9,7 @@ import pytest
 from confluent_kafka import (TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, Consumer, KafkaError,
                              KafkaException, TopicPartition)
 from confluent_kafka.admin import NewTopic, OffsetSpec
-from kafka_helpers import BASE_MS, WAIT_S, admin, consume, create_topic, produce, records
+from kafka_helpers import BASE_MS, WAIT_S, admin, consume, create_topic, ember_read, produce, records
 
 from ember.client import Consumer as EmberConsumer
 from ember.client import Producer as EmberProducer
@@ -28,22 +28,6 @@ def expected(items, offsets) -> list[tuple]:
     """What :func:`consume` returns for produced ``items`` delivered at ``offsets``."""
     return sorted(((p, o, k, v, h, (TIMESTAMP_CREATE_TIME, ts))
                    for (_, k, v, h, ts), (p, o) in zip(items, offsets)), key=lambda m: (m[0], m[1]))
-
-
-def ember_read(cluster, topic: str, partitions: int, count: int) -> list[tuple]:
-    """Records read by ember's own consumer, as (partition, offset, key, value, headers, timestamp)."""
-    consumer = EmberConsumer(bootstrap_servers=cluster.bootstrap, auto_offset_reset="earliest")
-    try:
-        consumer.assign([EmberTopicPartition(topic, p) for p in range(partitions)])
-        got: list[tuple] = []
-        deadline = time.monotonic() + WAIT_S
-        while len(got) < count and time.monotonic() < deadline:
-            for batch in consumer.poll(timeout_ms=500).values():
-                got += [(r.partition, r.offset, r.key, r.value, r.headers, r.timestamp) for r in batch]
-        assert len(got) == count
-        return sorted(got)
-    finally:
-        consumer.close()
 
 
 def test_idempotent_confluent_producer_and_seeking_consumer_see_exact_records(shared_cluster, bootstrap, topic_name):
