@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
-from kafka_helpers import WAIT_S, admin, create_topic, produce, run_tool, tool_events
+from kafka_helpers import BASE_MS, WAIT_S, admin, create_topic, produce, run_tool, tool_events
 
 from ember.client import Producer as EmberProducer
 
@@ -75,6 +75,19 @@ def test_console_consumer_reads_exactly_what_ember_producer_wrote(shared_cluster
     # DefaultMessageFormatter: Offset:N|headers|key|value, a null key printed as "null"
     assert read.stdout.splitlines() == [
         f"Offset:{i}|h:{i}|{'null' if k is None else k.decode()}|{v.decode()}" for i, (k, v, _) in enumerate(sent)]
+
+
+def test_get_offset_shell_lists_earliest_latest_and_max_timestamp_offsets(bootstrap, topic_name):
+    create_topic(bootstrap, topic_name, partitions=2)
+    produce(bootstrap, topic_name, [(i % 2, None, b"v", [], BASE_MS + (1000 * i if i != 6 else 10 ** 6)) for i in range(10)])
+
+    def offsets(time_spec: str) -> list[str]:
+        return run_tool(f"{TOOLS}.GetOffsetShell", "--bootstrap-server", bootstrap, "--topic", topic_name,
+                        "--time", time_spec).stdout.split()
+    assert offsets("-2") == [f"{topic_name}:0:0", f"{topic_name}:1:0"]
+    assert offsets("-1") == [f"{topic_name}:0:5", f"{topic_name}:1:5"]
+    # record 6 (partition 0, offset 3) has the largest timestamp; partition 1's is its last record
+    assert offsets("-3") == [f"{topic_name}:0:3", f"{topic_name}:1:4"]
 
 
 def test_verifiable_producer_acks_and_verifiable_consumer_counts_match(bootstrap, topic_name):
