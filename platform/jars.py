@@ -63,7 +63,8 @@ class JarSet:
     @property
     def classpath(self) -> str:
         """The set as one ``java -cp`` entry (the JVM expands ``dir/*``)."""
-        return str(self.jars()[0].parent / "*")
+        self._check_fetched()
+        return str(self.directory / "*")
 
     def _stamp(self) -> str:
         return "\n".join([*self.coordinates, "keep: " + " ".join(self.keep)]) + "\n"
@@ -72,10 +73,13 @@ class JarSet:
         stamp = self.directory / STAMP
         return stamp.exists() and stamp.read_text() == self._stamp()
 
-    def jars(self) -> list[Path]:
+    def _check_fetched(self) -> None:
         if not self.is_fetched():
             raise JarsMissing(f"the {self.name} jars ({', '.join(self.coordinates)}) are not in {self.directory}: "
                               f"run `python -m ember.jars fetch {self.name}`")
+
+    def jars(self) -> list[Path]:
+        self._check_fetched()
         return sorted(self.directory.glob("*.jar"))
 
     def _ivy_module(self) -> str:
