@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Idempotent set-up for ember: virtualenv + pip packages, Debian's zookeeper and prometheus, Java 17+,
-# Delta jars.
+# Delta's, Spark's Kafka connector's and Kafka's tools' jars.
 # Quick when everything is already in place; safe to run before every command.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -65,7 +65,9 @@ if grep -q '"python3"' "$VENV/bin/find-spark-home"; then
     sed -i "s|\"python3\"|\"$VENV/bin/python\"|" "$VENV/bin/find-spark-home"
 fi
 
-# 5. Delta Lake's JVM jars, fetched once from Maven Central into .cache/jars.
-"$VENV/bin/python" -m ember.spark_env fetch-jars
+# 5. JVM jars, fetched once from Maven Central into .cache/jars/ (ember.jars; about 60 MiB the first
+#    time): Delta Lake's and Spark's Kafka connector (every SparkSession), Kafka's command-line
+#    tools (the Kafka-protocol tests run them with `java -cp '.cache/jars/kafka-tools/*'`).
+"$VENV/bin/python" -m ember.jars fetch delta spark-kafka kafka-tools
 
 say "ready"

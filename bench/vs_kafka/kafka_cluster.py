@@ -1,7 +1,7 @@
 """A local Apache Kafka 4.x cluster in KRaft mode (no ZooKeeper), for side-by-side benchmarks.
 
 Each node is a combined broker + controller started as ``java -cp '<libs>/*' kafka.Kafka
-server.properties`` from the jars ``setup.sh`` copied out of Maven Central, after its log dir was
+server.properties`` from the jars ``setup.sh`` fetched from Maven Central (``ember.jars.KAFKA_BROKER``), after its log dir was
 formatted with ``kafka.tools.StorageTool``. Ports are picked free on 127.0.0.1, every node logs to
 its own file in the cluster directory, and ``stop()`` kills whatever is still running, so a failed
 run leaves no JVM behind. The JVM options are those of Kafka's ``kafka-server-start.sh`` (1 GiB
@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Callable
 
 from ember.cluster.zookeeper_server import free_port
+from ember.jars import KAFKA_BROKER
 
 BENCH_DIR = Path(__file__).resolve().parent
-KAFKA_LIBS = BENCH_DIR / ".cache" / "kafka-libs"
 # kafka-server-start.sh: KAFKA_HEAP_OPTS and KAFKA_JVM_PERFORMANCE_OPTS defaults
 JVM_OPTS = ["-Xmx1G", "-Xms1G", "-server", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
             "-XX:InitiatingHeapOccupancyPercent=35", "-XX:+ExplicitGCInvokesConcurrent", "-Djava.awt.headless=true"]
@@ -85,7 +85,6 @@ class KafkaCluster:
 
     def start(self, timeout_s: float = 120.0, progress: Callable[[str], None] = lambda message: None) -> "KafkaCluster":
         """Write configs, format storage, launch every node, wait until each answers ApiVersions."""
-        check_libs()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         for node_id in range(1, self.node_count + 1):
             self.nodes[node_id] = KafkaNode(node_id, free_port(), free_port(), self.data_dir / f"node-{node_id}")
@@ -131,7 +130,7 @@ class KafkaCluster:
         """Launch one node's JVM (its own session, so signals reach the whole process group)."""
         node = self.nodes[node_id]
         command = ["java", *JVM_OPTS, f"-Dlog4j2.configurationFile={node.root / 'log4j2.properties'}",
-                   "-cp", f"{KAFKA_LIBS}/*", "kafka.Kafka", str(node.config_path)]
+                   "-cp", KAFKA_BROKER.classpath, "kafka.Kafka", str(node.config_path)]
         with open(node.log_path, "ab") as log:
             node.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                             start_new_session=True, preexec_fn=_die_with_parent)
@@ -181,7 +180,7 @@ class KafkaCluster:
 
     def _format(self, node: KafkaNode) -> None:
         """``kafka-storage.sh format``: writes meta.properties and the bootstrap checkpoint."""
-        command = ["java", "-Xmx256m", "-cp", f"{KAFKA_LIBS}/*", "kafka.tools.StorageTool", "format",
+        command = ["java", "-Xmx256m", "-cp", KAFKA_BROKER.classpath, "kafka.tools.StorageTool", "format",
                    "-t", self.cluster_id, "-c", str(node.config_path), "--ignore-formatted"]
         result = subprocess.run(command, capture_output=True, text=True, timeout=120)
         if result.returncode != 0:
@@ -204,11 +203,6 @@ def _signal(node: KafkaNode, sig: int) -> None:
         os.killpg(node.process.pid, sig)
     except ProcessLookupError:
         pass
-
-
-def check_libs() -> None:
-    if not any(KAFKA_LIBS.glob("kafka_2.13-*.jar")):
-        raise RuntimeError(f"no Kafka jars in {KAFKA_LIBS}: run bench/vs_kafka/setup.sh")
 
 
 def api_versions_ok(host: str, port: int, timeout_s: float = 1.0) -> bool:

@@ -39,7 +39,6 @@ from systems import EmberSystem, KafkaSystem, System  # noqa: E402
 from workloads import Row, log                        # noqa: E402
 
 ALL = ("produce", "latency", "consume", "spark-read", "spark-write", "footprint")
-SPARK_KAFKA_JARS = HERE / ".cache" / "spark-kafka-jars"
 READ_TOPIC = "read"
 
 
@@ -66,13 +65,9 @@ def parse_args() -> argparse.Namespace:
 def spark_with_kafka_connector() -> Any:
     """One local[2] session with both sources: ember's (registered) and Spark's ``kafka``."""
     from ember.sources import register
-    from ember.spark_env import delta_jars, spark_session
+    from ember.spark_env import spark_session
 
-    connector = sorted(SPARK_KAFKA_JARS.glob("*.jar"))
-    if not connector:
-        raise RuntimeError(f"no Spark Kafka connector jars in {SPARK_KAFKA_JARS}: run bench/vs_kafka/setup.sh")
-    jars = ",".join(str(jar) for jar in [*delta_jars(), *connector])
-    spark = spark_session("ember-vs-kafka", extra={"spark.jars": jars})
+    spark = spark_session("ember-vs-kafka")
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     return spark
@@ -116,10 +111,10 @@ def header(args: argparse.Namespace) -> str:
     import confluent_kafka
     import pyspark
 
-    from kafka_cluster import KAFKA_LIBS
+    from ember.jars import KAFKA_VERSION
     client = confluent_kafka.version()
     client = client[0] if isinstance(client, tuple) else client
-    kafka = next(KAFKA_LIBS.glob("kafka_2.13-*.jar")).stem.removeprefix("kafka_2.13-")
+    kafka = KAFKA_VERSION
     return "\n".join([
         "# ember vs Apache Kafka",
         "",

@@ -27,7 +27,7 @@ if [ "${EMBER_BENCH_SOURCE:-commit}" != worktree ] && git -C "$ROOT" rev-parse -
         ln -s ../platform "$snapshot/path/ember"
     fi
     export PYTHONPATH="$snapshot/path${PYTHONPATH:+:$PYTHONPATH}"
-    export EMBER_JAR_CACHE="${EMBER_JAR_CACHE:-$ROOT/.cache/jars}"    # Delta's jars stay where set-up put them
+    export EMBER_JAR_CACHE="${EMBER_JAR_CACHE:-$ROOT/.cache/jars}"    # the jars stay where set-up put them (ember.jars)
     export EMBER_BENCH_SOURCE="commit ${commit:0:10}"
 else
     export EMBER_BENCH_SOURCE="working tree"

@@ -38,8 +38,13 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-EARLIEST_TIMESTAMP = -2
+# ListOffsets' special timestamps (Kafka's ListOffsetsRequest); with no tiered storage the local
+# log is the whole log: its start is the earliest local offset and nothing is tiered.
 LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3               # the record with the largest timestamp (v7+)
+EARLIEST_LOCAL_TIMESTAMP = -4    # v8+
+LATEST_TIERED_TIMESTAMP = -5     # v9+: -1, as Kafka answers for a topic without remote storage
 CONSUMER_REPLICA_ID = -1
 
 
@@ -255,8 +260,8 @@ class Partition:
                                      f"has not caught up to {self.epoch_start_offset} yet; retry")
 
     async def offset_for_timestamp(self, timestamp: int, replica_id: int) -> tuple[int, int]:
-        """ListOffsets: (offset, timestamp) for earliest (-2), latest (-1) or a timestamp;
-        (-1, -1) when no visible record has a timestamp at or after it."""
+        """ListOffsets: (offset, timestamp) for a timestamp or one of the special timestamps above;
+        (-1, -1) when no visible record answers it."""
         return await self.run(self._offset, timestamp, replica_id)
 
     def _offset(self, timestamp: int, replica_id: int) -> tuple[int, int]:
@@ -264,11 +269,13 @@ class Partition:
         if replica_id < 0:
             self._check_high_watermark_known()
         visible_end = log.log_end_offset if replica_id >= 0 else log.high_watermark
-        if timestamp == EARLIEST_TIMESTAMP:
+        if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
             return log.log_start_offset, -1
         if timestamp == LATEST_TIMESTAMP:
             return visible_end, -1
-        found = log.offset_for_timestamp(timestamp)
+        if timestamp == LATEST_TIERED_TIMESTAMP:
+            return -1, -1
+        found = log.offset_of_max_timestamp() if timestamp == MAX_TIMESTAMP else log.offset_for_timestamp(timestamp)
         if found is None or found[0] >= visible_end:
             return -1, -1
         return found

@@ -364,6 +364,15 @@ class Log:
                         return records.column("offset")[row].as_py(), records.column("timestamp")[row].as_py()
             return None
 
+    def offset_of_max_timestamp(self) -> Optional[tuple[int, int]]:
+        """(offset, timestamp) of the first record holding the log's largest timestamp, or None
+        when it holds no record (Kafka's ListOffsets MAX_TIMESTAMP)."""
+        with self._lock:
+            self._check_open()
+            largest = max((s.max_timestamp for s in self._segments if s.next_offset > self._log_start_offset),
+                          default=-1)
+            return self.offset_for_timestamp(largest) if largest >= 0 else None
+
     # --- truncation, deletion, retention --------------------------------------------------------
 
     def truncate_to(self, offset: int) -> None:

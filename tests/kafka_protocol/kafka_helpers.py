@@ -1,12 +1,18 @@
-"""Kafka clients nobody here wrote (confluent-kafka / librdkafka), driven against ember's Kafka
-listener: topic creation, producing with delivery reports, consuming exactly N records."""
+"""Kafka clients nobody here wrote (confluent-kafka / librdkafka, Kafka's own Java tools), driven
+against ember's Kafka listener: topic creation, producing with delivery reports, consuming exactly N
+records, running a Kafka command-line tool."""
 from __future__ import annotations
 
+import json
+import subprocess
 import time
 from typing import Any, Iterable
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+
+from ember.client import Consumer as EmberConsumer
+from ember.client import TopicPartition as EmberTopicPartition
 
 WAIT_S = 30.0
 BASE_MS = 1_700_000_000_000
@@ -72,3 +78,37 @@ def consume(bootstrap: str, topic: str, starts: dict[int, int], count: int, **co
         return sorted(got, key=lambda m: (m[0], m[1]))
     finally:
         consumer.close()
+
+
+def ember_read(cluster, topic: str, partitions: int, count: int) -> list[tuple]:
+    """Records read by ember's own consumer, as (partition, offset, key, value, headers, timestamp)."""
+    consumer = EmberConsumer(bootstrap_servers=cluster.bootstrap, auto_offset_reset="earliest")
+    try:
+        consumer.assign([EmberTopicPartition(topic, p) for p in range(partitions)])
+        got: list[tuple] = []
+        deadline = time.monotonic() + WAIT_S
+        while len(got) < count and time.monotonic() < deadline:
+            for batch in consumer.poll(timeout_ms=500).values():
+                got += [(r.partition, r.offset, r.key, r.value, r.headers, r.timestamp) for r in batch]
+        assert len(got) == count
+        return sorted(got)
+    finally:
+        consumer.close()
+
+
+def run_tool(main_class: str, *args: str, stdin: str | None = None, exit_code: int = 0,
+             timeout_s: float = 90.0) -> subprocess.CompletedProcess:
+    """Run one of Kafka's own command-line tools (``kafka-tools`` from Maven Central, cached by
+    ``make setup``) from a plain classpath, as ``kafka-*.sh`` would, asserting its exit code."""
+    from ember.jars import KAFKA_TOOLS
+
+    done = subprocess.run(["java", "-Xmx256m", "-cp", KAFKA_TOOLS.classpath, main_class, *args], input=stdin,
+                          capture_output=True, text=True, timeout=timeout_s)
+    assert done.returncode == exit_code, (f"{main_class} {' '.join(args)} exited {done.returncode}:\n"
+                                          f"{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
+    return done
+
+
+def tool_events(stdout: str) -> list[dict]:
+    """The JSON event lines the Verifiable* tools print (what Kafka's system tests parse)."""
+    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]

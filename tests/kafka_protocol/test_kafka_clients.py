@@ -9,7 +9,7 @@ import pytest
 from confluent_kafka import (TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, Consumer, KafkaError,
                              KafkaException, TopicPartition)
 from confluent_kafka.admin import NewTopic, OffsetSpec
-from kafka_helpers import BASE_MS, WAIT_S, admin, consume, create_topic, produce, records
+from kafka_helpers import BASE_MS, WAIT_S, admin, consume, create_topic, ember_read, produce, records
 
 from ember.client import Consumer as EmberConsumer
 from ember.client import Producer as EmberProducer
@@ -28,22 +28,6 @@ def expected(items, offsets) -> list[tuple]:
     """What :func:`consume` returns for produced ``items`` delivered at ``offsets``."""
     return sorted(((p, o, k, v, h, (TIMESTAMP_CREATE_TIME, ts))
                    for (_, k, v, h, ts), (p, o) in zip(items, offsets)), key=lambda m: (m[0], m[1]))
-
-
-def ember_read(cluster, topic: str, partitions: int, count: int) -> list[tuple]:
-    """Records read by ember's own consumer, as (partition, offset, key, value, headers, timestamp)."""
-    consumer = EmberConsumer(bootstrap_servers=cluster.bootstrap, auto_offset_reset="earliest")
-    try:
-        consumer.assign([EmberTopicPartition(topic, p) for p in range(partitions)])
-        got: list[tuple] = []
-        deadline = time.monotonic() + WAIT_S
-        while len(got) < count and time.monotonic() < deadline:
-            for batch in consumer.poll(timeout_ms=500).values():
-                got += [(r.partition, r.offset, r.key, r.value, r.headers, r.timestamp) for r in batch]
-        assert len(got) == count
-        return sorted(got)
-    finally:
-        consumer.close()
 
 
 def test_idempotent_confluent_producer_and_seeking_consumer_see_exact_records(shared_cluster, bootstrap, topic_name):
@@ -68,18 +52,19 @@ def test_every_compression_codec_round_trips(shared_cluster, bootstrap, topic_na
     assert [m[3] for m in ember_read(shared_cluster, topic_name, 1, 300)] == [v for _, _, v, _, _ in items]
 
 
-def test_list_offsets_earliest_latest_and_by_timestamp(bootstrap, topic_name):
+def test_list_offsets_earliest_latest_by_timestamp_and_max_timestamp(bootstrap, topic_name):
     create_topic(bootstrap, topic_name)
-    produce(bootstrap, topic_name, records(10), acks="1")
+    produce(bootstrap, topic_name, [*records(10), (0, None, b"late", [], BASE_MS + 500)], acks="1")
     client = admin(bootstrap)
     tp = TopicPartition(topic_name, 0)
-    specs = {"earliest": OffsetSpec.earliest(), "latest": OffsetSpec.latest(),
+    specs = {"earliest": OffsetSpec.earliest(), "latest": OffsetSpec.latest(), "max": OffsetSpec.max_timestamp(),
              "t3.5": OffsetSpec.for_timestamp(BASE_MS + 3500), "after": OffsetSpec.for_timestamp(BASE_MS + 10 ** 6)}
     found = {name: client.list_offsets({tp: spec})[tp].result(timeout=WAIT_S).offset for name, spec in specs.items()}
-    assert found == {"earliest": 0, "latest": 10, "t3.5": 4, "after": -1}
+    # the largest timestamp is record 9's, not the last record's (ListOffsets v7 MAX_TIMESTAMP)
+    assert found == {"earliest": 0, "latest": 11, "max": 9, "t3.5": 4, "after": -1}
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused"})
     try:
-        assert consumer.get_watermark_offsets(tp, timeout=WAIT_S) == (0, 10)
+        assert consumer.get_watermark_offsets(tp, timeout=WAIT_S) == (0, 11)
         [by_time] = consumer.offsets_for_times([TopicPartition(topic_name, 0, BASE_MS + 7000)], timeout=WAIT_S)
         assert by_time.offset == 7
     finally:

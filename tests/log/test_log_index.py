@@ -60,9 +60,11 @@ def test_damaged_index_files_fail_sanity(tmp_path):
 
 @pytest.mark.parametrize("interval", [0, 300, 4096])
 def test_log_lookups_match_linear_scan(open_log, interval):
-    """Offset → batch position and timestamp → first offset, on random batches and timestamps."""
+    """Offset → batch position, timestamp → first offset and the largest timestamp's first
+    offset, on random batches and timestamps."""
     rng = random.Random(interval)
     log = open_log(index_interval_bytes=interval, segment_bytes=30_000)
+    assert log.offset_of_max_timestamp() is None
     batches = []  # (first offset, last offset, timestamps)
     for _ in range(120):
         n = rng.randint(1, 8)
@@ -81,3 +83,5 @@ def test_log_lookups_match_linear_scan(open_log, interval):
     for target in range(9_900, 10_000 + 120 * 5 + 60, 7):
         expected = next(((o, ts) for o, ts in records if ts >= target), None)
         assert log.offset_for_timestamp(target) == expected
+    largest = max(ts for _, ts in records)
+    assert log.offset_of_max_timestamp() == next((o, ts) for o, ts in records if ts == largest)

@@ -11,7 +11,7 @@ from typing import Any
 from ember.errors import ErrorCode, FetchSessionIdNotFound, InvalidRecord, InvalidRequest, UnsupportedVersion
 from ember.ingest.core import BrokerCore
 from ember.ingest.fetch import FetchResult, FetchTarget, fetch_at_leaders
-from ember.ingest.partition import CONSUMER_REPLICA_ID, EARLIEST_TIMESTAMP, Partition
+from ember.ingest.partition import CONSUMER_REPLICA_ID, LATEST_TIERED_TIMESTAMP, Partition
 from ember.ingest.produce import ProduceEntry, Produced, append_at_leaders
 from ember.protocol.ember.wire import ApiKey
 from ember.protocol.ember.reply import OK, CloseConnection, error_fields
@@ -49,7 +49,7 @@ class RecordHandlers:
 
     def apis(self) -> dict[int, Api]:
         return {ApiKey.PRODUCE: Api(0, 13, self.produce), ApiKey.FETCH: Api(4, 18, self.fetch),
-                ApiKey.LIST_OFFSETS: Api(1, 6, self.list_offsets)}
+                ApiKey.LIST_OFFSETS: Api(1, 10, self.list_offsets)}
 
     # -- Produce -------------------------------------------------------------------------------
 
@@ -142,9 +142,9 @@ class RecordHandlers:
         body = request.body
 
         async def offset(partition: Partition, wanted: int) -> dict[str, Any]:
-            if wanted < EARLIEST_TIMESTAMP:
+            if wanted < LATEST_TIERED_TIMESTAMP:
                 raise UnsupportedVersion(f"ListOffsets timestamp {wanted} (a special offset of "
-                                         f"ListOffsets v7+) is not supported")
+                                         f"ListOffsets v11+) is not supported")
             found, timestamp = await partition.offset_for_timestamp(wanted, CONSUMER_REPLICA_ID)
             return {"offset": found, "timestamp": timestamp}
         topics = []
