@@ -24,6 +24,9 @@ from ember.protocol.ember.wire import ApiKey
 pytestmark = pytest.mark.integration
 
 _INT16 = struct.Struct(">h")
+#: KIP-848's consumer group protocol, not served: Java consumers with group.protocol=consumer fail
+#: fast on its absence from ApiVersions ("set group.protocol=classic").
+CONSUMER_GROUP_HEARTBEAT = 68
 
 
 @pytest.fixture(scope="module")
@@ -88,9 +91,9 @@ def test_unsupported_apis_and_versions_get_kafka_errors_and_the_connection_stays
         _, body = wire.receive()
         assert _INT16.unpack_from(body)[0] == ErrorCode.UNSUPPORTED_VERSION
         listed = {struct.unpack_from(">hhh", body, 6 + 6 * i)[0] for i in range(struct.unpack_from(">i", body, 2)[0])}
-        assert ApiKey.PRODUCE in listed and ApiKey.FETCH in listed and ApiKey.DESCRIBE_GROUPS not in listed
-        # an API this broker does not serve (DescribeGroups), an unknown API key, Metadata v99
-        for api_key, version in ((ApiKey.DESCRIBE_GROUPS, 5), (999, 0), (ApiKey.METADATA, 99)):
+        assert ApiKey.PRODUCE in listed and ApiKey.FETCH in listed and CONSUMER_GROUP_HEARTBEAT not in listed
+        # an API this broker does not serve (ConsumerGroupHeartbeat), an unknown API key, Metadata v99
+        for api_key, version in ((CONSUMER_GROUP_HEARTBEAT, 0), (999, 0), (ApiKey.METADATA, 99)):
             header = struct.pack(">hhih", api_key, version, 77, -1)
             wire.send_raw(struct.pack(">i", len(header) + 3) + header + b"\0\0\0")
             correlation_id, body = wire.receive()
