@@ -11,11 +11,10 @@ import pytest
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from aiokafka.record.util import calc_crc32c
 from kafka_helpers import create_topic
-from kafka_wire import WAIT_S, KafkaWire
+from kafka_wire import WAIT_S, KafkaWire, partition_leader
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
 from kio.schema.list_offsets.v6.request import ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic
-from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 
 from ember.errors import ErrorCode
@@ -39,14 +38,9 @@ def ready_leader(address: str, topic: str) -> str:
     partition (a new topic reaches every broker within moments, not at once)."""
     deadline = time.monotonic() + WAIT_S
     while time.monotonic() < deadline:
-        with KafkaWire(address) as wire:
-            metadata = wire.call(MetadataRequest(topics=(MetadataRequestTopic(topic_id=None, name=topic),),
-                                                 allow_auto_topic_creation=False,
-                                                 include_topic_authorized_operations=False))
-        brokers = {b.node_id: f"{b.host}:{b.port}" for b in metadata.brokers}
-        partitions = metadata.topics[0].partitions
-        if partitions and partitions[0].leader_id in brokers:
-            leader = brokers[partitions[0].leader_id]
+        leader_id, _, brokers = partition_leader(address, topic)
+        if leader_id in brokers:
+            leader = brokers[leader_id]
             with KafkaWire(leader) as wire:
                 offsets = wire.call(ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=(ListOffsetsTopic(
                     name=topic, partitions=(ListOffsetsPartition(partition_index=0, timestamp=-1),)),)))
