@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from bisect import bisect_left
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
@@ -104,8 +104,10 @@ class RequestObserver:
             stats = self.apis[api_key] = ApiStats()
         return stats
 
-    def count_errors(self, api_key: int, body: dict[str, Any]) -> None:
-        for code in error_codes(body):
+    def count_errors(self, api_key: int, codes: Iterable[int]) -> None:
+        """Count a response's non-zero error codes (the Kafka listener's dispatcher calls this
+        with the codes of the response it built; ember's through :meth:`RequestTimer.handled`)."""
+        for code in codes:
             self.errors[(api_key, code)] = self.errors.get((api_key, code), 0) + 1
 
 
@@ -124,10 +126,10 @@ class RequestTimer:
 
     def handled(self, reply: "Reply | bytes | None") -> None:
         """The handler returned ``reply``: an ember reply's error codes are counted; a Kafka
-        listener's reply is already encoded (its errors are not counted)."""
+        listener's reply is already encoded (its dispatcher counted its errors)."""
         self.handled_at = time.perf_counter()
         if reply is not None and not isinstance(reply, bytes):
-            self.observer.count_errors(self.api_key, reply.body)
+            self.observer.count_errors(self.api_key, error_codes(reply.body))
 
     def done(self) -> None:
         self.observer.in_flight -= 1

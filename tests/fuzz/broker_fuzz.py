@@ -52,7 +52,7 @@ from ember.errors import EmberError, TopicAlreadyExists
 from ember.client.metadata import MetadataClient
 from ember.protocol.ember.wire import FRAME_LENGTH, ApiKey, decode_response, encode_request
 
-from kafka_mutator import KafkaRequestTemplates, encode, mutate_kafka
+from kafka_mutator import KafkaRequestTemplates, KafkaResponseReader, encode, mutate_kafka
 from log_audit import AuditResult, audit_logs
 from well_behaved import WellBehavedClient
 from wire_mutator import FuzzTargets, Mutant, RequestTemplates, mutate
@@ -164,13 +164,13 @@ class Dialect:
     addresses: list[tuple[str, int]]
     mutant: Callable[[random.Random, int, bool], Mutant]      # (rng, correlation id, allow_fatal)
     sentinel: bytes
-    answer: Callable[[bytes], tuple[int, object]]             # body -> (correlation id, error code)
+    answer: Callable[[bytes, bytes], tuple[int, object]]      # (body, request frame) -> (correlation id, error code)
 
 
 def ember_dialect(cluster: LocalCluster, targets: FuzzTargets, seed: int) -> Dialect:
     templates = RequestTemplates(targets, random.Random(seed))
 
-    def answer(body: bytes) -> tuple[int, object]:
+    def answer(body: bytes, request: bytes) -> tuple[int, object]:
         response = decode_response(body)
         return response.correlation_id, response.body.get("error_code")
 
@@ -181,15 +181,11 @@ def ember_dialect(cluster: LocalCluster, targets: FuzzTargets, seed: int) -> Dia
 
 def kafka_dialect(cluster: LocalCluster, targets: FuzzTargets, seed: int) -> Dialect:
     addresses = [(host, int(port)) for host, port in (a.rsplit(":", 1) for a in cluster.kafka_bootstrap.split(","))]
-    templates = KafkaRequestTemplates(targets, kafka_api_versions(addresses[0]), random.Random(seed))
-
-    def answer(body: bytes) -> tuple[int, object]:
-        if len(body) < 4:
-            raise ValueError(f"response of {len(body)} bytes has no correlation id")
-        return int.from_bytes(body[:4], "big", signed=True), None
-
+    served = kafka_api_versions(addresses[0])
+    templates = KafkaRequestTemplates(targets, served, random.Random(seed))
+    read = KafkaResponseReader(served)
     return Dialect(addresses, lambda rng, i, fatal: mutate_kafka(templates.random(rng), i, rng, allow_fatal=fatal),
-                   encode(_kafka_api_versions_request(), SENTINEL_ID), answer)
+                   encode(_kafka_api_versions_request(), SENTINEL_ID), read)
 
 
 def _kafka_api_versions_request() -> ApiVersionsRequest:
@@ -214,6 +210,7 @@ class _Pipeline:
     address: tuple[str, int]
     mutants: list[Mutant]
     abandon: bool = False      # reset the connection right after sending, as a crashed client would
+    client_port: int = 0       # the connection's local port: the broker's log names it on a close
 
     @property
     def fatal(self) -> bool:
@@ -225,7 +222,8 @@ class _Pipeline:
         return any(m.fatal or m.silent or m.lenient for m in self.mutants)
 
     def describe(self) -> str:
-        return f"pipeline {self.index} to {self.address[1]}: " + " | ".join(m.what for m in self.mutants)
+        return (f"pipeline {self.index} from port {self.client_port} to {self.address[1]}: "
+                + " | ".join(m.what for m in self.mutants))
 
 
 class _Fuzzer:
@@ -271,6 +269,7 @@ class _Fuzzer:
         except (OSError, asyncio.TimeoutError) as exc:
             self.report.findings.append(f"cannot connect to broker at {pipeline.address}: {exc!r}")
             return
+        pipeline.client_port = writer.get_extra_info("sockname")[1]
         responses = asyncio.create_task(self._read(pipeline, reader))
         try:
             for mutant in pipeline.mutants:
@@ -314,7 +313,7 @@ class _Fuzzer:
                                                 f"{pipeline.describe()[:600]}")
                 return
             try:
-                correlation_id, error_code = self.dialect.answer(body)
+                correlation_id, error_code = self.dialect.answer(body, self._request_frame(pipeline, body))
             except (EmberError, ValueError) as exc:
                 self.report.findings.append(f"malformed response ({exc}): {pipeline.describe()[:300]}")
                 return
@@ -328,6 +327,13 @@ class _Fuzzer:
                 return
             last_id = correlation_id
             self.report.error_codes[error_code] += 1
+
+    def _request_frame(self, pipeline: _Pipeline, body: bytes) -> bytes:
+        """The frame a response answers (its correlation id is the mutant's index)."""
+        correlation_id = int.from_bytes(body[:4], "big", signed=True)
+        if 0 <= correlation_id < len(pipeline.mutants):
+            return pipeline.mutants[correlation_id].data
+        return self.dialect.sentinel
 
     async def _probe_forever(self) -> None:
         """Every broker process alive and answering a fresh connection, all run long."""

@@ -30,9 +30,9 @@ from typing import Any
 
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from aiokafka.record.util import calc_crc32c
-from kio.serial import entity_writer
+from kio.serial import entity_reader, entity_writer
 
-from ember.protocol.kafka.codec import request_class
+from ember.protocol.kafka.codec import HEADER_START, request_class, response_class
 from wire_mutator import FuzzTargets, Mutant
 
 #: Largest hostile structure built (bytes), so a run stays fast and bounded.
@@ -140,6 +140,54 @@ def _silent(request: Any) -> bool:
     return request.__api_key__ == 0 and getattr(request, "acks", 1) == 0
 
 
+class KafkaResponseReader:
+    """Reads a response frame's body as a Kafka client would: with the schema of the request it
+    answers (api key and version from that request's header). A response that does not decode,
+    or leaves bytes over, is a broker bug a real client would choke on."""
+
+    def __init__(self, served: list[tuple[int, int, int]]) -> None:
+        self.served = {(key, version) for key, low, high in served for version in range(low, high + 1)}
+
+    def __call__(self, body: bytes, request: bytes) -> tuple[int, int]:
+        """(correlation id, first error code in the response, 0 when none)."""
+        if len(body) < 4:
+            raise ValueError(f"response of {len(body)} bytes has no correlation id")
+        correlation_id = int.from_bytes(body[:4], "big", signed=True)
+        api_key, version, _ = HEADER_START.unpack_from(request, _LENGTH.size)
+        if (api_key, version) not in self.served or request_class(api_key, version) is None:
+            if api_key == 18:    # ApiVersions answers an unknown version with its v0 and the list
+                return correlation_id, self._decode(body, 18, 0)
+            if len(body) != 6:
+                raise ValueError(f"unsupported api {api_key} v{version} answered with {len(body)} bytes, "
+                                 "not a header and UNSUPPORTED_VERSION")
+            return correlation_id, int.from_bytes(body[4:], "big", signed=True)
+        return correlation_id, self._decode(body, api_key, version)
+
+    @staticmethod
+    def _decode(body: bytes, api_key: int, version: int) -> int:
+        cls = response_class(api_key, version)
+        try:
+            _, at = entity_reader(cls.__header_schema__)(body, 0)
+            response, size = entity_reader(cls)(body, at)
+        except Exception as exc:     # kio raises several types on malformed input
+            raise ValueError(f"{cls.__name__} v{version} does not decode: {type(exc).__name__}: {exc}") from None
+        if at + size != len(body):
+            raise ValueError(f"{cls.__name__} v{version} leaves {len(body) - at - size} bytes over")
+        return _first_error(response)
+
+
+def _first_error(entity: Any) -> int:
+    """The entity's error code, else the first non-zero one inside it (0 when all are 0)."""
+    for f in dataclasses.fields(entity):
+        value = getattr(entity, f.name)
+        if f.name == "error_code" and value:
+            return int(value)
+        for item in value if isinstance(value, tuple) else (value,):
+            if dataclasses.is_dataclass(item) and (code := _first_error(item)):
+                return code
+    return 0
+
+
 # -- mutations ---------------------------------------------------------------------------------
 
 def _leaves(entity: Any, path: tuple = ()) -> list[tuple[tuple, dataclasses.Field, Any, bool]]:
@@ -239,9 +287,11 @@ def mutate_kafka(request: Any, correlation_id: int, rng: random.Random, *, allow
     roll = rng.random()
     if roll < 0.05:
         return Mutant(encode(request, correlation_id), False, f"{type(request).__name__} valid", _silent(request))
-    if roll < 0.10:    # a version this listener may not serve: an error answer, never a closed connection
+    if roll < 0.10:    # a version this listener may not serve: an error answer, never a closed connection;
+        # one above the body's may be served, and then the body does not parse as it (damaged bytes)
         version = rng.choice([-1, 99, 2 ** 15 - 1, request.__version__ + 1])
-        return Mutant(encode(request, correlation_id, version), False, f"{type(request).__name__} v{version}")
+        return Mutant(encode(request, correlation_id, version), False, f"{type(request).__name__} v{version}",
+                      lenient=version == request.__version__ + 1)
     if roll < (0.50 if allow_fatal else 0.11):    # mostly a pipeline's last frame: one the broker may close on
         return _damage_bytes(request, correlation_id, rng, allow_fatal)
     applied = []

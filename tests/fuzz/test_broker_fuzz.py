@@ -1,5 +1,5 @@
-"""The wire-protocol fuzzer's CI variant: 30,000 mutated requests to a live 1-broker cluster
-(real ZooKeeper, real broker process). The long run (a million frames, 1 or 3 brokers) is
+"""The wire-protocol fuzzer's CI variants: mutated requests to a live 1-broker cluster (real
+ZooKeeper, real broker process), on ember's listener and on its Kafka listener. The long run (a million frames, 1 or 3 brokers) is
 ``tests/fuzz/broker_fuzz.py`` (docs/protocol.md, "Hostile input")."""
 from __future__ import annotations
 
@@ -23,6 +23,18 @@ def test_broker_survives_mutated_requests_and_a_good_client_keeps_working(tmp_pa
     assert not report.findings, report.summary()
     # The run did reach the broker's every corner: answers, refusals, closed connections.
     assert report.error_codes[0] and report.error_codes[42] and report.error_codes[35]
+    assert report.fatal_frames and report.answered_pipelines
+    assert report.good_records and report.audit is not None and report.audit.batches
+
+
+def test_kafka_listener_survives_mutated_requests_and_answers_what_clients_can_decode(tmp_path: Path) -> None:
+    report = run(FuzzConfig(frames=20_000, seed=4, brokers=1, max_seconds=240, protocol="kafka"), tmp_path)
+    print(report.summary())
+    assert report.frames == 20_000
+    assert not report.findings, report.summary()    # includes every response decoding with its schema
+    # Answers, Kafka's refusals (unknown topic, unsupported version, invalid request, invalid record).
+    assert report.error_codes[0] and report.error_codes[3] and report.error_codes[35]
+    assert report.error_codes[42] and report.error_codes[87]
     assert report.fatal_frames and report.answered_pipelines
     assert report.good_records and report.audit is not None and report.audit.batches
 

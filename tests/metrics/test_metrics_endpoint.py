@@ -120,6 +120,18 @@ def test_a_kafka_clients_requests_are_counted_under_its_listener(cluster) -> Non
                          request="CreateTopics") == 0
 
 
+def test_a_kafka_clients_refusals_are_counted_by_error_code_under_its_listener(cluster) -> None:
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic
+    labels = {"listener": "KAFKA", "request": "CreateTopics", "error": "TOPIC_ALREADY_EXISTS"}
+    before = cluster_total(cluster, "ember_network_requestmetrics_errors_total", **labels)
+    admin = AdminClient({"bootstrap.servers": cluster.kafka_bootstrap})
+    future = admin.create_topics([NewTopic(TOPIC, 3, 3)], request_timeout=30)[TOPIC]
+    with pytest.raises(KafkaException, match="TOPIC_ALREADY_EXISTS"):
+        future.result(60)
+    assert cluster_total(cluster, "ember_network_requestmetrics_errors_total", **labels) == before + 1
+
+
 def test_every_broker_is_live_and_ready_and_cluster_status_says_so(cluster) -> None:
     for broker in cluster.brokers.values():
         assert http_get(broker.host, broker.metrics_port, "/livez", 5) == (200, b'{"live": true}\n')

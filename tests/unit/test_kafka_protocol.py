@@ -7,7 +7,7 @@ import pytest
 from ember.errors import InvalidConfig
 from ember.ingest.listeners import ListenerConfig
 from ember.protocol.ember.wire import ApiKey
-from ember.protocol.kafka.codec import build, request_class, response_class
+from ember.protocol.kafka.codec import build, error_codes, request_class, response_class
 from ember.protocol.kafka.listener import kafka_dispatcher
 
 
@@ -58,3 +58,20 @@ def test_build_keeps_the_fields_a_version_has_and_defaults_the_rest():
     assert v0.topics[0].error_code.value == 3 and v13.topics[0].name == "t"
     with pytest.raises(KeyError, match="brokers"):
         build(response_class(ApiKey.METADATA, 13), {"topics": []})
+
+
+def test_error_codes_are_found_at_every_depth_of_a_response_and_zero_is_not_one():
+    produce = build(response_class(ApiKey.PRODUCE, 9), {"throttle_time_ms": 0, "responses": [
+        {"name": "a", "partition_responses": [
+            {"index": 0, "error_code": 0, "base_offset": 5, "log_append_time_ms": -1, "log_start_offset": 0,
+             "record_errors": [], "error_message": None},
+            {"index": 1, "error_code": 19, "base_offset": -1, "log_append_time_ms": -1, "log_start_offset": 0,
+             "record_errors": [], "error_message": None}]},
+        {"name": "b", "partition_responses": [
+            {"index": 0, "error_code": 6, "base_offset": -1, "log_append_time_ms": -1, "log_start_offset": 0,
+             "record_errors": [], "error_message": None}]}]})
+    assert sorted(error_codes(produce)) == [6, 19]
+    created = build(response_class(ApiKey.CREATE_TOPICS, 7), {"throttle_time_ms": 0, "topics": [
+        {"name": "t", "topic_id": None, "error_code": 36, "error_message": "exists", "num_partitions": -1,
+         "replication_factor": -1, "configs": None}]})
+    assert list(error_codes(created)) == [36]

@@ -14,10 +14,11 @@ import datetime
 import functools
 import io
 import struct
+import types
 import typing
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode as KafkaErrorCode
@@ -112,6 +113,40 @@ def encode_error_only(correlation_id: int, error_code: int) -> bytes:
     """The answer to a request this broker cannot decode (unknown API key or version): header v0
     and the error code alone, which is how every Kafka ApiVersions response starts."""
     return frame_v0(correlation_id, _INT16.pack(error_code))
+
+
+def error_codes(entity: Any) -> Iterator[int]:
+    """The non-zero error codes of a response entity: its own and those of the entries of its
+    arrays at any depth (Produce's are per partition inside per topic), as Kafka counts them.
+    Only the fields that can lead to an error code are visited (:func:`_error_paths`)."""
+    for name, nested in _error_paths(type(entity)):
+        value = getattr(entity, name)
+        if nested is None:
+            if value:
+                yield int(value)
+        elif type(value) is tuple:
+            for item in value:
+                yield from error_codes(item)
+        elif value is not None:
+            yield from error_codes(value)
+
+
+@functools.cache
+def _error_paths(cls: type) -> tuple[tuple[str, type | None], ...]:
+    """(field, entity class inside it or None for the error code itself) of the fields of ``cls``
+    that hold an error code or lead to one: the response's schema read once per class."""
+    paths: list[tuple[str, type | None]] = []
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if f.name == "error_code":
+            paths.append((f.name, None))
+            continue
+        inner = hints[f.name]
+        while typing.get_origin(inner) in (tuple, typing.Union, types.UnionType):
+            inner = next(a for a in typing.get_args(inner) if a is not type(None) and a is not Ellipsis)
+        if dataclasses.is_dataclass(inner) and _error_paths(inner):
+            paths.append((f.name, inner))
+    return tuple(paths)
 
 
 # -- building responses from plain values --------------------------------------------------------

@@ -12,12 +12,16 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping
 
 from ember.errors import ErrorCode
 from ember.protocol.ember.wire import ApiKey
 from ember.protocol.ember.reply import CloseConnection
-from ember.protocol.kafka.codec import KafkaRequest, build, encode_error_only, encode_response, frame_v0, response_class
+from ember.protocol.kafka.codec import (KafkaRequest, build, encode_error_only, encode_response, error_codes, frame_v0,
+                                        response_class)
+
+if TYPE_CHECKING:
+    from ember.metrics.requests import RequestObserver
 
 log = logging.getLogger(__name__)
 
@@ -32,10 +36,13 @@ class Api:
 
 
 class KafkaDispatcher:
-    def __init__(self, *families: Mapping[int, Api]) -> None:
+    def __init__(self, *families: Mapping[int, Api], observer: "RequestObserver | None" = None) -> None:
         self.apis: dict[int, Api] = {}
         for family in families:
             self.apis.update(family)
+        #: With metrics on: counts the error codes of every response built here (the server
+        #: only sees encoded bytes).
+        self.observer = observer
 
     def supported(self) -> list[tuple[int, int, int]]:
         """(api key, min version, max version) of every API, as ApiVersions lists them."""
@@ -59,16 +66,24 @@ class KafkaDispatcher:
         if response is None:
             return None
         if isinstance(response, bytes):   # a body encoded by hand (Produce v0-2)
+            self._count(request.api_key, ErrorCode.UNSUPPORTED_VERSION)
             return frame_v0(request.correlation_id, response)
+        if self.observer is not None:
+            self.observer.count_errors(request.api_key, error_codes(response))
         try:
             return encode_response(request.correlation_id, response)
         except Exception as exc:          # a handler built a value its version cannot carry: a broker bug
             log.exception("%s v%d response cannot be encoded", _name(request.api_key), request.api_version)
             raise CloseConnection(f"{_name(request.api_key)} response cannot be encoded: {exc}") from None
 
+    def _count(self, api_key: int, code: int) -> None:
+        if self.observer is not None:
+            self.observer.count_errors(api_key, (code,))
+
     def _unsupported(self, request: KafkaRequest) -> bytes:
         log.info("answering UNSUPPORTED_VERSION to %s v%d from %r", _name(request.api_key),
                  request.api_version, request.client_id)
+        self._count(request.api_key, ErrorCode.UNSUPPORTED_VERSION)
         if request.api_key == ApiKey.API_VERSIONS:
             response = build(response_class(ApiKey.API_VERSIONS, 0), {
                 "error_code": ErrorCode.UNSUPPORTED_VERSION,

@@ -36,16 +36,16 @@ class KafkaServer(BrokerServer):
         await writer.drain()
 
 
-def kafka_dispatcher(core: BrokerCore, listener: str) -> KafkaDispatcher:
+def kafka_dispatcher(core: BrokerCore, listener: str, observer: "RequestObserver | None" = None) -> KafkaDispatcher:
     """Every Kafka API this broker serves on ``listener`` (the name picks the advertised addresses)."""
     dispatcher = KafkaDispatcher(RecordHandlers(core).apis(), ClusterHandlers(core, listener).apis(),
                                  AdminHandlers(core).apis(), GroupHandlers(core, listener).apis(),
-                                 GroupAdminHandlers(core).apis())
+                                 GroupAdminHandlers(core).apis(), observer=observer)
     dispatcher.apis.update(ApiVersionsHandler(dispatcher.supported).apis())
     return dispatcher
 
 
 def kafka_server(core: BrokerCore, listener: Listener, max_frame_bytes: int, max_idle_ms: int,
                  observer: "RequestObserver | None" = None) -> KafkaServer:
-    return KafkaServer(kafka_dispatcher(core, listener.name), listener.host, listener.port, max_frame_bytes,
+    return KafkaServer(kafka_dispatcher(core, listener.name, observer), listener.host, listener.port, max_frame_bytes,
                        max_idle_ms, observer)
