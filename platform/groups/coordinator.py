@@ -51,8 +51,8 @@ from ember.cluster.metadata_cache import MetadataCache
 from ember.cluster.topic_admin import is_legal_topic_name
 from ember.cluster.records import BrokerInfo
 from ember.errors import (CoordinatorNotAvailable, FencedInstanceId, GroupIdNotFound, GroupSubscribedToTopic,
-                          IllegalGeneration, InconsistentGroupProtocol, InvalidGroupId, InvalidSessionTimeout, MemberIdRequired,
-                          NonEmptyGroup, NotCoordinator, RebalanceInProgress, UnknownMemberId,
+                          IllegalGeneration, InconsistentGroupProtocol, InvalidGroupId, InvalidSessionTimeout,
+                          MemberIdRequired, NonEmptyGroup, NotCoordinator, RebalanceInProgress, UnknownMemberId,
                           UnknownTopicOrPartition)
 from ember.groups.assignors import ASSIGNORS
 from ember.groups.store import CommittedOffset, GroupStore, MetadataConflict
@@ -356,14 +356,16 @@ class GroupCoordinator:
         generation = group.generation
         doc = self._doc(group, dict(group.members), group.previous, generation, leader=group.leader)
         await self._save_or_lose(group, doc, "the replaced static member")
-        if group.state != STABLE or group.generation != generation or group.members.get(member.member_id) is not member:
+        moved_on = group.state != STABLE or group.generation != generation
+        if moved_on or group.members.get(member.member_id) is not member:
             return await self._await_rebalance(group, member)     # the group moved on meanwhile
         member.deadline = asyncio.get_running_loop().time() + member.session_timeout_s
         result = self._result(group, member)
         result.skip_assignment = member.member_id == group.leader
         return result
 
-    async def heartbeat(self, group_id: str, member_id: str, generation: int, instance_id: Optional[str] = None) -> None:
+    async def heartbeat(self, group_id: str, member_id: str, generation: int,
+                        instance_id: Optional[str] = None) -> None:
         """Keep a member's session alive; tells it to rejoin while a rebalance is pending."""
         group = await self._group(group_id, create=False)
         if group is None:
@@ -382,7 +384,8 @@ class GroupCoordinator:
             raise RebalanceInProgress(f"group {group_id!r} is rebalancing; rejoin")
 
     async def sync(self, group_id: str, member_id: str, generation: int,
-                   assignments: dict[str, tuple[bytes, list[TopicPartition]]], instance_id: Optional[str] = None) -> bytes:
+                   assignments: dict[str, tuple[bytes, list[TopicPartition]]],
+                   instance_id: Optional[str] = None) -> bytes:
         """SyncGroup of a client-assigned member: its assignment in the current generation. The
         leader's brings everyone's (opaque bytes, and the partitions they name for describe and
         ZooKeeper); the others wait for it. A rebalance meanwhile answers REBALANCE_IN_PROGRESS."""
@@ -439,6 +442,10 @@ class GroupCoordinator:
         if member_id not in group.members:
             raise UnknownMemberId(f"group {group_id!r} has no member {member_id or instance_id!r}")
         self._remove(group, [member_id], "left the group")
+        if not group.members and group.completing is not None:
+            # the last member: answer once the group is Empty (as Kafka does), so a describe right
+            # after a consumer closed sees it so; shielded, a client gone does not stop the write
+            await asyncio.shield(group.completing)
 
     def _member(self, group: Group, member_id: str, generation: int) -> Member:
         member = group.members.get(member_id)
@@ -607,8 +614,9 @@ class GroupCoordinator:
 
     @staticmethod
     def _result(group: Group, member: Member) -> JoinResult:
+        leads = member.metadata is not None and member.member_id == group.leader
         members = [(m.member_id, m.instance_id, (m.metadata or {}).get(group.protocol, b""))
-                   for m in group.members.values()] if member.metadata is not None and member.member_id == group.leader else []
+                   for m in group.members.values()] if leads else []
         return JoinResult(member.member_id, group.generation, group.protocol, group.leader, list(member.assignment),
                           members)
 
@@ -699,9 +707,10 @@ class GroupCoordinator:
     async def list_groups(self) -> list[dict[str, str]]:
         """Groups this broker coordinates: the ones in memory and the ones in ZooKeeper."""
         names = set(await asyncio.to_thread(self.store.groups)) | set(self.groups)
-        return [{"group_id": name, "protocol_type": self.groups[name].protocol_type if name in self.groups else "consumer",
-                 "state": self.groups[name].state if name in self.groups else EMPTY}
-                for name in sorted(names) if self.owns(name)]
+        loaded = {name: (g.protocol_type, g.state) for name, g in self.groups.items()}
+        return [{"group_id": name, "protocol_type": kind, "state": state}
+                for name in sorted(names) if self.owns(name)
+                for kind, state in [loaded.get(name, ("consumer", EMPTY))]]
 
     async def delete_offsets(self, group_id: str, partitions: list[TopicPartition]) -> dict[TopicPartition, Exception]:
         """Forget the committed offsets of ``partitions`` (Kafka's OffsetDelete), except those of

@@ -379,6 +379,7 @@ def test_offset_delete_keeps_the_offsets_of_subscribed_topics() -> None:
         assert list(refused) == [TopicPartition("t", 0)] and isinstance(refused[TopicPartition("t", 0)], GroupSubscribedToTopic)
         assert store.offsets["g"] == {TopicPartition("t", 0): (5, "")}
         await coord.leave("g", member.member_id)
+        assert coord.groups["g"].state == EMPTY              # the last member is answered once it is so
         assert await coord.delete_offsets("g", [TopicPartition("t", 0)]) == {} and store.offsets["g"] == {}
         await coord.close()
     run(scenario)

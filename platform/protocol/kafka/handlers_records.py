@@ -14,6 +14,7 @@ from ember.ingest.core import BrokerCore
 from ember.ingest.fetch import FetchResult, FetchTarget, fetch_at_leaders
 from ember.ingest.partition import CONSUMER_REPLICA_ID, LATEST_TIERED_TIMESTAMP, Partition
 from ember.ingest.produce import ProduceEntry, Produced, append_at_leaders
+from ember.protocol.ember.api_replication import epoch_end
 from ember.protocol.ember.wire import ApiKey
 from ember.protocol.ember.reply import OK, CloseConnection, error_fields
 from ember.protocol.kafka.codec import KafkaRequest, build, millis, response_class
@@ -166,9 +167,6 @@ class RecordHandlers:
     async def offset_for_leader_epoch(self, request: KafkaRequest) -> Any:
         """Where a leader epoch ended in the leader's log: a Java consumer validates its position
         with it after a leader change (a position past the end of its epoch was truncated away)."""
-        async def epoch_end(partition: Partition, leader_epoch: int) -> dict[str, Any]:
-            epoch, end_offset = await partition.end_offset_for_epoch(leader_epoch)
-            return {"leader_epoch": epoch, "end_offset": end_offset}
         topics = []
         for topic in request.body.topics:
             entries = [{"topic": topic.topic, "partition": p.partition, "leader_epoch": p.leader_epoch,
