@@ -13,6 +13,9 @@ from aiokafka.record.util import calc_crc32c
 from kafka_helpers import create_topic
 from kafka_wire import WAIT_S, KafkaWire, partition_leader
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.describe_groups.v5.request import DescribeGroupsRequest as DescribeGroupsV5
+from kio.schema.describe_groups.v6.request import DescribeGroupsRequest as DescribeGroupsV6
+from kio.schema.find_coordinator.v3.request import FindCoordinatorRequest
 from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
 from kio.schema.list_offsets.v6.request import ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
@@ -102,6 +105,19 @@ def test_unsupported_apis_and_versions_get_kafka_errors_and_the_connection_stays
         assert struct.unpack_from(">ih", body, 4 + 2 + len(topic) + 4) == (4, ErrorCode.UNSUPPORTED_VERSION)
         versions = wire.call(ApiVersionsRequest(client_software_name="t", client_software_version="1"))
         assert versions.error_code.value == 0
+
+
+def test_an_unknown_group_is_described_dead_and_from_v6_not_found(kafka_address, topic_name):
+    """Kafka's answers: DescribeGroups v0-5 describe an unknown group as Dead without an error,
+    v6 adds GROUP_ID_NOT_FOUND (KIP-1043); the Java admin reads both as "does not exist"."""
+    group = f"nobody-{topic_name}"
+    with KafkaWire(kafka_address) as wire:
+        coordinator = wire.call(FindCoordinatorRequest(key=group, key_type=0))
+    with KafkaWire(f"{coordinator.host}:{coordinator.port}") as wire:
+        old, new = (wire.call(request(groups=(group,), include_authorized_operations=False)).groups[0]
+                    for request in (DescribeGroupsV5, DescribeGroupsV6))
+    assert (old.error_code.value, old.group_state, old.members) == (0, "Dead", ())
+    assert (new.error_code.value, new.group_state, new.members) == (ErrorCode.GROUP_ID_NOT_FOUND, "Dead", ())
 
 
 @pytest.mark.parametrize("garbage", [
