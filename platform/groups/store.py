@@ -74,6 +74,15 @@ class GroupStore:
             found[tp] = CommittedOffset.from_bytes(data)
         return found
 
+    def delete_offsets(self, group_id: str, partitions: Iterable[TopicPartition]) -> None:
+        """Remove the committed offsets of ``partitions`` (absent ones are skipped)."""
+        pending = [self.client.delete_async(zk_paths.group_offset(group_id, *tp)) for tp in partitions]
+        for result in pending:
+            try:
+                result.get()
+            except NoNodeError:
+                continue
+
     def _all_partitions(self, group_id: str) -> list[TopicPartition]:
         try:
             topics = self.client.get_children(zk_paths.group_offsets(group_id))

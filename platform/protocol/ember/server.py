@@ -15,8 +15,9 @@ them pass.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
-from typing import TYPE_CHECKING, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from ember.errors import EmberError
 from ember.protocol.ember.wire import FRAME_LENGTH, Request, check_frame_size, decode_request, response_prefix
@@ -32,6 +33,17 @@ Dispatch = Callable[[Request], Awaitable[Reply | None]]
 
 #: While a request is handled, how often the broker looks whether its client is still there.
 CLIENT_CHECK_S = 1.0
+
+#: The peer address (host, port, ...) of the connection whose request is being handled: each
+#: connection is served by its own task, so handlers read their client's address here (group
+#: members are described with the host they connect from, as Kafka does).
+CLIENT_ADDRESS: contextvars.ContextVar[Any] = contextvars.ContextVar("client_address", default=None)
+
+
+def client_host() -> str:
+    """The requesting client's host as Kafka shows it ("/127.0.0.1"); "" outside a request."""
+    peer = CLIENT_ADDRESS.get()
+    return f"/{peer[0]}" if peer else ""
 
 
 class _Watchdog:
@@ -118,6 +130,7 @@ class BrokerServer:
         assert task is not None
         self._connections.add(task)
         peer = writer.get_extra_info("peername")
+        CLIENT_ADDRESS.set(peer)
         watchdog = _Watchdog(task, self.max_idle_ms)
         try:
             while True:
