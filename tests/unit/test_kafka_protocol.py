@@ -39,7 +39,10 @@ def test_every_advertised_version_has_kafkas_schema_except_rejected_produce_v0_t
     assert keys == {ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.LIST_OFFSETS, ApiKey.METADATA, ApiKey.OFFSET_COMMIT,
                     ApiKey.OFFSET_FETCH, ApiKey.FIND_COORDINATOR, ApiKey.API_VERSIONS, ApiKey.CREATE_TOPICS,
                     ApiKey.DELETE_TOPICS, ApiKey.INIT_PRODUCER_ID, ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP,
-                    ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP}
+                    ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP, ApiKey.CREATE_PARTITIONS, ApiKey.DELETE_RECORDS,
+                    ApiKey.DESCRIBE_CONFIGS, ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS,
+                    ApiKey.DESCRIBE_CLUSTER, ApiKey.DESCRIBE_TOPIC_PARTITIONS, ApiKey.ELECT_LEADERS,
+                    ApiKey.ALTER_PARTITION_REASSIGNMENTS, ApiKey.LIST_PARTITION_REASSIGNMENTS}
     for key, low, high in supported:
         for version in range(low, high + 1):
             if key == ApiKey.PRODUCE and version < 3:
