@@ -47,6 +47,7 @@ class ApiKey(IntEnum):
     DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
+    DESCRIBE_LOG_DIRS = 35
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
     CREATE_PARTITIONS = 37
@@ -60,8 +61,9 @@ class ApiKey(IntEnum):
 
 
 #: APIs only the Kafka listener serves: ember's own clients have no use for them.
-KAFKA_LISTENER_ONLY = frozenset({ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.LIST_PARTITION_REASSIGNMENTS,
-                                 ApiKey.DESCRIBE_CLUSTER, ApiKey.DESCRIBE_TOPIC_PARTITIONS})
+KAFKA_LISTENER_ONLY = frozenset({ApiKey.DESCRIBE_LOG_DIRS, ApiKey.INCREMENTAL_ALTER_CONFIGS,
+                                 ApiKey.LIST_PARTITION_REASSIGNMENTS, ApiKey.DESCRIBE_CLUSTER,
+                                 ApiKey.DESCRIBE_TOPIC_PARTITIONS})
 
 
 @dataclass

@@ -1,9 +1,11 @@
-"""Metadata, DescribeCluster and DescribeTopicPartitions over Kafka's protocol: the brokers'
-addresses on the listener the client connected to, the controller, and each topic's partitions
-from the broker core's :class:`MetadataView` (the same answer the ember protocol gives,
-auto-creation included for Metadata)."""
+"""Metadata, DescribeCluster, DescribeTopicPartitions and DescribeLogDirs over Kafka's protocol:
+the brokers' addresses on the listener the client connected to, the controller, each topic's
+partitions from the broker core's :class:`MetadataView` (the same answer the ember protocol
+gives, auto-creation included for Metadata), and this broker's replicas in its one data
+directory."""
 from __future__ import annotations
 
+import shutil
 from typing import Any
 
 from ember.cluster.records import BrokerInfo
@@ -40,7 +42,8 @@ class ClusterHandlers:
     def apis(self) -> dict[int, Api]:
         return {ApiKey.METADATA: Api(0, 13, self.metadata),
                 ApiKey.DESCRIBE_CLUSTER: Api(0, 2, self.describe_cluster),
-                ApiKey.DESCRIBE_TOPIC_PARTITIONS: Api(0, 0, self.describe_topic_partitions)}
+                ApiKey.DESCRIBE_TOPIC_PARTITIONS: Api(0, 0, self.describe_topic_partitions),
+                ApiKey.DESCRIBE_LOG_DIRS: Api(1, 5, self.describe_log_dirs)}
 
     def brokers(self) -> dict[int, BrokerInfo]:
         """Live brokers that have this listener (the only ones its clients can reach)."""
@@ -138,3 +141,22 @@ class ClusterHandlers:
                 break
         return build(cls, {"topics": results, "next_cursor": next_cursor})
 
+
+    async def describe_log_dirs(self, request: KafkaRequest) -> Any:
+        """This broker's data directory (ember has one per broker) with the size of every replica
+        it hosts of the asked partitions (null: all) and how far each is behind its high
+        watermark (``kafka-log-dirs``; ``kafka-reassign-partitions`` reads where replicas are)."""
+        asked = request.body.topics
+        wanted = None if asked is None else {(t.topic, p) for t in asked for p in t.partitions}
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for (name, index), partition in sorted(self.core.replicas.partitions.items()):
+            if wanted is None or (name, index) in wanted:
+                log = partition.log
+                topics.setdefault(name, []).append({
+                    "partition_index": index, "partition_size": log.size_in_bytes,
+                    "offset_lag": max(0, log.high_watermark - log.log_end_offset), "is_future_key": False})
+        data_dir = self.core.replicas.logs.data_dir
+        usage = shutil.disk_usage(data_dir)
+        return build(response_class(ApiKey.DESCRIBE_LOG_DIRS, request.api_version), {**OK, "results": [{
+            **OK, "log_dir": str(data_dir), "total_bytes": usage.total, "usable_bytes": usage.free,
+            "topics": [{"name": name, "partitions": partitions} for name, partitions in topics.items()]}]})
