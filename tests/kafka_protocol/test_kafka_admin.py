@@ -7,8 +7,7 @@ an offline partition and a stuck move runs its own cluster."""
 from __future__ import annotations
 
 import signal
-import time
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 from confluent_kafka import ElectionType, KafkaError, KafkaException, TopicCollection, TopicPartition
@@ -17,7 +16,7 @@ from confluent_kafka.admin import (AlterConfigOpType, ConfigEntry, ConfigResourc
 from kafka import KafkaAdminClient
 from kafka import TopicPartition as KafkaPythonTopicPartition
 from kafka.errors import InvalidReplicationAssignmentError
-from kafka_helpers import WAIT_S, admin, create_topic, produce
+from kafka_helpers import WAIT_S, admin, create_topic, eventually, produce
 
 from ember.client import Admin
 from ember.client.admin import PartitionDescription
@@ -43,14 +42,6 @@ def kafka_error(future: Any) -> KafkaError:
         result(future)
     return failed.value.args[0]
 
-
-def eventually(check: Callable[[], Any], what: str, timeout_s: float = WAIT_S) -> Any:
-    """Poll ``check`` until it returns something truthy; fail after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while not (found := check()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-    return found
 
 
 def controller_id(bootstrap: str) -> int:

@@ -6,12 +6,10 @@ own client: ``kafka-configs``, ``kafka-topics --alter --partitions`` and ``--des
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
-from typing import Any, Callable
 
 import pytest
-from kafka_helpers import WAIT_S, create_topic, produce, run_tool
+from kafka_helpers import create_topic, eventually, produce, run_tool
 
 from ember.client import Admin
 
@@ -25,14 +23,6 @@ CONFIGS = "kafka.admin.ConfigCommand"      # kafka-configs.sh: still in Kafka's 
 def bootstrap(shared_cluster) -> str:
     return shared_cluster.kafka_bootstrap
 
-
-def eventually(check: Callable[[], Any], what: str, timeout_s: float = WAIT_S) -> Any:
-    """Poll ``check`` until it returns something truthy; fail after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while not (found := check()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-    return found
 
 
 def test_configs_partitions_and_deleted_records_set_by_kafka_tools_show_in_ember(shared_cluster, bootstrap,
