@@ -15,6 +15,8 @@ from confluent_kafka.admin import (AlterConfigOpType, ConfigEntry, ConfigResourc
                                    NewTopic, OffsetSpec, ResourceType)
 from kafka import KafkaAdminClient
 from kafka import TopicPartition as KafkaPythonTopicPartition
+from kafka.admin import ConfigResource as KafkaConfigResource
+from kafka.admin import ConfigResourceType
 from kafka.errors import InvalidReplicationAssignmentError
 from kafka_helpers import WAIT_S, admin, create_topic, eventually, produce
 
@@ -95,6 +97,16 @@ def test_topic_configs_altered_by_either_client_read_the_same_in_both(shared_clu
     (missing,) = client.describe_configs([ConfigResource(ResourceType.TOPIC, topic_name + "-missing")]).values()
     assert kafka_error(missing).code() == KafkaError.UNKNOWN_TOPIC_OR_PART
     assert topic_configs(client, topic_name)["retention.ms"].value == "60000"    # refusals changed nothing
+
+    # Legacy AlterConfigs replaces a topic's overrides: kafka-python sends the ones to keep along.
+    legacy = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        legacy.alter_configs([KafkaConfigResource(ConfigResourceType.TOPIC, topic_name, {"retention.ms": "120000"})],
+                             incremental=False)
+    finally:
+        legacy.close()
+    eventually(lambda: dynamic(topic_configs(client, topic_name)) == {**overrides, "retention.ms": "120000"},
+               "the legacy alter applied")
 
 
 def test_broker_configs_are_described_read_only_and_setting_one_is_refused(shared_cluster, bootstrap):
