@@ -77,7 +77,7 @@ class KafkaCluster:
     data_dir: Path
     node_count: int = 3
     nodes: dict[int, KafkaNode] = field(default_factory=dict)
-    cluster_id: str = field(default_factory=lambda: base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))
+    cluster_id: str = field(default_factory=lambda: _cluster_id())
 
     @property
     def bootstrap(self) -> str:
@@ -185,6 +185,16 @@ class KafkaCluster:
         result = subprocess.run(command, capture_output=True, text=True, timeout=120)
         if result.returncode != 0:
             raise RuntimeError(f"formatting Kafka node {node.node_id} failed:\n{result.stdout}{result.stderr}")
+
+
+def _cluster_id() -> str:
+    """A random cluster id as Kafka's ``Uuid`` prints it, never starting with "-" (the storage
+    tool's argument parser would take such an id for an option: 1 run in 64 failed)."""
+    for _ in range(100):
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
+    raise RuntimeError("no cluster id without a leading '-' in 100 draws")
 
 
 def _die_with_parent() -> None:
