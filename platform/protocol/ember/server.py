@@ -56,7 +56,7 @@ class _Watchdog:
     def __init__(self, task: asyncio.Task[None], max_idle_ms: int) -> None:
         self._task = task
         self._max_idle_ms = max_idle_ms
-        self._handle: asyncio.TimerHandle | None = None
+        self._handle: asyncio.Handle | None = None
         self._step = ""
         self.expired: str | None = None
 
@@ -75,6 +75,13 @@ class _Watchdog:
             self._handle = None
 
     def _expire(self) -> None:
+        # Expire one loop turn later: after the event loop was stalled (a busy broker), this timer
+        # runs before the connection's task sees bytes that arrived in time; if the task moves on
+        # meanwhile it re-arms or disarms, which cancels this.
+        self._handle = asyncio.get_running_loop().call_soon(self._expire_now)
+
+    def _expire_now(self) -> None:
+        self._handle = None
         self.expired = (f"{self._step} took longer than connections.max.idle.ms={self._max_idle_ms}; "
                         f"the client may reconnect")
         self._task.cancel()
