@@ -8,13 +8,14 @@ the cluster-wide defaults of topic configs (``log.segment.bytes`` → ``segment.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from ember.cluster.controller import ControllerConfig
 from ember.errors import InvalidConfig
 from ember.log.config import TOPIC_CONFIGS, ConfigDef, LogConfig
+from ember.security.tls import SSL_CONFIGS, TlsSettings
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +85,12 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in (
               "(also set by --listen), any other name Kafka's (plaintext).", nullable=True),
     ConfigDef("advertised.listeners", "string", None, "The addresses clients are told, per listener name "
               "(default: listeners).", nullable=True),
+    ConfigDef("listener.security.protocol.map", "string", None, "Security protocol per listener, NAME:PROTOCOL,... "
+              "with PLAINTEXT or SSL (SASL comes later); unset: PLAINTEXT (a listener named SSL: SSL).",
+              nullable=True),
+    ConfigDef("inter.broker.listener.name", "string", "EMBER", "The listener brokers connect to each other on "
+              "(follower fetches); it speaks ember's protocol.", nullable=True),
+    *SSL_CONFIGS.values(),
     _int("group.initial.rebalance.delay.ms", 3000, "How long the first rebalance of an empty consumer "
          "group waits for more members, so a group starting together rebalances once.", 0),
     _int("group.max.session.timeout.ms", 1800000, "Longest session timeout a consumer group member may "
@@ -102,17 +109,26 @@ _TOPIC_DEFAULTS = {
 }
 
 
+_LISTENER_PREFIX = "listener.name."
+
+
 def _field(name: str) -> str:
     return name.replace(".", "_")
 
 
 def read_properties(path: Path) -> dict[str, str]:
-    """A Java-style ``.properties`` file (``key=value``, ``#``/``!`` comments) as a dict."""
+    """A Java-style ``.properties`` file (``key=value``, ``#``/``!`` comments, a trailing ``\\``
+    continues the value on the next line, as inline PEM certificates are written) as a dict."""
     result: dict[str, str] = {}
+    pending = ""
     for number, raw in enumerate(path.read_text().splitlines(), 1):
-        line = raw.strip()
-        if not line or line[0] in "#!":
+        line = pending + raw.strip()
+        if pending == "" and (not line or line[0] in "#!"):
             continue
+        if line.endswith("\\") and not line.endswith("\\\\"):
+            pending = line[:-1]
+            continue
+        pending = ""
         sep = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
         if sep < 0:
             raise InvalidConfig(f"{path}:{number}: expected key=value, got {raw!r}")
@@ -155,20 +171,46 @@ class BrokerConfig:
     metrics_listen: Optional[tuple[str, int]]
     listeners: Optional[str]
     advertised_listeners: Optional[str]
+    listener_security_protocol_map: Optional[str]
+    inter_broker_listener_name: Optional[str]
+    ssl_keystore_type: str
+    ssl_keystore_location: Optional[str]
+    ssl_keystore_certificate_chain: Optional[str] = field(repr=False)
+    ssl_keystore_key: Optional[str] = field(repr=False)
+    ssl_key_password: Optional[str] = field(repr=False)
+    ssl_truststore_type: str
+    ssl_truststore_location: Optional[str]
+    ssl_truststore_certificates: Optional[str] = field(repr=False)
+    ssl_client_auth: str
+    ssl_enabled_protocols: str
+    ssl_cipher_suites: Optional[str]
+    ssl_endpoint_identification_algorithm: Optional[str]
+    ssl_principal_mapping_rules: str
+    ssl_handshake_timeout_ms: int
+    #: ``listener.name.<name>.ssl.*`` overrides: {LISTENER: {ssl property: value}}.
+    listener_overrides: dict[str, dict[str, Any]] = field(default_factory=dict, hash=False)
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, Any] | None = None) -> "BrokerConfig":
         """Defaults overridden by ``properties``; bad values raise InvalidConfig, unknown names
         are logged and ignored (as Kafka does) so one file can serve several versions."""
         values = {_field(name): d.default for name, d in BROKER_CONFIGS.items()}
+        overrides: dict[str, dict[str, Any]] = {}
         for name, raw in (properties or {}).items():
+            if name.startswith(_LISTENER_PREFIX):
+                listener, _, setting = name[len(_LISTENER_PREFIX):].partition(".")
+                if listener and setting in SSL_CONFIGS:
+                    overrides.setdefault(listener.upper(), {})[setting] = SSL_CONFIGS[setting].parse(raw)
+                    continue
             definition = BROKER_CONFIGS.get(name)
             if definition is None:
                 log.warning("ignoring unknown broker property %r", name)
                 continue
             values[_field(name)] = definition.parse(raw)
-        config = cls(**values)
+        config = cls(**values, listener_overrides=overrides)
         config.log_config()   # the topic defaults must themselves be valid
+        for listener in overrides:
+            config.tls_settings(listener)   # and so must every listener's TLS versions
         return config
 
     @classmethod
@@ -177,6 +219,12 @@ class BrokerConfig:
 
     def get(self, name: str) -> Any:
         return getattr(self, _field(name))
+
+    def tls_settings(self, listener: str) -> TlsSettings:
+        """The ``ssl.*`` settings of ``listener``: its ``listener.name.<name>.ssl.*`` overrides
+        over the broker-wide ones."""
+        own = self.listener_overrides.get(listener.upper(), {})
+        return TlsSettings.from_values(listener.upper(), lambda name: own[name] if name in own else self.get(name))
 
     def topic_defaults(self) -> dict[str, Any]:
         """Topic config defaults this broker supplies (Kafka names), before topic overrides."""
