@@ -1,7 +1,8 @@
 """TLS for a local cluster (``ember cluster up --secure``): a CA, one broker certificate (SAN
-127.0.0.1 and localhost, also the brokers' client certificate between themselves) and a client
-certificate under ``<data>/tls/``, the broker properties that put every listener on TLS with
-client certificates required, and the client configuration files printed for users.
+127.0.0.1 and localhost, also the brokers' client certificate between themselves and towards
+ZooKeeper), a ZooKeeper certificate and a client certificate under ``<data>/tls/``; the broker
+properties that put every listener and the ZooKeeper session on TLS with client certificates
+required, and the client configuration files printed for users.
 """
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from ember.cluster.zookeeper_server import ZooKeeperServer
 from ember.security.certificates import LOCAL_HOSTS, CertificateAuthority, IssuedCertificate
 from ember.security.client import ClientSecurity
 from ember.security.protocol import SecurityProtocol
@@ -44,15 +46,22 @@ class ClusterTls:
         if not tls.ca.exists():
             authority = CertificateAuthority.create(directory)
             authority.issue("broker", BROKER_NAME, LOCAL_HOSTS)
+            authority.issue("zookeeper", "ember-zookeeper", LOCAL_HOSTS)
             authority.issue("client", CLIENT_NAME)
         return tls
+
+    def zookeeper_server(self, data_dir: Path, port: int) -> ZooKeeperServer:
+        """A ZooKeeper server serving only TLS on ``port``."""
+        return ZooKeeperServer(data_dir, port, keystore=self._issued("zookeeper").keystore, truststore=self.ca)
 
     def broker_properties(self, listeners: tuple[str, ...]) -> dict[str, str]:
         """Every listener on TLS, client certificates required, brokers authenticated the same way."""
         return {"listener.security.protocol.map": ",".join(f"{name}:SSL" for name in listeners),
                 "ssl.keystore.type": "PEM", "ssl.keystore.location": str(self.broker.keystore),
                 "ssl.truststore.type": "PEM", "ssl.truststore.location": str(self.ca),
-                "ssl.client.auth": "required"}
+                "ssl.client.auth": "required",
+                "zookeeper.ssl.client.enable": "true", "zookeeper.ssl.keystore.location": str(self.broker.keystore),
+                "zookeeper.ssl.truststore.location": str(self.ca)}
 
     def client_security(self) -> ClientSecurity:
         """What an ember client of this cluster sets (the client certificate, the cluster's CA)."""

@@ -95,6 +95,10 @@ class LocalCluster:
         """Keywords an ember client of this cluster needs besides the bootstrap list ({} in plaintext)."""
         return dict(self.tls.client_security().options()) if self.tls else {}
 
+    def _zookeeper(self, port: int) -> ZooKeeperServer:
+        directory = self.data_dir / "zookeeper"
+        return self.tls.zookeeper_server(directory, port) if self.tls else ZooKeeperServer(directory, port)
+
     def _client_context(self) -> ssl.SSLContext | None:
         if self.tls is not None and self._context is None:
             self._context = self.tls.client_security().ssl_context()
@@ -116,7 +120,7 @@ class LocalCluster:
         if self.secure:
             progress(f"TLS: certificates under {ClusterTls.create(self.data_dir / 'tls').directory}")
         if self.zookeeper is None:
-            self.zookeeper = ZooKeeperServer(self.data_dir / "zookeeper", free_port())
+            self.zookeeper = self._zookeeper(free_port())
         progress(f"starting ZooKeeper on {self.zookeeper.connect_string}")
         self.zookeeper.start()
         for broker_id in range(1, self.broker_count + 1):
@@ -243,7 +247,7 @@ class LocalCluster:
         state = json.loads(path.read_text())
         cluster = cls(data_dir, broker_count=len(state["brokers"]), secure=bool(state.get("secure", False)))
         if state["zookeeper"]:
-            cluster.zookeeper = ZooKeeperServer(data_dir / "zookeeper", state["zookeeper"]["port"])
+            cluster.zookeeper = cluster._zookeeper(state["zookeeper"]["port"])
         for b in state["brokers"]:
             cluster.brokers[b["broker_id"]] = BrokerProcess(b["broker_id"], b["port"], Path(b["data_dir"]), b["host"], b["pid"],
                                                             b.get("metrics_port"), b.get("kafka_port"))
@@ -254,7 +258,7 @@ class LocalCluster:
         zk = self.zookeeper
         return {
             "zookeeper": {"address": zk.connect_string if zk else None,
-                          "healthy": bool(zk and is_healthy(zk.host, zk.port))},
+                          "healthy": bool(zk and is_healthy(zk.host, zk.port, zk.client_context()))},
             "brokers": [{"id": b.broker_id, "address": b.address, "kafka_address": b.kafka_address, "pid": b.pid,
                          "healthy": b.pid is not None and broker_responds(b.host, b.port,
                                                                           context=self._client_context()),

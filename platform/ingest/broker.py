@@ -113,7 +113,8 @@ class Broker:
                                   for listener in options.listeners.bind}
         self.inter_broker = InterBroker(options.listeners.inter_broker, self._inter_broker_security())
         self.logs = LogManager(options.data_dir, options.broker_id)
-        self.session = ZkSession(options.zookeeper, self.config.zookeeper_session_timeout_ms)
+        self.session = ZkSession(options.zookeeper, self.config.zookeeper_session_timeout_ms,
+                                 self.config.zookeeper_tls())
         self.cache = MetadataCache(self.session)
         self.groups = GroupCoordinator(options.broker_id, self.cache, GroupStore(self.session),
                                        self.config.group_initial_rebalance_delay_ms,
@@ -132,8 +133,8 @@ class Broker:
 
     async def start(self) -> None:
         options = self.options
-        log.info("starting broker %d (data %s, ZooKeeper %s)", options.broker_id, options.data_dir,
-                 options.zookeeper)
+        log.info("starting broker %d (data %s, ZooKeeper %s%s)", options.broker_id, options.data_dir,
+                 options.zookeeper, " over TLS" if self.session.tls else "")
         self.logs.lock()
         if self.telemetry is not None:
             await self.telemetry.start()

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from ember.cluster.controller import ControllerConfig
+from ember.cluster.zk_session import ZooKeeperTls
 from ember.errors import InvalidConfig
 from ember.log.config import TOPIC_CONFIGS, ConfigDef, LogConfig
 from ember.security.tls import SSL_CONFIGS, TlsSettings
@@ -57,6 +58,19 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in (
           "request, to send the rest of a started request, or to accept a response is closed.", 1),
     _int("zookeeper.session.timeout.ms", 6000,
          "ZooKeeper session timeout: how long a dead broker stays registered.", 1000),
+    _bool("zookeeper.ssl.client.enable", False, "Connect to ZooKeeper over TLS (its secureClientPort)."),
+    ConfigDef("zookeeper.ssl.keystore.location", "string", None, "PEM file with this broker's private key and "
+              "certificate chain, presented to ZooKeeper (ssl.clientAuth=need).", nullable=True),
+    ConfigDef("zookeeper.ssl.keystore.password", "string", None, "Password of that private key.", nullable=True,
+              secret=True),
+    ConfigDef("zookeeper.ssl.keystore.type", "string", "PEM", "Format of the keystore (PEM only).",
+              choices=("PEM",), unsupported=("JKS", "PKCS12")),
+    ConfigDef("zookeeper.ssl.truststore.location", "string", None, "PEM file of the CA certificates that sign "
+              "ZooKeeper's certificate (unset: the system's).", nullable=True),
+    ConfigDef("zookeeper.ssl.truststore.type", "string", "PEM", "Format of the truststore (PEM only).",
+              choices=("PEM",), unsupported=("JKS", "PKCS12")),
+    _bool("zookeeper.ssl.endpoint.identification.enable", True, "Check that ZooKeeper's certificate names the "
+          "host in the connect string."),
     _bool("auto.create.topics.enable", False,
           "Create a topic with default settings when a client asks for an unknown one."),
     _long("replica.lag.time.max.ms", 30000, "A follower that has not caught up for this long "
@@ -152,6 +166,13 @@ class BrokerConfig:
     socket_request_max_bytes: int
     connections_max_idle_ms: int
     zookeeper_session_timeout_ms: int
+    zookeeper_ssl_client_enable: bool
+    zookeeper_ssl_keystore_location: Optional[str]
+    zookeeper_ssl_keystore_password: Optional[str] = field(repr=False)
+    zookeeper_ssl_keystore_type: str
+    zookeeper_ssl_truststore_location: Optional[str]
+    zookeeper_ssl_truststore_type: str
+    zookeeper_ssl_endpoint_identification_enable: bool
     auto_create_topics_enable: bool
     replica_lag_time_max_ms: int
     replica_fetch_wait_max_ms: int
@@ -219,6 +240,13 @@ class BrokerConfig:
 
     def get(self, name: str) -> Any:
         return getattr(self, _field(name))
+
+    def zookeeper_tls(self) -> ZooKeeperTls | None:
+        """TLS to ZooKeeper (``zookeeper.ssl.*``), None when ``zookeeper.ssl.client.enable`` is false."""
+        if not self.zookeeper_ssl_client_enable:
+            return None
+        return ZooKeeperTls(self.zookeeper_ssl_truststore_location, self.zookeeper_ssl_keystore_location,
+                            self.zookeeper_ssl_keystore_password, self.zookeeper_ssl_endpoint_identification_enable)
 
     def tls_settings(self, listener: str) -> TlsSettings:
         """The ``ssl.*`` settings of ``listener``: its ``listener.name.<name>.ssl.*`` overrides
