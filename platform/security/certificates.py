@@ -94,6 +94,13 @@ class CertificateAuthority:
         _write_private(directory / "ca-key.pem", _pem_key(key, None))
         return authority
 
+    @classmethod
+    def load(cls, directory: Path) -> "CertificateAuthority":
+        """The CA ``create`` wrote to ``directory`` (to issue more, or renewed, certificates)."""
+        key = serialization.load_pem_private_key((directory / "ca-key.pem").read_bytes(), None)
+        assert isinstance(key, ec.EllipticCurvePrivateKey)
+        return cls(directory, key, x509.load_pem_x509_certificate((directory / "ca.pem").read_bytes()))
+
     def issue(self, name: str, common_name: str, hosts: tuple[str, ...] = (),
               password: str | None = None) -> IssuedCertificate:
         """A certificate for ``common_name`` usable as TLS server (for ``hosts``, its SAN) and

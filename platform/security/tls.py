@@ -84,10 +84,11 @@ def _no_password() -> str:
 def load_cert_chain(context: ssl.SSLContext, certfile: str | Path, keyfile: str | Path | None,
                     password: Optional[str], what: str) -> None:
     """Load a certificate chain and key; the error names the files, never the password."""
+    for path in (certfile, keyfile):
+        if path is not None and not Path(path).is_file():
+            raise InvalidConfig(f"{what}: no such file {path}")
     try:
         context.load_cert_chain(certfile, keyfile, password if password is not None else _no_password)
-    except FileNotFoundError as exc:
-        raise InvalidConfig(f"{what}: no such file {exc.filename}") from None
     except ssl.SSLError as exc:
         raise InvalidConfig(f"{what}: cannot load the certificate and private key from "
                             f"{certfile}{'' if keyfile is None else ' and ' + str(keyfile)} ({exc.reason or exc}); "
@@ -96,10 +97,10 @@ def load_cert_chain(context: ssl.SSLContext, certfile: str | Path, keyfile: str 
 
 def load_trust(context: ssl.SSLContext, cafile: str | Path | None, cadata: str | None, what: str) -> None:
     """Trust these CA certificates (a file or inline PEM) instead of the system's."""
+    if cafile is not None and not Path(cafile).is_file():
+        raise InvalidConfig(f"{what}: no such file {cafile}")
     try:
         context.load_verify_locations(cafile=cafile, cadata=_normalized_pem(cadata, what) if cadata else None)
-    except FileNotFoundError as exc:
-        raise InvalidConfig(f"{what}: no such file {exc.filename or cafile}") from None
     except ssl.SSLError as exc:
         raise InvalidConfig(f"{what}: cannot load CA certificates ({exc.reason or exc}); they must be PEM") from None
 
