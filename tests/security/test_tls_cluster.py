@@ -183,6 +183,22 @@ def test_broker_logs_name_each_refusal_on_one_line_and_hold_no_key_or_password(c
     assert "Traceback" not in logs
 
 
+def test_zookeeper_serves_only_tls_and_the_brokers_use_it(cluster):
+    from kazoo.client import KazooClient
+    from kazoo.handlers.threading import KazooTimeoutError
+    zookeeper = cluster.zookeeper
+    config = (zookeeper.data_dir / "zoo.cfg").read_text()
+    assert f"secureClientPort={zookeeper.port}" in config and "clientPort=" not in config.replace("secureClientPort", "")
+    assert all("over TLS" in b.log_path.read_text() for b in cluster.brokers.values())
+    plain = KazooClient(hosts=zookeeper.connect_string, timeout=2)
+    try:
+        with pytest.raises(KazooTimeoutError):
+            plain.start(timeout=3)
+    finally:
+        plain.stop()
+        plain.close()
+
+
 def _served_certificate(host: str, port: int, ca: Path) -> bytes:
     context = ssl.create_default_context(cafile=str(ca))
     with socket.create_connection((host, port), timeout=WAIT_S) as raw, \
