@@ -60,6 +60,8 @@ class ErrorCode(IntEnum):
     GROUP_ID_NOT_FOUND = 69
     NON_EMPTY_GROUP = 68
     MEMBER_ID_REQUIRED = 79
+    FENCED_INSTANCE_ID = 82
+    GROUP_SUBSCRIBED_TO_TOPIC = 86
     FETCH_SESSION_ID_NOT_FOUND = 70
     INVALID_RECORD = 87
     UNSTABLE_OFFSET_COMMIT = 88
@@ -205,6 +207,18 @@ class MemberIdRequired(EmberError):
     def __init__(self, message: str = "", member_id: str = "") -> None:
         super().__init__(message or f"join again with member id {member_id}")
         self.member_id = member_id
+
+
+class FencedInstanceId(EmberError):
+    """Another consumer joined with the same ``group.instance.id`` and replaced this one."""
+    code = ErrorCode.FENCED_INSTANCE_ID
+    hint = "give every consumer of the group its own group.instance.id"
+
+
+class GroupSubscribedToTopic(EmberError):
+    """A member of the group subscribes to the topic whose committed offsets were to be deleted."""
+    code = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
+    hint = "stop the group's consumers of the topic (or unsubscribe them) first"
 
 
 class GroupIdNotFound(EmberError):

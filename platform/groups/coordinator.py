@@ -28,6 +28,14 @@ without an assignment, the leader's JoinGroup answer carries every member's meta
 group waits in CompletingRebalance until the leader's SyncGroup brings the assignment (stored in
 ZooKeeper like ember's), which every member's SyncGroup then returns (:meth:`sync`). A group is
 one kind or the other: ember and Kafka members never share a group.
+
+Static members (Kafka's ``group.instance.id``, KIP-345): a member that joins with an instance id
+and no member id while the group has a member with that instance id takes that member's place
+under a new member id; the old id is fenced (FENCED_INSTANCE_ID on its next request). In a Stable
+group whose protocol stays the same the replacement keeps the generation and the assignment (the
+group document is rewritten with the new id), so a restarted consumer comes back without a
+rebalance; otherwise the group rebalances as for any join. Static members leave by LeaveGroup
+(naming the instance id) or their session timeout, not when their consumer closes.
 """
 from __future__ import annotations
 
@@ -42,9 +50,9 @@ from typing import Any, Iterable, Optional
 from ember.cluster.metadata_cache import MetadataCache
 from ember.cluster.topic_admin import is_legal_topic_name
 from ember.cluster.records import BrokerInfo
-from ember.errors import (CoordinatorNotAvailable, GroupIdNotFound, IllegalGeneration,
-                          InconsistentGroupProtocol, InvalidGroupId, InvalidSessionTimeout, MemberIdRequired,
-                          NonEmptyGroup, NotCoordinator, RebalanceInProgress, UnknownMemberId,
+from ember.errors import (CoordinatorNotAvailable, FencedInstanceId, GroupIdNotFound, GroupSubscribedToTopic,
+                          IllegalGeneration, InconsistentGroupProtocol, InvalidGroupId, InvalidSessionTimeout,
+                          MemberIdRequired, NonEmptyGroup, NotCoordinator, RebalanceInProgress, UnknownMemberId,
                           UnknownTopicOrPartition)
 from ember.groups.assignors import ASSIGNORS
 from ember.groups.store import CommittedOffset, GroupStore, MetadataConflict
@@ -89,8 +97,11 @@ class JoinResult:
     protocol: str
     leader: str
     assignment: list[TopicPartition]
-    #: client-assigned groups: every member's metadata for the chosen protocol, for the leader only
-    members: list[tuple[str, bytes]] = field(default_factory=list)
+    #: client-assigned groups: (member id, instance id, metadata for the chosen protocol) of every
+    #: member, for the leader only
+    members: list[tuple[str, Optional[str], bytes]] = field(default_factory=list)
+    #: the leader need not assign: a static leader replaced in a Stable group (JoinGroup v9+)
+    skip_assignment: bool = False
 
 
 @dataclass
@@ -108,6 +119,8 @@ class Member:
     metadata: Optional[dict[str, bytes]] = None
     assignment_data: bytes = b""                # the leader's assignment for this member, as sent
     sync: Optional[asyncio.Future] = None       # a SyncGroup waiting for the leader's
+    instance_id: Optional[str] = None           # group.instance.id of a static member
+    client_host: str = ""                       # where its requests come from, for describe
 
     @property
     def waiting(self) -> bool:
@@ -136,6 +149,20 @@ class Group:
     sync_deadline: float = 0.0                  # AWAITING_SYNC: the leader's SyncGroup is due by then
     changed: bool = False                       # a JoinGroup arrived while completing
     last_used: float = 0.0
+    saving: asyncio.Lock = field(default_factory=asyncio.Lock)   # one write of /groups/<group> at a time
+
+    def static_member(self, instance_id: Optional[str]) -> Optional[Member]:
+        """The member holding ``group.instance.id`` ``instance_id`` (None for dynamic members)."""
+        if instance_id is None:
+            return None
+        return next((m for m in self.members.values() if m.instance_id == instance_id), None)
+
+    def check_instance(self, member_id: str, instance_id: Optional[str]) -> None:
+        """FENCED_INSTANCE_ID for a static member whose instance id another member took over."""
+        holder = self.static_member(instance_id)
+        if holder is not None and holder.member_id != member_id:
+            raise FencedInstanceId(f"member {member_id!r} of group {self.group_id!r} was replaced by "
+                                   f"{holder.member_id!r}, which joined with group.instance.id {instance_id!r}")
 
 
 class GroupCoordinator:
@@ -218,11 +245,13 @@ class GroupCoordinator:
 
     async def join(self, group_id: str, member_id: str, client_id: str, session_timeout_ms: int,
                    rebalance_timeout_ms: int, topics: list[str], protocols: list[str],
-                   metadata: Optional[dict[str, bytes]] = None, protocol_type: str = "consumer") -> JoinResult:
+                   metadata: Optional[dict[str, bytes]] = None, protocol_type: str = "consumer",
+                   instance_id: Optional[str] = None, client_host: str = "") -> JoinResult:
         """Join (or rejoin) and wait for the rebalance to end. ``metadata`` (protocol name ->
         subscription bytes) marks a client-assigned member (Kafka's classic protocol): its group's
         leader assigns, see :meth:`sync`; ember's members leave it None and get their partitions
-        from the assignor named by ``protocols``."""
+        from the assignor named by ``protocols``. ``instance_id`` makes the member static (see the
+        module's docstring); static members join in one step (no MEMBER_ID_REQUIRED)."""
         if session_timeout_ms > self.max_session_timeout_ms:
             raise InvalidSessionTimeout(f"session timeout {session_timeout_ms} ms is longer than "
                                         f"group.max.session.timeout.ms={self.max_session_timeout_ms}")
@@ -239,18 +268,33 @@ class GroupCoordinator:
         if others and not _common_protocols([m.protocols for m in others] + [protocols]):
             raise InconsistentGroupProtocol(f"assignors {protocols} share none with the group's members")
         loop = asyncio.get_running_loop()
+        if member_id:
+            group.check_instance(member_id, instance_id)
+        admitted = False                    # a new static member: no two-step join
         if not member_id:
-            # Two-step join (Kafka's MEMBER_ID_REQUIRED): hand out an id, add nobody yet.
-            member_id = f"{client_id}-{uuid.uuid4()}"
-            group.pending_ids[member_id] = loop.time() + max(session_timeout_ms / 1000, 1.0)
-            raise MemberIdRequired(member_id=member_id)
+            static = group.static_member(instance_id)
+            if static is not None:
+                self._replace_static(group, static)
+                static.client_id, static.client_host = client_id, client_host
+                self._update(static, session_timeout_ms, rebalance_timeout_ms, topics, protocols, metadata)
+                if group.state == STABLE and group.completing is None and \
+                        _common_protocols([m.protocols for m in group.members.values()])[0] == group.protocol:
+                    return await self._keep_generation(group, static)
+                return await self._await_rebalance(group, static)
+            if instance_id is None:
+                # Two-step join (Kafka's MEMBER_ID_REQUIRED): hand out an id, add nobody yet.
+                member_id = f"{client_id}-{uuid.uuid4()}"
+                group.pending_ids[member_id] = loop.time() + max(session_timeout_ms / 1000, 1.0)
+                raise MemberIdRequired(member_id=member_id)
+            member_id, admitted = f"{instance_id}-{uuid.uuid4()}", True
         member = group.members.get(member_id)
         if member is None:
-            if member_id not in group.pending_ids and member_id not in group.expected:
+            if not admitted and member_id not in group.pending_ids and member_id not in group.expected:
                 raise UnknownMemberId(f"member {member_id!r} is not in group {group_id!r}; join as a new member")
             group.pending_ids.pop(member_id, None)
             group.expected.pop(member_id, None)
-            member = Member(member_id, client_id, 0, 0, topics, protocols, metadata=metadata)
+            member = Member(member_id, client_id, 0, 0, topics, protocols, metadata=metadata,
+                            instance_id=instance_id, client_host=client_host)
             group.members[member_id] = member
             group.protocol_type = protocol_type
         else:
@@ -258,9 +302,20 @@ class GroupCoordinator:
             if group.state in (STABLE, AWAITING_SYNC) and unchanged:
                 member.deadline = loop.time() + member.session_timeout_s
                 return self._result(group, member)
+        self._update(member, session_timeout_ms, rebalance_timeout_ms, topics, protocols, metadata)
+        return await self._await_rebalance(group, member)
+
+    @staticmethod
+    def _update(member: Member, session_timeout_ms: int, rebalance_timeout_ms: int, topics: list[str],
+                protocols: list[str], metadata: Optional[dict[str, bytes]]) -> None:
         member.session_timeout_s = session_timeout_ms / 1000
         member.rebalance_timeout_s = rebalance_timeout_ms / 1000
         member.topics, member.protocols, member.metadata = list(topics), list(protocols), metadata
+
+    async def _await_rebalance(self, group: Group, member: Member) -> JoinResult:
+        """Start a rebalance unless one is pending, then wait for its end (the member's answer)."""
+        loop = asyncio.get_running_loop()
+        member_id = member.member_id
         if member.join is not None and not member.join.done():
             # a retried JoinGroup of the same member: answer the old one (not cancel(): the
             # server would take that for a shutdown and close the old request's connection)
@@ -274,11 +329,48 @@ class GroupCoordinator:
         self._maybe_complete(group)
         return await waiter
 
-    async def heartbeat(self, group_id: str, member_id: str, generation: int) -> None:
+    @staticmethod
+    def _replace_static(group: Group, member: Member) -> None:
+        """Give a static member a new member id: its old id is fenced, as are the old id's
+        pending JoinGroup and SyncGroup; its place (leadership, assignment) stays."""
+        old_id, new_id = member.member_id, f"{member.instance_id}-{uuid.uuid4()}"
+        fenced = FencedInstanceId(f"member {old_id} was replaced by {new_id}, which joined group "
+                                  f"{group.group_id!r} with group.instance.id {member.instance_id!r}")
+        for waiter in (member.join, member.sync):
+            if waiter is not None and not waiter.done():
+                _set_error(waiter, fenced)
+        member.join = member.sync = None
+        del group.members[old_id]
+        member.member_id = new_id
+        group.members[new_id] = member
+        if group.leader == old_id:
+            group.leader = new_id
+        if old_id in group.previous:
+            group.previous[new_id] = group.previous.pop(old_id)
+        log.info("group %s: static member %s (%s) replaced by %s", group.group_id, old_id, member.instance_id, new_id)
+
+    async def _keep_generation(self, group: Group, member: Member) -> JoinResult:
+        """A static member replaced in a Stable group: store the generation under its new id and
+        answer with the current generation and assignment (no rebalance). A leader gets the
+        members with ``skip_assignment`` (its SyncGroup gets the assignment in force)."""
+        generation = group.generation
+        doc = self._doc(group, dict(group.members), group.previous, generation, leader=group.leader)
+        await self._save_or_lose(group, doc, "the replaced static member")
+        moved_on = group.state != STABLE or group.generation != generation
+        if moved_on or group.members.get(member.member_id) is not member:
+            return await self._await_rebalance(group, member)     # the group moved on meanwhile
+        member.deadline = asyncio.get_running_loop().time() + member.session_timeout_s
+        result = self._result(group, member)
+        result.skip_assignment = member.member_id == group.leader
+        return result
+
+    async def heartbeat(self, group_id: str, member_id: str, generation: int,
+                        instance_id: Optional[str] = None) -> None:
         """Keep a member's session alive; tells it to rejoin while a rebalance is pending."""
         group = await self._group(group_id, create=False)
         if group is None:
             raise UnknownMemberId(f"group {group_id!r} has no member {member_id!r}; rejoin")
+        group.check_instance(member_id, instance_id)
         if member_id in group.expected:
             if generation != group.generation:
                 raise IllegalGeneration(f"generation {generation} of group {group_id!r} is stale "
@@ -292,13 +384,15 @@ class GroupCoordinator:
             raise RebalanceInProgress(f"group {group_id!r} is rebalancing; rejoin")
 
     async def sync(self, group_id: str, member_id: str, generation: int,
-                   assignments: dict[str, tuple[bytes, list[TopicPartition]]]) -> bytes:
+                   assignments: dict[str, tuple[bytes, list[TopicPartition]]],
+                   instance_id: Optional[str] = None) -> bytes:
         """SyncGroup of a client-assigned member: its assignment in the current generation. The
         leader's brings everyone's (opaque bytes, and the partitions they name for describe and
         ZooKeeper); the others wait for it. A rebalance meanwhile answers REBALANCE_IN_PROGRESS."""
         group = await self._group(group_id, create=False)
         if group is None:
             raise UnknownMemberId(f"group {group_id!r} has no member {member_id!r}; rejoin")
+        group.check_instance(member_id, instance_id)
         member = self._member(group, member_id, generation)
         if member.metadata is None:
             raise InconsistentGroupProtocol("ember's consumers get their assignment from JoinGroup, not SyncGroup")
@@ -319,14 +413,8 @@ class GroupCoordinator:
         generation = group.generation
         members = dict(group.members)
         assignment = {mid: assignments.get(mid, (b"", []))[1] for mid in members}
-        try:
-            group.version = await self._save(group, self._doc(group, members, assignment, generation))
-        except Exception as exc:
-            log.warning("group %s: could not store the assignment of generation %d: %s", group.group_id,
-                        generation, exc)
-            self._lose(group, NotCoordinator(f"group {group.group_id!r}: the assignment could not be stored; "
-                                             f"find the coordinator again"))
-            raise NotCoordinator(f"group {group.group_id!r}: the assignment could not be stored") from None
+        await self._save_or_lose(group, self._doc(group, members, assignment, generation, leader=group.leader),
+                                 "the assignment")
         if group.state != AWAITING_SYNC or group.generation != generation:
             raise RebalanceInProgress(f"group {group.group_id!r} started rebalancing; rejoin")
         now = asyncio.get_running_loop().time()
@@ -340,14 +428,24 @@ class GroupCoordinator:
         group.state = STABLE
         log.info("group %s: generation %d assigned by its leader %s", group.group_id, generation, group.leader)
 
-    async def leave(self, group_id: str, member_id: str) -> None:
+    async def leave(self, group_id: str, member_id: str, instance_id: Optional[str] = None) -> None:
+        """A member leaves; a static one may be named by its instance id alone (empty ``member_id``)."""
         group = await self._group(group_id, create=False)
-        if group is not None and group.expected.pop(member_id, None) is not None:
+        if group is None:
+            raise UnknownMemberId(f"group {group_id!r} has no member {member_id or instance_id!r}")
+        static = group.static_member(instance_id)
+        member_id = member_id or (static.member_id if static is not None else "")
+        group.check_instance(member_id, instance_id)
+        if group.expected.pop(member_id, None) is not None:
             self._maybe_complete(group)
             return
-        if group is None or member_id not in group.members:
-            raise UnknownMemberId(f"group {group_id!r} has no member {member_id!r}")
+        if member_id not in group.members:
+            raise UnknownMemberId(f"group {group_id!r} has no member {member_id or instance_id!r}")
         self._remove(group, [member_id], "left the group")
+        if not group.members and group.completing is not None:
+            # the last member: answer once the group is Empty (as Kafka does), so a describe right
+            # after a consumer closed sees it so; shielded, a client gone does not stop the write
+            await asyncio.shield(group.completing)
 
     def _member(self, group: Group, member_id: str, generation: int) -> Member:
         member = group.members.get(member_id)
@@ -430,10 +528,11 @@ class GroupCoordinator:
 
     @staticmethod
     def _doc(group: Group, members: dict[str, Member], assignment: dict[str, list[TopicPartition]],
-             generation: int) -> dict[str, Any]:
-        """The group document stored in ZooKeeper for ``generation``."""
+             generation: int, leader: Optional[str] = None) -> dict[str, Any]:
+        """The group document stored in ZooKeeper for ``generation`` (a new generation's leader
+        is its smallest member id)."""
         return {"protocol_type": group.protocol_type, "protocol": group.protocol, "generation": generation,
-                "leader": min(members, default=""), "members": sorted(members),
+                "leader": min(members, default="") if leader is None else leader, "members": sorted(members),
                 "rebalance_timeout_ms": int(max((m.rebalance_timeout_s for m in members.values()), default=0) * 1000),
                 "session_timeout_ms": int(max((m.session_timeout_s for m in members.values()), default=0) * 1000),
                 "assignment": {m: [list(tp) for tp in tps] for m, tps in assignment.items()}}
@@ -441,7 +540,7 @@ class GroupCoordinator:
     async def _complete(self, group: Group, assignment: dict[str, list[TopicPartition]],
                         members: dict[str, Member], doc: dict[str, Any]) -> None:
         try:
-            version = await self._save(group, doc)
+            await self._save(group, doc)
         except Exception as exc:
             group.completing = None
             if isinstance(exc, MetadataConflict):
@@ -453,7 +552,6 @@ class GroupCoordinator:
                                              f"could not be stored ({type(exc).__name__}); find the coordinator again"))
             return
         group.completing = None
-        group.version = version
         group.generation = doc["generation"]
         group.leader = doc["leader"]
         group.previous = assignment
@@ -482,17 +580,31 @@ class GroupCoordinator:
 
     async def _save(self, group: Group, doc: dict[str, Any]) -> int:
         """Write ``doc`` if ``/groups/<group>`` is unchanged since this coordinator read or wrote
-        it; a concurrent write that did not advance the generation (an offset commit creating the
-        znode) is retried, one that did means another coordinator owns the group."""
-        version = group.version
-        for _ in range(3):
-            try:
-                return await asyncio.to_thread(self.store.save_metadata, group.group_id, doc, version)
-            except MetadataConflict:
-                stored, version = await asyncio.to_thread(self.store.load_metadata_versioned, group.group_id)
-                if stored is not None and int(stored.get("generation", 0)) >= doc["generation"]:
-                    raise
-        raise MetadataConflict(f"/groups/{group.group_id} keeps changing")
+        it (writes of one group take turns); a concurrent write that did not advance the generation
+        (an offset commit creating the znode) is retried, one that did means another coordinator
+        owns the group. Returns (and keeps) the znode's new version."""
+        async with group.saving:
+            version = group.version
+            for _ in range(3):
+                try:
+                    group.version = await asyncio.to_thread(self.store.save_metadata, group.group_id, doc, version)
+                    return group.version
+                except MetadataConflict:
+                    stored, version = await asyncio.to_thread(self.store.load_metadata_versioned, group.group_id)
+                    if stored is not None and int(stored.get("generation", 0)) >= doc["generation"]:
+                        raise
+            raise MetadataConflict(f"/groups/{group.group_id} keeps changing")
+
+    async def _save_or_lose(self, group: Group, doc: dict[str, Any], what: str) -> None:
+        """Store ``doc`` for the current generation; on failure the group is handed over."""
+        try:
+            await self._save(group, doc)
+        except Exception as exc:
+            log.warning("group %s: could not store %s of generation %d: %s", group.group_id, what,
+                        doc["generation"], exc)
+            self._lose(group, NotCoordinator(f"group {group.group_id!r}: {what} could not be stored; "
+                                             f"find the coordinator again"))
+            raise NotCoordinator(f"group {group.group_id!r}: {what} could not be stored") from None
 
     def _lose(self, group: Group, error: Exception) -> None:
         """Forget the group (its joins get ``error``): the next request reloads it from ZooKeeper."""
@@ -502,8 +614,9 @@ class GroupCoordinator:
 
     @staticmethod
     def _result(group: Group, member: Member) -> JoinResult:
-        members = [(m.member_id, (m.metadata or {}).get(group.protocol, b"")) for m in group.members.values()] \
-            if member.metadata is not None and member.member_id == group.leader else []
+        leads = member.metadata is not None and member.member_id == group.leader
+        members = [(m.member_id, m.instance_id, (m.metadata or {}).get(group.protocol, b""))
+                   for m in group.members.values()] if leads else []
         return JoinResult(member.member_id, group.generation, group.protocol, group.leader, list(member.assignment),
                           members)
 
@@ -552,12 +665,13 @@ class GroupCoordinator:
     # -- offsets -----------------------------------------------------------------------------
 
     async def commit(self, group_id: str, member_id: str, generation: int,
-                     offsets: dict[TopicPartition, tuple[int, str]]) -> None:
+                     offsets: dict[TopicPartition, tuple[int, str]], instance_id: Optional[str] = None) -> None:
         """Store offsets for a member of the current generation (also while a rebalance is
         pending, so members can commit as their partitions are revoked), or, with
         generation -1 and no member id, for a group without active members (manual assignment,
         ``ember groups reset-offsets``). Offsets of unknown topics or partitions are refused."""
         group = await self._group(group_id, create=True)
+        group.check_instance(member_id, instance_id)
         if generation < 0 and not member_id:
             active = len(group.members) + len(group.expected)
             if active:
@@ -593,9 +707,28 @@ class GroupCoordinator:
     async def list_groups(self) -> list[dict[str, str]]:
         """Groups this broker coordinates: the ones in memory and the ones in ZooKeeper."""
         names = set(await asyncio.to_thread(self.store.groups)) | set(self.groups)
-        return [{"group_id": name, "protocol_type": "consumer",
-                 "state": self.groups[name].state if name in self.groups else EMPTY}
-                for name in sorted(names) if self.owns(name)]
+        loaded = {name: (g.protocol_type, g.state) for name, g in self.groups.items()}
+        return [{"group_id": name, "protocol_type": kind, "state": state}
+                for name in sorted(names) if self.owns(name)
+                for kind, state in [loaded.get(name, ("consumer", EMPTY))]]
+
+    async def delete_offsets(self, group_id: str, partitions: list[TopicPartition]) -> dict[TopicPartition, Exception]:
+        """Forget the committed offsets of ``partitions`` (Kafka's OffsetDelete), except those of
+        topics the group's members subscribe to: ``{partition: GroupSubscribedToTopic}`` for these."""
+        group = await self._group(group_id, create=False)
+        if group is None:
+            raise GroupIdNotFound(f"group {group_id!r} does not exist")
+        if group.expected or (group.members and group.protocol_type != "consumer"):
+            raise NonEmptyGroup(f"group {group_id!r} has members whose subscriptions are not known here yet"
+                                if group.expected else f"group {group_id!r} of protocol type "
+                                f"{group.protocol_type!r} has active members")
+        subscribed = {topic for m in group.members.values() for topic in m.topics}
+        refused: dict[TopicPartition, Exception] = {
+            tp: GroupSubscribedToTopic(f"members of group {group_id!r} subscribe to {tp.topic!r}")
+            for tp in partitions if tp.topic in subscribed}
+        await asyncio.to_thread(self.store.delete_offsets, group_id,
+                                [tp for tp in partitions if tp not in refused and is_legal_topic_name(tp.topic)])
+        return refused
 
     async def delete(self, group_id: str) -> None:
         group = await self._group(group_id, create=False)

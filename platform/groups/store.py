@@ -8,16 +8,38 @@ callers on an event loop run these methods with ``asyncio.to_thread``.
 """
 from __future__ import annotations
 
+import functools
 import json
 import time
 from dataclasses import dataclass
-from typing import Any, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional, TypeVar
 
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
+from kazoo.exceptions import (BadVersionError, ConnectionClosedError, ConnectionLoss, NodeExistsError, NoNodeError,
+                              NotEmptyError, OperationTimeoutError, SessionExpiredError)
 
 from ember.cluster import zk_paths
 from ember.cluster.zk_session import ZkSession
 from ember.client.types import TopicPartition
+from ember.errors import CoordinatorNotAvailable
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: kazoo's failures that say ZooKeeper is unreachable for now, not that the request is wrong.
+_UNREACHABLE = (ConnectionLoss, SessionExpiredError, OperationTimeoutError, ConnectionClosedError)
+
+
+def _retriable_while_unreachable(method: F) -> F:
+    """A store call that fails because ZooKeeper is unreachable raises CoordinatorNotAvailable,
+    which clients retry (Kafka's answer while a coordinator cannot reach its storage), instead of
+    an unexpected error that a committing consumer would give up on."""
+    @functools.wraps(method)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except _UNREACHABLE as exc:
+            raise CoordinatorNotAvailable(f"the group coordinator cannot reach ZooKeeper "
+                                          f"({type(exc).__name__}); retry shortly") from exc
+    return call  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
@@ -44,6 +66,7 @@ class GroupStore:
     def __init__(self, session: ZkSession) -> None:
         self.client = session.client
 
+    @_retriable_while_unreachable
     def commit(self, group_id: str, offsets: dict[TopicPartition, tuple[int, str]]) -> None:
         """Store every offset; znodes missing so far are created (their parents too)."""
         now = int(time.time() * 1000)
@@ -61,6 +84,7 @@ class GroupStore:
         except NodeExistsError:
             self.client.set(path, data)
 
+    @_retriable_while_unreachable
     def fetch(self, group_id: str, partitions: Optional[Iterable[TopicPartition]]) -> dict[TopicPartition, CommittedOffset]:
         """Committed offsets of ``partitions`` (all of the group's when None); absent ones are left out."""
         wanted = self._all_partitions(group_id) if partitions is None else list(partitions)
@@ -73,6 +97,16 @@ class GroupStore:
                 continue
             found[tp] = CommittedOffset.from_bytes(data)
         return found
+
+    @_retriable_while_unreachable
+    def delete_offsets(self, group_id: str, partitions: Iterable[TopicPartition]) -> None:
+        """Remove the committed offsets of ``partitions`` (absent ones are skipped)."""
+        pending = [self.client.delete_async(zk_paths.group_offset(group_id, *tp)) for tp in partitions]
+        for result in pending:
+            try:
+                result.get()
+            except NoNodeError:
+                continue
 
     def _all_partitions(self, group_id: str) -> list[TopicPartition]:
         try:
@@ -88,10 +122,12 @@ class GroupStore:
                 continue
         return out
 
+    @_retriable_while_unreachable
     def load_metadata(self, group_id: str) -> Optional[dict[str, Any]]:
         """The group's metadata document; ``{}`` for a group known only by its offsets, None if unknown."""
         return self.load_metadata_versioned(group_id)[0]
 
+    @_retriable_while_unreachable
     def load_metadata_versioned(self, group_id: str) -> tuple[Optional[dict[str, Any]], Optional[int]]:
         """(document, znode version) of the group's metadata; (None, None) if the group is unknown."""
         try:
@@ -100,6 +136,7 @@ class GroupStore:
             return None, None
         return (json.loads(data) if data else {}), stat.version
 
+    @_retriable_while_unreachable
     def save_metadata(self, group_id: str, doc: dict[str, Any], version: Optional[int] = None) -> int:
         """Write the metadata document if the znode is still at ``version`` (None: must not exist);
         returns the new version, raises :class:`MetadataConflict` otherwise."""
@@ -113,12 +150,14 @@ class GroupStore:
         except (BadVersionError, NodeExistsError, NoNodeError) as exc:
             raise MetadataConflict(f"{path} changed since it was read ({type(exc).__name__})") from exc
 
+    @_retriable_while_unreachable
     def groups(self) -> list[str]:
         try:
             return sorted(self.client.get_children(zk_paths.GROUPS))
         except NoNodeError:
             return []
 
+    @_retriable_while_unreachable
     def delete(self, group_id: str) -> bool:
         """Remove the group and its offsets; False if it did not exist."""
         try:

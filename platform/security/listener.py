@@ -39,26 +39,20 @@ class ListenerSecurity:
 async def establish(security: ListenerSecurity, writer: asyncio.StreamWriter, peer: object) -> Optional[Session]:
     """The session of a new connection, after its TLS handshake; None when the handshake failed
     (logged, connection closed)."""
-    peer_text = _peer(peer)
+    host, port = (str(peer[0]), int(peer[1])) if isinstance(peer, tuple) and len(peer) >= 2 else (str(peer), 0)
     if security.context is None:
-        return Session(ANONYMOUS, security.listener, security.protocol, peer_text)
+        return Session(ANONYMOUS, security.listener, security.protocol, host, port)
     try:
         await writer.start_tls(security.context, ssl_handshake_timeout=security.handshake_timeout_s)
     except (OSError, asyncio.TimeoutError) as exc:
-        log.info("closing connection from %s on TLS listener %s: %s", peer_text, security.listener,
+        log.info("closing connection from %s:%d on TLS listener %s: %s", host, port, security.listener,
                  _handshake_failure(exc, security.handshake_timeout_s))
         writer.transport.abort()
         return None
     tls = writer.get_extra_info("ssl_object")
     der = tls.getpeercert(binary_form=True) if tls is not None else None
-    return Session(certificate_principal(der), security.listener, security.protocol, peer_text,
+    return Session(certificate_principal(der), security.listener, security.protocol, host, port,
                    tls.version() if tls is not None else None)
-
-
-def _peer(peer: object) -> str:
-    if isinstance(peer, tuple) and len(peer) >= 2:
-        return f"{peer[0]}:{peer[1]}"
-    return str(peer)
 
 
 def _handshake_failure(exc: BaseException, timeout_s: float) -> str:

@@ -25,9 +25,15 @@ class Session:
     principal: str
     listener: str
     security_protocol: SecurityProtocol
-    peer: str
+    #: The client's address as the broker sees it (Kafka's ACLs match on this host).
+    host: str
+    port: int
     #: The negotiated TLS version on a TLS connection.
     tls_version: Optional[str] = None
+
+    @property
+    def peer(self) -> str:
+        return f"{self.host}:{self.port}"
 
 
 _current: contextvars.ContextVar[Optional[Session]] = contextvars.ContextVar("ember_session", default=None)

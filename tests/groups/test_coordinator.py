@@ -9,8 +9,8 @@ from typing import Any, Optional
 
 import pytest
 
-from ember.errors import (IllegalGeneration, InvalidSessionTimeout, NonEmptyGroup, NotCoordinator, RebalanceInProgress,
-                          UnknownMemberId, UnknownTopicOrPartition)
+from ember.errors import (FencedInstanceId, GroupSubscribedToTopic, IllegalGeneration, InvalidSessionTimeout,
+                          NonEmptyGroup, NotCoordinator, RebalanceInProgress, UnknownMemberId, UnknownTopicOrPartition)
 from ember.groups import coordinator as coordinator_module
 from ember.groups.coordinator import EMPTY, PREPARING, STABLE, GroupCoordinator, MemberIdRequired
 from ember.groups.store import MetadataConflict
@@ -60,6 +60,10 @@ class FakeStore:
 
     def groups(self) -> list[str]:
         return sorted(self.docs)
+
+    def delete_offsets(self, group_id: str, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            self.offsets.get(group_id, {}).pop(tp, None)
 
     def delete(self, group_id: str) -> bool:
         return self.docs.pop(group_id, None) is not None
@@ -241,10 +245,14 @@ def test_join_with_a_session_timeout_above_the_broker_maximum_is_refused() -> No
     run(scenario)
 
 
-async def kafka_join(coord: GroupCoordinator, member_id: str = "", rebalance_ms: int = 10000):
-    """A Kafka consumer's join: protocol metadata instead of a server-side assignor."""
+async def kafka_join(coord: GroupCoordinator, member_id: str = "", rebalance_ms: int = 10000,
+                     instance_id: Optional[str] = None):
+    """A Kafka consumer's join: protocol metadata instead of a server-side assignor; a static
+    member (``instance_id``) joins in one step."""
     args = ("c", 10000, rebalance_ms, ["t"], ["range"])
     metadata = {"range": f"subscription of {member_id or 'new'}".encode()}
+    if instance_id is not None:
+        return await coord.join("g", member_id, *args, metadata=metadata, instance_id=instance_id)
     if not member_id:
         with pytest.raises(MemberIdRequired) as required:
             await coord.join("g", "", *args, metadata=metadata)
@@ -258,8 +266,8 @@ def test_kafka_members_get_their_leaders_assignment_through_sync() -> None:
         coord = coordinator(store)
         a, b = await asyncio.gather(kafka_join(coord), kafka_join(coord))
         leader, follower = (a, b) if a.member_id == a.leader else (b, a)
-        assert {m for m, _ in leader.members} == {a.member_id, b.member_id} and follower.members == []
-        assert dict(leader.members)[follower.member_id] == f"sub-{follower.member_id}".encode()
+        assert {m for m, _, _ in leader.members} == {a.member_id, b.member_id} and follower.members == []
+        assert {m: data for m, _, data in leader.members}[follower.member_id] == f"sub-{follower.member_id}".encode()
         assert coord.groups["g"].state == coordinator_module.AWAITING_SYNC and leader.assignment == []
         waiting = asyncio.ensure_future(coord.sync("g", follower.member_id, follower.generation, {}))
         await asyncio.sleep(0.1)
@@ -297,5 +305,81 @@ def test_ember_and_kafka_consumers_never_share_a_group() -> None:
         await kafka_join(coord)
         with pytest.raises(coordinator_module.InconsistentGroupProtocol, match="cannot share a group"):
             await join(coord)
+        await coord.close()
+    run(scenario)
+
+
+async def stable_static_pair(coord: GroupCoordinator) -> tuple[Any, Any]:
+    """Two static members (instances "a" and "b") of a Stable group: (leader's, follower's) join results."""
+    a, b = await asyncio.gather(kafka_join(coord, instance_id="a"), kafka_join(coord, instance_id="b"))
+    leader, follower = (a, b) if a.member_id == a.leader else (b, a)
+    plan = {leader.member_id: (b"L", [TopicPartition("t", 0)]), follower.member_id: (b"F", [TopicPartition("t", 1)])}
+    follower_sync = asyncio.ensure_future(coord.sync("g", follower.member_id, follower.generation, {}))
+    assert await coord.sync("g", leader.member_id, leader.generation, plan) == b"L"
+    assert await follower_sync == b"F"
+    return leader, follower
+
+
+def test_a_restarted_static_member_takes_its_place_without_a_rebalance_and_fences_the_old_id() -> None:
+    async def scenario() -> None:
+        store = FakeStore()
+        coord = coordinator(store)
+        leader, follower = await stable_static_pair(coord)
+        instance = coord.groups["g"].members[leader.member_id].instance_id
+        saves = len(store.saves)
+        again = await kafka_join(coord, instance_id=instance)       # the leader's consumer restarted
+        group = coord.groups["g"]
+        assert again.member_id != leader.member_id and again.generation == leader.generation
+        assert group.state == STABLE and again.leader == again.member_id and again.skip_assignment
+        assert {m for m, _, _ in again.members} == {again.member_id, follower.member_id}
+        assert await coord.sync("g", again.member_id, again.generation, {}, instance_id=instance) == b"L"
+        assert store.docs["g"][0]["members"] == sorted([again.member_id, follower.member_id])
+        assert len(store.saves) == saves + 1 and store.docs["g"][0]["generation"] == leader.generation
+        await coord.heartbeat("g", follower.member_id, follower.generation, "b")   # the other member: no rebalance
+        with pytest.raises(FencedInstanceId):
+            await coord.heartbeat("g", leader.member_id, leader.generation, instance)
+        with pytest.raises(FencedInstanceId):
+            await coord.commit("g", leader.member_id, leader.generation, {TopicPartition("t", 0): (1, "")}, instance)
+        with pytest.raises(FencedInstanceId):
+            await kafka_join(coord, leader.member_id, instance_id=instance)
+        await coord.leave("g", "", "b")                               # a static member named by its instance id
+        assert follower.member_id not in group.members and group.state == PREPARING
+        await coord.close()
+    run(scenario)
+
+
+def test_a_static_member_replaced_while_the_leader_assigns_fences_the_old_sync_and_rebalances() -> None:
+    async def scenario() -> None:
+        coord = coordinator(FakeStore())
+        a, b = await asyncio.gather(kafka_join(coord, instance_id="a", rebalance_ms=2000),
+                                    kafka_join(coord, instance_id="b", rebalance_ms=2000))
+        follower = b if a.member_id == a.leader else a
+        instance = coord.groups["g"].members[follower.member_id].instance_id
+        waiting = asyncio.ensure_future(coord.sync("g", follower.member_id, follower.generation, {}))
+        await asyncio.sleep(0.05)
+        replaced = asyncio.ensure_future(kafka_join(coord, instance_id=instance, rebalance_ms=2000))
+        with pytest.raises(FencedInstanceId):
+            await waiting
+        assert coord.groups["g"].state == PREPARING
+        leader = b if follower is a else a
+        rejoined, new = await asyncio.gather(kafka_join(coord, leader.member_id, rebalance_ms=2000), replaced)
+        assert new.generation == rejoined.generation == a.generation + 1 and new.member_id != follower.member_id
+        await coord.close()
+    run(scenario)
+
+
+def test_offset_delete_keeps_the_offsets_of_subscribed_topics() -> None:
+    async def scenario() -> None:
+        store = FakeStore()
+        coord = coordinator(store)
+        member = await join(coord)
+        offsets = {TopicPartition("t", 0): (5, ""), TopicPartition("old", 0): (7, "")}
+        store.offsets["g"] = dict(offsets)
+        refused = await coord.delete_offsets("g", list(offsets))
+        assert list(refused) == [TopicPartition("t", 0)] and isinstance(refused[TopicPartition("t", 0)], GroupSubscribedToTopic)
+        assert store.offsets["g"] == {TopicPartition("t", 0): (5, "")}
+        await coord.leave("g", member.member_id)
+        assert coord.groups["g"].state == EMPTY              # the last member is answered once it is so
+        assert await coord.delete_offsets("g", [TopicPartition("t", 0)]) == {} and store.offsets["g"] == {}
         await coord.close()
     run(scenario)

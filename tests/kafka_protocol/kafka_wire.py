@@ -7,6 +7,7 @@ import struct
 from typing import Any
 
 from blocking_connection import BlockingConnection
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.serial import entity_reader, entity_writer
 
 from ember.protocol.ember.wire import ApiKey
@@ -50,3 +51,14 @@ class KafkaWire(BlockingConnection):
         # response header v1 adds (empty) tagged fields; ApiVersions always answers with header v0
         tagged = 1 if cls.__flexible__ and request.__api_key__ != ApiKey.API_VERSIONS else 0
         return entity_reader(cls)(body, tagged)[0]
+
+
+def partition_leader(address: str, topic: str, partition: int = 0) -> tuple[int, int, dict[int, str]]:
+    """(leader id, leader epoch) of a partition as Metadata v12 gives them, and every broker's
+    Kafka address by id."""
+    with KafkaWire(address) as wire:
+        metadata = wire.call(MetadataRequest(topics=(MetadataRequestTopic(topic_id=None, name=topic),),
+                                             allow_auto_topic_creation=False, include_topic_authorized_operations=False))
+    brokers = {b.node_id: f"{b.host}:{b.port}" for b in metadata.brokers}
+    found = [p for p in metadata.topics[0].partitions if p.partition_index == partition]
+    return (found[0].leader_id, found[0].leader_epoch, brokers) if found else (-1, -1, brokers)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 from kafka_helpers import WAIT_S, create_topic, produce, records
 
 from ember.groups.admin import GroupAdmin
@@ -56,30 +56,6 @@ def test_subscribed_consumers_share_partitions_and_take_over_when_one_leaves(sha
     finally:
         first.close()
         second.close()
-
-
-def test_static_membership_is_refused_cleanly(shared_cluster, topic_name):
-    bootstrap = shared_cluster.kafka_bootstrap
-    create_topic(bootstrap, topic_name)
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{topic_name}",
-                         "group.instance.id": "static-1"})
-    try:
-        consumer.subscribe([topic_name])
-        deadline = time.monotonic() + WAIT_S
-        errors: list[KafkaError] = []
-        while not any(e.code() == KafkaError.UNSUPPORTED_VERSION for e in errors):
-            # others may come first and pass (the new topic not known yet to the broker asked)
-            assert time.monotonic() < deadline, f"no UNSUPPORTED_VERSION reached the application: {errors}"
-            try:
-                message = consumer.poll(0.5)
-            except KafkaException as exc:
-                errors.append(exc.args[0])
-                continue
-            if message is not None and message.error() is not None:
-                errors.append(message.error())
-            assert message is None or message.error() is not None, "a static member must not get records"
-    finally:
-        consumer.close()
 
 
 def test_kafka_python_and_librdkafka_consumers_share_one_group(shared_cluster, topic_name):

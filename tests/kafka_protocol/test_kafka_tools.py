@@ -3,13 +3,18 @@ from Maven Central by ``make setup``) run unchanged against ember's Kafka listen
 classpath as ``kafka-*.sh`` would run them: the Java client is the strictest judge of the protocol."""
 from __future__ import annotations
 
+import time
 from collections import Counter
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from kafka_helpers import BASE_MS, WAIT_S, admin, create_topic, produce, run_tool, tool_events
 
+from ember.client import Consumer as EmberConsumer
+from ember.client import OffsetAndMetadata
 from ember.client import Producer as EmberProducer
+from ember.client import TopicPartition as EmberTopicPartition
+from ember.groups.admin import GroupAdmin
 
 pytestmark = pytest.mark.integration
 
@@ -116,8 +121,8 @@ def test_verifiable_producer_acks_and_verifiable_consumer_counts_match(bootstrap
     assert {p: o for p, o in committed(bootstrap, group, topic_name, 3).items() if ends[p]} == last_commit
 
 
-# The two tests below need APIs added on another branch (kadmin): they fail with "The node does not
-# support DESCRIBE_CONFIGS" / "... LIST_GROUPS" until it is merged.
+# The test below needs DescribeConfigs, added on another branch (ktools): it fails with "The node
+# does not support DESCRIBE_CONFIGS" until that is merged.
 
 def test_topic_command_describes_partitions_and_replicas(bootstrap, topic_name):
     """Needs DescribeConfigs (``kafka-topics --describe`` asks each topic's configs; its partitions
@@ -129,32 +134,83 @@ def test_topic_command_describes_partitions_and_replicas(bootstrap, topic_name):
                   if "Partition: " in line) == [0, 1, 2]
 
 
-def test_consumer_group_command_lists_describes_lag_and_resets_offsets(bootstrap, topic_name):
-    """Needs ListGroups (``--list``) and DescribeGroups (``--describe``, ``--reset-offsets``, which
-    checks that the group is empty); the offsets come from OffsetFetch and ListOffsets."""
+def group_rows(stdout: str, group: str) -> list[tuple]:
+    """``kafka-consumer-groups --describe`` rows of ``group``: (partition, current offset, log end,
+    lag, consumer id, host, client id), "-" where the tool prints it."""
+    rows = [line.split() for line in stdout.splitlines() if line.split()[:1] == [group]]
+    # GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG CONSUMER-ID HOST CLIENT-ID
+    return sorted((int(r[2]), r[3], r[4], r[5], r[6], r[7], r[8]) for r in rows)
+
+
+def test_consumer_group_command_describes_every_kind_of_group_and_resets_offsets(shared_cluster, bootstrap, topic_name):
+    """kafka-consumer-groups lists and describes, with lag, a live group of Kafka consumers, a live
+    group of ember's consumers and a group holding only the offsets a Spark query commits with
+    ``groupId`` (GroupAdmin.commit_offsets, what ``stream_reader.commit`` calls); once the Kafka
+    consumer has left, ``--reset-offsets --to-earliest --execute`` moves its group back and a
+    consumer of the group re-reads everything from offset 0."""
     create_topic(bootstrap, topic_name, partitions=3)
     produce(bootstrap, topic_name, [(i % 3, None, f"v{i}".encode(), [], 0) for i in range(30)])
-    group = f"cli-{topic_name}"
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
-                         "enable.auto.commit": False})
+    kafka_group, ember_group, spark_group = f"k-{topic_name}", f"e-{topic_name}", f"s-{topic_name}"
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": kafka_group, "client.id": "rdkafka-cli",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    ember_consumer = EmberConsumer(topic_name, bootstrap_servers=shared_cluster.bootstrap, group_id=ember_group,
+                                   client_id="ember-cli", enable_auto_commit=False)
+    groups = f"{TOOLS}.consumer.group.ConsumerGroupCommand"
     try:
         consumer.subscribe([topic_name])
         got = 0
-        for _ in range(60):
-            got += len(consumer.consume(30, timeout=0.5))
-            if got >= 30:
-                break
-        assert got == 30
-        consumer.commit(asynchronous=False)
+        deadline = time.monotonic() + 2 * WAIT_S
+        while got < 30 or not ember_consumer.assignment():
+            assert time.monotonic() < deadline, f"read {got} of 30 records; ember's consumer assigned " \
+                                                f"{ember_consumer.assignment()}"
+            got += len(consumer.consume(30, timeout=0.2))
+            ember_consumer.poll(timeout_ms=100)
+        consumer.commit(offsets=[TopicPartition(topic_name, p, 10 - 2 * p) for p in range(3)], asynchronous=False)
+        ember_consumer.commit({EmberTopicPartition(topic_name, 0): OffsetAndMetadata(5, "")})
+        with GroupAdmin(shared_cluster.bootstrap) as group_admin:
+            group_admin.commit_offsets(spark_group, {EmberTopicPartition(topic_name, p): 3 for p in range(3)},
+                                       metadata="spark")
+
+        listed = run_tool(groups, "--bootstrap-server", bootstrap, "--list").stdout.split()
+        assert {kafka_group, ember_group, spark_group} <= set(listed)
+        described = run_tool(groups, "--bootstrap-server", bootstrap, "--describe", "--group", kafka_group,
+                             "--group", ember_group, "--group", spark_group).stdout
+        kafka_rows = group_rows(described, kafka_group)
+        assert [r[:4] for r in kafka_rows] == [(p, str(10 - 2 * p), "10", str(2 * p)) for p in range(3)]
+        assert {r[4:] for r in kafka_rows} == {(kafka_rows[0][4], "/127.0.0.1", "rdkafka-cli")}
+        ember_rows = group_rows(described, ember_group)
+        assert [r[:4] for r in ember_rows] == [(0, "5", "10", "5"), (1, "-", "10", "-"), (2, "-", "10", "-")]
+        assert {r[5:] for r in ember_rows} == {("/127.0.0.1", "ember-cli")}
+        assert group_rows(described, spark_group) == [(p, "3", "10", "7", "-", "-", "-") for p in range(3)]
     finally:
         consumer.close()
+        ember_consumer.close()
 
-    groups = f"{TOOLS}.consumer.group.ConsumerGroupCommand"
-    assert group in run_tool(groups, "--bootstrap-server", bootstrap, "--list").stdout.split()
-    rows = [line.split() for line in run_tool(groups, "--bootstrap-server", bootstrap, "--describe", "--group", group)
-            .stdout.splitlines() if line.startswith(group)]
-    # GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG ...
-    assert sorted((int(r[2]), int(r[3]), int(r[4]), int(r[5])) for r in rows) == [(p, 10, 10, 0) for p in range(3)]
-    run_tool(groups, "--bootstrap-server", bootstrap, "--reset-offsets", "--group", group, "--topic", topic_name,
+    run_tool(groups, "--bootstrap-server", bootstrap, "--reset-offsets", "--group", kafka_group, "--topic", topic_name,
              "--to-earliest", "--execute")
-    assert committed(bootstrap, group, topic_name, 3) == {0: 0, 1: 0, 2: 0}
+    assert committed(bootstrap, group=kafka_group, topic=topic_name, partitions=3) == {0: 0, 1: 0, 2: 0}
+    again = Consumer({"bootstrap.servers": bootstrap, "group.id": kafka_group, "auto.offset.reset": "latest",
+                      "enable.auto.commit": False})
+    try:
+        again.subscribe([topic_name])
+        offsets: list[tuple[int, int]] = []
+        deadline = time.monotonic() + 2 * WAIT_S
+        while len(offsets) < 30:
+            assert time.monotonic() < deadline, f"re-read {len(offsets)} of 30 records"
+            offsets += [(m.partition(), m.offset()) for m in again.consume(30, timeout=0.2) if m.error() is None]
+        assert sorted(offsets) == [(p, o) for p in range(3) for o in range(10)]
+    finally:
+        again.close()
+
+
+def test_a_java_consumer_asking_for_the_kip_848_protocol_stops_with_kafkas_advice(bootstrap, topic_name):
+    """ConsumerGroupHeartbeat (KIP-848) is not advertised, so a Java consumer configured with
+    group.protocol=consumer stops at once with Kafka's UnsupportedVersionException telling the user
+    to set group.protocol=classic, instead of waiting (its --timeout-ms is far above the tool's)."""
+    create_topic(bootstrap, topic_name)
+    stopped = run_tool(f"{TOOLS}.consumer.ConsoleConsumer", "--bootstrap-server", bootstrap, "--topic", topic_name,
+                       "--group", f"kip848-{topic_name}", "--command-property", "group.protocol=consumer",
+                       "--timeout-ms", "600000", timeout_s=90)
+    assert "UnsupportedVersionException: The cluster does not support the new CONSUMER group protocol. " \
+           "Set group.protocol=classic" in stopped.stdout
+    assert "Processed a total of 0 messages" in stopped.stderr

@@ -11,11 +11,13 @@ import pytest
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from aiokafka.record.util import calc_crc32c
 from kafka_helpers import create_topic
-from kafka_wire import WAIT_S, KafkaWire
+from kafka_wire import WAIT_S, KafkaWire, partition_leader
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.describe_groups.v5.request import DescribeGroupsRequest as DescribeGroupsV5
+from kio.schema.describe_groups.v6.request import DescribeGroupsRequest as DescribeGroupsV6
+from kio.schema.find_coordinator.v3.request import FindCoordinatorRequest
 from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
 from kio.schema.list_offsets.v6.request import ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic
-from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 
 from ember.errors import ErrorCode
@@ -24,6 +26,9 @@ from ember.protocol.ember.wire import ApiKey
 pytestmark = pytest.mark.integration
 
 _INT16 = struct.Struct(">h")
+#: KIP-848's consumer group protocol, not served: Java consumers with group.protocol=consumer fail
+#: fast on its absence from ApiVersions ("set group.protocol=classic").
+CONSUMER_GROUP_HEARTBEAT = 68
 
 
 @pytest.fixture(scope="module")
@@ -36,14 +41,9 @@ def ready_leader(address: str, topic: str) -> str:
     partition (a new topic reaches every broker within moments, not at once)."""
     deadline = time.monotonic() + WAIT_S
     while time.monotonic() < deadline:
-        with KafkaWire(address) as wire:
-            metadata = wire.call(MetadataRequest(topics=(MetadataRequestTopic(topic_id=None, name=topic),),
-                                                 allow_auto_topic_creation=False,
-                                                 include_topic_authorized_operations=False))
-        brokers = {b.node_id: f"{b.host}:{b.port}" for b in metadata.brokers}
-        partitions = metadata.topics[0].partitions
-        if partitions and partitions[0].leader_id in brokers:
-            leader = brokers[partitions[0].leader_id]
+        leader_id, _, brokers = partition_leader(address, topic)
+        if leader_id in brokers:
+            leader = brokers[leader_id]
             with KafkaWire(leader) as wire:
                 offsets = wire.call(ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=(ListOffsetsTopic(
                     name=topic, partitions=(ListOffsetsPartition(partition_index=0, timestamp=-1),)),)))
@@ -88,9 +88,9 @@ def test_unsupported_apis_and_versions_get_kafka_errors_and_the_connection_stays
         _, body = wire.receive()
         assert _INT16.unpack_from(body)[0] == ErrorCode.UNSUPPORTED_VERSION
         listed = {struct.unpack_from(">hhh", body, 6 + 6 * i)[0] for i in range(struct.unpack_from(">i", body, 2)[0])}
-        assert ApiKey.PRODUCE in listed and ApiKey.FETCH in listed and ApiKey.DESCRIBE_GROUPS not in listed
-        # an API this broker does not serve (DescribeGroups), an unknown API key, Metadata v99
-        for api_key, version in ((ApiKey.DESCRIBE_GROUPS, 5), (999, 0), (ApiKey.METADATA, 99)):
+        assert ApiKey.PRODUCE in listed and ApiKey.FETCH in listed and CONSUMER_GROUP_HEARTBEAT not in listed
+        # an API this broker does not serve (ConsumerGroupHeartbeat), an unknown API key, Metadata v99
+        for api_key, version in ((CONSUMER_GROUP_HEARTBEAT, 0), (999, 0), (ApiKey.METADATA, 99)):
             header = struct.pack(">hhih", api_key, version, 77, -1)
             wire.send_raw(struct.pack(">i", len(header) + 3) + header + b"\0\0\0")
             correlation_id, body = wire.receive()
@@ -105,6 +105,19 @@ def test_unsupported_apis_and_versions_get_kafka_errors_and_the_connection_stays
         assert struct.unpack_from(">ih", body, 4 + 2 + len(topic) + 4) == (4, ErrorCode.UNSUPPORTED_VERSION)
         versions = wire.call(ApiVersionsRequest(client_software_name="t", client_software_version="1"))
         assert versions.error_code.value == 0
+
+
+def test_an_unknown_group_is_described_dead_and_from_v6_not_found(kafka_address, topic_name):
+    """Kafka's answers: DescribeGroups v0-5 describe an unknown group as Dead without an error,
+    v6 adds GROUP_ID_NOT_FOUND (KIP-1043); the Java admin reads both as "does not exist"."""
+    group = f"nobody-{topic_name}"
+    with KafkaWire(kafka_address) as wire:
+        coordinator = wire.call(FindCoordinatorRequest(key=group, key_type=0))
+    with KafkaWire(f"{coordinator.host}:{coordinator.port}") as wire:
+        old, new = (wire.call(request(groups=(group,), include_authorized_operations=False)).groups[0]
+                    for request in (DescribeGroupsV5, DescribeGroupsV6))
+    assert (old.error_code.value, old.group_state, old.members) == (0, "Dead", ())
+    assert (new.error_code.value, new.group_state, new.members) == (ErrorCode.GROUP_ID_NOT_FOUND, "Dead", ())
 
 
 @pytest.mark.parametrize("garbage", [

@@ -39,7 +39,8 @@ def test_every_advertised_version_has_kafkas_schema_except_rejected_produce_v0_t
     assert keys == {ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.LIST_OFFSETS, ApiKey.METADATA, ApiKey.OFFSET_COMMIT,
                     ApiKey.OFFSET_FETCH, ApiKey.FIND_COORDINATOR, ApiKey.API_VERSIONS, ApiKey.CREATE_TOPICS,
                     ApiKey.DELETE_TOPICS, ApiKey.INIT_PRODUCER_ID, ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP,
-                    ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP}
+                    ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP, ApiKey.DESCRIBE_GROUPS, ApiKey.LIST_GROUPS,
+                    ApiKey.DELETE_GROUPS, ApiKey.OFFSET_DELETE, ApiKey.OFFSET_FOR_LEADER_EPOCH}
     for key, low, high in supported:
         for version in range(low, high + 1):
             if key == ApiKey.PRODUCE and version < 3:

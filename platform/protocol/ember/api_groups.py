@@ -11,6 +11,7 @@ from ember.groups.coordinator import Group, GroupCoordinator, MemberIdRequired
 from ember.protocol.ember import fields
 from ember.client.types import TopicPartition
 from ember.protocol.ember.dispatcher import Handler
+from ember.protocol.ember.server import client_host
 from ember.protocol.ember.wire import ApiKey, Request
 from ember.protocol.ember.reply import OK, Reply, error_fields
 
@@ -46,7 +47,7 @@ class GroupApis:
                 fields.string(body, "group_id"), fields.string(body, "member_id", ""),
                 fields.string(body, "client_id", ""), session_timeout_ms,
                 fields.integer(body, "rebalance_timeout_ms", session_timeout_ms),
-                fields.strings(body, "topics"), fields.strings(body, "protocols"))
+                fields.strings(body, "topics"), fields.strings(body, "protocols"), client_host=client_host())
         except MemberIdRequired as exc:     # first step of a join: the id to join with
             return Reply({**error_fields(exc), "member_id": exc.member_id})
         return Reply({**OK, "member_id": result.member_id, "generation": result.generation,

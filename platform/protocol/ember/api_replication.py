@@ -15,6 +15,13 @@ from ember.protocol.ember.reply import OK, Reply
 from ember.ingest.replica_manager import ReplicaManager
 
 
+async def epoch_end(partition: Partition, leader_epoch: int) -> dict[str, Any]:
+    """One partition's answer (both protocols' field names): the largest epoch ≤ ``leader_epoch``
+    in the leader's log and where it ended."""
+    epoch, end_offset = await partition.end_offset_for_epoch(leader_epoch)
+    return {"leader_epoch": epoch, "end_offset": end_offset}
+
+
 class ReplicationApis:
     def __init__(self, replicas: ReplicaManager) -> None:
         self.replicas = replicas
@@ -23,9 +30,6 @@ class ReplicationApis:
         return {ApiKey.OFFSET_FOR_LEADER_EPOCH: self.offset_for_leader_epoch}
 
     async def offset_for_leader_epoch(self, request: Request) -> Reply:
-        async def epoch_end(partition: Partition, leader_epoch: int) -> dict[str, Any]:
-            epoch, end_offset = await partition.end_offset_for_epoch(leader_epoch)
-            return {"leader_epoch": epoch, "end_offset": end_offset}
         results = await self.replicas.answer_at_leader(
             fields.partitions(request.body), lambda e: fields.integer(e, "leader_epoch"), epoch_end,
             {"leader_epoch": -1, "end_offset": -1})

@@ -26,7 +26,7 @@ from ember.errors import EmberError
 from ember.protocol.ember.wire import FRAME_LENGTH, Request, check_frame_size, decode_request, response_prefix
 from ember.protocol.ember.reply import CloseConnection, FileRegion, Reply
 from ember.security.listener import ListenerSecurity, establish
-from ember.security.session import enter_session
+from ember.security.session import current_session, enter_session
 
 if TYPE_CHECKING:
     from ember.metrics.requests import RequestObserver
@@ -40,6 +40,13 @@ Dispatch = Callable[[Request], Awaitable[Reply | None]]
 CLIENT_CHECK_S = 1.0
 #: Bytes of a file region read per write on a TLS connection (bounds the memory of a large fetch).
 TLS_CHUNK = 1 << 20
+
+def client_host() -> str:
+    """The requesting client's host as Kafka shows it ("/127.0.0.1"), from the connection's
+    session (group members are described with the host they connect from, as Kafka does); ""
+    outside a request."""
+    session = current_session()
+    return f"/{session.host}" if session is not None else ""
 
 
 class _Watchdog:

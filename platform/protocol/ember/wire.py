@@ -51,6 +51,11 @@ class ApiKey(IntEnum):
     DELETE_GROUPS = 42
     ELECT_LEADERS = 43
     ALTER_PARTITION_REASSIGNMENTS = 45
+    OFFSET_DELETE = 47
+
+
+#: APIs only the Kafka listener serves: ember's own clients have no use for them.
+KAFKA_LISTENER_ONLY = frozenset({ApiKey.OFFSET_DELETE})
 
 
 @dataclass

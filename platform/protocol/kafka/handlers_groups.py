@@ -7,32 +7,29 @@ Kafka consumers assign partitions themselves (the classic protocol): the coordin
 leader every member's subscription and distributes the leader's assignment through SyncGroup.
 Subscriptions and assignments stay opaque bytes on the wire; the consumer protocol's are decoded
 only to show topics and partitions (describe) and to store the assignment.
+Static members (``group.instance.id``) are the coordinator's too: every request carrying an
+instance id passes it on, so a replaced member's old id is fenced (FENCED_INSTANCE_ID).
 Kafka clients reach the coordinator through the listener they use.
 """
 from __future__ import annotations
 
-import struct
 from typing import Any
 
-from kio.index import load_entity_schema
-from kio.serial import entity_reader
-from kio.static.constants import EntityType
-
-from ember.errors import CoordinatorNotAvailable, InvalidRequest, MemberIdRequired, UnsupportedVersion
+from ember.errors import CoordinatorNotAvailable, InvalidRequest, MemberIdRequired
 from ember.client.types import TopicPartition
 from ember.ingest.core import BrokerCore
+from ember.protocol.ember.server import client_host
 from ember.protocol.ember.wire import ApiKey
 from ember.protocol.ember.reply import OK, error_fields
 from ember.protocol.kafka.codec import KafkaRequest, build, millis, response_class
+from ember.protocol.kafka.consumer_protocol import CONSUMER, assigned_partitions, subscribed_topics
 from ember.protocol.kafka.dispatcher import Api
 from ember.protocol.kafka.names import TopicNames
 
 GROUP_KEY = 0
 NO_OFFSET = -1
-CONSUMER = "consumer"
 #: JoinGroup v4+ clients join in two steps (MEMBER_ID_REQUIRED); older ones get an id at once.
 TWO_STEP_JOIN_VERSION = 4
-_SCHEMA_VERSION = struct.Struct(">h")
 
 
 class GroupHandlers:
@@ -82,34 +79,35 @@ class GroupHandlers:
         rebalance_ms = millis(getattr(body, "rebalance_timeout", body.session_timeout))
         join = (body.group_id, body.member_id, request.client_id or "", session_ms,
                 rebalance_ms if rebalance_ms >= 0 else session_ms,
-                _subscribed_topics(body.protocol_type, protocols), [name for name, _ in protocols])
+                subscribed_topics(body.protocol_type, protocols), [name for name, _ in protocols])
+        member = {"metadata": dict(protocols), "protocol_type": body.protocol_type,
+                  "instance_id": getattr(body, "group_instance_id", None), "client_host": client_host()}
         try:
-            _refuse_static_membership(body)
             try:
-                result = await self.core.groups.join(*join, metadata=dict(protocols), protocol_type=body.protocol_type)
+                result = await self.core.groups.join(*join, **member)
             except MemberIdRequired as exc:
                 if request.api_version >= TWO_STEP_JOIN_VERSION:
                     raise
-                result = await self.core.groups.join(body.group_id, exc.member_id, *join[2:],
-                                                     metadata=dict(protocols), protocol_type=body.protocol_type)
+                result = await self.core.groups.join(body.group_id, exc.member_id, *join[2:], **member)
         except Exception as exc:
             return build(cls, {**error_fields(exc), "generation_id": -1, "protocol_name": "", "leader": "",
                                "member_id": getattr(exc, "member_id", body.member_id) or body.member_id,
                                "members": []})
         return build(cls, {**OK, "generation_id": result.generation, "protocol_type": body.protocol_type,
                            "protocol_name": result.protocol, "leader": result.leader, "member_id": result.member_id,
-                           "members": [{"member_id": m, "group_instance_id": None, "metadata": data}
-                                       for m, data in result.members]})
+                           "skip_assignment": result.skip_assignment,
+                           "members": [{"member_id": m, "group_instance_id": instance, "metadata": data}
+                                       for m, instance, data in result.members]})
 
     async def sync_group(self, request: KafkaRequest) -> Any:
         body = request.body
         cls = response_class(ApiKey.SYNC_GROUP, request.api_version)
         protocol_type = getattr(body, "protocol_type", None) or CONSUMER
         try:
-            _refuse_static_membership(body)
-            assignments = {a.member_id: (a.assignment, _assigned_partitions(protocol_type, a.assignment))
+            assignments = {a.member_id: (a.assignment, assigned_partitions(protocol_type, a.assignment))
                            for a in body.assignments}
-            data = await self.core.groups.sync(body.group_id, body.member_id, body.generation_id, assignments)
+            data = await self.core.groups.sync(body.group_id, body.member_id, body.generation_id, assignments,
+                                               getattr(body, "group_instance_id", None))
         except Exception as exc:
             return build(cls, {**error_fields(exc), "assignment": b""})
         return build(cls, {**OK, "protocol_type": getattr(body, "protocol_type", None),
@@ -118,24 +116,26 @@ class GroupHandlers:
     async def heartbeat(self, request: KafkaRequest) -> Any:
         body = request.body
         try:
-            _refuse_static_membership(body)
-            await self.core.groups.heartbeat(body.group_id, body.member_id, body.generation_id)
+            await self.core.groups.heartbeat(body.group_id, body.member_id, body.generation_id,
+                                             getattr(body, "group_instance_id", None))
             outcome = dict(OK)
         except Exception as exc:
             outcome = error_fields(exc)
         return build(response_class(ApiKey.HEARTBEAT, request.api_version), outcome)
 
     async def leave_group(self, request: KafkaRequest) -> Any:
-        """One member (v0-2) or several (v3+); each gets its own error code."""
+        """One member (v0-2) or several (v3+, static ones possibly named by instance id alone);
+        each gets its own error code."""
         body = request.body
-        leaving = [m.member_id for m in body.members] if hasattr(body, "members") else [body.member_id]
+        leaving = [(m.member_id, m.group_instance_id) for m in body.members] if hasattr(body, "members") \
+            else [(body.member_id, None)]
         members = []
-        for member_id in leaving:
+        for member_id, instance_id in leaving:
             try:
-                await self.core.groups.leave(body.group_id, member_id)
-                members.append({"member_id": member_id, "group_instance_id": None, **OK})
+                await self.core.groups.leave(body.group_id, member_id, instance_id)
+                members.append({"member_id": member_id, "group_instance_id": instance_id, **OK})
             except Exception as exc:
-                members.append({"member_id": member_id, "group_instance_id": None, **error_fields(exc)})
+                members.append({"member_id": member_id, "group_instance_id": instance_id, **error_fields(exc)})
         top = members[0] if not hasattr(body, "members") and members else OK
         return build(response_class(ApiKey.LEAVE_GROUP, request.api_version),
                      {"error_code": top["error_code"], "members": members})
@@ -162,7 +162,8 @@ class GroupHandlers:
         outcome: dict[str, Any] = dict(OK)
         try:
             if offsets:
-                await self.core.groups.commit(body.group_id, body.member_id, generation, offsets)
+                await self.core.groups.commit(body.group_id, body.member_id, generation, offsets,
+                                              getattr(body, "group_instance_id", None))
         except Exception as exc:
             outcome = error_fields(exc)
         topics: dict[int, dict[str, Any]] = {}
@@ -203,37 +204,3 @@ class GroupHandlers:
                 "metadata": committed.metadata if committed else ""})
         return {"error_code": status["error_code"],
                 "topics": [{**names.ref(topic), "partitions": parts} for topic, parts in by_topic.items()]}
-
-
-def _refuse_static_membership(body: Any) -> None:
-    if getattr(body, "group_instance_id", None) is not None:
-        raise UnsupportedVersion("static membership (group.instance.id) is not supported; "
-                                 "remove group.instance.id from the consumer's configuration")
-
-
-def _consumer_protocol(name: str, data: bytes) -> Any:
-    """A consumer-protocol subscription or assignment: an int16 schema version, then the struct
-    (a newer version than known is read as the newest known, as Kafka does)."""
-    (version,) = _SCHEMA_VERSION.unpack_from(data)
-    cls = load_entity_schema(name, max(0, min(version, 3)), EntityType.data)
-    return entity_reader(cls)(data, _SCHEMA_VERSION.size)[0]
-
-
-def _subscribed_topics(protocol_type: str, protocols: list[tuple[str, bytes]]) -> list[str]:
-    """The topics a consumer subscribes to (for describe); [] when not a consumer's subscription."""
-    if protocol_type != CONSUMER or not protocols:
-        return []
-    try:
-        return sorted(_consumer_protocol("consumer_protocol_subscription", protocols[0][1]).topics)
-    except Exception:
-        return []
-
-
-def _assigned_partitions(protocol_type: str, data: bytes) -> list[TopicPartition]:
-    if protocol_type != CONSUMER or not data:
-        return []
-    try:
-        assignment = _consumer_protocol("consumer_protocol_assignment", data)
-    except Exception as exc:
-        raise InvalidRequest(f"the leader's assignment is not a consumer-protocol assignment: {exc}") from None
-    return sorted(TopicPartition(t.topic, p) for t in assignment.assigned_partitions for p in t.partitions)

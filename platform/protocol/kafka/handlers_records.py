@@ -1,7 +1,8 @@
-"""Produce, Fetch and ListOffsets over Kafka's protocol: translation only. Records are converted
+"""Produce, Fetch, ListOffsets and OffsetForLeaderEpoch over Kafka's protocol: translation only. Records are converted
 between Kafka RecordBatch v2 and ember batches (:mod:`ember.protocol.kafka.records`); appending, long-poll
-reading and offset lookups are the broker core's (``ember.ingest.produce``, ``ember.ingest.fetch``,
-``ReplicaManager.answer_at_leader``), the same code the ember protocol runs."""
+reading, offset lookups and the leader-epoch cache are the broker core's (``ember.ingest.produce``,
+``ember.ingest.fetch``, ``ReplicaManager.answer_at_leader``, ``Partition.end_offset_for_epoch``), the
+same code the ember protocol runs."""
 from __future__ import annotations
 
 import asyncio
@@ -13,6 +14,7 @@ from ember.ingest.core import BrokerCore
 from ember.ingest.fetch import FetchResult, FetchTarget, fetch_at_leaders
 from ember.ingest.partition import CONSUMER_REPLICA_ID, LATEST_TIERED_TIMESTAMP, Partition
 from ember.ingest.produce import ProduceEntry, Produced, append_at_leaders
+from ember.protocol.ember.api_replication import epoch_end
 from ember.protocol.ember.wire import ApiKey
 from ember.protocol.ember.reply import OK, CloseConnection, error_fields
 from ember.protocol.kafka.codec import KafkaRequest, build, millis, response_class
@@ -49,7 +51,8 @@ class RecordHandlers:
 
     def apis(self) -> dict[int, Api]:
         return {ApiKey.PRODUCE: Api(0, 13, self.produce), ApiKey.FETCH: Api(4, 18, self.fetch),
-                ApiKey.LIST_OFFSETS: Api(1, 10, self.list_offsets)}
+                ApiKey.LIST_OFFSETS: Api(1, 10, self.list_offsets),
+                ApiKey.OFFSET_FOR_LEADER_EPOCH: Api(2, 4, self.offset_for_leader_epoch)}
 
     # -- Produce -------------------------------------------------------------------------------
 
@@ -157,6 +160,21 @@ class RecordHandlers:
                 {**a, "partition_index": a["partition"], "leader_epoch": -1}
                 for a in answers]})
         return build(response_class(ApiKey.LIST_OFFSETS, request.api_version), {"topics": topics})
+
+
+    # -- OffsetForLeaderEpoch ------------------------------------------------------------------
+
+    async def offset_for_leader_epoch(self, request: KafkaRequest) -> Any:
+        """Where a leader epoch ended in the leader's log: a Java consumer validates its position
+        with it after a leader change (a position past the end of its epoch was truncated away)."""
+        topics = []
+        for topic in request.body.topics:
+            entries = [{"topic": topic.topic, "partition": p.partition, "leader_epoch": p.leader_epoch,
+                        "current_leader_epoch": p.current_leader_epoch} for p in topic.partitions]
+            answers = await self.core.replicas.answer_at_leader(entries, lambda e: e["leader_epoch"], epoch_end,
+                                                                {"leader_epoch": -1, "end_offset": -1})
+            topics.append({"topic": topic.topic, "partitions": answers})
+        return build(response_class(ApiKey.OFFSET_FOR_LEADER_EPOCH, request.api_version), {"topics": topics})
 
 
 def _fetch_fields(index: int, error: Exception | None, offsets: dict[str, int],
