@@ -25,10 +25,12 @@ def add_bootstrap(parser: argparse.ArgumentParser) -> None:
 
 
 def client_options(args: argparse.Namespace) -> SecurityOptions:
-    """The security keywords of ``--command-config`` (none without it)."""
-    if not args.command_config:
+    """The security keywords of ``--command-config`` (none without it, or for a caller's own
+    Namespace that has no such attribute)."""
+    config = getattr(args, "command_config", None)
+    if not config:
         return SecurityOptions()
-    path = Path(args.command_config)
+    path = Path(config)
     if not path.is_file():
         raise InvalidConfig(f"--command-config {path}: no such file")
     return options_from_properties(read_properties(path), str(path))
