@@ -56,7 +56,9 @@ class ErrorCode(IntEnum):
     UNKNOWN_LEADER_EPOCH = 75
     OFFSET_NOT_AVAILABLE = 78
     PREFERRED_LEADER_NOT_AVAILABLE = 80
+    ELIGIBLE_LEADERS_NOT_AVAILABLE = 83
     ELECTION_NOT_NEEDED = 84
+    NO_REASSIGNMENT_IN_PROGRESS = 85
     GROUP_ID_NOT_FOUND = 69
     NON_EMPTY_GROUP = 68
     MEMBER_ID_REQUIRED = 79
@@ -66,6 +68,7 @@ class ErrorCode(IntEnum):
     INVALID_RECORD = 87
     UNSTABLE_OFFSET_COMMIT = 88
     UNKNOWN_TOPIC_ID = 100
+    UNSUPPORTED_ENDPOINT_TYPE = 115
 
 
 class EmberError(Exception):
@@ -277,8 +280,20 @@ class PreferredLeaderNotAvailable(EmberError):
 
 
 class ElectionNotNeeded(EmberError):
-    """The preferred replica already leads the partition."""
+    """The partition already has the leader the election would give it."""
     code = ErrorCode.ELECTION_NOT_NEEDED
+
+
+class EligibleLeadersNotAvailable(EmberError):
+    """No replica of the partition is alive to lead it, even out of sync (unclean election)."""
+    code = ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE
+    retriable = True
+    hint = "start one of the partition's replica brokers"
+
+
+class NoReassignmentInProgress(EmberError):
+    """There is no reassignment of the partition to cancel."""
+    code = ErrorCode.NO_REASSIGNMENT_IN_PROGRESS
 
 
 class InvalidConfig(EmberError):
@@ -307,6 +322,12 @@ class FetchSessionIdNotFound(EmberError):
     code = ErrorCode.FETCH_SESSION_ID_NOT_FOUND
     retriable = True
     hint = "send a full fetch with session id 0"
+
+
+class UnsupportedEndpointType(EmberError):
+    """This broker lists brokers only: ember has no separate controller endpoints (no KRaft quorum)."""
+    code = ErrorCode.UNSUPPORTED_ENDPOINT_TYPE
+    hint = "describe the cluster's brokers; the controller is the broker Metadata names"
 
 
 class UnknownTopicId(EmberError):

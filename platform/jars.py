@@ -163,7 +163,10 @@ SPARK_KAFKA = JarSet("spark-kafka", (f"org.apache.spark:spark-sql-kafka-0-10_2.1
                      # the connector and what Spark does not ship itself
                      keep=("spark-sql-kafka-0-10_2.13", "spark-token-provider-kafka-0-10_2.13",
                            "kafka-clients", "commons-pool2"))
-KAFKA_TOOLS = JarSet("kafka-tools", (f"org.apache.kafka:kafka-tools:{KAFKA_VERSION}", LOG4J_SLF4J))
+#: kafka-tools holds most kafka-*.sh tools; kafka-configs.sh (kafka.admin.ConfigCommand) is still in
+#: Kafka's core jar (kafka_2.13, with Scala's library: ~13 MB more)
+KAFKA_TOOLS = JarSet("kafka-tools", (f"org.apache.kafka:kafka-tools:{KAFKA_VERSION}",
+                                     f"org.apache.kafka:kafka_2.13:{KAFKA_VERSION}", LOG4J_SLF4J))
 KAFKA_BROKER = JarSet("kafka-broker", (f"org.apache.kafka:kafka_2.13:{KAFKA_VERSION}", LOG4J_SLF4J))
 JAR_SETS = {s.name: s for s in (DELTA, SPARK_KAFKA, KAFKA_TOOLS, KAFKA_BROKER)}
 

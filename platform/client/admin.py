@@ -1,4 +1,5 @@
-"""``ember.client.Admin``: create, delete, list, describe and configure topics."""
+"""``ember.client.Admin``: create, grow, delete, list, describe and configure topics; delete
+records; elect leaders and reassign partitions."""
 from __future__ import annotations
 
 import time
@@ -9,7 +10,7 @@ from ember.errors import BrokerNotAvailable, EmberError, NetworkError, RequestTi
 from ember.client.types import TopicPartition
 from ember.client.metadata import MetadataClient, response_error
 from ember.security.client import ClientSecurity
-from ember.client.offsets import EARLIEST, LATEST, list_offsets
+from ember.client.offsets import EARLIEST, LATEST, at_leaders, list_offsets
 from ember.protocol.ember.wire import ApiKey
 
 _CONTROLLER_RETRY_S = 0.2
@@ -32,7 +33,7 @@ class PartitionDescription:
 
 @dataclass(frozen=True)
 class ElectionResult:
-    """A partition's preferred-leader election: who led before and after, or why nothing moved."""
+    """A partition's leader election: who led before and after, or why nothing moved."""
     topic: str
     partition: int
     previous_leader: int
@@ -68,6 +69,26 @@ class Admin:
             "topic": name, "partitions": partitions, "replication_factor": replication_factor,
             "config": {k: str(v) for k, v in (config or {}).items()}}], "validate_only": validate_only})
 
+    def create_partitions(self, name: str, count: int, assignments: Optional[Iterable[Iterable[int]]] = None,
+                          validate_only: bool = False) -> None:
+        """Grow topic ``name`` to ``count`` partitions (partitions are never removed: a smaller or
+        equal count raises InvalidPartitions). ``assignments`` gives each new partition's replicas
+        (preferred leader first); by default they are spread like a new topic's. Keys hash onto
+        the new partition count from then on."""
+        listed = None if assignments is None else [{"replicas": [int(b) for b in a]} for a in assignments]
+        self._topic_results(ApiKey.CREATE_PARTITIONS, {"topics": [{"topic": name, "count": count,
+                                                                   "assignments": listed}],
+                                                       "validate_only": validate_only})
+
+    def delete_records(self, before: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """Delete the records before each partition's offset (-1: its high watermark) by moving
+        its log start there; returns each partition's new log start (its low watermark). An
+        offset above the high watermark raises OffsetOutOfRange."""
+        answers = at_leaders(self._metadata, ApiKey.DELETE_RECORDS, {tp: {"offset": int(offset)}
+                                                                    for tp, offset in before.items()},
+                             self.request_timeout_s)
+        return {tp: int(item["low_watermark"]) for tp, item in answers.items()}
+
     def delete_topic(self, name: str) -> None:
         self._topic_results(ApiKey.DELETE_TOPICS, {"topics": [name]})
 
@@ -90,12 +111,16 @@ class Admin:
         if error is not None:
             raise error
 
-    def elect_leaders(self, partitions: Iterable[TopicPartition] | None = None) -> list[ElectionResult]:
+    def elect_leaders(self, partitions: Iterable[TopicPartition] | None = None,
+                      unclean: bool = False) -> list[ElectionResult]:
         """Move leadership of ``partitions`` (None: every partition) back to their preferred
-        replica (the first of the assignment) where it is in the ISR. Per-partition failures
-        (ElectionNotNeeded, PreferredLeaderNotAvailable, ...) are in the results, not raised."""
+        replica (the first of the assignment) where it is in the ISR; with ``unclean``, give
+        partitions without a live leader one, an out-of-sync replica if no in-sync one is alive
+        (records it lacks are lost). Per-partition failures (ElectionNotNeeded,
+        PreferredLeaderNotAvailable, EligibleLeadersNotAvailable, ...) are in the results."""
         listed = None if partitions is None else [{"topic": tp.topic, "partition": tp.partition} for tp in partitions]
-        body = self._controller_request(ApiKey.ELECT_LEADERS, {"election_type": 0, "partitions": listed})
+        body = self._controller_request(ApiKey.ELECT_LEADERS, {"election_type": 1 if unclean else 0,
+                                                               "partitions": listed})
         return [ElectionResult(item["topic"], item["partition"], item["previous_leader"], item["leader"],
                                error_for_code(item["error_code"], item.get("error_message", ""))
                                if item["error_code"] else None) for item in body["partitions"]]

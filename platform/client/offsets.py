@@ -1,13 +1,14 @@
-"""ListOffsets against partition leaders: earliest, latest, or first offset at a timestamp.
+"""Requests to partition leaders: ListOffsets (earliest, latest, or first offset at a timestamp)
+and DeleteRecords.
 
-Shared by the consumer (position resets, ``offsets_for_times``) and the admin client (describe).
-Requests go to each partition's leader, grouped per leader, and are retried after a metadata
-refresh while leaders move.
+Shared by the consumer (position resets, ``offsets_for_times``) and the admin client (describe,
+delete records). Requests go to each partition's leader, grouped per leader, and are retried
+after a metadata refresh while leaders move.
 """
 from __future__ import annotations
 
 import time
-from typing import Mapping
+from typing import Any, Mapping
 
 from ember.errors import (EmberError, KafkaTimeoutError, LeaderNotAvailable, UnknownTopicOrPartition,
                           error_for_code)
@@ -24,9 +25,20 @@ def list_offsets(metadata: MetadataClient, query: Mapping[TopicPartition, int],
     """``{tp: (offset, timestamp)}`` for ``{tp: timestamp}`` (EARLIEST, LATEST = high watermark, or ms).
 
     Offset is -1 when no record has a timestamp at or after the one asked for."""
+    found = at_leaders(metadata, ApiKey.LIST_OFFSETS, {tp: {"timestamp": t} for tp, t in query.items()}, timeout_s)
+    return {tp: (item.get("offset", -1), item.get("timestamp", -1)) for tp, item in found.items()}
+
+
+def at_leaders(metadata: MetadataClient, api_key: int, query: Mapping[TopicPartition, dict[str, Any]],
+               timeout_s: float) -> dict[TopicPartition, dict[str, Any]]:
+    """Each partition's answer to a per-partition request (``query``: its fields besides topic and
+    partition) sent to the partition's leader: grouped per leader, retried after a metadata
+    refresh while leaders move (the request must be safe to repeat); the first non-retriable
+    error is raised."""
+    name = ApiKey(api_key).name
     deadline = time.monotonic() + timeout_s
     remaining = dict(query)
-    found: dict[TopicPartition, tuple[int, int]] = {}
+    found: dict[TopicPartition, dict[str, Any]] = {}
     last_error: EmberError | None = None
     while remaining:
         if any(metadata.leader(tp.topic, tp.partition) is None for tp in remaining) or metadata.needs_refresh():
@@ -49,8 +61,8 @@ def list_offsets(metadata: MetadataClient, query: Mapping[TopicPartition, int],
             by_leader.setdefault(leader, []).append(tp)
         for leader, tps in by_leader.items():
             try:
-                body = metadata.request(ApiKey.LIST_OFFSETS, {"partitions": [
-                    {"topic": tp.topic, "partition": tp.partition, "timestamp": remaining[tp]} for tp in tps]},
+                body = metadata.request(api_key, {"partitions": [
+                    {"topic": tp.topic, "partition": tp.partition, **remaining[tp]} for tp in tps]},
                     broker_id=leader).body
                 error = response_error(body)
                 if error is not None:
@@ -65,17 +77,17 @@ def list_offsets(metadata: MetadataClient, query: Mapping[TopicPartition, int],
                 tp = TopicPartition(item["topic"], item["partition"])
                 code = item.get("error_code", 0)
                 if code:
-                    error = error_for_code(code, item.get("error_message") or f"ListOffsets for {tp.topic}-{tp.partition}")
+                    error = error_for_code(code, item.get("error_message") or f"{name} for {tp.topic}-{tp.partition}")
                     if not error.retriable:
                         raise error
                     last_error = error
                     metadata.mark_stale()
                 elif tp in remaining:
-                    found[tp] = (item.get("offset", -1), item.get("timestamp", -1))
+                    found[tp] = item
                     del remaining[tp]
         if remaining:
             if time.monotonic() >= deadline:
-                raise KafkaTimeoutError(f"offsets of {len(remaining)} partition(s) not found in {timeout_s:.1f}s"
+                raise KafkaTimeoutError(f"{name} of {len(remaining)} partition(s) not answered in {timeout_s:.1f}s"
                                         + (f"; last error: {type(last_error).__name__}: {last_error}" if last_error else ""))
             time.sleep(metadata.retry_backoff_s)
     return found

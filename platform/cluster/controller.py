@@ -23,10 +23,10 @@ from kazoo.exceptions import BadVersionError, NoNodeError
 from kazoo.recipe.watchers import DataWatch
 
 from ember.cluster import zk_paths
-from ember.cluster.election import failover_state, imbalanced_partitions, is_unclean, preferred_state
+from ember.cluster.election import failover_state, imbalanced_partitions, is_unclean, preferred_state, unclean_state
 from ember.cluster.metadata_cache import MetadataCache
-from ember.cluster.reassignment import (completion_state, finish_reassignment, reassignment_complete,
-                                        reassignment_ready, start_reassignment)
+from ember.cluster.reassignment import (cancel_reassignment, completion_state, finish_reassignment,
+                                        reassignment_complete, reassignment_ready, start_reassignment)
 from ember.cluster.records import ControllerInfo, PartitionState, TopicRecord
 from ember.cluster.zk_session import ZkSession
 from ember.errors import ElectionNotNeeded, EmberError, NotController, PreferredLeaderNotAvailable, \
@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+#: ElectLeaders' election types (Kafka's numbers)
+PREFERRED, UNCLEAN = 0, 1
 StateRule = Callable[[PartitionState], "PartitionState | None"]
 
 
@@ -58,7 +60,7 @@ class ControllerConfig:
 
 
 class ElectionResult(NamedTuple):
-    """One partition's outcome of a preferred-leader election."""
+    """One partition's outcome of a leader election (preferred or unclean)."""
     topic: str
     partition: int
     previous_leader: int
@@ -286,13 +288,15 @@ class Controller:
 
     # -- preferred leaders ---------------------------------------------------------------------
 
-    def elect_preferred(self, partitions: list[tuple[str, int]] | None = None) -> list[ElectionResult]:
-        """Move leadership of ``partitions`` (None: all) to their preferred replicas (controller
-        thread; use :meth:`call`)."""
+    def elect(self, partitions: list[tuple[str, int]] | None = None, unclean: bool = False) -> list[ElectionResult]:
+        """Move leadership of ``partitions`` (None: all) to their preferred replicas, or with
+        ``unclean`` give partitions without a live leader one, out of sync if need be
+        (controller thread; use :meth:`call`)."""
         topics = self.cache.topics()
         keys = partitions if partitions is not None else \
             [(name, index) for name, meta in sorted(topics.items()) for index in meta.partitions]
         live = self._live()
+        election, why = (unclean_state, "unclean election") if unclean else (preferred_state, "preferred leader")
         results = []
         for name, index in keys:
             meta = topics.get(name)
@@ -304,8 +308,7 @@ class Controller:
             state = meta.states.get(index)
             leader = state.leader if state is not None else -1
             try:
-                moved = self._transition(name, index, "preferred leader",
-                                         lambda s: preferred_state(s, replicas, live, self.epoch))
+                moved = self._transition(name, index, why, lambda s: election(s, replicas, live, self.epoch))
                 if moved is None:
                     raise NotController(f"broker {self.broker_id} stopped being the controller")
                 results.append(ElectionResult(name, index, moved[0].leader, moved[1].leader))
@@ -340,9 +343,10 @@ class Controller:
 
     # -- reassignment --------------------------------------------------------------------------
 
-    def reassign(self, moves: list[tuple[str, int, list[int]]]) -> list[EmberError | None]:
-        """Start moving partitions to new replicas (controller thread; use :meth:`call`): one
-        error or None per move, in order."""
+    def reassign(self, moves: list[tuple[str, int, list[int] | None]],
+                 allow_replication_factor_change: bool = True) -> list[EmberError | None]:
+        """Start moving partitions to new replicas, or with target None cancel a partition's move
+        (controller thread; use :meth:`call`): one error or None per move, in order."""
         live = self._live()
         known = self.cache.topics()
         errors: list[EmberError | None] = [None] * len(moves)
@@ -352,16 +356,17 @@ class Controller:
                 for i, _, _ in mine:
                     errors[i] = UnknownTopicOrPartition(f"topic {name[:300]!r} does not exist")
                 continue
-            self._start_reassignments(name, mine, live, errors)
+            self._start_reassignments(name, mine, live, errors, allow_replication_factor_change)
             self._advance_reassignments(name, live)
         return errors
 
-    def _start_reassignments(self, name: str, moves: list[tuple[int, int, list[int]]], live: set[int],
-                             errors: list[EmberError | None]) -> None:
+    def _start_reassignments(self, name: str, moves: list[tuple[int, int, list[int] | None]], live: set[int],
+                             errors: list[EmberError | None], allow_replication_factor_change: bool) -> None:
         def start(record: TopicRecord) -> TopicRecord:
             for i, index, target in moves:
                 try:
-                    record = start_reassignment(name, record, index, target, live)
+                    record = cancel_reassignment(name, record, index) if target is None else \
+                        start_reassignment(name, record, index, target, live, allow_replication_factor_change)
                     errors[i] = None
                 except EmberError as exc:
                     errors[i] = exc
@@ -375,7 +380,7 @@ class Controller:
         if written is not None:
             before, after = written
             for index, move in after.reassignments.items():
-                if index not in before.reassignments:
+                if before.reassignments.get(index) != move:
                     log.info("%s-%d: reassigning: adding %s, removing %s", name, index, move.adding, move.removing)
 
     def _advance_reassignments(self, name: str, live: set[int]) -> None:

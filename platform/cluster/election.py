@@ -8,6 +8,9 @@ its last ISR, so one of those brokers can lead again when it returns.
 *Preferred leader*: the first replica of the assignment. Leadership moves back to it once it is
 in the ISR — on demand (ElectLeaders), or automatically when too many of a broker's preferred
 partitions are led elsewhere (``leader.imbalance.per.broker.percentage``).
+
+*Unclean on demand* (ElectLeaders with election type 1): a partition without a live leader gets
+one by the failover rule with unclean election allowed, whatever the topic's config says.
 """
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ from collections import defaultdict
 from typing import Collection, Hashable, Mapping, TypeVar
 
 from ember.cluster.records import NO_LEADER, PartitionState
-from ember.errors import ElectionNotNeeded, PreferredLeaderNotAvailable
+from ember.errors import ElectionNotNeeded, EligibleLeadersNotAvailable, PreferredLeaderNotAvailable
 
 K = TypeVar("K", bound=Hashable)
 
@@ -58,6 +61,19 @@ def preferred_state(state: PartitionState, replicas: list[int], live: Collection
         raise PreferredLeaderNotAvailable(f"its preferred replica {preferred} is not in the ISR {state.isr} "
                                           f"(still catching up)")
     return PartitionState(preferred, state.leader_epoch + 1, state.isr, controller_epoch)
+
+
+def unclean_state(state: PartitionState, replicas: list[int], live: Collection[int],
+                  controller_epoch: int) -> PartitionState:
+    """A leader for a partition that has none alive: the first live ISR member, else the first
+    live replica (out of sync: records it lacks are lost). Raises ElectionNotNeeded when a live
+    broker leads, EligibleLeadersNotAvailable when no replica is alive."""
+    if state.leader in live:
+        raise ElectionNotNeeded(f"broker {state.leader} leads it and is alive")
+    target = failover_state(state, replicas, live, controller_epoch, unclean=True)
+    if target is None or target.leader == NO_LEADER:
+        raise EligibleLeadersNotAvailable(f"none of its replicas {replicas} is alive")
+    return target
 
 
 def imbalanced_partitions(leadership: Mapping[K, tuple[list[int], int]], percentage: int) -> list[K]:

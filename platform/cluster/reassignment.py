@@ -11,6 +11,9 @@
    copy when they see it.
 
 Each step is idempotent, so a controller that takes over mid-way just runs them again.
+
+:func:`cancel_reassignment` turns a move in progress around: the original replicas become the
+target and the ones it was adding are removed, through the same steps (Kafka's cancellation).
 """
 from __future__ import annotations
 
@@ -19,25 +22,46 @@ from typing import Collection
 
 from ember.cluster.assignment import check_replicas
 from ember.cluster.records import PartitionState, Reassignment, TopicRecord
-from ember.errors import ReassignmentInProgress, UnknownTopicOrPartition
+from ember.errors import InvalidReplicationFactor, NoReassignmentInProgress, ReassignmentInProgress, UnknownTopicOrPartition
 
 
 def start_reassignment(name: str, record: TopicRecord, index: int, target: list[int],
-                       live: Collection[int]) -> TopicRecord:
+                       live: Collection[int], allow_replication_factor_change: bool = True) -> TopicRecord:
     """The record with partition ``index`` moving to ``target``; a mere reordering (a new
-    preferred leader) takes effect at once. Raises for invalid targets or a move in progress."""
+    preferred leader) takes effect at once. Raises for invalid targets, a move in progress, or
+    (unless allowed) a target of another size than the current replicas."""
     if index not in record.assignment:
         raise UnknownTopicOrPartition(f"{name}-{index} does not exist")
     if index in record.reassignments:
         raise ReassignmentInProgress(f"{name}-{index} is already being reassigned")
     check_replicas(f"{name}-{index}", target, live)
     original = record.assignment[index]
+    if not allow_replication_factor_change and len(target) != len(original):
+        raise InvalidReplicationFactor(f"{name}-{index}: {len(target)} replicas {target} would change its "
+                                       f"replication factor {len(original)}, which the request does not allow")
     adding = [b for b in target if b not in original]
     removing = [b for b in original if b not in target]
     reassignments = dict(record.reassignments)
     if adding or removing:
         reassignments[index] = Reassignment(adding, removing)
     return replace(record, assignment={**record.assignment, index: list(target) + removing},
+                   reassignments=dict(sorted(reassignments.items())))
+
+
+def cancel_reassignment(name: str, record: TopicRecord, index: int) -> TopicRecord:
+    """The record with partition ``index``'s move turned back to its original replicas (in
+    their order within the current assignment, as Kafka keeps them). Raises
+    NoReassignmentInProgress when the partition is not moving."""
+    if index not in record.assignment:
+        raise UnknownTopicOrPartition(f"{name}-{index} does not exist")
+    move = record.reassignments.get(index)
+    if move is None:
+        raise NoReassignmentInProgress(f"{name}-{index} is not being reassigned")
+    original = [b for b in record.assignment[index] if b not in move.adding]
+    reassignments = {p: r for p, r in record.reassignments.items() if p != index}
+    if move.adding:
+        reassignments[index] = Reassignment([], list(move.adding))
+    return replace(record, assignment={**record.assignment, index: original + list(move.adding)},
                    reassignments=dict(sorted(reassignments.items())))
 
 

@@ -1,8 +1,9 @@
 """Creating, deleting and reconfiguring topics in ZooKeeper.
 
 Any broker may run these (they are plain ZooKeeper writes): creation writes the topic node and
-every partition's initial state in one transaction, deletion removes them in one transaction, and
-config changes are compare-and-set on the topic node. Brokers learn of the result through their
+every partition's initial state in one transaction, adding partitions compare-and-sets the topic
+node and creates the new partitions' states in one transaction, deletion removes them in one
+transaction, and config changes are compare-and-set on the topic node. Brokers learn of the result through their
 watches (see :mod:`ember.cluster.metadata_cache`).
 """
 from __future__ import annotations
@@ -15,10 +16,10 @@ from typing import Mapping, Protocol, Sequence
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from ember.cluster import zk_paths
-from ember.cluster.assignment import assign_replicas, check_assignment
+from ember.cluster.assignment import assign_replicas, check_assignment, check_replicas
 from ember.cluster.records import PartitionState, TopicRecord
 from ember.cluster.zk_session import ZkSession
-from ember.errors import (InvalidConfig, InvalidPartitions, InvalidTopic, RequestTimedOut,
+from ember.errors import (InvalidConfig, InvalidPartitions, InvalidReplicaAssignment, InvalidTopic, RequestTimedOut,
                           TopicAlreadyExists, UnknownTopicOrPartition)
 
 _LEGAL_NAME = re.compile(r"[a-zA-Z0-9._-]+")
@@ -104,6 +105,61 @@ class TopicAdmin:
             if isinstance(result, Exception):
                 raise result
         return record
+
+    def create_partitions(self, name: str, count: int, assignment: Sequence[Sequence[int]] | None = None,
+                          validate_only: bool = False) -> TopicRecord:
+        """Grow topic ``name`` to ``count`` partitions. The new ones get replicas as CreateTopics
+        spreads them (over the brokers registered now, as many as the topic's replication factor)
+        or ``assignment`` (one replica list per new partition, preferred leader first), and start
+        led by their first replica; brokers open them when their topic watch fires."""
+        client = self.session.client
+        for _ in range(_CAS_ATTEMPTS):
+            record, version = self._read(name)
+            current = len(record.assignment)
+            if count <= current:
+                raise InvalidPartitions(f"topic {name!r} has {current} partitions; partitions can only be added "
+                                        f"(asked for {count})")
+            if count > MAX_PARTITIONS:
+                raise InvalidPartitions(f"{count} partitions requested; at most {MAX_PARTITIONS} per topic")
+            live = [int(child) for child in client.get_children(zk_paths.BROKER_IDS)]
+            replication_factor = len(next(iter(record.assignment.values())))
+            added = self._new_replicas(name, current, count, replication_factor, live, assignment)
+            updated = replace(record, assignment={**record.assignment, **added})
+            if validate_only:
+                return updated
+            epoch = read_controller_epoch(self.session)
+            tx = client.transaction()
+            tx.set_data(zk_paths.topic(name), updated.to_bytes(), version=version)
+            for index, replicas in added.items():
+                tx.create(zk_paths.partition(name, index))
+                tx.create(zk_paths.partition_state(name, index),
+                          PartitionState(replicas[0], 0, list(replicas), epoch).to_bytes())
+            results = tx.commit()
+            if isinstance(results[0], BadVersionError):
+                continue
+            for result in results:
+                if isinstance(result, Exception):
+                    raise result
+            return updated
+        raise RequestTimedOut(f"topic {name!r} kept changing while partitions were added; retry")
+
+    @staticmethod
+    def _new_replicas(name: str, current: int, count: int, replication_factor: int, live: list[int],
+                      assignment: Sequence[Sequence[int]] | None) -> dict[int, list[int]]:
+        """Replicas of partitions ``current``..``count``-1: given (checked) or spread like a new topic's."""
+        if assignment is None:
+            spread = assign_replicas(live, count, replication_factor)
+            return {index: spread[index] for index in range(current, count)}
+        if len(assignment) != count - current:
+            raise InvalidReplicaAssignment(f"{name}: {len(assignment)} replica lists given for "
+                                           f"{count - current} new partitions")
+        added = {current + i: [int(b) for b in replicas] for i, replicas in enumerate(assignment)}
+        for index, replicas in added.items():
+            check_replicas(f"{name}-{index}", replicas, live)
+            if len(replicas) != replication_factor:
+                raise InvalidReplicaAssignment(f"{name}-{index}: {len(replicas)} replicas given; the topic's "
+                                               f"replication factor is {replication_factor}")
+        return added
 
     def delete_topic(self, name: str) -> None:
         client = self.session.client

@@ -1,5 +1,5 @@
-"""``ember topics create|list|describe|delete|alter|elect-leaders|reassign`` and the
-``--bootstrap`` / ``--command-config`` options the client commands share."""
+"""``ember topics create|list|describe|delete|alter|delete-records|elect-leaders|reassign`` and
+the ``--bootstrap`` / ``--command-config`` options the client commands share."""
 from __future__ import annotations
 
 import argparse
@@ -70,17 +70,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     delete.add_argument("topic")
     delete.set_defaults(func=delete_topic)
 
-    alter = actions.add_parser("alter", help="set or reset topic configs")
+    alter = actions.add_parser("alter", help="set or reset topic configs, add partitions")
     alter.add_argument("topic")
     alter.add_argument("--config", action="append", default=[], metavar="NAME=VALUE", help="set a config (repeatable)")
     alter.add_argument("--delete-config", action="append", default=[], metavar="NAME",
                        help="reset a config to its default (repeatable)")
+    alter.add_argument("--partitions", type=int, metavar="N",
+                       help="grow the topic to N partitions (never fewer; keys hash onto N from then on)")
     alter.set_defaults(func=alter_topic)
+
+    delete_records = actions.add_parser("delete-records", help="delete a partition's records before an offset")
+    delete_records.add_argument("topic")
+    delete_records.add_argument("--partition", type=int, required=True)
+    delete_records.add_argument("--offset", type=int, required=True,
+                                help="the new log start; -1: the high watermark (delete everything readable)")
+    delete_records.set_defaults(func=delete_topic_records)
 
     elect = actions.add_parser("elect-leaders", help="move leadership back to preferred replicas (the first "
                                "of each assignment) that are in sync")
     elect.add_argument("--topic", help="only this topic (default: every partition of the cluster)")
     elect.add_argument("--partition", type=int, help="only this partition of --topic")
+    elect.add_argument("--unclean", action="store_true", help="instead, give partitions without a live leader "
+                       "one, out of sync if no in-sync replica is alive (records it lacks are lost)")
     elect.set_defaults(func=elect_leaders)
 
     reassign = actions.add_parser("reassign", help="move partitions to new replicas")
@@ -91,7 +102,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           '"replicas"}, ...]} (Kafka\'s reassignment file)')
     reassign.set_defaults(func=reassign_partitions)
 
-    for action in (create, listing, describe, delete, alter, elect, reassign):
+    for action in (create, listing, describe, delete, alter, delete_records, elect, reassign):
         add_bootstrap(action)
 
 
@@ -143,16 +154,27 @@ def delete_topic(args: argparse.Namespace) -> int:
 
 
 def alter_topic(args: argparse.Namespace) -> int:
-    if not args.config and not args.delete_config:
-        raise SystemExit("error: give --config NAME=VALUE and/or --delete-config NAME")
+    if not args.config and not args.delete_config and args.partitions is None:
+        raise SystemExit("error: give --config NAME=VALUE, --delete-config NAME and/or --partitions N")
     with Admin(args.bootstrap, **client_options(args)) as admin:
-        admin.alter_configs(args.topic, parse_configs(args.config), args.delete_config)
-    print(f"altered topic {args.topic}")
+        if args.config or args.delete_config:
+            admin.alter_configs(args.topic, parse_configs(args.config), args.delete_config)
+        if args.partitions is not None:
+            admin.create_partitions(args.topic, args.partitions)
+    print(f"altered topic {args.topic}" + (f" ({args.partitions} partitions)" if args.partitions is not None else ""))
+    return 0
+
+
+def delete_topic_records(args: argparse.Namespace) -> int:
+    with Admin(args.bootstrap, **client_options(args)) as admin:
+        (low,) = admin.delete_records({TopicPartition(args.topic, args.partition): args.offset}).values()
+    print(f"{args.topic}-{args.partition}: records before offset {low} deleted (log start {low})")
     return 0
 
 
 def elect_leaders(args: argparse.Namespace) -> int:
-    """Prints every leadership move; exits 1 if a partition could not get its preferred leader."""
+    """Prints every leadership move; exits 1 if a partition could not get its preferred leader
+    (with --unclean: a partition without a live leader could not get one)."""
     if args.partition is not None and args.topic is None:
         raise SystemExit("error: --partition needs --topic")
     with Admin(args.bootstrap, **client_options(args)) as admin:
@@ -162,7 +184,7 @@ def elect_leaders(args: argparse.Namespace) -> int:
             partitions = [TopicPartition(args.topic, p.partition) for p in admin.describe_topic(args.topic).partitions]
         else:
             partitions = [TopicPartition(args.topic, args.partition)]
-        results = admin.elect_leaders(partitions)
+        results = admin.elect_leaders(partitions, unclean=args.unclean)
     failed = 0
     for r in results:
         if r.moved:
@@ -172,7 +194,7 @@ def elect_leaders(args: argparse.Namespace) -> int:
             print(f"{r.topic}-{r.partition}: not moved: {type(r.error).__name__}: {r.error}")
     unchanged = len(results) - failed - sum(r.moved for r in results)
     if unchanged:
-        print(f"{unchanged} partition(s) already led by their preferred replica")
+        print(f"{unchanged} partition(s) already led by " + ("a live broker" if args.unclean else "their preferred replica"))
     return 1 if failed else 0
 
 

@@ -156,10 +156,10 @@ class Broker:
         dispatcher = Dispatcher(
             ClusterApis(view).handlers(), RecordApis(self.replicas).handlers(),
             ReplicationApis(self.replicas).handlers(),
-            AdminApis(topics, self.cache, self.config, producer_ids).handlers(),
+            AdminApis(topics, self.cache, producer_ids).handlers(),
             LeadershipApis(self.controller).handlers(), GroupApis(self.groups).handlers())
         core = BrokerCore(options.broker_id, cluster_id, self.config, self.cache, self.replicas, view, topics,
-                          producer_ids, self.groups)
+                          producer_ids, self.groups, self.controller)
         max_bytes, max_idle_ms = self.config.socket_request_max_bytes, self.config.connections_max_idle_ms
         self.servers = [(listener.name, BrokerServer(dispatcher, listener.host, listener.port, max_bytes, max_idle_ms,
                                                      self._request_observer(listener.name),

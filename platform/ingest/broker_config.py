@@ -123,6 +123,12 @@ _TOPIC_DEFAULTS = {
 }
 
 
+#: Topic config -> the broker properties that supply its default, most specific first.
+_BROKER_SYNONYMS: dict[str, tuple[str, ...]] = {
+    **{topic: (broker,) for broker, topic in _TOPIC_DEFAULTS.items()},
+    "retention.ms": ("log.retention.ms", "log.retention.hours"),
+}
+
 _LISTENER_PREFIX = "listener.name."
 
 
@@ -276,10 +282,39 @@ class BrokerConfig:
                                 self.leader_imbalance_per_broker_percentage)
 
     def describe_topic_config(self, overrides: Mapping[str, str]) -> list[dict[str, Any]]:
-        """DescribeConfigs entries: every known topic config, its value and whether it is a default."""
+        """DescribeConfigs entries of a topic with these ``overrides``: every known topic config
+        with its effective ``value``, ``default`` (False for an override), ``doc``, ``type``,
+        ``source`` ("topic": the topic's override, "broker": a broker property set to other than
+        its default supplies it, "default": built in) and ``synonyms``, every setting that
+        could supply it, most specific first (Kafka's DescribeConfigs synonyms)."""
         effective = self.log_config(overrides).to_properties()
-        return [{"name": name, "value": _text(effective[name]), "default": name not in overrides,
-                 "doc": definition.doc} for name, definition in TOPIC_CONFIGS.items()]
+        entries = []
+        for name, definition in TOPIC_CONFIGS.items():
+            synonyms = [{"name": name, "value": str(overrides[name]), "source": "topic"}] if name in overrides else []
+            broker_names = _BROKER_SYNONYMS.get(name, ())
+            synonyms += [{"name": b, "value": _text(self.get(b)), "source": "broker"} for b in broker_names
+                         if self.get(b) != BROKER_CONFIGS[b].default]
+            default_name, default = name, definition.default
+            if broker_names and BROKER_CONFIGS[broker_names[-1]].default is not None:
+                default_name, default = broker_names[-1], BROKER_CONFIGS[broker_names[-1]].default
+            synonyms.append({"name": default_name, "value": _text(default), "source": "default"})
+            entries.append({"name": name, "value": _text(effective[name]), "default": name not in overrides,
+                            "doc": definition.doc, "type": definition.type, "source": synonyms[0]["source"],
+                            "synonyms": synonyms})
+        return entries
+
+    def describe(self) -> list[dict[str, Any]]:
+        """DescribeConfigs entries of this broker's properties, as :meth:`describe_topic_config`
+        (``source`` "broker" for a value other than the default: one set to its default reads as
+        a default). They are static: read from the properties file at start."""
+        entries = []
+        for name, definition in BROKER_CONFIGS.items():
+            value = self.get(name)
+            source = "broker" if value != definition.default else "default"
+            entries.append({"name": name, "value": _text(value), "default": source == "default",
+                            "doc": definition.doc, "type": definition.type, "source": source,
+                            "synonyms": [{"name": name, "value": _text(value), "source": source}]})
+        return entries
 
 
 def _text(value: Any) -> str | None:
@@ -287,6 +322,8 @@ def _text(value: Any) -> str | None:
         return None
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, tuple):   # an address
+        return f"{value[0]}:{value[1]}"
     return str(value)
 
 

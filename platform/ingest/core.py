@@ -1,10 +1,11 @@
 """The broker core both wire protocols' handlers share: one broker's replicas, metadata, topic
-administration, producer ids and group coordinator. A protocol adds a translation layer on top;
+administration, producer ids, group coordinator and controller. A protocol adds a translation layer on top;
 it never holds state or logic of its own about records, topics or groups."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ember.cluster.controller import Controller
 from ember.cluster.metadata_cache import MetadataCache
 from ember.cluster.producer_ids import ProducerIdAllocator
 from ember.groups.coordinator import GroupCoordinator
@@ -25,3 +26,6 @@ class BrokerCore:
     topics: TopicChanges
     producer_ids: ProducerIdAllocator
     groups: GroupCoordinator
+    #: This broker's controller: leadership changes (ElectLeaders, reassignments) run on it when
+    #: it is the active one.
+    controller: Controller

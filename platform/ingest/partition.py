@@ -46,6 +46,8 @@ MAX_TIMESTAMP = -3               # the record with the largest timestamp (v7+)
 EARLIEST_LOCAL_TIMESTAMP = -4    # v8+
 LATEST_TIERED_TIMESTAMP = -5     # v9+: -1, as Kafka answers for a topic without remote storage
 CONSUMER_REPLICA_ID = -1
+#: DeleteRecords' offset meaning "up to the high watermark" (Kafka's DeleteRecordsRequest.HIGH_WATERMARK)
+DELETE_TO_HIGH_WATERMARK = -1
 
 
 class Partition:
@@ -259,6 +261,18 @@ class Partition:
             raise OffsetNotAvailable(f"{self}: the new leader's high watermark {self.log.high_watermark} "
                                      f"has not caught up to {self.epoch_start_offset} yet; retry")
 
+    async def delete_records(self, offset: int) -> int:
+        """DeleteRecords at the leader: move the log start up to ``offset`` (-1: the high
+        watermark; above it: OFFSET_OUT_OF_RANGE) and return the new log start. Followers move
+        theirs when their next fetch brings the leader's log start."""
+        self.check_leader()
+        if offset < DELETE_TO_HIGH_WATERMARK:
+            raise OffsetOutOfRange(f"{self}: cannot delete records before offset {offset}")
+        return await self.run(self._delete_records, offset)
+
+    def _delete_records(self, offset: int) -> int:
+        return self.log.delete_records_before(self.log.high_watermark if offset == DELETE_TO_HIGH_WATERMARK else offset)
+
     async def offset_for_timestamp(self, timestamp: int, replica_id: int) -> tuple[int, int]:
         """ListOffsets: (offset, timestamp) for a timestamp or one of the special timestamps above;
         (-1, -1) when no visible record answers it."""
@@ -291,23 +305,30 @@ class Partition:
 
     # -- follower ------------------------------------------------------------------------------
 
-    async def append_as_follower(self, raw: memoryview, leader_epoch: int, leader_high_watermark: int) -> None:
+    async def append_as_follower(self, raw: memoryview, leader_epoch: int, leader_high_watermark: int,
+                                 leader_log_start: int = 0) -> None:
         """Append batches fetched from the leader of ``leader_epoch`` and follow its high
-        watermark; raises NotLeaderOrFollower if the partition moved to another term meanwhile."""
-        if not raw and min(leader_high_watermark, self.log.log_end_offset) <= self.log.high_watermark:
+        watermark and log start (DeleteRecords, retention), the latter no further than this
+        replica's high watermark; raises NotLeaderOrFollower if the partition moved to another
+        term meanwhile."""
+        if not raw and min(leader_high_watermark, self.log.log_end_offset) <= self.log.high_watermark and \
+                leader_log_start <= self.log.log_start_offset:
             return
         async with self._append_lock:
             self._check_following(leader_epoch)
-            await self.run(self._append_as_follower, raw, leader_high_watermark)
+            await self.run(self._append_as_follower, raw, leader_high_watermark, leader_log_start)
         if self.stats is not None and raw:
             self.stats.replicated(len(raw))
 
-    def _append_as_follower(self, raw: memoryview, leader_high_watermark: int) -> None:
+    def _append_as_follower(self, raw: memoryview, leader_high_watermark: int, leader_log_start: int) -> None:
         if raw:
             self.log.append_as_follower(raw)
         with self._hw_lock:
             if min(leader_high_watermark, self.log.log_end_offset) > self.log.high_watermark:
                 self.log.update_high_watermark(leader_high_watermark)
+        start = min(leader_log_start, self.log.high_watermark)
+        if start > self.log.log_start_offset:
+            self.log.delete_records_before(start)
 
     async def truncate(self, offset: int, leader_epoch: int, *, fully: bool = False) -> None:
         """Drop everything from ``offset`` on (``fully``: everything, restarting the log empty at

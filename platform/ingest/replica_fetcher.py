@@ -6,8 +6,9 @@ stops agreeing with the leader's: it asks the leader (OffsetForLeaderEpoch) wher
 follower's latest epoch ended and truncates to the smaller of that and its own end of that
 epoch — never to its high watermark, which may be stale. Then it fetches from its log end with
 ``replica_id`` = this broker and the leader epoch it follows, appends the leader's batches as
-they are (offsets and epochs kept) and follows the leader's high watermark. The fetch offset is
-what tells the leader where this follower's log ends.
+they are (offsets and epochs kept) and follows the leader's high watermark and log start (so
+DeleteRecords and retention at the leader reach the followers). The fetch offset is what tells
+the leader where this follower's log ends.
 """
 from __future__ import annotations
 
@@ -219,7 +220,8 @@ class ReplicaFetcher:
                 return True
             if code:
                 raise error_for_code(code, item.get("error_message", ""))
-            await partition.append_as_follower(raw, follow.leader_epoch, int(item["high_watermark"]))
+            await partition.append_as_follower(raw, follow.leader_epoch, int(item["high_watermark"]),
+                                               int(item.get("log_start_offset", 0)))
             return True
         except UnexpectedAppendOffset as exc:
             log.warning("%s: %s; checking for divergence again", partition, exc)

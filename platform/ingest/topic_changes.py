@@ -1,4 +1,4 @@
-"""Topic creation, deletion and config changes as a broker serves them, for both wire protocols.
+"""Topic creation, growth, deletion and configs as a broker serves them, for both wire protocols.
 
 The ZooKeeper work runs on a thread (kazoo is blocking); the caller then waits, bounded, until
 this broker has applied the change, so a client that creates a topic and produces to it at once
@@ -8,11 +8,12 @@ broker applies it soon.
 from __future__ import annotations
 
 import asyncio
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from ember.cluster.metadata_cache import MetadataCache
 from ember.cluster.records import TopicRecord
-from ember.cluster.topic_admin import TopicAdmin
+from ember.cluster.topic_admin import TopicAdmin, validate_topic_name
+from ember.errors import UnknownTopicOrPartition
 from ember.ingest.broker_config import BrokerConfig
 from ember.ingest.replica_manager import ReplicaManager
 from ember.ingest.signals import wait_any
@@ -44,9 +45,27 @@ class TopicChanges:
             await self.until(lambda: self._applied(name, record.topic_id), timeout_s)
         return record
 
+    async def create_partitions(self, name: str, count: int, assignment: Sequence[Sequence[int]] | None = None,
+                                validate_only: bool = False, timeout_s: float | None = None) -> TopicRecord:
+        """Grow a topic to ``count`` partitions (``assignment``: one replica list per new
+        partition); with ``timeout_s``, wait up to that long until this broker has opened its
+        replicas of them."""
+        record = await asyncio.to_thread(self.admin.create_partitions, name, count, assignment, validate_only)
+        if timeout_s is not None and not validate_only:
+            await self.until(lambda: self._applied(name, record.topic_id, count), timeout_s)
+        return record
+
     async def delete(self, name: str, timeout_s: float) -> None:
         await asyncio.to_thread(self.admin.delete_topic, name)
         await self.until(lambda: not any(t == name for t, _ in self.replicas.partitions), timeout_s)
+
+    def describe_config(self, name: str) -> list[dict[str, Any]]:
+        """Topic ``name``'s DescribeConfigs entries (:meth:`BrokerConfig.describe_topic_config`)."""
+        validate_topic_name(name)
+        meta = self.cache.topic(name)
+        if meta is None:
+            raise UnknownTopicOrPartition(f"topic {name!r} does not exist")
+        return self.config.describe_topic_config(meta.record.config)
 
     async def alter_config(self, name: str, updates: Mapping[str, str], deletes: list[str],
                            validate_only: bool, timeout_s: float) -> None:
@@ -56,9 +75,9 @@ class TopicChanges:
             await self.until(lambda: all(p.config == expected for (t, _), p in self.replicas.partitions.items()
                                          if t == name), timeout_s)
 
-    def _applied(self, name: str, topic_id: str) -> bool:
+    def _applied(self, name: str, topic_id: str, partitions: int = 0) -> bool:
         meta = self.cache.topic(name)
-        if meta is None or meta.topic_id != topic_id:
+        if meta is None or meta.topic_id != topic_id or len(meta.partitions) < partitions:
             return False
         return all((name, index) in self.replicas.partitions
                    for index, replicas in meta.partitions.items() if self.replicas.broker_id in replicas)

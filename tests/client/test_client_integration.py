@@ -266,6 +266,24 @@ def test_cli_produce_consume(shared_cluster: LocalCluster, topic_name: str) -> N
     assert missing.returncode == 1 and b"UnknownTopicOrPartition" in missing.stderr
 
 
+def test_cli_grows_a_topic_and_deletes_its_oldest_records(shared_cluster: LocalCluster, topic_name: str) -> None:
+    env = {"EMBER_BOOTSTRAP": shared_cluster.bootstrap}
+    assert run_cli("topics", "create", topic_name, "--replication-factor", "2", env=env).returncode == 0
+    produced = run_cli("produce", topic_name, stdin=b"".join(b"line %d\n" % i for i in range(10)), env=env)
+    assert produced.returncode == 0, produced.stderr
+    grown = run_cli("topics", "alter", topic_name, "--partitions", "3", env=env)
+    assert grown.returncode == 0 and b"(3 partitions)" in grown.stdout, grown.stderr
+    deleted = run_cli("topics", "delete-records", topic_name, "--partition", "0", "--offset", "4", env=env)
+    assert deleted.returncode == 0 and b"log start 4" in deleted.stdout, deleted.stderr
+    with Admin(shared_cluster.bootstrap) as admin:
+        partitions = admin.describe_topic(topic_name).partitions
+    assert [(p.partition, p.log_start_offset, p.high_watermark) for p in partitions] == [(0, 4, 10), (1, 0, 0), (2, 0, 0)]
+    shrink = run_cli("topics", "alter", topic_name, "--partitions", "2", env=env)
+    assert shrink.returncode == 1 and b"InvalidPartitions" in shrink.stderr and b"has 3 partitions" in shrink.stderr
+    too_far = run_cli("topics", "delete-records", topic_name, "--partition", "0", "--offset", "11", env=env)
+    assert too_far.returncode == 1 and b"OffsetOutOfRange" in too_far.stderr and b"high watermark 10" in too_far.stderr
+
+
 def test_long_poll_returns_records_produced_while_waiting(shared_cluster: LocalCluster, topic_name: str) -> None:
     bootstrap = shared_cluster.bootstrap
     tp = TopicPartition(topic_name, 0)

@@ -9,12 +9,13 @@ import pytest
 
 from ember.cluster.assignment import assign_replicas
 from ember.cluster.election import (failover_state, imbalanced_partitions, is_unclean, offline_reason,
-                                    preferred_state)
-from ember.cluster.reassignment import (completion_state, finish_reassignment, reassignment_complete,
-                                        reassignment_ready, start_reassignment)
+                                    preferred_state, unclean_state)
+from ember.cluster.reassignment import (cancel_reassignment, completion_state, finish_reassignment,
+                                        reassignment_complete, reassignment_ready, start_reassignment)
 from ember.cluster.records import NO_LEADER, PartitionState, Reassignment, TopicRecord
-from ember.errors import (ElectionNotNeeded, InvalidPartitions, InvalidReplicaAssignment, InvalidReplicationFactor,
-                          PreferredLeaderNotAvailable, ReassignmentInProgress)
+from ember.errors import (ElectionNotNeeded, EligibleLeadersNotAvailable, InvalidPartitions, InvalidReplicaAssignment,
+                          InvalidReplicationFactor, NoReassignmentInProgress, PreferredLeaderNotAvailable,
+                          ReassignmentInProgress)
 
 
 @pytest.mark.parametrize("brokers, partitions, rf", [([1, 2, 3], 6, 3), ([1, 2, 3, 4, 5], 10, 2), ([7], 4, 1)])
@@ -100,6 +101,18 @@ def test_preferred_leader_election_rules():
         preferred_state(state, [1, 2], live={2}, controller_epoch=3)
 
 
+def test_unclean_election_on_demand_prefers_a_live_isr_member_and_needs_a_dead_leader():
+    offline = PartitionState(NO_LEADER, 5, [1], 2)
+    assert unclean_state(offline, [1, 2, 3], live={2, 3}, controller_epoch=3) == PartitionState(2, 6, [2], 3)
+    # A live in-sync replica wins over an out-of-sync one listed before it: that election is clean.
+    assert unclean_state(PartitionState(1, 5, [1, 3], 2), [1, 2, 3], live={2, 3}, controller_epoch=3) == \
+        PartitionState(3, 6, [3], 3)
+    with pytest.raises(ElectionNotNeeded, match="broker 1 leads it"):
+        unclean_state(PartitionState(1, 5, [1], 2), [1, 2], live={1, 2}, controller_epoch=3)
+    with pytest.raises(EligibleLeadersNotAvailable, match=r"none of its replicas \[1, 2\]"):
+        unclean_state(offline, [1, 2], live={3}, controller_epoch=3)
+
+
 def test_imbalance_moves_partitions_of_brokers_over_the_threshold():
     # Broker 1 is preferred for 4 partitions and leads 3 (25% elsewhere); broker 2 leads all 10 of its own.
     leadership = {("a", p): ([1, 2], 1 if p < 3 else 2) for p in range(4)}
@@ -132,3 +145,26 @@ def test_reassignment_steps():
     assert completion_state(PartitionState(2, 4, [1, 2, 3], 1), [2, 3], {1, 2, 3}, 2) == PartitionState(2, 4, [2, 3], 2)
     assert completion_state(done, [2, 3], {1, 2, 3}, 2) is None
     assert finish_reassignment(moving, 0) == TopicRecord("id", {0: [2, 3], 1: [2, 3]})
+
+
+def test_reassignment_refuses_a_new_replication_factor_when_told_to():
+    record = TopicRecord("id", {0: [1, 2]})
+    with pytest.raises(InvalidReplicationFactor, match="replication factor 2"):
+        start_reassignment("t", record, 0, [1, 2, 3], live={1, 2, 3}, allow_replication_factor_change=False)
+    assert start_reassignment("t", record, 0, [3, 2], live={1, 2, 3}, allow_replication_factor_change=False) \
+        .reassignments == {0: Reassignment([3], [1])}
+
+
+def test_cancelling_turns_a_move_back_to_the_original_replicas():
+    record = TopicRecord("id", {0: [1, 2], 1: [2, 3]})
+    moving = start_reassignment("t", record, 0, [2, 3], live={1, 2, 3})      # assignment [2, 3, 1]
+    back = cancel_reassignment("t", moving, 0)
+    # 3 was being added: now it is removed, through the same steps; 1 and 2 are the target again.
+    assert back.assignment[0] == [2, 1, 3] and back.reassignments == {0: Reassignment([], [3])}
+    assert back.reassignments[0].target(back.assignment[0]) == [2, 1]
+    assert finish_reassignment(back, 0).assignment[0] == [2, 1]
+    # A move that only removed replicas is undone at once.
+    shrinking = start_reassignment("t", record, 1, [2], live={1, 2, 3})
+    assert cancel_reassignment("t", shrinking, 1) == TopicRecord("id", {0: [1, 2], 1: [2, 3]})
+    with pytest.raises(NoReassignmentInProgress):
+        cancel_reassignment("t", record, 0)

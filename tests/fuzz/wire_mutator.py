@@ -127,6 +127,7 @@ class RequestTemplates:
             ApiKey.DESCRIBE_CONFIGS: self.describe_configs, ApiKey.ALTER_CONFIGS: self.alter_configs,
             ApiKey.DELETE_GROUPS: self.delete_groups, ApiKey.ELECT_LEADERS: self.elect_leaders,
             ApiKey.ALTER_PARTITION_REASSIGNMENTS: self.alter_partition_reassignments,
+            ApiKey.CREATE_PARTITIONS: self.create_partitions, ApiKey.DELETE_RECORDS: self.delete_records,
         }
         # Record APIs carry most real traffic; weigh them up.
         self._weights = {key: 6 if key in (ApiKey.PRODUCE, ApiKey.FETCH) else 1 for key in self._builders}
@@ -194,6 +195,15 @@ class RequestTemplates:
         return Request(ApiKey.CREATE_TOPICS, {"validate_only": True, "timeout_ms": 1000, "topics": [
             {"topic": f"fz-new{rng.randrange(4)}", "partitions": rng.choice([1, 2, -1]), "replication_factor": 1,
              "config": {"retention.ms": "60000"} if rng.random() < 0.5 else {}}]})
+
+    def create_partitions(self, rng: random.Random) -> Request:
+        # validate_only: a valid request changes nothing; a mutated one may add partitions.
+        return Request(ApiKey.CREATE_PARTITIONS, {"validate_only": True, "timeout_ms": 1000, "topics": [
+            {"topic": self._tp(rng)["topic"], "count": rng.choice([1, 4, 6])}]})
+
+    def delete_records(self, rng: random.Random) -> Request:
+        return Request(ApiKey.DELETE_RECORDS, {"partitions": [{**tp, "offset": rng.choice([0, 1, -1])}
+                                                              for tp in self._tps(rng)]})
 
     def delete_topics(self, rng: random.Random) -> Request:
         return Request(ApiKey.DELETE_TOPICS, {"timeout_ms": 1000, "topics": [f"fz-gone{rng.randrange(4)}"]})
@@ -387,7 +397,7 @@ def _api_header(request: Request, rng: random.Random) -> str:
     if rng.random() < 0.5:
         request.api_version = rng.choice([1, -1, 2 ** 15 - 1, -2 ** 15])
         return f"version={request.api_version}"
-    request.api_key = rng.choice([*map(int, ApiKey), 4, 5, 6, 7, 17, 21, 99, -1, 2 ** 15 - 1, -2 ** 15])
+    request.api_key = rng.choice([*map(int, ApiKey), 4, 5, 6, 7, 17, 24, 99, -1, 2 ** 15 - 1, -2 ** 15])
     return f"api_key={request.api_key}"
 
 

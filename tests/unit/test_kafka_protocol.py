@@ -40,7 +40,11 @@ def test_every_advertised_version_has_kafkas_schema_except_rejected_produce_v0_t
                     ApiKey.OFFSET_FETCH, ApiKey.FIND_COORDINATOR, ApiKey.API_VERSIONS, ApiKey.CREATE_TOPICS,
                     ApiKey.DELETE_TOPICS, ApiKey.INIT_PRODUCER_ID, ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP,
                     ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP, ApiKey.DESCRIBE_GROUPS, ApiKey.LIST_GROUPS,
-                    ApiKey.DELETE_GROUPS, ApiKey.OFFSET_DELETE, ApiKey.OFFSET_FOR_LEADER_EPOCH}
+                    ApiKey.DELETE_GROUPS, ApiKey.OFFSET_DELETE, ApiKey.OFFSET_FOR_LEADER_EPOCH,
+                    ApiKey.CREATE_PARTITIONS, ApiKey.DELETE_RECORDS,
+                    ApiKey.DESCRIBE_CONFIGS, ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS,
+                    ApiKey.DESCRIBE_CLUSTER, ApiKey.DESCRIBE_TOPIC_PARTITIONS, ApiKey.ELECT_LEADERS,
+                    ApiKey.ALTER_PARTITION_REASSIGNMENTS, ApiKey.LIST_PARTITION_REASSIGNMENTS, ApiKey.DESCRIBE_LOG_DIRS}
     for key, low, high in supported:
         for version in range(low, high + 1):
             if key == ApiKey.PRODUCE and version < 3:

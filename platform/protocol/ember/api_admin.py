@@ -1,5 +1,5 @@
-"""Topic administration and producer ids of the ember protocol: CreateTopics, DeleteTopics,
-DescribeConfigs, AlterConfigs, InitProducerId. Any broker serves these; the work is in
+"""Topic administration and producer ids of the ember protocol: CreateTopics, CreatePartitions,
+DeleteTopics, DescribeConfigs, AlterConfigs, InitProducerId. Any broker serves these; the work is in
 ``ember.ingest.topic_changes`` (shared with the Kafka protocol), this module is the JSON format."""
 from __future__ import annotations
 
@@ -7,10 +7,7 @@ import asyncio
 
 from ember.cluster.metadata_cache import MetadataCache
 from ember.cluster.producer_ids import PRODUCER_EPOCH, ProducerIdAllocator
-from ember.cluster.topic_admin import validate_topic_name
-from ember.errors import UnknownTopicOrPartition
 from ember.protocol.ember import fields
-from ember.ingest.broker_config import BrokerConfig
 from ember.protocol.ember.dispatcher import Handler
 from ember.protocol.ember.wire import ApiKey, Request
 from ember.protocol.ember.reply import OK, Reply, error_fields
@@ -18,15 +15,14 @@ from ember.ingest.topic_changes import DEFAULT_TIMEOUT_MS, TopicChanges
 
 
 class AdminApis:
-    def __init__(self, topics: TopicChanges, cache: MetadataCache, config: BrokerConfig,
-                 producer_ids: ProducerIdAllocator) -> None:
+    def __init__(self, topics: TopicChanges, cache: MetadataCache, producer_ids: ProducerIdAllocator) -> None:
         self.topics = topics
         self.cache = cache
-        self.config = config
         self.producer_ids = producer_ids
 
     def handlers(self) -> dict[ApiKey, Handler]:
-        return {ApiKey.CREATE_TOPICS: self.create_topics, ApiKey.DELETE_TOPICS: self.delete_topics,
+        return {ApiKey.CREATE_TOPICS: self.create_topics, ApiKey.CREATE_PARTITIONS: self.create_partitions,
+                ApiKey.DELETE_TOPICS: self.delete_topics,
                 ApiKey.DESCRIBE_CONFIGS: self.describe_configs, ApiKey.ALTER_CONFIGS: self.alter_configs,
                 ApiKey.INIT_PRODUCER_ID: self.init_producer_id}
 
@@ -41,6 +37,25 @@ class AdminApis:
         for name, partitions, replication_factor, config in fields.unique(topics, lambda t: t[0], "topics"):
             try:
                 await self.topics.create(name, partitions, replication_factor, config, validate_only, timeout_s)
+                results.append({"topic": name, **OK})
+            except Exception as exc:
+                results.append({"topic": name, **error_fields(exc)})
+        return Reply({**OK, "topics": results})
+
+    async def create_partitions(self, request: Request) -> Reply:
+        """Grow topics to ``count`` partitions; ``assignments`` (optional) gives each new
+        partition's replicas."""
+        body = request.body
+        validate_only = fields.boolean(body, "validate_only", False)
+        timeout_s = fields.integer(body, "timeout_ms", DEFAULT_TIMEOUT_MS) / 1000
+        topics = [(fields.string(e, "topic"), fields.integer(e, "count"),
+                   None if (listed := fields.objects(e, "assignments", None)) is None else
+                   [fields.integers(a, "replicas") for a in listed])
+                  for e in fields.objects(body, "topics")]
+        results = []
+        for name, count, assignment in fields.unique(topics, lambda t: t[0], "topics"):
+            try:
+                await self.topics.create_partitions(name, count, assignment, validate_only, timeout_s)
                 results.append({"topic": name, **OK})
             except Exception as exc:
                 results.append({"topic": name, **error_fields(exc)})
@@ -62,12 +77,7 @@ class AdminApis:
         results = []
         for name in (sorted(self.cache.topics()) if names is None else names):
             try:
-                validate_topic_name(name)
-                meta = self.cache.topic(name)
-                if meta is None:
-                    raise UnknownTopicOrPartition(f"topic {name!r} does not exist")
-                results.append({"topic": name, **OK,
-                                "configs": self.config.describe_topic_config(meta.record.config)})
+                results.append({"topic": name, **OK, "configs": self.topics.describe_config(name)})
             except Exception as exc:
                 results.append({"topic": name, **error_fields(exc), "configs": []})
         return Reply({**OK, "topics": results})

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from ember.cluster.controller import Controller
+from ember.cluster.controller import PREFERRED, UNCLEAN, Controller
 from ember.errors import InvalidRequest
 from ember.protocol.ember import fields
 from ember.protocol.ember.dispatcher import Handler
@@ -26,14 +26,16 @@ class LeadershipApis:
                 ApiKey.ALTER_PARTITION_REASSIGNMENTS: self.alter_partition_reassignments}
 
     async def elect_leaders(self, request: Request) -> Reply:
-        """Preferred-leader election of the listed partitions (null: every partition)."""
+        """Preferred (election_type 0) or unclean (1) leader election of the listed partitions
+        (null: every partition)."""
         body = request.body
-        if fields.integer(body, "election_type", 0, bits=fields.INT8) != 0:
-            raise InvalidRequest("only preferred-leader election (election_type 0) is supported; unclean "
-                                 "election follows the topic's unclean.leader.election.enable")
+        election_type = fields.integer(body, "election_type", PREFERRED, bits=fields.INT8)
+        if election_type not in (PREFERRED, UNCLEAN):
+            raise InvalidRequest(f"election_type {election_type} is unknown: 0 = preferred, 1 = unclean")
         listed = fields.partitions(body, default=None)
         partitions = None if listed is None else [fields.topic_partition(p) for p in listed]
-        results = await asyncio.wrap_future(self.controller.call(lambda: self.controller.elect_preferred(partitions)))
+        results = await asyncio.wrap_future(self.controller.call(
+            lambda: self.controller.elect(partitions, unclean=election_type == UNCLEAN)))
         return Reply({**OK, "partitions": [
             {"topic": r.topic, "partition": r.partition, "previous_leader": r.previous_leader, "leader": r.leader,
              **(error_fields(r.error) if r.error is not None else OK)} for r in results]})

@@ -1,4 +1,4 @@
-"""Produce, Fetch and ListOffsets of the ember protocol: the record path. The broker never
+"""Produce, Fetch, ListOffsets and DeleteRecords of the ember protocol: the record path. The broker never
 decodes record payloads; batches arrive and leave as raw bytes (fetches via ``sendfile`` from
 segment files). The work is shared with the Kafka protocol (``ember.ingest.produce``,
 ``ember.ingest.fetch``); this module is the JSON wire format only."""
@@ -34,7 +34,7 @@ class RecordApis:
 
     def handlers(self) -> dict[ApiKey, Handler]:
         return {ApiKey.PRODUCE: self.produce, ApiKey.FETCH: self.fetch,
-                ApiKey.LIST_OFFSETS: self.list_offsets}
+                ApiKey.LIST_OFFSETS: self.list_offsets, ApiKey.DELETE_RECORDS: self.delete_records}
 
     async def produce(self, request: Request) -> Reply | None:
         body = request.body
@@ -95,4 +95,13 @@ class RecordApis:
         results = await self.replicas.answer_at_leader(
             fields.partitions(request.body), lambda e: fields.integer(e, "timestamp", bits=fields.INT64), offset,
             {"offset": -1, "timestamp": -1})
+        return Reply({**OK, "partitions": results})
+
+    async def delete_records(self, request: Request) -> Reply:
+        """Move each partition's log start up to ``offset`` (-1: the high watermark) at its leader."""
+        async def delete(partition: Partition, offset: int) -> dict[str, Any]:
+            return {"low_watermark": await partition.delete_records(offset)}
+        results = await self.replicas.answer_at_leader(
+            fields.partitions(request.body), lambda e: fields.integer(e, "offset", bits=fields.INT64), delete,
+            {"low_watermark": -1})
         return Reply({**OK, "partitions": results})

@@ -1,8 +1,10 @@
-"""CreateTopics, DeleteTopics and InitProducerId over Kafka's protocol: translation only, the work
-is the broker core's (``ember.ingest.topic_changes``, the cluster's producer-id allocator)."""
+"""CreateTopics, CreatePartitions, DeleteTopics, DeleteRecords and InitProducerId over Kafka's
+protocol: translation only, the work is the broker core's (``ember.ingest.topic_changes``, the
+partitions' leaders, the cluster's producer-id allocator)."""
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from typing import Any
 
 from ember.cluster.producer_ids import PRODUCER_EPOCH
@@ -12,10 +14,8 @@ from ember.protocol.ember.wire import ApiKey
 from ember.protocol.ember.reply import OK, error_fields
 from ember.protocol.kafka.codec import KafkaRequest, build, millis, response_class
 from ember.protocol.kafka.dispatcher import Api
+from ember.protocol.kafka.handlers_configs import kafka_config
 from ember.protocol.kafka.names import ZERO_UUID, TopicNames
-
-#: DescribeConfigs' config sources, as CreateTopics v5+ reports them
-DYNAMIC_TOPIC_CONFIG, DEFAULT_CONFIG = 1, 5
 
 
 class AdminHandlers:
@@ -24,7 +24,9 @@ class AdminHandlers:
 
     def apis(self) -> dict[int, Api]:
         return {ApiKey.CREATE_TOPICS: Api(2, 7, self.create_topics),
+                ApiKey.CREATE_PARTITIONS: Api(0, 3, self.create_partitions),
                 ApiKey.DELETE_TOPICS: Api(1, 6, self.delete_topics),
+                ApiKey.DELETE_RECORDS: Api(0, 2, self.delete_records),
                 ApiKey.INIT_PRODUCER_ID: Api(0, 6, self.init_producer_id)}
 
     async def create_topics(self, request: KafkaRequest) -> Any:
@@ -41,9 +43,7 @@ class AdminHandlers:
                     topic.name, topic.num_partitions, topic.replication_factor,
                     {c.name: c.value for c in topic.configs if c.value is not None}, body.validate_only,
                     timeout_s, assignment)
-                configs = [{"name": c["name"], "value": c["value"], "read_only": False, "is_sensitive": False,
-                            "config_source": DEFAULT_CONFIG if c["default"] else DYNAMIC_TOPIC_CONFIG}
-                           for c in self.core.config.describe_topic_config(record.config)]
+                configs = [kafka_config(c, False, False, False) for c in self.core.config.describe_topic_config(record.config)]
                 replicas = next(iter(record.assignment.values()))
                 results.append({**OK, "name": topic.name, "topic_id": record.topic_id,
                                 "num_partitions": len(record.assignment), "replication_factor": len(replicas),
@@ -52,6 +52,41 @@ class AdminHandlers:
                 results.append({**error_fields(exc), "name": topic.name, "topic_id": ZERO_UUID,
                                 "num_partitions": -1, "replication_factor": -1, "configs": None})
         return build(response_class(ApiKey.CREATE_TOPICS, request.api_version), {"topics": results})
+
+    async def create_partitions(self, request: KafkaRequest) -> Any:
+        body = request.body
+        timeout_s = millis(body.timeout) / 1000
+        repeated = Counter(topic.name for topic in body.topics)
+        results = []
+        for topic in body.topics:
+            try:
+                if repeated[topic.name] > 1:
+                    raise InvalidRequest(f"topic {topic.name[:300]!r} is listed more than once")
+                assignment = None if topic.assignments is None else [list(a.broker_ids) for a in topic.assignments]
+                await self.core.topics.create_partitions(topic.name, topic.count, assignment, body.validate_only,
+                                                         timeout_s)
+                results.append({**OK, "name": topic.name, "error_message": None})
+            except Exception as exc:
+                results.append({**error_fields(exc), "name": topic.name})
+        return build(response_class(ApiKey.CREATE_PARTITIONS, request.api_version), {"results": results})
+
+    async def delete_records(self, request: KafkaRequest) -> Any:
+        """Each partition's log start moves up at its leader (this broker); the low watermark
+        answered is the leader's new log start (Kafka waits for every replica's: ember's
+        followers move theirs on their next fetch)."""
+        topics = []
+        for topic in request.body.topics:
+            partitions = []
+            for item in topic.partitions:
+                try:
+                    partition = self.core.replicas.leader_partition(topic.name, item.partition_index)
+                    low = await partition.delete_records(item.offset)
+                    partitions.append({**OK, "partition_index": item.partition_index, "low_watermark": low})
+                except Exception as exc:
+                    partitions.append({**error_fields(exc), "partition_index": item.partition_index,
+                                       "low_watermark": -1})
+            topics.append({"name": topic.name, "partitions": partitions})
+        return build(response_class(ApiKey.DELETE_RECORDS, request.api_version), {"topics": topics})
 
     async def delete_topics(self, request: KafkaRequest) -> Any:
         body = request.body

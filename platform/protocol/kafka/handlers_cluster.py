@@ -1,11 +1,15 @@
-"""Metadata over Kafka's protocol: the brokers' addresses on the listener the client connected to,
-the controller, and each topic's partitions from the broker core's :class:`MetadataView` (the same
-answer the ember protocol gives, auto-creation included)."""
+"""Metadata, DescribeCluster, DescribeTopicPartitions and DescribeLogDirs over Kafka's protocol:
+the brokers' addresses on the listener the client connected to, the controller, each topic's
+partitions from the broker core's :class:`MetadataView` (the same answer the ember protocol
+gives, auto-creation included for Metadata), and this broker's replicas in its one data
+directory."""
 from __future__ import annotations
 
+import shutil
 from typing import Any
 
 from ember.cluster.records import BrokerInfo
+from ember.errors import InvalidRequest, UnsupportedEndpointType
 from ember.ingest.core import BrokerCore
 from ember.ingest.metadata_view import PartitionView
 from ember.protocol.ember.wire import ApiKey
@@ -16,12 +20,18 @@ from ember.protocol.kafka.names import ZERO_UUID, TopicNames
 
 #: Kafka's "authorized operations not requested" value
 NO_OPERATIONS = -(1 << 31)
+#: DescribeCluster's endpoint type of brokers (2 would be KRaft controllers)
+BROKER_ENDPOINTS = 1
+#: Most partitions one DescribeTopicPartitions response lists (Kafka's
+#: ``max.request.partition.size.limit`` default); the cursor says where the next one starts.
+MAX_RESPONSE_PARTITIONS = 2000
 
 
 def _partition(view: PartitionView, live: dict[int, BrokerInfo]) -> dict[str, Any]:
     return {**(error_fields(view.error) if view.error else OK), "partition_index": view.index,
             "leader_id": view.leader, "leader_epoch": view.leader_epoch, "replica_nodes": view.replicas,
-            "isr_nodes": view.isr, "offline_replicas": [r for r in view.replicas if r not in live]}
+            "isr_nodes": view.isr, "offline_replicas": [r for r in view.replicas if r not in live],
+            "eligible_leader_replicas": [], "last_known_elr": []}
 
 
 class ClusterHandlers:
@@ -30,7 +40,10 @@ class ClusterHandlers:
         self.listener = listener
 
     def apis(self) -> dict[int, Api]:
-        return {ApiKey.METADATA: Api(0, 13, self.metadata)}
+        return {ApiKey.METADATA: Api(0, 13, self.metadata),
+                ApiKey.DESCRIBE_CLUSTER: Api(0, 2, self.describe_cluster),
+                ApiKey.DESCRIBE_TOPIC_PARTITIONS: Api(0, 0, self.describe_topic_partitions),
+                ApiKey.DESCRIBE_LOG_DIRS: Api(1, 5, self.describe_log_dirs)}
 
     def brokers(self) -> dict[int, BrokerInfo]:
         """Live brokers that have this listener (the only ones its clients can reach)."""
@@ -64,10 +77,86 @@ class ClusterHandlers:
                                 "topic_authorized_operations": NO_OPERATIONS})
             except Exception as exc:
                 results.append({**error_fields(exc), "name": name, "topic_id": ZERO_UUID, "partitions": []})
-        brokers = [{"node_id": b.id, "host": b.endpoint(self.listener)[0], "port": b.endpoint(self.listener)[1]}
-                   for b in sorted(live.values(), key=lambda b: b.id)]
         return build(response_class(ApiKey.METADATA, request.api_version), {
-            **OK, "brokers": brokers, "cluster_id": self.core.cluster_id,
+            **OK, "brokers": self._addresses(live), "cluster_id": self.core.cluster_id,
             "controller_id": self.core.cache.controller_id(), "topics": results,
             "cluster_authorized_operations": NO_OPERATIONS})
 
+    def _addresses(self, live: dict[int, BrokerInfo]) -> list[dict[str, Any]]:
+        """Each broker's address on this listener (both ways Kafka's responses name a broker id)."""
+        return [{"node_id": b.id, "broker_id": b.id, "host": host, "port": port, "rack": None, "is_fenced": False}
+                for b in sorted(live.values(), key=lambda b: b.id) for host, port in [b.endpoint(self.listener)]]
+
+    async def describe_cluster(self, request: KafkaRequest) -> Any:
+        cls = response_class(ApiKey.DESCRIBE_CLUSTER, request.api_version)
+        endpoint_type = getattr(request.body, "endpoint_type", BROKER_ENDPOINTS)     # v1+
+        fields = {"endpoint_type": endpoint_type, "cluster_id": self.core.cluster_id,
+                  "controller_id": self.core.cache.controller_id(), "cluster_authorized_operations": NO_OPERATIONS}
+        if endpoint_type != BROKER_ENDPOINTS:
+            error = UnsupportedEndpointType(f"endpoint type {endpoint_type} is not served: ember brokers list brokers (1)")
+            return build(cls, {**error_fields(error), **fields, "brokers": []})
+        return build(cls, {**OK, "error_message": None, **fields, "brokers": self._addresses(self.brokers())})
+
+    async def describe_topic_partitions(self, request: KafkaRequest) -> Any:
+        """Topics' partitions in name and partition order, at most ``response_partition_limit``
+        of them per response (and at most 2000); ``next_cursor`` names the first one left out.
+        No topics asked: every topic (unknown ones asked by name get an error each)."""
+        body = request.body
+        cls = response_class(ApiKey.DESCRIBE_TOPIC_PARTITIONS, request.api_version)
+        topics = self.core.cache.topics()
+        names = TopicNames(topics)
+        live = self.brokers()
+        cursor = body.cursor
+        start = cursor.topic_name if cursor is not None else ""
+        every = not body.topics
+        wanted = sorted({name for name in (topics if every else (t.name for t in body.topics)) if name >= start})
+        if cursor is not None and (cursor.partition_index < 0 or (not every and cursor.topic_name not in wanted)):
+            error = InvalidRequest(f"the cursor ({cursor.topic_name[:100]!r}, {cursor.partition_index}) must name a "
+                                   f"requested topic and a partition index of at least 0")
+            return build(cls, {"topics": [{**error_fields(error), "name": n, "topic_id": ZERO_UUID, "partitions": []}
+                                          for n in wanted], "next_cursor": None})
+        room = max(1, min(body.response_partition_limit, MAX_RESPONSE_PARTITIONS))
+        results: list[dict[str, Any]] = []
+        next_cursor = None
+        for name in wanted:
+            if room == 0:
+                next_cursor = {"topic_name": name, "partition_index": 0}
+                break
+            try:
+                meta = await self.core.view.topic(name, topics, allow_auto_create=False)
+            except Exception as exc:
+                if not every:
+                    results.append({**error_fields(exc), "name": name, "topic_id": ZERO_UUID, "partitions": []})
+                continue
+            first = cursor.partition_index if cursor is not None and name == cursor.topic_name else 0
+            views = [p for p in self.core.view.partitions(meta, live) if p.index >= first]
+            if len(views) > room:
+                next_cursor = {"topic_name": name, "partition_index": views[room].index}
+                views = views[:room]
+            room -= len(views)
+            results.append({**OK, **names.ref(name), "is_internal": False,
+                            "partitions": [_partition(p, live) for p in views],
+                            "topic_authorized_operations": NO_OPERATIONS})
+            if next_cursor is not None:
+                break
+        return build(cls, {"topics": results, "next_cursor": next_cursor})
+
+
+    async def describe_log_dirs(self, request: KafkaRequest) -> Any:
+        """This broker's data directory (ember has one per broker) with the size of every replica
+        it hosts of the asked partitions (null: all) and how far each is behind its high
+        watermark (``kafka-log-dirs``; ``kafka-reassign-partitions`` reads where replicas are)."""
+        asked = request.body.topics
+        wanted = None if asked is None else {(t.topic, p) for t in asked for p in t.partitions}
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for (name, index), partition in sorted(self.core.replicas.partitions.items()):
+            if wanted is None or (name, index) in wanted:
+                log = partition.log
+                topics.setdefault(name, []).append({
+                    "partition_index": index, "partition_size": log.size_in_bytes,
+                    "offset_lag": max(0, log.high_watermark - log.log_end_offset), "is_future_key": False})
+        data_dir = self.core.replicas.logs.data_dir
+        usage = shutil.disk_usage(data_dir)
+        return build(response_class(ApiKey.DESCRIBE_LOG_DIRS, request.api_version), {**OK, "results": [{
+            **OK, "log_dir": str(data_dir), "total_bytes": usage.total, "usable_bytes": usage.free,
+            "topics": [{"name": name, "partitions": partitions} for name, partitions in topics.items()]}]})

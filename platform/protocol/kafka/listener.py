@@ -17,7 +17,9 @@ from ember.protocol.kafka.dispatcher import KafkaDispatcher
 from ember.protocol.kafka.handlers_admin import AdminHandlers
 from ember.protocol.kafka.handlers_cluster import ClusterHandlers
 from ember.protocol.kafka.handlers_group_admin import GroupAdminHandlers
+from ember.protocol.kafka.handlers_configs import ConfigHandlers
 from ember.protocol.kafka.handlers_groups import GroupHandlers
+from ember.protocol.kafka.handlers_leadership import LeadershipHandlers
 from ember.protocol.kafka.handlers_records import RecordHandlers
 from ember.security.listener import ListenerSecurity
 
@@ -43,7 +45,8 @@ def kafka_dispatcher(core: BrokerCore, listener: str, observer: "RequestObserver
     """Every Kafka API this broker serves on ``listener`` (the name picks the advertised addresses)."""
     dispatcher = KafkaDispatcher(RecordHandlers(core).apis(), ClusterHandlers(core, listener).apis(),
                                  AdminHandlers(core).apis(), GroupHandlers(core, listener).apis(),
-                                 GroupAdminHandlers(core).apis(), observer=observer)
+                                 GroupAdminHandlers(core).apis(), ConfigHandlers(core).apis(),
+                                 LeadershipHandlers(core).apis(), observer=observer)
     dispatcher.apis.update(ApiVersionsHandler(dispatcher.supported).apis())
     return dispatcher
 
