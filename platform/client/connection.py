@@ -123,7 +123,8 @@ class Connection:
             except OSError as exc:
                 with self._state_lock:
                     self._pending.pop(correlation_id, None)
-                failure = self._closed or NetworkError(f"sending to broker {self.name} failed: {exc}")
+                failure = self._closed or self._refusal() or NetworkError(
+                    f"sending to broker {self.name} failed: {exc}")
         if failure is not None:
             # Outside the send lock: failing runs the pending requests' callbacks, which may send.
             self._fail(failure)
@@ -206,8 +207,10 @@ class Connection:
             self._release_socket()
 
     def _refusal(self) -> EmberError | None:
-        """A security mismatch, when the broker closed this connection before answering anything."""
-        if self._answered or not self._pending:
+        """A security mismatch, when the broker closed this connection before answering anything
+        (a broker refusing a client certificate closes it right after the handshake, maybe before
+        the first request is sent)."""
+        if self._answered:
             return None
         return diagnose_refusal(self.address, self.security, self._context, self.connect_timeout_s)
 
