@@ -9,7 +9,7 @@ brokers replicate over PLAINTEXT, so Kafka's acks=all figure covers only the cli
 
 Cases: producer records/s (``--records`` values of ``--value-size`` bytes, acks=1 RF=1 and acks=all
 RF=3; ember ``Producer.send``, Kafka confluent-kafka ``produce``) and consumer records/s from the
-beginning of an RF=1 topic (ember ``poll_batches``, Kafka ``consume``). Plaintext and TLS runs
+beginning of an RF=1 topic of ``--consume-records`` (ember ``poll_batches``, Kafka ``consume``). Plaintext and TLS runs
 alternate and the best of ``--repeats`` counts, as in ``bench/vs_kafka``. Writes ``--out``/tls.md.
 
     .venv/bin/python bench/tls_bench.py [--records 200000] [--value-size 512] [--kafka]
@@ -79,10 +79,10 @@ def measure(pair: tuple[Variant, Variant], args: argparse.Namespace) -> list[tup
         rows.append((f"produce {settings.label}", best["plaintext"], best["TLS"]))
     best = {v.security: 0.0 for v in pair}
     for variant in pair:
-        produce_rate(variant, ProduceSettings("1", 1), value, args.records, f"read-{variant.security}")
+        produce_rate(variant, ProduceSettings("1", 1), value, args.consume_records, f"read-{variant.security}")
     for run in range(args.repeats):
         for variant in pair if run % 2 == 0 else reversed(pair):
-            rate = consume_rate(variant, f"read-{variant.security}", args.records)
+            rate = consume_rate(variant, f"read-{variant.security}", args.consume_records)
             log(f"{variant.system} consume {variant.security:9s} {rate:>10,.0f} records/s")
             best[variant.security] = max(best[variant.security], rate)
     rows.append(("consume from the beginning, RF=1", best["plaintext"], best["TLS"]))
@@ -90,8 +90,8 @@ def measure(pair: tuple[Variant, Variant], args: argparse.Namespace) -> list[tup
 
 
 def report(results: dict[str, list[tuple[str, float, float]]], args: argparse.Namespace) -> str:
-    lines = [f"# TLS vs plaintext throughput ({args.value_size} B values, {args.records:,} records per run, "
-             f"best of {args.repeats})", "", f"Measured {time.strftime('%Y-%m-%d')} on {os.cpu_count()} cores "
+    lines = [f"# TLS vs plaintext throughput ({args.value_size} B values, {args.records:,} records per producer "
+             f"run, {args.consume_records:,} per consumer run, best of {args.repeats})", "", f"Measured {time.strftime('%Y-%m-%d')} on {os.cpu_count()} cores "
              f"with `bench/tls_bench.py`; both variants of a system ran side by side, alternating.", "",
              "| system | case | plaintext records/s | TLS records/s | TLS / plaintext |", "|---|---|---:|---:|---:|"]
     for system, rows in results.items():
@@ -103,6 +103,8 @@ def report(results: dict[str, list[tuple[str, float, float]]], args: argparse.Na
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=200_000, help="records per run (default 200k)")
+    parser.add_argument("--consume-records", type=int, default=1_000_000,
+                        help="records per consumer run (default 1M)")
     parser.add_argument("--value-size", type=int, default=512, help="bytes per value (default 512)")
     parser.add_argument("--repeats", type=int, default=3, help="runs per variant; the best counts (default 3)")
     parser.add_argument("--kafka", action="store_true", help="measure Apache Kafka too (bench/vs_kafka's jars)")
