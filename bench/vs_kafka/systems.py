@@ -294,11 +294,12 @@ class KafkaClients:
             def produce_each() -> None:
                 produce, poll = producer.produce, producer.poll
                 for _ in range(count):
-                    try:
-                        produce(topic, value)
-                    except BufferError:
-                        poll(0.01)
-                        produce(topic, value)
+                    while True:   # a full queue (large values, a slow broker) may take more than one poll
+                        try:
+                            produce(topic, value)
+                            break
+                        except BufferError:
+                            poll(0.01)
                 _flush(producer, 600)
 
             yield produce_each
