@@ -170,7 +170,9 @@ def _handshake_error(address: Address, security: ClientSecurity, exc: BaseExcept
             f"signed by a CA it trusts (ssl_certfile, ssl_keyfile) or other TLS versions")
     if isinstance(exc, ssl.SSLError):
         return SslAuthenticationFailed(f"TLS handshake with broker {name} failed ({exc.reason or exc})")
-    # Closed or silent during the handshake: a plaintext listener, unless the broker is just gone.
+    if isinstance(exc, TimeoutError):   # a paused or overloaded broker: retried like any silent one
+        return BrokerNotAvailable(f"broker {name} did not finish a TLS handshake in time ({exc})")
+    # Closed during the handshake: a plaintext listener, unless the broker is just gone.
     if not _reachable(address):
         return BrokerNotAvailable(f"broker {name} went away during the TLS handshake: {exc}")
     return SslAuthenticationFailed(

@@ -16,7 +16,7 @@ import pytest
 
 from ember.client.connection import Connection
 from ember.cluster.zookeeper_server import free_port
-from ember.errors import SslAuthenticationFailed
+from ember.errors import BrokerNotAvailable, SslAuthenticationFailed
 from ember.protocol.ember.reply import FileRegion, Reply
 from ember.protocol.ember.server import BrokerServer
 from ember.protocol.ember.wire import ApiKey, Request
@@ -206,3 +206,10 @@ def test_ssl_enabled_protocols_limits_the_versions_served(pki, region_file):
         finally:
             listener.close()
         assert handshake is accepted, protocols
+
+
+def test_a_broker_that_never_answers_the_handshake_is_unavailable_not_refused(pki):
+    """A paused or overloaded broker is retried like any silent one, not reported as a TLS mismatch."""
+    with socket.create_server(("127.0.0.1", 0)) as silent:   # the kernel accepts; nobody answers
+        with pytest.raises(BrokerNotAvailable, match="did not finish a TLS handshake in time"):
+            Connection(silent.getsockname()[:2], security=client(pki), connect_timeout_ms=500)
