@@ -17,7 +17,7 @@ import ssl
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Optional
 
 from ember.errors import InvalidConfig
 from ember.log.config import ConfigDef

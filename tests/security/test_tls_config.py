@@ -15,7 +15,6 @@ from ember.security.certificates import LOCAL_HOSTS, CertificateAuthority
 from ember.security.client import ClientSecurity, options_from_properties
 from ember.security.protocol import SecurityProtocol
 from ember.security.session import certificate_principal
-from ember.security.tls import TlsSettings
 from ember.sources.options import OptionError, reader_options
 
 SECRET = "s3cret-key-password"
