@@ -93,6 +93,8 @@ def report(results: dict[str, list[tuple[str, float, float]]], args: argparse.Na
     lines = [f"# TLS vs plaintext throughput ({args.value_size} B values, {args.records:,} records per producer "
              f"run, {args.consume_records:,} per consumer run, best of {args.repeats})", "", f"Measured {time.strftime('%Y-%m-%d')} on {os.cpu_count()} cores "
              f"with `bench/tls_bench.py`; both variants of a system ran side by side, alternating.", "",
+             "ember's TLS cluster encrypts client connections, replication and ZooKeeper; Kafka's TLS "
+             "listener encrypts the client's connection only (its brokers replicate over PLAINTEXT).", "",
              "| system | case | plaintext records/s | TLS records/s | TLS / plaintext |", "|---|---|---:|---:|---:|"]
     for system, rows in results.items():
         for case, plain, tls in rows:
