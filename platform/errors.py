@@ -400,6 +400,12 @@ class KafkaTimeoutError(EmberError):
     retriable = False
 
 
+class SslAuthenticationFailed(EmberError):
+    """A TLS connection could not be set up: a plaintext peer on a TLS listener (or the reverse),
+    an untrusted certificate, or a missing or refused client certificate. Retrying cannot help."""
+    hint = "see docs/security.md"
+
+
 class CorruptSegment(EmberError):
     """A sealed segment holds damaged bytes; the data at that position cannot be read."""
     # Sent as CORRUPT_RECORD, which is not retriable: retrying a damaged segment never helps.

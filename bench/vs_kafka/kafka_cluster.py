@@ -5,7 +5,9 @@ server.properties`` from the jars ``setup.sh`` fetched from Maven Central (``emb
 formatted with ``kafka.tools.StorageTool``. Ports are picked free on 127.0.0.1, every node logs to
 its own file in the cluster directory, and ``stop()`` kills whatever is still running, so a failed
 run leaves no JVM behind. The JVM options are those of Kafka's ``kafka-server-start.sh`` (1 GiB
-heap, G1) so memory figures are what a stock install shows.
+heap, G1) so memory figures are what a stock install shows. Given ``tls`` (an ember
+``ClusterTls``), each node also serves an SSL listener with the same PEM certificates as a secure
+ember cluster (client certificates required); brokers keep replicating over PLAINTEXT.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from ember.cluster.cluster_tls import ClusterTls
 from ember.cluster.zookeeper_server import free_port
 from ember.jars import KAFKA_BROKER
 
@@ -52,6 +55,7 @@ class KafkaNode:
     controller_port: int
     root: Path
     process: subprocess.Popen | None = None
+    ssl_port: int | None = None
 
     @property
     def address(self) -> str:
@@ -77,17 +81,31 @@ class KafkaCluster:
     data_dir: Path
     node_count: int = 3
     nodes: dict[int, KafkaNode] = field(default_factory=dict)
+    tls: ClusterTls | None = None
     cluster_id: str = field(default_factory=lambda: _cluster_id())
 
     @property
     def bootstrap(self) -> str:
         return ",".join(node.address for node in self.nodes.values())
 
+    @property
+    def ssl_bootstrap(self) -> str:
+        """The nodes' SSL listeners (with ``tls``)."""
+        return ",".join(f"127.0.0.1:{node.ssl_port}" for node in self.nodes.values())
+
+    @property
+    def ssl_client_config(self) -> dict[str, str]:
+        """librdkafka settings for the SSL listeners: the CA and the client certificate."""
+        assert self.tls is not None
+        return {"security.protocol": "ssl", "ssl.ca.location": str(self.tls.ca),
+                "ssl.certificate.location": str(self.tls.client.cert), "ssl.key.location": str(self.tls.client.key)}
+
     def start(self, timeout_s: float = 120.0, progress: Callable[[str], None] = lambda message: None) -> "KafkaCluster":
         """Write configs, format storage, launch every node, wait until each answers ApiVersions."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         for node_id in range(1, self.node_count + 1):
-            self.nodes[node_id] = KafkaNode(node_id, free_port(), free_port(), self.data_dir / f"node-{node_id}")
+            self.nodes[node_id] = KafkaNode(node_id, free_port(), free_port(), self.data_dir / f"node-{node_id}",
+                                            ssl_port=free_port() if self.tls else None)
         for node in self.nodes.values():
             self._configure(node)
             self._format(node)
@@ -174,6 +192,13 @@ class KafkaCluster:
             "share.coordinator.state.topic.replication.factor": min(3, self.node_count),
             "group.initial.rebalance.delay.ms": 0,
         }
+        if self.tls is not None:
+            properties.update({
+                "listeners": f"{properties['listeners']},SSL://127.0.0.1:{node.ssl_port}",
+                "advertised.listeners": f"{properties['advertised.listeners']},SSL://127.0.0.1:{node.ssl_port}",
+                "listener.security.protocol.map": f"{properties['listener.security.protocol.map']},SSL:SSL",
+                "ssl.keystore.type": "PEM", "ssl.keystore.location": self.tls.broker.keystore,
+                "ssl.truststore.type": "PEM", "ssl.truststore.location": self.tls.ca, "ssl.client.auth": "required"})
         node.root.mkdir(parents=True, exist_ok=True)
         node.config_path.write_text("".join(f"{k}={v}\n" for k, v in properties.items()))
         (node.root / "log4j2.properties").write_text(LOG4J2.format(log=node.log_path))

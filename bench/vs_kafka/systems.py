@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterator, Protocol
 import pyarrow as pa
 
 from ember.client import Admin, Consumer, Producer, TopicPartition
+from ember.cluster.cluster_tls import ClusterTls
 from ember.cluster.local import LocalCluster
 from ember.cluster.zookeeper_server import read_pid
 
@@ -104,10 +105,12 @@ class EmberClients:
     produce_modes: tuple[str, ...] = ("send", "send_batch", "kafka-client")
     consume_modes: tuple[str, ...] = ("poll_batches", "poll", "kafka-client")
     spark_read_modes: tuple[str, ...] = ("broker", "direct", "kafka")
+    #: TLS keywords of a secure cluster's clients (``LocalCluster.client_options``), as pairs.
+    security: tuple[tuple[str, Any], ...] = ()
 
     def _producer(self, settings: ProduceSettings) -> Producer:
         return Producer(self.bootstrap, acks=settings.acks, linger_ms=settings.linger_ms,
-                        batch_size=settings.batch_size, enable_idempotence=settings.idempotent)
+                        batch_size=settings.batch_size, enable_idempotence=settings.idempotent, **dict(self.security))
 
     @contextmanager
     def produce_job(self, mode: str, topic: str, settings: ProduceSettings, value: bytes,
@@ -148,7 +151,7 @@ class EmberClients:
 
     def _consumer(self, topic: str, partitions: int) -> tuple[Consumer, list[TopicPartition]]:
         consumer = Consumer(bootstrap_servers=self.bootstrap, auto_offset_reset="earliest",
-                            max_poll_records=POLL_RECORDS)
+                            max_poll_records=POLL_RECORDS, **dict(self.security))
         tps = [TopicPartition(topic, p) for p in range(partitions)]
         consumer.assign(tps)
         return consumer, tps
@@ -216,17 +219,18 @@ class EmberClients:
 
 
 class EmberSystem:
-    """A LocalCluster: a real ZooKeeper server and three broker processes."""
+    """A LocalCluster: a real ZooKeeper server and three broker processes (``secure``: all on TLS)."""
 
     name = "ember"
 
-    def __init__(self, root: Path, brokers: int = 3) -> None:
-        self.cluster = LocalCluster(root, broker_count=brokers)
+    def __init__(self, root: Path, brokers: int = 3, secure: bool = False) -> None:
+        self.cluster = LocalCluster(root, broker_count=brokers, secure=secure)
         started = time.perf_counter()
         self.cluster.start()
         self.cold_start_s = time.perf_counter() - started
-        self.clients = EmberClients(self.cluster.bootstrap, str(self.cluster.data_dir), self.cluster.kafka_bootstrap)
-        self.admin = Admin(self.cluster.bootstrap)
+        self.clients = EmberClients(self.cluster.bootstrap, str(self.cluster.data_dir), self.cluster.kafka_bootstrap,
+                                    security=tuple(self.cluster.client_options.items()))
+        self.admin = Admin(self.cluster.bootstrap, **self.cluster.client_options)
 
     def create_topic(self, topic: str, partitions: int, replication_factor: int) -> None:
         self.admin.create_topic(topic, partitions=partitions, replication_factor=replication_factor)
@@ -267,6 +271,8 @@ class KafkaClients:
     produce_modes: tuple[str, ...] = ("produce",)
     consume_modes: tuple[str, ...] = ("consume",)
     spark_read_modes: tuple[str, ...] = ("kafka",)
+    #: Extra librdkafka settings (security.protocol=ssl and its files), as pairs.
+    config: tuple[tuple[str, str], ...] = ()
 
     def _producer(self, settings: ProduceSettings) -> Any:
         from confluent_kafka import Producer as KafkaProducer
@@ -274,7 +280,7 @@ class KafkaClients:
             "bootstrap.servers": self.bootstrap, "acks": settings.acks, "linger.ms": settings.linger_ms,
             "batch.size": settings.batch_size, "enable.idempotence": settings.idempotent,
             "queue.buffering.max.kbytes": 64 * 1024,           # ember's buffer_memory
-            "queue.buffering.max.messages": 2_000_000, "log_level": 3})
+            "queue.buffering.max.messages": 2_000_000, "log_level": 3, **dict(self.config)})
 
     @contextmanager
     def produce_job(self, mode: str, topic: str, settings: ProduceSettings, value: bytes,
@@ -288,11 +294,12 @@ class KafkaClients:
             def produce_each() -> None:
                 produce, poll = producer.produce, producer.poll
                 for _ in range(count):
-                    try:
-                        produce(topic, value)
-                    except BufferError:
-                        poll(0.01)
-                        produce(topic, value)
+                    while True:   # a full queue (large values, a slow broker) may take more than one poll
+                        try:
+                            produce(topic, value)
+                            break
+                        except BufferError:
+                            poll(0.01)
                 _flush(producer, 600)
 
             yield produce_each
@@ -334,7 +341,7 @@ class KafkaClients:
             # librdkafka pauses a partition's prefetch for fetch.queue.backoff.ms (default 1 s) whenever its
             # queue holds queued.min.messages (default 100k): ~150k records/s here. Tuned so Kafka is not
             # held back by a client default.
-            "fetch.queue.backoff.ms": 0, "queued.min.messages": 1_000_000})
+            "fetch.queue.backoff.ms": 0, "queued.min.messages": 1_000_000, **dict(self.config)})
         consumer.assign([KafkaTopicPartition(topic, p, offset) for p in range(partitions)])
         return consumer
 
@@ -397,9 +404,9 @@ class KafkaSystem:
 
     name = "kafka"
 
-    def __init__(self, root: Path, brokers: int = 3) -> None:
+    def __init__(self, root: Path, brokers: int = 3, tls: ClusterTls | None = None) -> None:
         from confluent_kafka.admin import AdminClient
-        self.cluster = KafkaCluster(root, node_count=brokers)
+        self.cluster = KafkaCluster(root, node_count=brokers, tls=tls)
         started = time.perf_counter()
         self.cluster.start()
         self.cold_start_s = time.perf_counter() - started

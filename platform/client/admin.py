@@ -9,6 +9,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional, TypeVar
 from ember.errors import BrokerNotAvailable, EmberError, NetworkError, RequestTimedOut, error_for_code
 from ember.client.types import TopicPartition
 from ember.client.metadata import MetadataClient, response_error
+from ember.security.client import ClientSecurity
 from ember.client.offsets import EARLIEST, LATEST, at_leaders, list_offsets
 from ember.protocol.ember.wire import ApiKey
 
@@ -55,9 +56,11 @@ class Admin:
     """Topic administration against any broker of the cluster."""
 
     def __init__(self, bootstrap_servers: str | Iterable[str] = "127.0.0.1:9092", *,
-                 request_timeout_ms: int = 30000) -> None:
+                 request_timeout_ms: int = 30000, **security: Any) -> None:
+        """``security``: the TLS keywords of :class:`ember.security.client.SecurityOptions`."""
         self.request_timeout_s = request_timeout_ms / 1000
-        self._metadata = MetadataClient(bootstrap_servers, request_timeout_ms=request_timeout_ms)
+        self._metadata = MetadataClient(bootstrap_servers, request_timeout_ms=request_timeout_ms,
+                                        security=ClientSecurity.from_options(security, "Admin"))
 
     def create_topic(self, name: str, partitions: int = 1, replication_factor: int = 1,
                      config: Optional[Mapping[str, Any]] = None, validate_only: bool = False) -> None:

@@ -8,7 +8,8 @@ threads, and handing every request across an event-loop boundary would cost more
 
 A request that outlives its timeout closes the connection (responses come in order, so a lost one
 leaves the stream unusable) and every pending request fails with a retriable error. The
-:class:`ConnectionPool` reconnects on demand with exponential backoff.
+:class:`ConnectionPool` reconnects on demand with exponential backoff. The bytes travel over a
+plain or TLS channel (:mod:`ember.client.channel`) as the client's ``security_protocol`` says.
 
 Two locks, never nested the other way round: ``_send_lock`` keeps frames whole on the socket and
 ``_state_lock`` guards the pending table and the closed state. Failing a connection takes only
@@ -22,18 +23,19 @@ import itertools
 import logging
 import select
 import socket
+import ssl
 import threading
 import time
 from concurrent.futures import Future
 from typing import Any, Iterable, Sequence
 
+from ember.client.channel import Address, diagnose_refusal, open_channel
 from ember.errors import BrokerNotAvailable, EmberError, NetworkError, RequestTimedOut
 from ember.protocol.ember.wire import (DEFAULT_MAX_FRAME_BYTES, FRAME_LENGTH, Buffer, Response,
                                        check_frame_size, decode_response, encode_request)
+from ember.security.client import ClientSecurity
 
 log = logging.getLogger(__name__)
-
-Address = tuple[str, int]
 
 _READ_CHUNK = 256 * 1024
 _POLL_INTERVAL_S = 0.1
@@ -66,19 +68,24 @@ class Connection:
     """A connected socket to one broker with pipelined, correlation-matched requests."""
 
     def __init__(self, address: Address, *, request_timeout_ms: int = 30000, connect_timeout_ms: int = 10000,
-                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, security: ClientSecurity = ClientSecurity(),
+                 ssl_context: ssl.SSLContext | None = None) -> None:
+        """``ssl_context``: the client's TLS context (built once per pool from ``security``);
+        raises BrokerNotAvailable when nobody answers, SslAuthenticationFailed when TLS fails."""
         self.address = address
         self.request_timeout_s = request_timeout_ms / 1000
+        self.connect_timeout_s = connect_timeout_ms / 1000
         self.max_frame_bytes = max_frame_bytes
+        self.security = security
+        self._context = ssl_context if ssl_context is not None or not security.uses_tls else security.ssl_context()
         self._correlation = itertools.count(1)
         self._pending: dict[int, _Pending] = {}
         self._send_lock = threading.Lock()
         self._state_lock = threading.Lock()
         self._closed: EmberError | None = None
-        try:
-            self._sock = socket.create_connection(address, timeout=connect_timeout_ms / 1000)
-        except OSError as exc:
-            raise BrokerNotAvailable(f"cannot connect to broker at {self.name}: {exc}") from None
+        self._answered = False
+        self._channel = open_channel(address, security, self._context, self.connect_timeout_s)
+        self._sock = self._channel.sock
         # Sends block at most a request timeout (a stopped broker must not hang the sender forever).
         self._sock.settimeout(self.request_timeout_s)
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -111,12 +118,13 @@ class Connection:
                 if expect_response:
                     self._pending[correlation_id] = _Pending(future, deadline, api_key)
             try:
-                self._send(encode_request(api_key, 0, correlation_id, body, payload))
+                self._channel.send(encode_request(api_key, 0, correlation_id, body, payload))
                 failure = None
             except OSError as exc:
                 with self._state_lock:
                     self._pending.pop(correlation_id, None)
-                failure = self._closed or NetworkError(f"sending to broker {self.name} failed: {exc}")
+                failure = self._closed or self._refusal() or NetworkError(
+                    f"sending to broker {self.name} failed: {exc}")
         if failure is not None:
             # Outside the send lock: failing runs the pending requests' callbacks, which may send.
             self._fail(failure)
@@ -131,18 +139,6 @@ class Connection:
 
     # -- internals ---------------------------------------------------------------------------
 
-    def _send(self, buffers: list[Buffer]) -> None:
-        views = [memoryview(b).cast("B") for b in buffers if len(b)]
-        while views:
-            sent = self._sock.sendmsg(views[:512])
-            while sent:
-                if sent >= len(views[0]):
-                    sent -= len(views[0])
-                    views.pop(0)
-                else:
-                    views[0] = views[0][sent:]
-                    sent = 0
-
     def _fail(self, error: EmberError) -> None:
         """Mark the connection closed, wake every thread using the socket, fail pending requests.
 
@@ -153,10 +149,7 @@ class Connection:
                 self._closed = error
             pending, self._pending = self._pending, {}
         if first:
-            try:
-                self._sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+            self._channel.shutdown()
         for entry in pending.values():
             if not entry.future.done():
                 entry.future.set_exception(type(error)(str(error)))
@@ -196,20 +189,30 @@ class Connection:
                 elif len(buf) - start < FRAME_LENGTH.size:
                     buf[:end - start] = buf[start:end]
                     start, end = 0, end - start
-                if not poller.poll(_POLL_INTERVAL_S * 1000):
+                if not self._channel.buffered() and not poller.poll(_POLL_INTERVAL_S * 1000):
                     self._expire()
                     continue
-                count = self._sock.recv_into(memoryview(buf)[end:])
+                count = self._channel.recv_into(memoryview(buf)[end:])
+                if count is None:
+                    continue
                 if count == 0:
                     raise ConnectionError("broker closed the connection")
                 end += count
         except (OSError, ValueError) as exc:
             if self._closed is None:
-                self._fail(NetworkError(f"connection to broker {self.name} lost: {exc}"))
+                self._fail(self._refusal() or NetworkError(f"connection to broker {self.name} lost: {exc}"))
         except EmberError as exc:
             self._fail(NetworkError(f"bad frame from broker {self.name}: {exc}"))
         finally:
             self._release_socket()
+
+    def _refusal(self) -> EmberError | None:
+        """A security mismatch, when the broker closed this connection before answering anything
+        (a broker refusing a client certificate closes it right after the handshake, maybe before
+        the first request is sent)."""
+        if self._answered:
+            return None
+        return diagnose_refusal(self.address, self.security, self._context, self.connect_timeout_s)
 
     def _release_socket(self) -> None:
         """Close the descriptor once the connection is failed and no send holds the socket.
@@ -218,10 +221,11 @@ class Connection:
         if self._closed is None:
             self._fail(NetworkError(f"connection to broker {self.name} stopped reading"))
         with self._send_lock:
-            self._sock.close()
+            self._channel.close()
 
     def _dispatch(self, frame: memoryview) -> None:
         response = decode_response(frame)
+        self._answered = True
         if response.payload:
             # The read buffer is reused; the payload must outlive it.
             response.payload = memoryview(bytes(response.payload))
@@ -239,8 +243,10 @@ class ConnectionPool:
     """Connections by broker address, reconnected on demand with exponential backoff."""
 
     def __init__(self, *, request_timeout_ms: int = 30000, reconnect_backoff_ms: int = 50,
-                 reconnect_backoff_max_ms: int = 1000) -> None:
+                 reconnect_backoff_max_ms: int = 1000, security: ClientSecurity = ClientSecurity()) -> None:
         self.request_timeout_ms = request_timeout_ms
+        self.security = security
+        self._context = security.ssl_context() if security.uses_tls else None
         self._backoff_s = reconnect_backoff_ms / 1000
         self._backoff_max_s = reconnect_backoff_max_ms / 1000
         self._connections: dict[Address, Connection] = {}
@@ -262,7 +268,8 @@ class ConnectionPool:
                 raise BrokerNotAvailable(f"broker {address[0]}:{address[1]} is unreachable; retrying in "
                                          f"{(retry_at - now) * 1000:.0f} ms")
             try:
-                conn = Connection(address, request_timeout_ms=self.request_timeout_ms)
+                conn = Connection(address, request_timeout_ms=self.request_timeout_ms, security=self.security,
+                                  ssl_context=self._context)
             except BrokerNotAvailable:
                 delay = min(self._backoff_s * 2 ** attempts, self._backoff_max_s)
                 self._failures[address] = (attempts + 1, now + delay)

@@ -22,6 +22,7 @@ import pyarrow as pa
 from ember.errors import EmberError, ErrorCode, OffsetOutOfRange, error_for_code
 from ember.client.types import ConsumerRecord, OffsetAndTimestamp, TopicPartition
 from ember.client.metadata import STALE_METADATA, MetadataClient, response_error
+from ember.security.client import ClientSecurity
 from ember.client.offsets import EARLIEST, LATEST, list_offsets
 from ember.protocol.ember.wire import ApiKey, split_payload
 from ember.log.batch import HEADER_SIZE, BatchHeader, check_batch, decode_payload
@@ -39,7 +40,10 @@ class Consumer:
                  max_partition_fetch_bytes: int = 1024 * 1024, max_poll_records: int = 500,
                  enable_auto_commit: bool = True, consumer_timeout_ms: float = float("inf"),
                  request_timeout_ms: int = 30000, retry_backoff_ms: int = 100, check_crcs: bool = True,
-                 key_deserializer: Deserializer = None, value_deserializer: Deserializer = None) -> None:
+                 key_deserializer: Deserializer = None, value_deserializer: Deserializer = None,
+                 **security: Any) -> None:
+        """``security``: ``security_protocol``, ``ssl_cafile`` and the other TLS keywords of
+        :class:`ember.security.client.SecurityOptions` (kafka-python's names)."""
         if auto_offset_reset not in _RESET:
             raise ValueError(f"auto_offset_reset must be earliest, latest or none, not {auto_offset_reset!r}")
         self.group_id = group_id
@@ -56,7 +60,8 @@ class Consumer:
         self._key_deserializer = key_deserializer
         self._value_deserializer = value_deserializer
         self._metadata = MetadataClient(bootstrap_servers, request_timeout_ms=request_timeout_ms,
-                                        retry_backoff_ms=retry_backoff_ms)
+                                        retry_backoff_ms=retry_backoff_ms,
+                                        security=ClientSecurity.from_options(security, type(self).__name__))
         self._positions: dict[TopicPartition, Optional[int]] = {}
         self._pending_reset: dict[TopicPartition, Optional[int]] = {}
         self._buffers: dict[TopicPartition, deque[pa.RecordBatch]] = {}

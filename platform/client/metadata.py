@@ -17,6 +17,7 @@ from typing import Any, Iterable, Sequence
 from ember.errors import BrokerNotAvailable, EmberError, ErrorCode, KafkaTimeoutError, error_for_code
 from ember.client.connection import Address, Connection, ConnectionPool, parse_bootstrap
 from ember.protocol.ember.wire import ApiKey, Buffer, Response
+from ember.security.client import ClientSecurity
 
 #: Errors after which a client should refresh metadata before retrying.
 STALE_METADATA = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
@@ -55,12 +56,14 @@ class MetadataClient:
     """Cached cluster metadata plus a connection pool keyed by broker."""
 
     def __init__(self, bootstrap_servers: str | Iterable[str], *, request_timeout_ms: int = 30000,
-                 retry_backoff_ms: int = 100, metadata_max_age_ms: int = 300000) -> None:
+                 retry_backoff_ms: int = 100, metadata_max_age_ms: int = 300000,
+                 security: ClientSecurity = ClientSecurity()) -> None:
         self.bootstrap = parse_bootstrap(bootstrap_servers)
         self.request_timeout_s = request_timeout_ms / 1000
         self.retry_backoff_s = retry_backoff_ms / 1000
         self.max_age_s = metadata_max_age_ms / 1000
-        self.pool = ConnectionPool(request_timeout_ms=request_timeout_ms)
+        self.security = security
+        self.pool = ConnectionPool(request_timeout_ms=request_timeout_ms, security=security)
         self.brokers: dict[int, Address] = {}
         self.controller_id = -1
         self.topics: dict[str, TopicInfo] = {}

@@ -24,6 +24,7 @@ from ember.client.accumulator import BATCH_OVERHEAD, RECORD_OVERHEAD, ProducerBa
 from ember.client.types import BatchMetadata, TopicPartition
 from ember.client.futures import FutureRecordMetadata
 from ember.client.metadata import MetadataClient
+from ember.security.client import ClientSecurity
 from ember.client.partitioner import StickyPartitioner, partition_for_key, partitions_for_keys
 from ember.client.sender import Sender, SenderConfig
 from ember.log.batch import CODECS, RECORD_SCHEMA
@@ -42,7 +43,9 @@ class Producer:
                  max_request_size: int = 1024 * 1024, enable_idempotence: bool | None = None,
                  max_in_flight_requests_per_connection: int = 5, metadata_max_age_ms: int = 300000,
                  key_serializer: Serializer = None, value_serializer: Serializer = None,
-                 producer_id: int | None = None, producer_epoch: int = 0) -> None:
+                 producer_id: int | None = None, producer_epoch: int = 0, **security: Any) -> None:
+        """``security``: ``security_protocol``, ``ssl_cafile`` and the other TLS keywords of
+        :class:`ember.security.client.SecurityOptions` (kafka-python's names)."""
         if acks not in _ACKS:
             raise ValueError(f"acks must be 0, 1 or 'all', not {acks!r}")
         acks = _ACKS[acks]
@@ -64,7 +67,8 @@ class Producer:
         self._key_serializer = key_serializer
         self._value_serializer = value_serializer
         self._metadata = MetadataClient(bootstrap_servers, request_timeout_ms=request_timeout_ms,
-                                        retry_backoff_ms=retry_backoff_ms, metadata_max_age_ms=metadata_max_age_ms)
+                                        retry_backoff_ms=retry_backoff_ms, metadata_max_age_ms=metadata_max_age_ms,
+                                        security=ClientSecurity.from_options(security, "Producer"))
         self._accumulator = RecordAccumulator(batch_size=batch_size, buffer_memory=buffer_memory, linger_ms=linger_ms)
         self._sticky = StickyPartitioner()
         self._partitions: dict[str, list[TopicPartition]] = {}

@@ -3,7 +3,8 @@
 Used by ``ember cluster up|down|status``, the test fixtures and the benchmarks. Every port is
 picked fresh from the OS, so two clusters on one machine never collide; a broker keeps its port
 across restarts so bootstrap lists stay valid. The cluster's layout (ports, pids) is written to
-``<data>/cluster.json`` so a later ``ember cluster status|down`` can find it.
+``<data>/cluster.json`` so a later ``ember cluster status|down`` can find it. A ``secure``
+cluster puts every listener on TLS with client certificates (:mod:`ember.cluster.cluster_tls`).
 """
 from __future__ import annotations
 
@@ -11,12 +12,14 @@ import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ember.cluster.cluster_tls import ClusterTls
 from ember.cluster.zookeeper_server import ZooKeeperServer, free_port, is_healthy, read_pid, terminate
 from ember.errors import BrokerNotAvailable, EmberError
 from ember.protocol.ember.wire import FRAME_LENGTH, ApiKey, decode_response, encode_request
@@ -61,10 +64,12 @@ class LocalCluster:
     broker_count: int = 1
     broker_config: dict[str, str] = field(default_factory=dict)
     metrics: bool = False   # each broker serves metrics on its own loopback port
+    secure: bool = False    # every listener on TLS, client certificates required
     zookeeper: ZooKeeperServer | None = None
     brokers: dict[int, BrokerProcess] = field(default_factory=dict)
     _processes: dict[int, subprocess.Popen] = field(default_factory=dict, repr=False)
     _started: bool = field(default=False, repr=False)
+    _context: ssl.SSLContext | None = field(default=None, repr=False)
 
     @property
     def bootstrap(self) -> str:
@@ -81,6 +86,25 @@ class LocalCluster:
         return ",".join(b.kafka_address for b in self.brokers.values() if b.kafka_address)
 
     @property
+    def tls(self) -> ClusterTls | None:
+        """The certificates of a secure cluster (None: plaintext)."""
+        return ClusterTls(self.data_dir / "tls") if self.secure else None
+
+    @property
+    def client_options(self) -> dict[str, object]:
+        """Keywords an ember client of this cluster needs besides the bootstrap list ({} in plaintext)."""
+        return dict(self.tls.client_security().options()) if self.tls else {}
+
+    def _zookeeper(self, port: int) -> ZooKeeperServer:
+        directory = self.data_dir / "zookeeper"
+        return self.tls.zookeeper_server(directory, port) if self.tls else ZooKeeperServer(directory, port)
+
+    def _client_context(self) -> ssl.SSLContext | None:
+        if self.tls is not None and self._context is None:
+            self._context = self.tls.client_security().ssl_context()
+        return self._context
+
+    @property
     def zk_connect(self) -> str:
         assert self.zookeeper is not None
         return self.zookeeper.connect_string
@@ -93,8 +117,10 @@ class LocalCluster:
         if self._started:
             return self
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        if self.secure:
+            progress(f"TLS: certificates under {ClusterTls.create(self.data_dir / 'tls').directory}")
         if self.zookeeper is None:
-            self.zookeeper = ZooKeeperServer(self.data_dir / "zookeeper", free_port())
+            self.zookeeper = self._zookeeper(free_port())
         progress(f"starting ZooKeeper on {self.zookeeper.connect_string}")
         self.zookeeper.start()
         for broker_id in range(1, self.broker_count + 1):
@@ -146,9 +172,10 @@ class LocalCluster:
                    "--zookeeper", self.zk_connect, "--listen", broker.address, "--data", str(broker.data_dir)]
         if broker.kafka_port is not None:
             command += ["--listeners", f"KAFKA://{broker.kafka_address}"]
-        if self.broker_config:
+        properties = {**(self.tls.broker_properties(("EMBER", "KAFKA")) if self.tls else {}), **self.broker_config}
+        if properties:
             config = self.data_dir / "broker-overrides.properties"
-            config.write_text("".join(f"{k}={v}\n" for k, v in self.broker_config.items()))
+            config.write_text("".join(f"{k}={v}\n" for k, v in properties.items()))
             command += ["--config", str(config)]
         if broker.metrics_port is not None:
             command += ["--metrics-listen", f"{broker.host}:{broker.metrics_port}"]
@@ -190,12 +217,12 @@ class LocalCluster:
             self.kill_broker(broker_id, signal.SIGTERM)
         self._spawn(broker)
         self.save()
-        wait_for_broker(broker, timeout_s)
+        wait_for_broker(broker, timeout_s, context=self._client_context())
 
     def wait_healthy(self, timeout_s: float = 60.0) -> None:
         for broker in self.brokers.values():
             if broker.pid is not None:
-                wait_for_broker(broker, timeout_s, self._processes.get(broker.broker_id))
+                wait_for_broker(broker, timeout_s, self._processes.get(broker.broker_id), self._client_context())
 
     # -- state file --------------------------------------------------------------------------
 
@@ -204,6 +231,7 @@ class LocalCluster:
             "zookeeper": {"port": self.zookeeper.port, "pid": read_pid(self.zookeeper.data_dir / "zookeeper.pid")}
             if self.zookeeper else None,
             "brokers": [{**asdict(b), "data_dir": str(b.data_dir)} for b in self.brokers.values()],
+            "secure": self.secure,
         }
         path = self.data_dir / STATE_FILE
         tmp = path.with_suffix(".tmp")
@@ -217,9 +245,9 @@ class LocalCluster:
         if not path.exists():
             raise BrokerNotAvailable(f"no cluster found under {data_dir} (start one with `ember cluster up`)")
         state = json.loads(path.read_text())
-        cluster = cls(data_dir, broker_count=len(state["brokers"]))
+        cluster = cls(data_dir, broker_count=len(state["brokers"]), secure=bool(state.get("secure", False)))
         if state["zookeeper"]:
-            cluster.zookeeper = ZooKeeperServer(data_dir / "zookeeper", state["zookeeper"]["port"])
+            cluster.zookeeper = cluster._zookeeper(state["zookeeper"]["port"])
         for b in state["brokers"]:
             cluster.brokers[b["broker_id"]] = BrokerProcess(b["broker_id"], b["port"], Path(b["data_dir"]), b["host"], b["pid"],
                                                             b.get("metrics_port"), b.get("kafka_port"))
@@ -230,18 +258,20 @@ class LocalCluster:
         zk = self.zookeeper
         return {
             "zookeeper": {"address": zk.connect_string if zk else None,
-                          "healthy": bool(zk and is_healthy(zk.host, zk.port))},
+                          "healthy": bool(zk and is_healthy(zk.host, zk.port, zk.client_context()))},
             "brokers": [{"id": b.broker_id, "address": b.address, "kafka_address": b.kafka_address, "pid": b.pid,
-                         "healthy": b.pid is not None and broker_responds(b.host, b.port),
+                         "healthy": b.pid is not None and broker_responds(b.host, b.port,
+                                                                          context=self._client_context()),
                          "readiness": readiness(b.host, b.metrics_port) if b.metrics_port and b.pid else None}
                         for b in self.brokers.values()],
         }
 
 
-def broker_responds(host: str, port: int, timeout_s: float = 2.0) -> bool:
-    """True when a broker at host:port answers an ApiVersions request."""
+def broker_responds(host: str, port: int, timeout_s: float = 2.0, context: ssl.SSLContext | None = None) -> bool:
+    """True when a broker at host:port answers an ApiVersions request (over TLS with ``context``)."""
     try:
-        with socket.create_connection((host, port), timeout=timeout_s) as sock:
+        with socket.create_connection((host, port), timeout=timeout_s) as raw, \
+                (context.wrap_socket(raw, server_hostname=host) if context else raw) as sock:
             sock.sendall(b"".join(encode_request(ApiKey.API_VERSIONS, 0, 1, {})))
             header = _recv_exact(sock, FRAME_LENGTH.size)
             response = decode_response(_recv_exact(sock, FRAME_LENGTH.unpack(header)[0]))
@@ -261,13 +291,14 @@ def _recv_exact(sock: socket.socket, size: int) -> bytes:
     return b"".join(chunks)
 
 
-def wait_for_broker(broker: BrokerProcess, timeout_s: float, process: subprocess.Popen | None = None) -> None:
+def wait_for_broker(broker: BrokerProcess, timeout_s: float, process: subprocess.Popen | None = None,
+                    context: ssl.SSLContext | None = None) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process is not None and process.poll() is not None:
             raise BrokerNotAvailable(
                 f"broker {broker.broker_id} exited with code {process.returncode}; see {broker.log_path}")
-        if broker_responds(broker.host, broker.port, timeout_s=1.0):
+        if broker_responds(broker.host, broker.port, timeout_s=1.0, context=context):
             return
         time.sleep(0.1)
     raise BrokerNotAvailable(f"broker {broker.broker_id} did not become healthy on {broker.address} "

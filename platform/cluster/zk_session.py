@@ -10,12 +10,16 @@ sessions when it restarts and gives each its whole timeout again, so a prompt re
 session (and the broker's registration) however long the server was down. kazoo's default back-off
 doubles up to an hour, which let sessions expire after short outages and every broker fail over at
 once.
+
+With :class:`ZooKeeperTls` (Kafka's ``zookeeper.ssl.*`` settings, PEM) the session runs over TLS
+to ZooKeeper's ``secureClientPort``, presenting the broker's certificate.
 """
 from __future__ import annotations
 
 import logging
 import threading
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import NodeExistsError
@@ -36,13 +40,29 @@ class ZooKeeperConnectionError(EmberError):
     hint = "check --zookeeper HOST:PORT and that ZooKeeper is running"
 
 
+@dataclass(frozen=True)
+class ZooKeeperTls:
+    """TLS to ZooKeeper: the CA file that signed its certificate (None: the system's), this
+    broker's PEM keystore (key + chain) when ZooKeeper wants client certificates."""
+    truststore: Optional[str] = None
+    keystore: Optional[str] = None
+    password: Optional[str] = field(default=None, repr=False)
+    check_hostname: bool = True
+
+    def kazoo_options(self) -> dict[str, Any]:
+        return {"use_ssl": True, "ca": self.truststore, "certfile": self.keystore, "keyfile": self.keystore,
+                "keyfile_password": self.password, "verify_certs": True, "check_hostname": self.check_hostname}
+
+
 class ZkSession:
     """Owns the kazoo client; ``client`` paths are relative to the chroot."""
 
-    def __init__(self, connect: str, session_timeout_ms: int) -> None:
+    def __init__(self, connect: str, session_timeout_ms: int, tls: ZooKeeperTls | None = None) -> None:
         self.connect = connect
+        self.tls = tls
         self.client = KazooClient(hosts=connect, timeout=session_timeout_ms / 1000.0,
-                                  connection_retry=KazooRetry(max_tries=-1, max_delay=RECONNECT_MAX_DELAY_S))
+                                  connection_retry=KazooRetry(max_tries=-1, max_delay=RECONNECT_MAX_DELAY_S),
+                                  **(tls.kazoo_options() if tls else {}))
         self._callbacks: list[Callable[[], None]] = []
         self._session_lost = False
         self.client.add_listener(self._on_state)
@@ -51,7 +71,9 @@ class ZkSession:
         try:
             self.client.start(timeout=timeout_s)
         except KazooTimeoutError:
-            raise ZooKeeperConnectionError(f"no ZooKeeper answered at {self.connect} "
+            over = " over TLS (check zookeeper.ssl.* and that the port is ZooKeeper's secureClientPort)" \
+                if self.tls else ""
+            raise ZooKeeperConnectionError(f"no ZooKeeper answered at {self.connect}{over} "
                                            f"within {timeout_s:.0f}s") from None
         self.client.ensure_path(zk_paths.CHROOT)
         self.client.chroot = zk_paths.CHROOT

@@ -1,13 +1,16 @@
 """Start and stop a real ZooKeeper server (Debian's ``zookeeper`` package) for a local cluster.
 
 The server runs standalone with its own data directory, loopback address and port, so several
-local clusters (and test runs) can live on one machine side by side.
+local clusters (and test runs) can live on one machine side by side. Given a PEM ``keystore``
+and ``truststore`` it serves only TLS (``secureClientPort``, Netty, client certificates
+required) on that port.
 """
 from __future__ import annotations
 
 import os
 import shutil
 import socket
+import ssl
 import subprocess
 import time
 from dataclasses import dataclass
@@ -16,6 +19,8 @@ from pathlib import Path
 from ember.errors import EmberError
 
 ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
+#: Netty's codecs: ZooKeeper's TLS server needs them, and Debian's jar manifest leaves them out.
+NETTY_CODEC_JAR = Path("/usr/share/java/netty-codec.jar")
 DEFAULTS_FILE = Path(__file__).resolve().parents[2] / "conf" / "zookeeper.properties"
 MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 
@@ -33,6 +38,9 @@ class ZooKeeperServer:
     port: int
     host: str = "127.0.0.1"
     process: subprocess.Popen | None = None
+    #: PEM files of a TLS-only server: its key + certificate chain, and the CA clients' certificates need.
+    keystore: Path | None = None
+    truststore: Path | None = None
 
     @property
     def connect_string(self) -> str:
@@ -45,25 +53,43 @@ class ZooKeeperServer:
     def write_config(self) -> Path:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         config = self.data_dir / "zoo.cfg"
-        config.write_text(
-            DEFAULTS_FILE.read_text()
-            + f"dataDir={self.data_dir / 'data'}\n"
-            f"clientPort={self.port}\n"
-            f"clientPortAddress={self.host}\n"
-        )
+        if self.keystore is None:
+            port = f"clientPort={self.port}\nclientPortAddress={self.host}\n"
+        else:
+            port = (f"secureClientPort={self.port}\nsecureClientPortAddress={self.host}\n"
+                    "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory\n"
+                    f"ssl.keyStore.location={self.keystore}\nssl.keyStore.type=PEM\n"
+                    f"ssl.trustStore.location={self.truststore}\nssl.trustStore.type=PEM\nssl.clientAuth=need\n")
+        config.write_text(DEFAULTS_FILE.read_text() + f"dataDir={self.data_dir / 'data'}\n" + port)
         return config
+
+    def client_context(self) -> ssl.SSLContext | None:
+        """How the launcher talks to a TLS server (health checks): trusting the CA, presenting
+        the server's own certificate, which the CA signed for client use too."""
+        if self.keystore is None:
+            return None
+        context = ssl.create_default_context(cafile=str(self.truststore))
+        context.load_cert_chain(str(self.keystore))
+        return context
 
     def start(self, timeout_s: float = 30.0) -> None:
         """Start the server in the background and wait until it answers ``ruok``."""
         java = shutil.which("java")
         if java is None or not ZOOKEEPER_JAR.exists():
             raise ZooKeeperUnavailable(f"java or {ZOOKEEPER_JAR} is missing")
+        classpath = str(ZOOKEEPER_JAR)
+        if self.keystore is not None:
+            if not NETTY_CODEC_JAR.exists():
+                raise ZooKeeperUnavailable(f"{NETTY_CODEC_JAR} is missing (Debian's libnetty-java): ZooKeeper's "
+                                           f"TLS port needs it")
+            classpath += f":{NETTY_CODEC_JAR}"
+        context = self.client_context()
         config = self.write_config()
         (self.data_dir / "data").mkdir(exist_ok=True)
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
                 [java, "-Xmx256m", "-XX:+UseSerialGC", f"-Dzookeeper.log.dir={self.data_dir}",
-                 "-cp", str(ZOOKEEPER_JAR), MAIN_CLASS, str(config)],
+                 "-cp", classpath, MAIN_CLASS, str(config)],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )
@@ -73,7 +99,7 @@ class ZooKeeperServer:
             if self.process.poll() is not None:
                 raise ZooKeeperUnavailable(
                     f"ZooKeeper exited with code {self.process.returncode}; see {self.log_path}")
-            if is_healthy(self.host, self.port):
+            if is_healthy(self.host, self.port, context):
                 return
             time.sleep(0.1)
         self.stop()
@@ -86,10 +112,12 @@ class ZooKeeperServer:
         (self.data_dir / "zookeeper.pid").unlink(missing_ok=True)
 
 
-def is_healthy(host: str, port: int) -> bool:
-    """True when a ZooKeeper server at host:port answers the ``ruok`` four-letter word."""
+def is_healthy(host: str, port: int, context: ssl.SSLContext | None = None) -> bool:
+    """True when a ZooKeeper server at host:port answers the ``ruok`` four-letter word (over TLS
+    with ``context``)."""
     try:
-        with socket.create_connection((host, port), timeout=1.0) as sock:
+        with socket.create_connection((host, port), timeout=1.0) as raw, \
+                (context.wrap_socket(raw, server_hostname=host) if context else raw) as sock:
             sock.sendall(b"ruok")
             return sock.recv(4) == b"imok"
     except OSError:

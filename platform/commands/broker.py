@@ -28,8 +28,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     start.add_argument("--listen", metavar="HOST:PORT",
                        help="address of the EMBER listener (ember's clients and follower fetches)")
     start.add_argument("--listeners", metavar="NAME://HOST:PORT,...",
-                       help="Kafka's listeners property, e.g. KAFKA://127.0.0.1:9093 (any name but EMBER "
-                            "speaks Kafka's protocol); overrides the --config file's")
+                       help="Kafka's listeners property, e.g. KAFKA://127.0.0.1:9093 (any name but EMBER and "
+                            "inter.broker.listener.name speaks Kafka's protocol); overrides the --config file's")
     start.add_argument("--advertised-listeners", metavar="NAME://HOST:PORT,...",
                        help="Kafka's advertised.listeners: what clients are told (default: the listeners)")
     start.add_argument("--data", required=True, type=Path, metavar="DIR", help="data directory of this broker")
@@ -61,7 +61,8 @@ def start_broker(args: argparse.Namespace) -> int:
     config = BrokerConfig.load(args.config)
     listeners = ListenerConfig.resolve(parse_listen(args.listen) if args.listen else None,
                                        args.listeners or config.listeners,
-                                       args.advertised_listeners or config.advertised_listeners)
+                                       args.advertised_listeners or config.advertised_listeners,
+                                       config.listener_security_protocol_map, config.inter_broker_listener_name)
     setup_logging(args.data)
     metrics_listen = BROKER_CONFIGS["metrics.listen"].parse(args.metrics_listen) if args.metrics_listen \
         else config.metrics_listen

@@ -21,6 +21,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     up.add_argument("--data", type=Path, default=Path(DEFAULT_DATA), help=f"data directory (default {DEFAULT_DATA})")
     up.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
                     help="broker config override, e.g. --config log.retention.ms=60000 (repeatable)")
+    up.add_argument("--secure", action="store_true",
+                    help="create a CA, broker and client certificates under DATA/tls, serve every listener with "
+                         "TLS (client certificates required) and write the client configuration files")
     up.add_argument("--metrics", action="store_true",
                     help="serve Prometheus metrics and health checks on a loopback port per broker, and write "
                          "a Prometheus config for them into the data directory")
@@ -51,7 +54,7 @@ def cluster_up(args: argparse.Namespace) -> int:
         print(f"a cluster is already running under {args.data}; `ember cluster down --data {args.data}` first")
         return 1
     cluster = LocalCluster(args.data, broker_count=args.brokers, broker_config=_parse_overrides(args.config),
-                           metrics=args.metrics)
+                           metrics=args.metrics, secure=args.secure)
     try:
         cluster.start(progress=print)
     except EmberError:
@@ -61,8 +64,26 @@ def cluster_up(args: argparse.Namespace) -> int:
           f"\nKafka bootstrap (any Kafka client): {cluster.kafka_bootstrap}")
     if args.metrics:
         print_metrics(cluster)
+    if cluster.tls is not None:
+        print_client_configs(cluster)
+        return 0
     print(f"try:  export EMBER_BOOTSTRAP={cluster.bootstrap}\n      ember topics create demo --partitions 3")
     return 0
+
+
+def print_client_configs(cluster: LocalCluster) -> None:
+    """Where a client of the TLS cluster finds its settings, and how each kind of client uses them."""
+    assert cluster.tls is not None
+    files = cluster.tls.write_client_configs(cluster.bootstrap, cluster.kafka_bootstrap)
+    print(f"TLS on every listener, client certificates required (CA: {cluster.tls.ca})\n"
+          f"client configuration:\n"
+          f"  ember clients (Python):  {files['ember']}\n"
+          f"      Producer(**json.load(open('{files['ember']}')))\n"
+          f"  ember CLI, Kafka's Java tools (--command-config, --producer.config, --consumer.config):  {files['java']}\n"
+          f"  librdkafka / confluent-kafka:  {files['librdkafka']}\n"
+          f"---\n{files['java'].read_text()}---\n"
+          f"try:  export EMBER_BOOTSTRAP={cluster.bootstrap} EMBER_CLIENT_CONFIG={files['java']}\n"
+          f"      ember topics create demo --partitions 3")
 
 
 def print_metrics(cluster: LocalCluster) -> None:

@@ -6,7 +6,7 @@ import sys
 from datetime import datetime, timezone
 
 from ember.client import Consumer, ConsumerRecord, TopicPartition
-from ember.commands.topics import add_bootstrap
+from ember.commands.topics import add_bootstrap, client_options
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -33,7 +33,7 @@ def consume(args: argparse.Namespace) -> int:
     timeout_ms = args.timeout_ms if args.timeout_ms is not None else float("inf")
     consumer = Consumer(bootstrap_servers=args.bootstrap, group_id=args.group,
                         auto_offset_reset="earliest" if args.from_beginning else "latest",
-                        consumer_timeout_ms=timeout_ms)
+                        consumer_timeout_ms=timeout_ms, **client_options(args))
     count = 0
     out = sys.stdout.buffer
     try:

@@ -5,7 +5,7 @@ import argparse
 import sys
 
 from ember.client import Producer
-from ember.commands.topics import add_bootstrap
+from ember.commands.topics import add_bootstrap, client_options
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -25,7 +25,8 @@ def produce(args: argparse.Namespace) -> int:
     acks = "all" if args.acks == "all" else int(args.acks)
     failures: list[BaseException] = []
     count = 0
-    with Producer(args.bootstrap, acks=acks, linger_ms=args.linger_ms, compression_type=args.compression) as producer:
+    with Producer(args.bootstrap, acks=acks, linger_ms=args.linger_ms, compression_type=args.compression,
+                  **client_options(args)) as producer:
         for raw in sys.stdin.buffer:
             line = raw.rstrip(b"\r\n")
             key = None

@@ -1,5 +1,5 @@
 """``ember topics create|list|describe|delete|alter|delete-records|elect-leaders|reassign`` and
-the ``--bootstrap`` option the client commands share."""
+the ``--bootstrap`` / ``--command-config`` options the client commands share."""
 from __future__ import annotations
 
 import argparse
@@ -8,7 +8,9 @@ import os
 from pathlib import Path
 
 from ember.client import Admin, TopicPartition
-from ember.errors import ElectionNotNeeded
+from ember.errors import ElectionNotNeeded, InvalidConfig
+from ember.ingest.broker_config import read_properties
+from ember.security.client import SecurityOptions, options_from_properties
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
@@ -17,6 +19,21 @@ def add_bootstrap(parser: argparse.ArgumentParser) -> None:
     default = os.environ.get("EMBER_BOOTSTRAP", DEFAULT_BOOTSTRAP)
     parser.add_argument("--bootstrap", default=default, metavar="HOST:PORT[,...]",
                         help=f"brokers to bootstrap from (default: $EMBER_BOOTSTRAP or {DEFAULT_BOOTSTRAP})")
+    parser.add_argument("--command-config", default=os.environ.get("EMBER_CLIENT_CONFIG"), metavar="FILE",
+                        help="client properties with Kafka's names: security.protocol, ssl.truststore.location, "
+                             "ssl.keystore.location (PEM files; default: $EMBER_CLIENT_CONFIG)")
+
+
+def client_options(args: argparse.Namespace) -> SecurityOptions:
+    """The security keywords of ``--command-config`` (none without it, or for a caller's own
+    Namespace that has no such attribute)."""
+    config = getattr(args, "command_config", None)
+    if not config:
+        return SecurityOptions()
+    path = Path(config)
+    if not path.is_file():
+        raise InvalidConfig(f"--command-config {path}: no such file")
+    return options_from_properties(read_properties(path), str(path))
 
 
 def parse_configs(pairs: list[str]) -> dict[str, str]:
@@ -90,21 +107,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def create_topic(args: argparse.Namespace) -> int:
-    with Admin(args.bootstrap) as admin:
+    with Admin(args.bootstrap, **client_options(args)) as admin:
         admin.create_topic(args.topic, args.partitions, args.replication_factor, parse_configs(args.config))
     print(f"created topic {args.topic} ({args.partitions} partitions, replication factor {args.replication_factor})")
     return 0
 
 
 def list_topics(args: argparse.Namespace) -> int:
-    with Admin(args.bootstrap) as admin:
+    with Admin(args.bootstrap, **client_options(args)) as admin:
         for name in admin.list_topics():
             print(name)
     return 0
 
 
 def describe_topics(args: argparse.Namespace) -> int:
-    with Admin(args.bootstrap) as admin:
+    with Admin(args.bootstrap, **client_options(args)) as admin:
         for name in args.topic or admin.list_topics():
             description = admin.describe_topic(name)
             overrides = ", ".join(f"{k}={v}" for k, v in sorted(description.config.items()))
@@ -130,7 +147,7 @@ def _ids(ids: tuple[int, ...]) -> str:
 
 
 def delete_topic(args: argparse.Namespace) -> int:
-    with Admin(args.bootstrap) as admin:
+    with Admin(args.bootstrap, **client_options(args)) as admin:
         admin.delete_topic(args.topic)
     print(f"deleted topic {args.topic}")
     return 0
@@ -139,7 +156,7 @@ def delete_topic(args: argparse.Namespace) -> int:
 def alter_topic(args: argparse.Namespace) -> int:
     if not args.config and not args.delete_config and args.partitions is None:
         raise SystemExit("error: give --config NAME=VALUE, --delete-config NAME and/or --partitions N")
-    with Admin(args.bootstrap) as admin:
+    with Admin(args.bootstrap, **client_options(args)) as admin:
         if args.config or args.delete_config:
             admin.alter_configs(args.topic, parse_configs(args.config), args.delete_config)
         if args.partitions is not None:
@@ -149,7 +166,7 @@ def alter_topic(args: argparse.Namespace) -> int:
 
 
 def delete_topic_records(args: argparse.Namespace) -> int:
-    with Admin(args.bootstrap) as admin:
+    with Admin(args.bootstrap, **client_options(args)) as admin:
         (low,) = admin.delete_records({TopicPartition(args.topic, args.partition): args.offset}).values()
     print(f"{args.topic}-{args.partition}: records before offset {low} deleted (log start {low})")
     return 0
@@ -160,7 +177,7 @@ def elect_leaders(args: argparse.Namespace) -> int:
     (with --unclean: a partition without a live leader could not get one)."""
     if args.partition is not None and args.topic is None:
         raise SystemExit("error: --partition needs --topic")
-    with Admin(args.bootstrap) as admin:
+    with Admin(args.bootstrap, **client_options(args)) as admin:
         if args.topic is None:
             partitions = None
         elif args.partition is None:
@@ -183,7 +200,7 @@ def elect_leaders(args: argparse.Namespace) -> int:
 
 def reassign_partitions(args: argparse.Namespace) -> int:
     moves = _plan(args)
-    with Admin(args.bootstrap) as admin:
+    with Admin(args.bootstrap, **client_options(args)) as admin:
         admin.reassign_partitions(moves)
     for tp, replicas in moves.items():
         print(f"reassigning {tp.topic}-{tp.partition} to replicas {replicas}; follow it with "

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Iterable, Optional
+from typing import Any, Iterable, Optional
 
 from ember.errors import EmberError, NonEmptyGroup, error_for_code
 from ember.groups.coordinator_client import CoordinatorClient
 from ember.client.types import TopicPartition
 from ember.client.metadata import MetadataClient, response_error
+from ember.security.client import ClientSecurity
 from ember.client.offsets import EARLIEST, LATEST, list_offsets
 from ember.protocol.ember.wire import ApiKey
 
@@ -56,9 +57,11 @@ class GroupListing(dict):
 
 class GroupAdmin:
     def __init__(self, bootstrap_servers: str | Iterable[str] = "127.0.0.1:9092", *,
-                 request_timeout_ms: int = 30000) -> None:
+                 request_timeout_ms: int = 30000, **security: Any) -> None:
+        """``security``: the TLS keywords of :class:`ember.security.client.SecurityOptions`."""
         self.request_timeout_s = request_timeout_ms / 1000
-        self._metadata = MetadataClient(bootstrap_servers, request_timeout_ms=request_timeout_ms)
+        self._metadata = MetadataClient(bootstrap_servers, request_timeout_ms=request_timeout_ms,
+                                        security=ClientSecurity.from_options(security, "GroupAdmin"))
         self._coordinators: dict[str, CoordinatorClient] = {}
         self._lock = threading.Lock()
 

@@ -29,7 +29,7 @@ class CoordinatorClient:
         self.metadata = metadata
         self.group_id = group_id
         self.request_timeout_s = request_timeout_s
-        self._pool = ConnectionPool(request_timeout_ms=int(request_timeout_s * 1000))
+        self._pool = ConnectionPool(request_timeout_ms=int(request_timeout_s * 1000), security=metadata.security)
         self._address: Optional[Address] = None
 
     def coordinator(self) -> Address:

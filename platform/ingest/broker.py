@@ -39,6 +39,7 @@ from ember.protocol.ember.api_records import RecordApis
 from ember.ingest.broker_config import BrokerConfig, TopicConfigPolicy
 from ember.protocol.ember.api_replication import ReplicationApis
 from ember.protocol.ember.dispatcher import Dispatcher
+from ember.ingest.broker_client import InterBroker
 from ember.ingest.core import BrokerCore
 from ember.ingest.isr import IsrWriter
 from ember.ingest.listeners import EMBER_LISTENER, ListenerConfig
@@ -49,6 +50,8 @@ from ember.protocol.ember.server import BrokerServer
 from ember.ingest.topic_changes import TopicChanges
 from ember.protocol.kafka.listener import kafka_server
 from ember.metrics.service import MetricsService
+from ember.security.client import ClientSecurity
+from ember.security.listener import ListenerSecurity
 
 if TYPE_CHECKING:
     from ember.metrics.requests import RequestObserver
@@ -105,8 +108,13 @@ class Broker:
     def __init__(self, options: BrokerOptions) -> None:
         self.options = options
         self.config = options.config
+        # TLS settings are checked (contexts built) before anything starts.
+        self.listener_security = {listener.name: self._listener_security(listener.name)
+                                  for listener in options.listeners.bind}
+        self.inter_broker = InterBroker(options.listeners.inter_broker, self._inter_broker_security())
         self.logs = LogManager(options.data_dir, options.broker_id)
-        self.session = ZkSession(options.zookeeper, self.config.zookeeper_session_timeout_ms)
+        self.session = ZkSession(options.zookeeper, self.config.zookeeper_session_timeout_ms,
+                                 self.config.zookeeper_tls())
         self.cache = MetadataCache(self.session)
         self.groups = GroupCoordinator(options.broker_id, self.cache, GroupStore(self.session),
                                        self.config.group_initial_rebalance_delay_ms,
@@ -120,13 +128,13 @@ class Broker:
                                      tuple((a.name, a.host, a.port) for a in options.listeners.advertised)),
             self.config.zookeeper_session_timeout_ms)
         self.replicas: ReplicaManager | None = None
-        self.server: BrokerServer | None = None
-        self.kafka_servers: list[BrokerServer] = []
+        #: (listener name, its server), ember's protocol first.
+        self.servers: list[tuple[str, BrokerServer]] = []
 
     async def start(self) -> None:
         options = self.options
-        log.info("starting broker %d (data %s, ZooKeeper %s)", options.broker_id, options.data_dir,
-                 options.zookeeper)
+        log.info("starting broker %d (data %s, ZooKeeper %s%s)", options.broker_id, options.data_dir,
+                 options.zookeeper, " over TLS" if self.session.tls else "")
         self.logs.lock()
         if self.telemetry is not None:
             await self.telemetry.start()
@@ -135,7 +143,8 @@ class Broker:
         self.logs.claim(cluster_id)
         await asyncio.to_thread(self.cache.start)
         self.replicas = ReplicaManager(options.broker_id, self.cache, self.logs, self.config,
-                                       IsrWriter(self.session, options.broker_id), self.metrics)
+                                       IsrWriter(self.session, options.broker_id), self.metrics,
+                                       self.inter_broker)
         self.cache.add_listener(self.replicas.notify)
         await self.replicas.start()
 
@@ -151,31 +160,54 @@ class Broker:
             LeadershipApis(self.controller).handlers(), GroupApis(self.groups).handlers())
         core = BrokerCore(options.broker_id, cluster_id, self.config, self.cache, self.replicas, view, topics,
                           producer_ids, self.groups, self.controller)
-        ember = options.listeners.ember
         max_bytes, max_idle_ms = self.config.socket_request_max_bytes, self.config.connections_max_idle_ms
-        self.server = BrokerServer(dispatcher, ember.host, ember.port, max_bytes, max_idle_ms,
-                                   self._request_observer(ember.name))
-        self.kafka_servers = [kafka_server(core, listener, max_bytes, max_idle_ms,
-                                           self._request_observer(listener.name))
-                              for listener in options.listeners.kafka]
-        for server in (self.server, *self.kafka_servers):
+        self.servers = [(listener.name, BrokerServer(dispatcher, listener.host, listener.port, max_bytes, max_idle_ms,
+                                                     self._request_observer(listener.name),
+                                                     self.listener_security[listener.name]))
+                        for listener in options.listeners.ember_protocol]
+        self.servers += [(listener.name, kafka_server(core, listener, max_bytes, max_idle_ms,
+                                                      self._request_observer(listener.name),
+                                                      self.listener_security[listener.name]))
+                         for listener in options.listeners.kafka]
+        for _, server in self.servers:
             await server.bind()
         await asyncio.to_thread(self.registration.register)
-        for server in (self.server, *self.kafka_servers):
+        for _, server in self.servers:
             await server.start_serving()
         self.controller.start()
         self.groups.start()
         self.logs.start_schedules(self.replicas.all_partitions, self.config.log_retention_check_interval_ms,
                                   self.config.log_flush_scheduler_interval_ms, self.metrics)
         log.info("broker %d started (cluster %s), listeners %s", options.broker_id, cluster_id,
-                 ", ".join(map(str, options.listeners.bind)))
+                 ", ".join(f"{listener} ({self._describe_security(listener.name)})"
+                           for listener in options.listeners.bind))
 
     def listener_servers(self) -> list[tuple[str, BrokerServer]]:
         """(listener name, its server) of every listener serving now."""
-        if self.server is None:
-            return []
-        names = [self.options.listeners.ember.name, *(l.name for l in self.options.listeners.kafka)]
-        return list(zip(names, [self.server, *self.kafka_servers]))
+        return list(self.servers)
+
+    def _listener_security(self, name: str) -> ListenerSecurity:
+        """What listener ``name`` enforces (raises InvalidConfig when its TLS settings are incomplete)."""
+        protocol = self.options.listeners.protocol(name)
+        if not protocol.uses_tls:
+            return ListenerSecurity(name, protocol)
+        tls = self.config.tls_settings(name)
+        return ListenerSecurity(name, protocol, tls.server_context(), tls.handshake_timeout_ms / 1000)
+
+    def _describe_security(self, name: str) -> str:
+        protocol = self.options.listeners.protocol(name)
+        return f"SSL: {self.config.tls_settings(name).describe()}" if protocol.uses_tls else protocol.value
+
+    def _inter_broker_security(self) -> ClientSecurity:
+        """How this broker connects to the others' inter-broker listener: with that listener's
+        TLS settings as a client (its truststore; its keystore for listeners requiring certificates)."""
+        name = self.options.listeners.inter_broker
+        protocol = self.options.listeners.protocol(name)
+        if not protocol.uses_tls:
+            return ClientSecurity(protocol)
+        tls = self.config.tls_settings(name)
+        return ClientSecurity(protocol, check_hostname=tls.endpoint_identification_algorithm == "https",
+                              context=tls.client_context())
 
     def _request_observer(self, listener: str) -> "RequestObserver | None":
         """Counts and times the requests of one listener (None: metrics off)."""
@@ -199,8 +231,7 @@ class Broker:
             ("resign as controller", lambda: _on_daemon_thread(lambda: self.controller.close(zk_budget()))),
             ("deregister", lambda: _on_daemon_thread(lambda: self.registration.deregister(zk_budget()))),
             ("close group coordinator", self.groups.close),
-            ("stop serving", lambda: self.server.close() if self.server else asyncio.sleep(0)),
-            ("stop serving Kafka listeners", lambda: asyncio.gather(*(s.close() for s in self.kafka_servers))),
+            ("stop serving", lambda: asyncio.gather(*(server.close() for _, server in self.servers))),
             ("stop schedules", self.logs.stop_schedules),
             ("close replicas and logs", lambda: self.replicas.close() if self.replicas else asyncio.sleep(0)),
             ("end ZooKeeper session", lambda: _on_daemon_thread(lambda: self.session.close(max(zk_budget(), 1.0)))),

@@ -3,27 +3,26 @@
 Wraps the client :class:`~ember.client.connection.Connection` (pipelined, correlation-matched,
 its own reader thread) so replica fetchers reuse the client network layer instead of a second
 protocol implementation: connecting runs on a thread, responses arrive as awaitable futures.
+:class:`InterBroker` says where and how: each broker's ``inter.broker.listener.name`` listener,
+with this broker's TLS client settings for it.
 """
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass, field
 from typing import Any
 
-from ember.errors import raise_for_code
 from ember.client.connection import Address, Connection
+from ember.cluster.records import BrokerInfo
+from ember.errors import raise_for_code
+from ember.ingest.listeners import EMBER_LISTENER
 from ember.protocol.ember.wire import ApiKey, Response
+from ember.security.client import ClientSecurity
 
 
 class BrokerClient:
     def __init__(self, connection: Connection) -> None:
         self._connection = connection
-
-    @classmethod
-    async def connect(cls, address: Address, request_timeout_ms: int) -> "BrokerClient":
-        """Connect to ``address`` (raises BrokerNotAvailable when nobody answers)."""
-        connection = await asyncio.to_thread(Connection, address, request_timeout_ms=request_timeout_ms,
-                                             connect_timeout_ms=request_timeout_ms)
-        return cls(connection)
 
     @property
     def closed(self) -> bool:
@@ -37,3 +36,21 @@ class BrokerClient:
 
     def close(self) -> None:
         self._connection.close()
+
+
+@dataclass(frozen=True)
+class InterBroker:
+    """How this broker reaches the others: the listener ``listener`` of each, secured as ``security``."""
+    listener: str = EMBER_LISTENER
+    security: ClientSecurity = field(default_factory=ClientSecurity)
+
+    def address(self, info: BrokerInfo | None) -> Address | None:
+        """Where ``info``'s broker serves the inter-broker listener (None: unknown broker)."""
+        return info.endpoint(self.listener) if info is not None else None
+
+    async def connect(self, address: Address, request_timeout_ms: int) -> BrokerClient:
+        """Connect to ``address`` (raises BrokerNotAvailable when nobody answers,
+        SslAuthenticationFailed when TLS cannot be set up)."""
+        connection = await asyncio.to_thread(Connection, address, request_timeout_ms=request_timeout_ms,
+                                             connect_timeout_ms=request_timeout_ms, security=self.security)
+        return BrokerClient(connection)

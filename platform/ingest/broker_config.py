@@ -8,13 +8,15 @@ the cluster-wide defaults of topic configs (``log.segment.bytes`` → ``segment.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from ember.cluster.controller import ControllerConfig
+from ember.cluster.zk_session import ZooKeeperTls
 from ember.errors import InvalidConfig
 from ember.log.config import TOPIC_CONFIGS, ConfigDef, LogConfig
+from ember.security.tls import SSL_CONFIGS, TlsSettings
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +58,19 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in (
           "request, to send the rest of a started request, or to accept a response is closed.", 1),
     _int("zookeeper.session.timeout.ms", 6000,
          "ZooKeeper session timeout: how long a dead broker stays registered.", 1000),
+    _bool("zookeeper.ssl.client.enable", False, "Connect to ZooKeeper over TLS (its secureClientPort)."),
+    ConfigDef("zookeeper.ssl.keystore.location", "string", None, "PEM file with this broker's private key and "
+              "certificate chain, presented to ZooKeeper (ssl.clientAuth=need).", nullable=True),
+    ConfigDef("zookeeper.ssl.keystore.password", "string", None, "Password of that private key.", nullable=True,
+              secret=True),
+    ConfigDef("zookeeper.ssl.keystore.type", "string", "PEM", "Format of the keystore (PEM only).",
+              choices=("PEM",), unsupported=("JKS", "PKCS12")),
+    ConfigDef("zookeeper.ssl.truststore.location", "string", None, "PEM file of the CA certificates that sign "
+              "ZooKeeper's certificate (unset: the system's).", nullable=True),
+    ConfigDef("zookeeper.ssl.truststore.type", "string", "PEM", "Format of the truststore (PEM only).",
+              choices=("PEM",), unsupported=("JKS", "PKCS12")),
+    _bool("zookeeper.ssl.endpoint.identification.enable", True, "Check that ZooKeeper's certificate names the "
+          "host in the connect string."),
     _bool("auto.create.topics.enable", False,
           "Create a topic with default settings when a client asks for an unknown one."),
     _long("replica.lag.time.max.ms", 30000, "A follower that has not caught up for this long "
@@ -84,6 +99,12 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in (
               "(also set by --listen), any other name Kafka's (plaintext).", nullable=True),
     ConfigDef("advertised.listeners", "string", None, "The addresses clients are told, per listener name "
               "(default: listeners).", nullable=True),
+    ConfigDef("listener.security.protocol.map", "string", None, "Security protocol per listener, NAME:PROTOCOL,... "
+              "with PLAINTEXT or SSL (SASL comes later); unset: PLAINTEXT (a listener named SSL: SSL).",
+              nullable=True),
+    ConfigDef("inter.broker.listener.name", "string", "EMBER", "The listener brokers connect to each other on "
+              "(follower fetches); it speaks ember's protocol.", nullable=True),
+    *SSL_CONFIGS.values(),
     _int("group.initial.rebalance.delay.ms", 3000, "How long the first rebalance of an empty consumer "
          "group waits for more members, so a group starting together rebalances once.", 0),
     _int("group.max.session.timeout.ms", 1800000, "Longest session timeout a consumer group member may "
@@ -108,18 +129,26 @@ _BROKER_SYNONYMS: dict[str, tuple[str, ...]] = {
     "retention.ms": ("log.retention.ms", "log.retention.hours"),
 }
 
+_LISTENER_PREFIX = "listener.name."
+
 
 def _field(name: str) -> str:
     return name.replace(".", "_")
 
 
 def read_properties(path: Path) -> dict[str, str]:
-    """A Java-style ``.properties`` file (``key=value``, ``#``/``!`` comments) as a dict."""
+    """A Java-style ``.properties`` file (``key=value``, ``#``/``!`` comments, a trailing ``\\``
+    continues the value on the next line, as inline PEM certificates are written) as a dict."""
     result: dict[str, str] = {}
+    pending = ""
     for number, raw in enumerate(path.read_text().splitlines(), 1):
-        line = raw.strip()
-        if not line or line[0] in "#!":
+        line = pending + raw.strip()
+        if pending == "" and (not line or line[0] in "#!"):
             continue
+        if line.endswith("\\") and not line.endswith("\\\\"):
+            pending = line[:-1]
+            continue
+        pending = ""
         sep = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
         if sep < 0:
             raise InvalidConfig(f"{path}:{number}: expected key=value, got {raw!r}")
@@ -143,6 +172,13 @@ class BrokerConfig:
     socket_request_max_bytes: int
     connections_max_idle_ms: int
     zookeeper_session_timeout_ms: int
+    zookeeper_ssl_client_enable: bool
+    zookeeper_ssl_keystore_location: Optional[str]
+    zookeeper_ssl_keystore_password: Optional[str] = field(repr=False)
+    zookeeper_ssl_keystore_type: str
+    zookeeper_ssl_truststore_location: Optional[str]
+    zookeeper_ssl_truststore_type: str
+    zookeeper_ssl_endpoint_identification_enable: bool
     auto_create_topics_enable: bool
     replica_lag_time_max_ms: int
     replica_fetch_wait_max_ms: int
@@ -162,20 +198,46 @@ class BrokerConfig:
     metrics_listen: Optional[tuple[str, int]]
     listeners: Optional[str]
     advertised_listeners: Optional[str]
+    listener_security_protocol_map: Optional[str]
+    inter_broker_listener_name: Optional[str]
+    ssl_keystore_type: str
+    ssl_keystore_location: Optional[str]
+    ssl_keystore_certificate_chain: Optional[str] = field(repr=False)
+    ssl_keystore_key: Optional[str] = field(repr=False)
+    ssl_key_password: Optional[str] = field(repr=False)
+    ssl_truststore_type: str
+    ssl_truststore_location: Optional[str]
+    ssl_truststore_certificates: Optional[str] = field(repr=False)
+    ssl_client_auth: str
+    ssl_enabled_protocols: str
+    ssl_cipher_suites: Optional[str]
+    ssl_endpoint_identification_algorithm: Optional[str]
+    ssl_principal_mapping_rules: str
+    ssl_handshake_timeout_ms: int
+    #: ``listener.name.<name>.ssl.*`` overrides: {LISTENER: {ssl property: value}}.
+    listener_overrides: dict[str, dict[str, Any]] = field(default_factory=dict, hash=False)
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, Any] | None = None) -> "BrokerConfig":
         """Defaults overridden by ``properties``; bad values raise InvalidConfig, unknown names
         are logged and ignored (as Kafka does) so one file can serve several versions."""
         values = {_field(name): d.default for name, d in BROKER_CONFIGS.items()}
+        overrides: dict[str, dict[str, Any]] = {}
         for name, raw in (properties or {}).items():
+            if name.startswith(_LISTENER_PREFIX):
+                listener, _, setting = name[len(_LISTENER_PREFIX):].partition(".")
+                if listener and setting in SSL_CONFIGS:
+                    overrides.setdefault(listener.upper(), {})[setting] = SSL_CONFIGS[setting].parse(raw)
+                    continue
             definition = BROKER_CONFIGS.get(name)
             if definition is None:
                 log.warning("ignoring unknown broker property %r", name)
                 continue
             values[_field(name)] = definition.parse(raw)
-        config = cls(**values)
+        config = cls(**values, listener_overrides=overrides)
         config.log_config()   # the topic defaults must themselves be valid
+        for listener in overrides:
+            config.tls_settings(listener)   # and so must every listener's TLS versions
         return config
 
     @classmethod
@@ -184,6 +246,19 @@ class BrokerConfig:
 
     def get(self, name: str) -> Any:
         return getattr(self, _field(name))
+
+    def zookeeper_tls(self) -> ZooKeeperTls | None:
+        """TLS to ZooKeeper (``zookeeper.ssl.*``), None when ``zookeeper.ssl.client.enable`` is false."""
+        if not self.zookeeper_ssl_client_enable:
+            return None
+        return ZooKeeperTls(self.zookeeper_ssl_truststore_location, self.zookeeper_ssl_keystore_location,
+                            self.zookeeper_ssl_keystore_password, self.zookeeper_ssl_endpoint_identification_enable)
+
+    def tls_settings(self, listener: str) -> TlsSettings:
+        """The ``ssl.*`` settings of ``listener``: its ``listener.name.<name>.ssl.*`` overrides
+        over the broker-wide ones."""
+        own = self.listener_overrides.get(listener.upper(), {})
+        return TlsSettings.from_values(listener.upper(), lambda name: own[name] if name in own else self.get(name))
 
     def topic_defaults(self) -> dict[str, Any]:
         """Topic config defaults this broker supplies (Kafka names), before topic overrides."""

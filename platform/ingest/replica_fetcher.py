@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from ember.errors import (EmberError, ErrorCode, NotLeaderOrFollower, OffsetOutOfRange, UnexpectedAppendOffset,
                           error_for_code)
-from ember.ingest.broker_client import BrokerClient
+from ember.ingest.broker_client import BrokerClient, InterBroker
 from ember.ingest.broker_config import BrokerConfig
 from ember.client.connection import Address
 from ember.ingest.partition import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Partition
@@ -85,11 +85,12 @@ class ReplicaFetcher:
     """Replicates the partitions this broker follows from one leader broker (event loop task)."""
 
     def __init__(self, broker_id: int, leader_id: int, leader_address: LeaderAddress,
-                 config: FetcherConfig) -> None:
+                 config: FetcherConfig, inter_broker: InterBroker) -> None:
         self.broker_id = broker_id
         self.leader_id = leader_id
         self._leader_address = leader_address
         self.config = config
+        self._inter_broker = inter_broker
         self._follows: dict[tuple[str, int], _Follow] = {}
         self._wake = asyncio.Event()
         self._client: BrokerClient | None = None
@@ -144,7 +145,7 @@ class ReplicaFetcher:
         address = self._leader_address(self.leader_id)
         if address is None:
             raise NotLeaderOrFollower(f"leader broker {self.leader_id} is not registered")
-        self._client = await BrokerClient.connect(address, self.config.socket_timeout_ms)
+        self._client = await self._inter_broker.connect(address, self.config.socket_timeout_ms)
         return self._client
 
     def _disconnect(self) -> None:
@@ -263,10 +264,12 @@ class ReplicaFetcher:
 class ReplicaFetchers:
     """The fetchers of this broker, one per leader it follows; created and stopped on demand."""
 
-    def __init__(self, broker_id: int, leader_address: LeaderAddress, config: FetcherConfig) -> None:
+    def __init__(self, broker_id: int, leader_address: LeaderAddress, config: FetcherConfig,
+                 inter_broker: InterBroker) -> None:
         self.broker_id = broker_id
         self._leader_address = leader_address
         self.config = config
+        self._inter_broker = inter_broker
         self._fetchers: dict[int, ReplicaFetcher] = {}
         self._leaders: dict[tuple[str, int], int] = {}
         self._closing: set[asyncio.Task[None]] = set()
@@ -284,7 +287,7 @@ class ReplicaFetchers:
         fetcher = self._fetchers.get(leader)
         if fetcher is None:
             fetcher = self._fetchers[leader] = ReplicaFetcher(self.broker_id, leader, self._leader_address,
-                                                              self.config)
+                                                              self.config, self._inter_broker)
         fetcher.follow(partition)
         self._leaders[key] = leader
 

@@ -27,6 +27,7 @@ from ember.ingest.isr import IsrManager, IsrWriter
 from ember.ingest.log_manager import LogManager
 from ember.ingest.partition import Partition
 from ember.protocol.ember.reply import OK, error_fields
+from ember.ingest.broker_client import InterBroker
 from ember.ingest.replica_fetcher import FetcherConfig, ReplicaFetchers
 from ember.ingest.signals import Signal
 from ember.log.config import LogConfig
@@ -42,14 +43,17 @@ T = TypeVar("T")
 
 class ReplicaManager:
     def __init__(self, broker_id: int, cache: MetadataCache, logs: LogManager, config: BrokerConfig,
-                 isr_writer: IsrWriter, metrics: "BrokerMetrics | None" = None) -> None:
+                 isr_writer: IsrWriter, metrics: "BrokerMetrics | None" = None,
+                 inter_broker: InterBroker = InterBroker()) -> None:
         self.broker_id = broker_id
+        self.inter_broker = inter_broker
         self.metrics = metrics
         self.cache = cache
         self.logs = logs
         self.config = config
         self.partitions: dict[tuple[str, int], Partition] = {}
-        self.fetchers = ReplicaFetchers(broker_id, self._broker_address, FetcherConfig.from_broker_config(config))
+        self.fetchers = ReplicaFetchers(broker_id, self._broker_address, FetcherConfig.from_broker_config(config),
+                                        inter_broker)
         self.isr = IsrManager(isr_writer, config.replica_lag_time_max_ms, self.all_partitions, self.apply_state,
                               metrics)
         #: Fired after every reconcile, so admin requests can wait for their effect locally.
@@ -110,8 +114,7 @@ class ReplicaManager:
         return self.partitions.values()
 
     def _broker_address(self, broker_id: int) -> Address | None:
-        info = self.cache.brokers().get(broker_id)
-        return (info.host, info.port) if info is not None else None
+        return self.inter_broker.address(self.cache.brokers().get(broker_id))
 
     # -- replication ---------------------------------------------------------------------------
 

@@ -29,6 +29,7 @@ class ConfigDef:
     choices: tuple[str, ...] = ()
     unsupported: tuple[str, ...] = ()  # values Kafka knows that ember does not support yet
     nullable: bool = False  # None (or "none") means "not set"
+    secret: bool = False  # a password or key: never quoted in errors
 
     @property
     def valid_values(self) -> str:
@@ -61,8 +62,9 @@ class ConfigDef:
 
     def _invalid(self, raw: Any, why: str = "") -> errors.InvalidConfig:
         reason = f": {why}" if why else ""
+        shown = "[hidden]" if self.secret else repr(raw)
         return errors.InvalidConfig(
-            f"invalid value {raw!r} for {self.name}{reason}; allowed: {self.valid_values}")
+            f"invalid value {shown} for {self.name}{reason}; allowed: {self.valid_values}")
 
     def _parse_bool(self, raw: Any) -> bool:
         if isinstance(raw, bool):

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Callable, Iterator, Mapping
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from ember.ingest.broker_client import BrokerClient
+from ember.ingest.broker_client import BrokerClient, InterBroker
 from ember.client.types import TopicPartition
 from ember.client.offsets import LATEST
 from ember.protocol.ember.wire import ApiKey
@@ -40,8 +40,10 @@ Committed = dict[str, dict[TopicPartition, int]]
 
 class GroupLagCollector(Collector):
     def __init__(self, coordinator: "GroupCoordinator", cache: "MetadataCache",
-                 partitions: Callable[[], Mapping[tuple[str, int], "Partition"]], timeout_s: float) -> None:
+                 partitions: Callable[[], Mapping[tuple[str, int], "Partition"]], timeout_s: float,
+                 inter_broker: InterBroker) -> None:
         self.coordinator = coordinator
+        self.inter_broker = inter_broker
         self.cache = cache
         self.partitions = partitions
         self.timeout_s = timeout_s
@@ -93,11 +95,11 @@ class GroupLagCollector(Collector):
         try:
             client = self._clients.get(leader)
             if client is None or client.closed:
-                info = self.cache.brokers().get(leader)
-                if info is None:
+                address = self.inter_broker.address(self.cache.brokers().get(leader))
+                if address is None:
                     return {}
                 client = self._clients[leader] = await asyncio.wait_for(
-                    BrokerClient.connect((info.host, info.port), int(self.timeout_s * 1000)), self.timeout_s)
+                    self.inter_broker.connect(address, int(self.timeout_s * 1000)), self.timeout_s)
             response = await asyncio.wait_for(client.call(ApiKey.LIST_OFFSETS, body, self.timeout_s), self.timeout_s)
         except Exception as exc:
             log.debug("lag: no high watermarks from broker %d (%s)", leader, exc)

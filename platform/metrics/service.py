@@ -37,7 +37,8 @@ class MetricsService:
         #: Request counts and times, one observer per listener (the broker hands them to its servers).
         self.request_metrics = request_metrics = RequestMetrics()
         self.state = BrokerStateCollector(broker)
-        self.lag = GroupLagCollector(broker.groups, broker.cache, self._partitions, LAG_TIMEOUT_S)
+        self.lag = GroupLagCollector(broker.groups, broker.cache, self._partitions, LAG_TIMEOUT_S,
+                                     broker.inter_broker)
         self.metrics.register(request_metrics)
         self.metrics.register(self.state)
         self.metrics.register(self.lag)

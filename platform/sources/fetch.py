@@ -167,7 +167,7 @@ def _read_broker(task: OffsetRange, position: int, options: ReaderOptions,
                  target: pa.Schema) -> Iterator[pa.RecordBatch]:
     tp = TopicPartition(task.topic, task.partition)
     consumer = Consumer(bootstrap_servers=options.bootstrap, enable_auto_commit=False, auto_offset_reset="none",
-                        max_partition_fetch_bytes=FETCH_BYTES, fetch_max_bytes=FETCH_BYTES)
+                        max_partition_fetch_bytes=FETCH_BYTES, fetch_max_bytes=FETCH_BYTES, **options.security.options())
     try:
         consumer.assign([tp])
         consumer.seek(tp, position)
@@ -196,7 +196,7 @@ def _read_broker(task: OffsetRange, position: int, options: ReaderOptions,
 def _log_start(task: OffsetRange, options: ReaderOptions) -> int:
     """The partition's log start now, asked of the brokers (retention moved it under our feet)."""
     tp = TopicPartition(task.topic, task.partition)
-    consumer = Consumer(bootstrap_servers=options.bootstrap, enable_auto_commit=False)
+    consumer = Consumer(bootstrap_servers=options.bootstrap, enable_auto_commit=False, **options.security.options())
     try:
         return int(consumer.beginning_offsets([tp])[tp])
     finally:

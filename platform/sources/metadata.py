@@ -19,8 +19,9 @@ class ClusterView:
 
     def __init__(self, options: ReaderOptions) -> None:
         self._options = options
-        self._admin = Admin(bootstrap_servers=options.bootstrap)
-        self._consumer = Consumer(bootstrap_servers=options.bootstrap, enable_auto_commit=False)
+        self._admin = Admin(bootstrap_servers=options.bootstrap, **options.security.options())
+        self._consumer = Consumer(bootstrap_servers=options.bootstrap, enable_auto_commit=False,
+                                  **options.security.options())
 
     def close(self) -> None:
         self._consumer.close()
@@ -70,7 +71,8 @@ class ClusterView:
         """Mean key + value bytes of the records at ``positions`` (one fetch of each partition):
         the estimate that turns maxBytesPerTrigger into a record count."""
         sampler = Consumer(bootstrap_servers=self._options.bootstrap, enable_auto_commit=False,
-                           auto_offset_reset="earliest", max_partition_fetch_bytes=256 * 1024)
+                           auto_offset_reset="earliest", max_partition_fetch_bytes=256 * 1024,
+                           **self._options.security.options())
         try:
             sampler.assign([TopicPartition(*tp) for tp in positions])
             for tp, offset in positions.items():

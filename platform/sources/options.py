@@ -11,7 +11,8 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Optional, Union
 
-from ember.errors import EmberError, ErrorCode
+from ember.errors import EmberError, ErrorCode, InvalidConfig
+from ember.security.client import ClientSecurity, options_from_properties
 from ember.sources.offsets import EARLIEST, LATEST, PartitionOffsets, offsets_from_json
 
 READ_PATHS = ("auto", "direct", "broker")
@@ -47,6 +48,8 @@ class ReaderOptions:
     read_path: str
     storage_root: Optional[str]
     fetch_timeout_ms: int
+    #: TLS settings of the clients the source creates (options ``security.protocol``, ``ssl.*``).
+    security: ClientSecurity = ClientSecurity()
 
     def subscribes(self, topic: str) -> bool:
         """Whether ``topic`` belongs to this source (listed, or matching ``topicPattern``)."""
@@ -64,6 +67,7 @@ class WriterOptions:
     topic: Optional[str]
     acks: str
     exactly_once: bool
+    security: ClientSecurity = ClientSecurity()
 
 
 def reader_options(options: Mapping[str, str], *, streaming: bool) -> ReaderOptions:
@@ -105,6 +109,7 @@ def reader_options(options: Mapping[str, str], *, streaming: bool) -> ReaderOpti
         read_path=read_path,
         storage_root=options.get("storageroot"),
         fetch_timeout_ms=_optional_int(options, "fetchTimeoutMs", minimum=1) or 60_000,
+        security=_security(options),
     )
 
 
@@ -119,7 +124,16 @@ def writer_options(options: Mapping[str, str]) -> WriterOptions:
     if acks not in ("0", "1", "all", "-1"):
         raise OptionError(f"acks must be 0, 1 or all, not {acks!r}")
     return WriterOptions(bootstrap=_required(options, "bootstrap"), topic=options.get("topic"),
-                         acks=acks, exactly_once=_bool(options, "exactlyOnce", True))
+                         acks=acks, exactly_once=_bool(options, "exactlyOnce", True), security=_security(options))
+
+
+def _security(options: Mapping[str, str]) -> ClientSecurity:
+    """``security.protocol`` and ``ssl.*`` options (kafka-python's names with dots, e.g. ``ssl.cafile``,
+    or Java's PEM names, e.g. ``ssl.truststore.location``) as the clients' TLS settings."""
+    try:
+        return ClientSecurity.from_options(options_from_properties(options, "ember source options"), "ember source")
+    except InvalidConfig as exc:
+        raise OptionError(str(exc)) from None
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:

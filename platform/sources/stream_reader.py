@@ -171,7 +171,7 @@ class EmberStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     @property
     def group_admin(self) -> GroupAdmin:
         if self._group_admin is None:
-            self._group_admin = GroupAdmin(bootstrap_servers=self._options.bootstrap)
+            self._group_admin = GroupAdmin(bootstrap_servers=self._options.bootstrap, **self._options.security.options())
         return self._group_admin
 
     def stop(self) -> None:

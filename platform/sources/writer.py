@@ -98,7 +98,7 @@ def _write_at_least_once(options: WriterOptions, iterator: Iterator[pa.RecordBat
     """Send every row through one broker-assigned idempotent producer (a re-run sends them again)."""
     rows: dict[str, int] = {}
     pending: list[Future] = []
-    producer = Producer(bootstrap_servers=options.bootstrap, acks=options.acks, linger_ms=0)
+    producer = Producer(bootstrap_servers=options.bootstrap, acks=options.acks, linger_ms=0, **options.security.options())
     try:
         for batch in iterator:
             for topic, partition, records in split_by_destination(batch, options.topic):
@@ -269,7 +269,8 @@ class ExactlyOnceWrite:
         if chunk not in self._producers:
             self._producers[chunk] = _ChunkProducer(Producer(
                 bootstrap_servers=self._options.bootstrap, acks=self._options.acks, linger_ms=0,
-                max_request_size=self._max_request_size, producer_id=self._identity.producer_id(chunk)))
+                max_request_size=self._max_request_size, producer_id=self._identity.producer_id(chunk),
+                **self._options.security.options()))
         return self._producers[chunk]
 
 

@@ -23,7 +23,7 @@ def test_listen_is_the_ember_listener_and_advertised_listeners_override_by_name(
     (None, "KAFKA://127.0.0.1:9093", None, "no EMBER listener"),
     (("127.0.0.1", 1), "EMBER://127.0.0.1:2", None, "disagree"),
     (("127.0.0.1", 1), "KAFKA://a:2,KAFKA://a:3", None, "more than once"),
-    (("127.0.0.1", 1), "SSL://a:2", None, "plaintext"),
+    (("127.0.0.1", 1), "SASL_SSL://a:2", None, "not yet supported"),
     (("127.0.0.1", 1), "KAFKA://0.0.0.0:2", None, "cannot be advertised"),
     (("127.0.0.1", 1), "KAFKA://a:2", "OTHER://b:3", "does not bind"),
     (("127.0.0.1", 1), "KAFKA:a:2", None, "NAME://HOST:PORT"),

@@ -3,7 +3,10 @@
 Each connection is served by one coroutine that reads a frame, hands the decoded request to the
 dispatcher and writes the reply before reading the next frame, so pipelined requests are
 answered in the order they were sent (the unread ones wait in the socket buffer, which is also
-the back-pressure). Fetch payloads go out with ``loop.sendfile`` straight from segment files.
+the back-pressure). Fetch payloads go out with ``loop.sendfile`` straight from segment files;
+on a TLS listener they are read and written through the TLS transport instead (no zero-copy
+there, as in Kafka: the bytes must be encrypted). A connection starts with
+:func:`ember.security.listener.establish` (the TLS handshake, the connection's session).
 A frame over ``socket.request.max.bytes``, a truncated header or a body that is not JSON is
 logged and closes that connection only. So is a connection that takes longer than
 ``connections.max.idle.ms`` to start its next request, to send the rest of a started one (a client
@@ -15,13 +18,15 @@ them pass.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import logging
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+import os
+from typing import TYPE_CHECKING, Awaitable, Callable
 
 from ember.errors import EmberError
 from ember.protocol.ember.wire import FRAME_LENGTH, Request, check_frame_size, decode_request, response_prefix
 from ember.protocol.ember.reply import CloseConnection, FileRegion, Reply
+from ember.security.listener import ListenerSecurity, establish
+from ember.security.session import current_session, enter_session
 
 if TYPE_CHECKING:
     from ember.metrics.requests import RequestObserver
@@ -33,17 +38,15 @@ Dispatch = Callable[[Request], Awaitable[Reply | None]]
 
 #: While a request is handled, how often the broker looks whether its client is still there.
 CLIENT_CHECK_S = 1.0
-
-#: The peer address (host, port, ...) of the connection whose request is being handled: each
-#: connection is served by its own task, so handlers read their client's address here (group
-#: members are described with the host they connect from, as Kafka does).
-CLIENT_ADDRESS: contextvars.ContextVar[Any] = contextvars.ContextVar("client_address", default=None)
-
+#: Bytes of a file region read per write on a TLS connection (bounds the memory of a large fetch).
+TLS_CHUNK = 1 << 20
 
 def client_host() -> str:
-    """The requesting client's host as Kafka shows it ("/127.0.0.1"); "" outside a request."""
-    peer = CLIENT_ADDRESS.get()
-    return f"/{peer[0]}" if peer else ""
+    """The requesting client's host as Kafka shows it ("/127.0.0.1"), from the connection's
+    session (group members are described with the host they connect from, as Kafka does); ""
+    outside a request."""
+    session = current_session()
+    return f"/{session.host}" if session is not None else ""
 
 
 class _Watchdog:
@@ -100,8 +103,10 @@ class BrokerServer:
     decode_frame = staticmethod(decode_request)
 
     def __init__(self, dispatch: Dispatch, host: str, port: int, max_frame_bytes: int,
-                 max_idle_ms: int, observer: "RequestObserver | None" = None) -> None:
+                 max_idle_ms: int, observer: "RequestObserver | None" = None,
+                 security: ListenerSecurity | None = None) -> None:
         self.dispatch = dispatch
+        self.security = security or ListenerSecurity("EMBER")
         self.observer = observer
         self.host, self.port = host, port
         self.max_frame_bytes = max_frame_bytes
@@ -117,7 +122,7 @@ class BrokerServer:
     async def start_serving(self) -> None:
         assert self._server is not None
         await self._server.start_serving()
-        log.info("listening on %s:%d", self.host, self.port)
+        log.info("listening on %s:%d (%s)", self.host, self.port, self.security.protocol.value)
 
     async def close(self) -> None:
         if self._server is None:
@@ -137,9 +142,12 @@ class BrokerServer:
         assert task is not None
         self._connections.add(task)
         peer = writer.get_extra_info("peername")
-        CLIENT_ADDRESS.set(peer)
         watchdog = _Watchdog(task, self.max_idle_ms)
         try:
+            session = await establish(self.security, writer, peer)
+            if session is None:
+                return
+            enter_session(session)
             while True:
                 request = await self._read_request(reader, watchdog)
                 if request is None:
@@ -197,10 +205,26 @@ class BrokerServer:
                 if isinstance(piece, FileRegion):
                     if writer.transport.is_closing():   # sendfile would raise RuntimeError
                         raise ConnectionResetError("the client closed the connection")
-                    await asyncio.get_running_loop().sendfile(
-                        writer.transport, piece.file, piece.position, piece.size)
+                    if self.security.uses_tls:
+                        await _write_region(writer, piece)
+                    else:
+                        await asyncio.get_running_loop().sendfile(
+                            writer.transport, piece.file, piece.position, piece.size)
                 else:
                     writer.write(piece)
             await writer.drain()
         finally:
             reply.close()
+
+
+async def _write_region(writer: asyncio.StreamWriter, region: FileRegion) -> None:
+    """A file region through a TLS transport: read in chunks, each written once the previous drained."""
+    fd, position, remaining = region.file.fileno(), region.position, region.size
+    while remaining:
+        chunk = os.pread(fd, min(remaining, TLS_CHUNK), position)
+        if not chunk:
+            raise CloseConnection(f"segment file ended {remaining} bytes before the fetched range")
+        writer.write(chunk)
+        position += len(chunk)
+        remaining -= len(chunk)
+        await writer.drain()

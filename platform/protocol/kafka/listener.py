@@ -21,6 +21,7 @@ from ember.protocol.kafka.handlers_configs import ConfigHandlers
 from ember.protocol.kafka.handlers_groups import GroupHandlers
 from ember.protocol.kafka.handlers_leadership import LeadershipHandlers
 from ember.protocol.kafka.handlers_records import RecordHandlers
+from ember.security.listener import ListenerSecurity
 
 if TYPE_CHECKING:
     from ember.metrics.requests import RequestObserver
@@ -28,8 +29,10 @@ if TYPE_CHECKING:
 
 class KafkaServer(BrokerServer):
     def __init__(self, dispatcher: KafkaDispatcher, host: str, port: int, max_frame_bytes: int,
-                 max_idle_ms: int, observer: "RequestObserver | None" = None) -> None:
-        super().__init__(dispatcher, host, port, max_frame_bytes, max_idle_ms, observer)   # type: ignore[arg-type]
+                 max_idle_ms: int, observer: "RequestObserver | None" = None,
+                 security: ListenerSecurity | None = None) -> None:
+        super().__init__(dispatcher, host, port, max_frame_bytes, max_idle_ms, observer,   # type: ignore[arg-type]
+                         security or ListenerSecurity("KAFKA"))
         self.decode_frame = lambda frame: decode_request(memoryview(frame), dispatcher.serves)  # type: ignore[assignment]
 
     async def _write(self, writer: asyncio.StreamWriter, correlation_id: int,  # type: ignore[override]
@@ -49,6 +52,6 @@ def kafka_dispatcher(core: BrokerCore, listener: str, observer: "RequestObserver
 
 
 def kafka_server(core: BrokerCore, listener: Listener, max_frame_bytes: int, max_idle_ms: int,
-                 observer: "RequestObserver | None" = None) -> KafkaServer:
+                 observer: "RequestObserver | None" = None, security: ListenerSecurity | None = None) -> KafkaServer:
     return KafkaServer(kafka_dispatcher(core, listener.name, observer), listener.host, listener.port, max_frame_bytes,
-                       max_idle_ms, observer)
+                       max_idle_ms, observer, security or ListenerSecurity(listener.name))

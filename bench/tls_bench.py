@@ -1,0 +1,146 @@
+"""What TLS costs: producer and consumer throughput over TLS as a ratio to plaintext, for ember
+and for Apache Kafka measured the same way.
+
+ember: two local clusters side by side, one plaintext and one ``secure`` (every listener on TLS
+with client certificates, replication and ZooKeeper over TLS too). Kafka (``--kafka``): one 3-node
+KRaft cluster (``bench/vs_kafka``; its jars must be set up: ``bash bench/vs_kafka/setup.sh``) with a
+PLAINTEXT and an SSL listener (the same PEM certificates, client certificates required); its
+brokers replicate over PLAINTEXT, so Kafka's acks=all figure covers only the client's hop.
+
+Cases: producer records/s (``--records`` values of ``--value-size`` bytes, acks=1 RF=1 and acks=all
+RF=3; ember ``Producer.send``, Kafka confluent-kafka ``produce``) and consumer records/s from the
+beginning of an RF=1 topic of ``--consume-records`` (ember ``poll_batches``, Kafka ``consume``). Plaintext and TLS runs
+alternate and the best of ``--repeats`` counts, as in ``bench/vs_kafka``. Writes ``--out``/tls.md.
+
+    .venv/bin/python bench/tls_bench.py [--records 200000] [--value-size 512] [--kafka]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE / "vs_kafka"), str(HERE)]
+
+from systems import EmberSystem, KafkaClients, KafkaSystem, ProduceSettings  # noqa: E402
+from workloads import PARTITIONS, best_time, log                            # noqa: E402
+
+from ember.cluster.cluster_tls import ClusterTls                              # noqa: E402
+
+
+@dataclass
+class Variant:
+    """One way to reach a system: plaintext or TLS, its clients and the system that owns topics."""
+    system: str
+    security: str
+    owner: Any
+    clients: Any
+
+    @property
+    def produce_mode(self) -> str:
+        return self.clients.produce_modes[0]
+
+    @property
+    def consume_mode(self) -> str:
+        return self.clients.consume_modes[0]
+
+
+def produce_rate(variant: Variant, settings: ProduceSettings, value: bytes, records: int, topic: str) -> float:
+    variant.owner.create_topic(topic, PARTITIONS, settings.replication_factor)
+    with variant.clients.produce_job(variant.produce_mode, topic, settings, value, records) as job:
+        return records / best_time(job)
+
+
+def consume_rate(variant: Variant, topic: str, records: int) -> float:
+    with variant.clients.consume_job(variant.consume_mode, topic, PARTITIONS, records) as job:
+        return records / best_time(job)
+
+
+def measure(pair: tuple[Variant, Variant], args: argparse.Namespace) -> list[tuple[str, float, float]]:
+    """(case, plaintext records/s, TLS records/s) for one system."""
+    value = os.urandom(args.value_size)
+    rows = []
+    for settings in (ProduceSettings("1", 1), ProduceSettings("all", 3)):
+        for variant in pair:   # warm-up: connections, JIT, caches
+            produce_rate(variant, settings, value, max(1, args.records // 5), f"warm-{settings.acks}-{variant.security}")
+        best = {v.security: 0.0 for v in pair}
+        for run in range(args.repeats):
+            for variant in pair if run % 2 == 0 else reversed(pair):
+                rate = produce_rate(variant, settings, value, args.records, f"p-{settings.acks}-{variant.security}-{run}")
+                log(f"{variant.system} produce {settings.label} {variant.security:9s} {rate:>10,.0f} records/s")
+                best[variant.security] = max(best[variant.security], rate)
+        rows.append((f"produce {settings.label}", best["plaintext"], best["TLS"]))
+    best = {v.security: 0.0 for v in pair}
+    for variant in pair:
+        produce_rate(variant, ProduceSettings("1", 1), value, args.consume_records, f"read-{variant.security}")
+    for run in range(args.repeats):
+        for variant in pair if run % 2 == 0 else reversed(pair):
+            rate = consume_rate(variant, f"read-{variant.security}", args.consume_records)
+            log(f"{variant.system} consume {variant.security:9s} {rate:>10,.0f} records/s")
+            best[variant.security] = max(best[variant.security], rate)
+    rows.append(("consume from the beginning, RF=1", best["plaintext"], best["TLS"]))
+    return rows
+
+
+def report(results: dict[str, list[tuple[str, float, float]]], args: argparse.Namespace) -> str:
+    lines = [f"# TLS vs plaintext throughput ({args.value_size} B values, {args.records:,} records per producer "
+             f"run, {args.consume_records:,} per consumer run, best of {args.repeats})", "", f"Measured {time.strftime('%Y-%m-%d')} on {os.cpu_count()} cores "
+             f"with `bench/tls_bench.py`; both variants of a system ran side by side, alternating.", "",
+             "ember's TLS cluster encrypts client connections, replication and ZooKeeper; Kafka's TLS "
+             "listener encrypts the client's connection only (its brokers replicate over PLAINTEXT).", "",
+             "| system | case | plaintext records/s | TLS records/s | TLS / plaintext |", "|---|---|---:|---:|---:|"]
+    for system, rows in results.items():
+        for case, plain, tls in rows:
+            lines.append(f"| {system} | {case} | {plain:,.0f} | {tls:,.0f} | {tls / plain:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--records", type=int, default=200_000, help="records per run (default 200k)")
+    parser.add_argument("--consume-records", type=int, default=1_000_000,
+                        help="records per consumer run (default 1M)")
+    parser.add_argument("--value-size", type=int, default=512, help="bytes per value (default 512)")
+    parser.add_argument("--repeats", type=int, default=3, help="runs per variant; the best counts (default 3)")
+    parser.add_argument("--kafka", action="store_true", help="measure Apache Kafka too (bench/vs_kafka's jars)")
+    parser.add_argument("--out", type=Path, default=HERE / "results", help="where tls.md goes")
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="ember-tls-bench-"))
+    results: dict[str, list[tuple[str, float, float]]] = {}
+    started: list[Any] = []
+    try:
+        plain = EmberSystem(root / "ember-plain")
+        started.append(plain)
+        secure = EmberSystem(root / "ember-tls", secure=True)
+        started.append(secure)
+        results["ember"] = measure((Variant("ember", "plaintext", plain, plain.clients),
+                                    Variant("ember", "TLS", secure, secure.clients)), args)
+        for system in reversed(started):
+            system.stop()
+        started.clear()
+        if args.kafka:
+            kafka = KafkaSystem(root / "kafka", tls=ClusterTls.create(root / "kafka-tls"))
+            started.append(kafka)
+            tls_clients = KafkaClients(kafka.cluster.ssl_bootstrap, config=tuple(kafka.cluster.ssl_client_config.items()))
+            results["Kafka"] = measure((Variant("Kafka", "plaintext", kafka, kafka.clients),
+                                        Variant("Kafka", "TLS", kafka, tls_clients)), args)
+    finally:
+        for system in reversed(started):
+            system.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    text = report(results, args)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "tls.md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

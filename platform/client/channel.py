@@ -1,0 +1,251 @@
+"""The byte stream under a :class:`~ember.client.connection.Connection`: plain TCP, or TLS.
+
+TLS runs over memory BIOs (:meth:`ssl.SSLContext.wrap_bio`) guarded by one lock, because a
+connection reads on its reader thread while other threads send, and one OpenSSL connection must
+not be used by two threads at once; the TCP socket itself stays as the plain channel uses it.
+Refusals become :class:`~ember.errors.SslAuthenticationFailed` saying what to set: an untrusted
+certificate, a plaintext listener (the broker closes the handshake), a TLS listener reached in
+plain text, or a client certificate the broker requires or refuses (TLS 1.3 tells a client
+that only after the handshake, by closing the connection).
+"""
+from __future__ import annotations
+
+import select
+import socket
+import ssl
+import threading
+import time
+from typing import Sequence
+
+from ember.errors import BrokerNotAvailable, EmberError, SslAuthenticationFailed
+from ember.protocol.ember.wire import Buffer
+from ember.security.client import ClientSecurity
+
+Address = tuple[str, int]
+
+_RAW_CHUNK = 256 * 1024
+#: How long a diagnosis waits for a broker to close a fresh TLS connection it refuses.
+_REFUSAL_WAIT_S = 2.0
+
+
+class PlainChannel:
+    """A TCP socket: ``sendmsg`` of the caller's buffers, ``recv_into`` the caller's buffer."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+
+    def send(self, buffers: Sequence[Buffer]) -> None:
+        views = [memoryview(b).cast("B") for b in buffers if len(b)]
+        while views:
+            sent = self.sock.sendmsg(views[:512])
+            while sent:
+                if sent >= len(views[0]):
+                    sent -= len(views[0])
+                    views.pop(0)
+                else:
+                    views[0] = views[0][sent:]
+                    sent = 0
+
+    def buffered(self) -> bool:
+        """Whether bytes may be readable without the socket being readable."""
+        return False
+
+    def recv_into(self, view: memoryview) -> int | None:
+        """Bytes read (0: end of stream; None: nothing yet). Call when the socket is readable."""
+        return self.sock.recv_into(view)
+
+    def shutdown(self) -> None:
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+class TlsChannel(PlainChannel):
+    """TLS over the socket; the handshake runs in the constructor, within ``timeout_s``."""
+
+    def __init__(self, sock: socket.socket, context: ssl.SSLContext, server_hostname: str | None,
+                 timeout_s: float) -> None:
+        super().__init__(sock)
+        self._incoming, self._outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        self._tls = context.wrap_bio(self._incoming, self._outgoing, server_hostname=server_hostname)
+        self._lock = threading.Lock()
+        self._poller = select.poll()
+        self._poller.register(sock, select.POLLIN)
+        self._readable = False
+        self._handshake(timeout_s)
+
+    @property
+    def version(self) -> str | None:
+        return self._tls.version()
+
+    def _handshake(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                self._tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                self.sock.sendall(self._outgoing.read())
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise socket.timeout(f"no TLS handshake within {timeout_s:.1f}s") from None
+                self.sock.settimeout(remaining)
+                data = self.sock.recv(_RAW_CHUNK)
+                if not data:
+                    raise ConnectionResetError("the broker closed the connection during the TLS handshake") from None
+                self._incoming.write(data)
+        self.sock.sendall(self._outgoing.read())
+
+    def send(self, buffers: Sequence[Buffer]) -> None:
+        data = b"".join(buffers)
+        with self._lock:
+            self._tls.write(data)
+            # Also carries what a read produced (a TLS 1.3 key update), in stream order.
+            encrypted = self._outgoing.read()
+        self.sock.sendall(encrypted)
+
+    def buffered(self) -> bool:
+        return self._readable
+
+    def recv_into(self, view: memoryview) -> int | None:
+        while True:
+            with self._lock:
+                try:
+                    count = self._tls.read(len(view), view)
+                    self._readable = True   # the record may hold more
+                    return count
+                except ssl.SSLWantReadError:
+                    self._readable = False
+                except ssl.SSLZeroReturnError:
+                    return 0
+            if not self._poller.poll(0):
+                return None
+            data = self.sock.recv(_RAW_CHUNK)
+            if not data:
+                return 0
+            with self._lock:
+                self._incoming.write(data)
+
+
+def _name(address: Address) -> str:
+    return f"{address[0]}:{address[1]}"
+
+
+def open_channel(address: Address, security: ClientSecurity, context: ssl.SSLContext | None,
+                 timeout_s: float) -> PlainChannel:
+    """Connect (and shake hands) within ``timeout_s``; raises BrokerNotAvailable when nobody
+    answers, SslAuthenticationFailed when TLS cannot be set up."""
+    try:
+        sock = socket.create_connection(address, timeout=timeout_s)
+    except OSError as exc:
+        raise BrokerNotAvailable(f"cannot connect to broker at {_name(address)}: {exc}") from None
+    if context is None:
+        return PlainChannel(sock)
+    try:
+        return TlsChannel(sock, context, address[0], timeout_s)
+    except (OSError, EmberError) as exc:
+        sock.close()
+        raise _handshake_error(address, security, exc) from None
+
+
+def _handshake_error(address: Address, security: ClientSecurity, exc: BaseException) -> EmberError:
+    name = _name(address)
+    if isinstance(exc, EmberError):
+        return exc
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        if exc.verify_code in (62, 64):   # X509_V_ERR_HOSTNAME_MISMATCH, X509_V_ERR_IP_ADDRESS_MISMATCH
+            return SslAuthenticationFailed(
+                f"broker {name}'s certificate does not name the host {address[0]!r} ({exc.verify_message}): "
+                f"connect with a name in its certificate, or set ssl_check_hostname=False")
+        return SslAuthenticationFailed(
+            f"broker {name}'s certificate is not trusted ({exc.verify_message}): set ssl_cafile to the CA "
+            f"certificate that signed it (now: {security.cafile or 'the system CAs'})")
+    if isinstance(exc, ssl.SSLError) and "ALERT" in str(exc.reason or ""):
+        return SslAuthenticationFailed(
+            f"broker {name} refused the TLS handshake ({exc.reason}): it may require a client certificate "
+            f"signed by a CA it trusts (ssl_certfile, ssl_keyfile) or other TLS versions")
+    if isinstance(exc, ssl.SSLError):
+        return SslAuthenticationFailed(f"TLS handshake with broker {name} failed ({exc.reason or exc})")
+    if isinstance(exc, TimeoutError):   # a paused or overloaded broker: retried like any silent one
+        return BrokerNotAvailable(f"broker {name} did not finish a TLS handshake in time ({exc})")
+    # Closed during the handshake: a plaintext listener, unless the broker is just gone.
+    if not _reachable(address):
+        return BrokerNotAvailable(f"broker {name} went away during the TLS handshake: {exc}")
+    return SslAuthenticationFailed(
+        f"broker {name} does not complete a TLS handshake ({exc}): its listener is probably plaintext; "
+        f"set security_protocol='PLAINTEXT' or connect to the broker's SSL listener")
+
+
+def _reachable(address: Address) -> bool:
+    try:
+        socket.create_connection(address, timeout=1.0).close()
+        return True
+    except OSError:
+        return False
+
+
+def diagnose_refusal(address: Address, security: ClientSecurity, context: ssl.SSLContext | None,
+                     timeout_s: float) -> EmberError | None:
+    """Why a broker closed a fresh connection before answering anything, when that is a security
+    mismatch; None when it is not (an ordinary network failure, retried as such)."""
+    timeout_s = min(timeout_s, 10.0)
+    if context is None:
+        probe = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        probe.check_hostname, probe.verify_mode = False, ssl.CERT_NONE
+        if _speaks_tls(address, probe, timeout_s):
+            return SslAuthenticationFailed(
+                f"broker {_name(address)} closed the connection: its listener requires TLS; set "
+                f"security_protocol='SSL' and ssl_cafile to the CA that signed the broker's certificate")
+        return None
+    try:
+        channel = open_channel(address, security, context, timeout_s)
+    except SslAuthenticationFailed as exc:
+        return exc
+    except EmberError:
+        return None
+    try:
+        if _closed_by_peer(channel, min(timeout_s, _REFUSAL_WAIT_S)):
+            refused = "refuses the client certificate given" if security.certfile or security.context \
+                else "requires a client certificate (ssl.client.auth=required)"
+            return SslAuthenticationFailed(
+                f"broker {_name(address)} closes TLS connections right after the handshake: it {refused}; "
+                f"set ssl_certfile and ssl_keyfile to a certificate signed by a CA in the broker's truststore")
+        return None
+    finally:
+        channel.close()
+
+
+def _speaks_tls(address: Address, context: ssl.SSLContext, timeout_s: float) -> bool:
+    try:
+        sock = socket.create_connection(address, timeout=timeout_s)
+    except OSError:
+        return False
+    try:
+        TlsChannel(sock, context, None, timeout_s)
+        return True
+    except ssl.SSLError as exc:   # an alert: a TLS server that refused this probe
+        return "ALERT" in str(exc.reason or "")
+    except OSError:
+        return False
+    finally:
+        sock.close()
+
+
+def _closed_by_peer(channel: PlainChannel, wait_s: float) -> bool:
+    """Whether the peer closes an idle connection within ``wait_s`` (session tickets are read on)."""
+    buffer = memoryview(bytearray(4096))
+    poller = select.poll()
+    poller.register(channel.sock, select.POLLIN)
+    deadline = time.monotonic() + wait_s
+    while (remaining := deadline - time.monotonic()) > 0:
+        if channel.buffered() or poller.poll(remaining * 1000):
+            try:
+                if channel.recv_into(buffer) == 0:
+                    return True
+            except OSError:
+                return True
+    return False

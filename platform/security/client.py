@@ -1,0 +1,140 @@
+"""How a client secures its connections, from kafka-python's keyword names.
+
+Producer, Consumer, Admin and GroupAdmin take ``security_protocol`` ("PLAINTEXT" or "SSL"),
+``ssl_cafile``, ``ssl_certfile``, ``ssl_keyfile``, ``ssl_password``, ``ssl_check_hostname``
+(default True) and ``ssl_context`` (a ready :class:`ssl.SSLContext`, used as given);
+:class:`ClientSecurity` holds them, picklable (Spark ships it to executors) and without the
+password in its repr.
+"""
+from __future__ import annotations
+
+import ssl
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional, TypedDict
+
+from ember.errors import InvalidConfig
+from ember.security.protocol import SecurityProtocol, parse_protocol
+from ember.security.tls import client_context
+
+
+class SecurityOptions(TypedDict, total=False):
+    """The security keywords every client takes (kafka-python's names)."""
+    security_protocol: str
+    ssl_context: ssl.SSLContext
+    ssl_cafile: str
+    ssl_certfile: str
+    ssl_keyfile: str
+    ssl_password: str
+    ssl_check_hostname: bool
+
+
+OPTION_NAMES = tuple(SecurityOptions.__annotations__)
+
+
+@dataclass(frozen=True)
+class ClientSecurity:
+    protocol: SecurityProtocol = SecurityProtocol.PLAINTEXT
+    cafile: Optional[str] = None
+    certfile: Optional[str] = None
+    keyfile: Optional[str] = None
+    password: Optional[str] = field(default=None, repr=False)
+    check_hostname: bool = True
+    context: Optional[ssl.SSLContext] = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any], owner: str = "client") -> "ClientSecurity":
+        """Validate the security keywords given to ``owner`` (unknown names raise TypeError, as
+        for any unexpected keyword)."""
+        unknown = sorted(set(options) - set(OPTION_NAMES))
+        if unknown:
+            raise TypeError(f"{owner}() got unexpected keyword argument(s) {', '.join(unknown)}")
+        protocol = parse_protocol(options.get("security_protocol", "PLAINTEXT"), "security_protocol")
+        given = sorted(name for name in OPTION_NAMES
+                       if name.startswith("ssl_") and name != "ssl_check_hostname" and options.get(name) is not None)
+        if not protocol.uses_tls and given:
+            raise InvalidConfig(f"{', '.join(given)} set but security_protocol is {protocol.value}: "
+                                f"set security_protocol='SSL' to connect with TLS")
+        security = cls(protocol, options.get("ssl_cafile"), options.get("ssl_certfile"), options.get("ssl_keyfile"),
+                       options.get("ssl_password"), bool(options.get("ssl_check_hostname", True)),
+                       options.get("ssl_context"))
+        if protocol.uses_tls:
+            security.ssl_context()   # bad files or a wrong password fail here, not at the first connection
+        return security
+
+    @property
+    def uses_tls(self) -> bool:
+        return self.protocol.uses_tls
+
+    def options(self) -> SecurityOptions:
+        """Back to client keywords (what the Spark source hands the clients it creates)."""
+        result = SecurityOptions(security_protocol=self.protocol.value, ssl_check_hostname=self.check_hostname)
+        for name, value in (("ssl_cafile", self.cafile), ("ssl_certfile", self.certfile),
+                            ("ssl_keyfile", self.keyfile), ("ssl_password", self.password),
+                            ("ssl_context", self.context)):
+            if value is not None:
+                result[name] = value   # type: ignore[literal-required]
+        return result
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """The context connections are wrapped with (``ssl_context`` when given)."""
+        if self.context is not None:
+            return self.context
+        return client_context(cafile=self.cafile, certfile=self.certfile, keyfile=self.keyfile,
+                              password=self.password, check_hostname=self.check_hostname,
+                              what="ssl_cafile/ssl_certfile/ssl_keyfile")
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A context cannot be pickled; executors rebuild it from the files.
+        if self.context is not None:
+            raise TypeError("a ClientSecurity with ssl_context cannot be pickled; give ssl_cafile etc. instead")
+        return self.__dict__.copy()
+
+
+#: Dotted client property -> client keyword: kafka-python's names with dots (what Spark options
+#: and ``--command-config`` files use) and Java's PEM names, so one client.properties serves
+#: Kafka's tools, ember's CLI and the Spark source.
+_PROPERTY_KEYWORDS = {
+    "security.protocol": "security_protocol",
+    "ssl.cafile": "ssl_cafile",
+    "ssl.truststore.location": "ssl_cafile",
+    "ssl.certfile": "ssl_certfile",
+    "ssl.keystore.location": "ssl_certfile",
+    "ssl.keyfile": "ssl_keyfile",
+    "ssl.password": "ssl_password",
+    "ssl.key.password": "ssl_password",
+    "ssl.check.hostname": "ssl_check_hostname",
+    "ssl.endpoint.identification.algorithm": "ssl_check_hostname",
+}
+#: Java's store types: only PEM files can be read here.
+_STORE_TYPES = ("ssl.truststore.type", "ssl.keystore.type")
+
+
+def options_from_properties(properties: Mapping[str, str], what: str) -> SecurityOptions:
+    """The security keywords in client ``properties`` (names case-insensitive); other names than
+    ``security.*`` and ``ssl.*`` are left to the caller. ``what`` names the source in errors."""
+    result: dict[str, Any] = {}
+    for raw_name, value in properties.items():
+        name = raw_name.lower()
+        if not name.startswith(("ssl.", "security.")):
+            continue
+        if name in _STORE_TYPES:
+            if str(value).strip().upper() != "PEM":
+                raise InvalidConfig(f"{what}: {raw_name}={value}: only PEM files can be read; convert the store "
+                                    f"to PEM (docs/security.md)")
+            continue
+        keyword = _PROPERTY_KEYWORDS.get(name)
+        if keyword is None:
+            raise InvalidConfig(f"{what}: unsupported setting {raw_name!r}; supported: "
+                                f"{', '.join(sorted(_PROPERTY_KEYWORDS))}, {', '.join(_STORE_TYPES)} (PEM)")
+        result[keyword] = _keyword_value(name, str(value).strip(), what)
+    return SecurityOptions(**result)   # type: ignore[typeddict-item]
+
+
+def _keyword_value(name: str, value: str, what: str) -> Any:
+    if name == "ssl.endpoint.identification.algorithm":
+        return value.lower() == "https"
+    if name == "ssl.check.hostname":
+        if value.lower() not in ("true", "false"):
+            raise InvalidConfig(f"{what}: ssl.check.hostname must be true or false, not {value!r}")
+        return value.lower() == "true"
+    return value
