@@ -196,7 +196,7 @@ def diagnose_refusal(address: Address, security: ClientSecurity, context: ssl.SS
     if context is None:
         probe = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
         probe.check_hostname, probe.verify_mode = False, ssl.CERT_NONE
-        if _speaks_tls(address, probe, timeout_s):
+        if _speaks_tls(address, probe, min(timeout_s, _REFUSAL_WAIT_S)):   # a TLS server answers at once
             return SslAuthenticationFailed(
                 f"broker {_name(address)} closed the connection: its listener requires TLS; set "
                 f"security_protocol='SSL' and ssl_cafile to the CA that signed the broker's certificate")

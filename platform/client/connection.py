@@ -119,14 +119,16 @@ class Connection:
                     self._pending[correlation_id] = _Pending(future, deadline, api_key)
             try:
                 self._channel.send(encode_request(api_key, 0, correlation_id, body, payload))
-                failure = None
+                send_error = None
             except OSError as exc:
                 with self._state_lock:
                     self._pending.pop(correlation_id, None)
-                failure = self._closed or self._refusal() or NetworkError(
-                    f"sending to broker {self.name} failed: {exc}")
-        if failure is not None:
-            # Outside the send lock: failing runs the pending requests' callbacks, which may send.
+                send_error = exc
+        if send_error is not None:
+            # Outside the send lock: diagnosing a refusal probes the broker (bounded, seconds), and
+            # failing runs the pending requests' callbacks, which may send.
+            failure = self._closed or self._refusal() or NetworkError(
+                f"sending to broker {self.name} failed: {send_error}")
             self._fail(failure)
             raise type(failure)(str(failure))
         if not expect_response:
