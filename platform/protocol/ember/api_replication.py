@@ -13,6 +13,7 @@ from ember.protocol.ember.wire import ApiKey, Request
 from ember.ingest.partition import Partition
 from ember.protocol.ember.reply import OK, Reply
 from ember.ingest.replica_manager import ReplicaManager
+from ember.security.authorizer.model import Operation
 
 
 async def epoch_end(partition: Partition, leader_epoch: int) -> dict[str, Any]:
@@ -32,5 +33,6 @@ class ReplicationApis:
     async def offset_for_leader_epoch(self, request: Request) -> Reply:
         results = await self.replicas.answer_at_leader(
             fields.partitions(request.body), lambda e: fields.integer(e, "leader_epoch"), epoch_end,
-            {"leader_epoch": -1, "end_offset": -1})
+            {"leader_epoch": -1, "end_offset": -1},
+            self.replicas.access.follower_or_topic(fields.integer(request.body, "replica_id", 0), Operation.DESCRIBE))
         return Reply({**OK, "partitions": results})

@@ -67,6 +67,14 @@ class Access:
     def check_cluster(self, operation: Operation) -> None:
         self.check(operation, CLUSTER)
 
+    def follower_or_topic(self, replica_id: int, operation: Operation) -> Operation | None:
+        """A request from a follower broker (``replica_id`` >= 0) needs ClusterAction (checked
+        here; then None: no topic ACL applies); a client's needs ``operation`` on each topic."""
+        if replica_id < 0:
+            return operation
+        self.check_cluster(Operation.CLUSTER_ACTION)
+        return None
+
     def check_topic_or_cluster(self, operation: Operation, topic: str) -> None:
         """Kafka's rule for CreateTopics: ``operation`` on the cluster, or on the topic."""
         if not self.allowed(operation, CLUSTER, log_refusal=False):
