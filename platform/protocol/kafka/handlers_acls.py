@@ -37,7 +37,11 @@ def _pattern(binding: AclBinding) -> dict[str, Any]:
 
 class AclHandlers:
     def __init__(self, core: BrokerCore) -> None:
-        self.admin = AclAdmin(core.access, core.acls)
+        self.core = core
+
+    @property
+    def admin(self) -> AclAdmin:
+        return AclAdmin(self.core.access, self.core.acls)
 
     def apis(self) -> dict[int, Api]:
         return {ApiKey.DESCRIBE_ACLS: Api(1, 3, self.describe_acls), ApiKey.CREATE_ACLS: Api(2, 3, self.create_acls),
