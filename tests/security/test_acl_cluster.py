@@ -108,6 +108,8 @@ def test_a_user_without_acls_is_refused_and_write_lets_it_produce_but_not_fetch(
     create(cluster, topic_name)
     with pytest.raises(TopicAuthorizationFailed, match=f"{user.principal}.*ember acls add"):
         produce(user, cluster, topic_name)
+    until(lambda: any(f"refused: principal {user.principal} from host 127.0.0.1 may not Describe Topic:{topic_name}"
+                      in b.log_path.read_text() for b in cluster.brokers.values()), "the refusal is logged")
     grant(cluster, allow(user.principal, Operation.WRITE, topic_name))
     produce(user, cluster, topic_name)
     with pytest.raises(TopicAuthorizationFailed, match="Read"):

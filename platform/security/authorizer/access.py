@@ -10,6 +10,7 @@ unset) every check passes. Work outside any connection (none today) is not check
 from __future__ import annotations
 
 import logging
+import shlex
 import time
 from typing import Optional
 
@@ -112,10 +113,10 @@ def refusal(operation: Operation, resource: Resource) -> EmberError:
     """The typed error for a refused operation, naming who, what, and how to grant it."""
     session = current_session()
     principal = session.principal if session is not None else "?"
-    target = "" if resource.type == ResourceType.CLUSTER else f" {resource.name}"
+    target = "" if resource.type == ResourceType.CLUSTER else f" {shlex.quote(resource.name)}"
     return _ERRORS[resource.type](
         f"principal {principal} is not authorized to {operation.kafka_name} {resource}; an operator grants it "
-        f"with `ember acls add --allow-principal {principal} --operation {operation.kafka_name} "
+        f"with `ember acls add --allow-principal {shlex.quote(principal)} --operation {operation.kafka_name} "
         f"{_FLAGS[resource.type]}{target}`")
 
 
