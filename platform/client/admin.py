@@ -11,7 +11,7 @@ from ember.client.types import TopicPartition
 from ember.client.metadata import MetadataClient, response_error
 from ember.security.client import ClientSecurity
 from ember.client.offsets import EARLIEST, LATEST, at_leaders, list_offsets
-from ember.protocol.ember.api_acls import binding_fields, binding_from_fields, filter_fields
+from ember.protocol.ember.acl_fields import binding_fields, binding_from_fields, filter_fields
 from ember.protocol.ember.wire import ApiKey
 from ember.security.authorizer.model import AclBinding, AclBindingFilter
 

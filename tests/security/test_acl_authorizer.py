@@ -107,7 +107,7 @@ def test_invalid_bindings_are_refused():
         acl(ALICE, Operation.ALTER, "other", resource_type=ResourceType.CLUSTER).validate()
     with pytest.raises(InvalidRequest, match="TYPE:NAME"):
         acl("alice", Operation.READ).validate()
-    with pytest.raises(InvalidRequest, match="is not a Operation"):
+    with pytest.raises(InvalidRequest, match="is not a known Operation name"):
         Operation.parse("Fly")
     assert Operation.parse("describe-configs") is Operation.DESCRIBE_CONFIGS
 

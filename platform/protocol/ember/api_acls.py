@@ -6,47 +6,12 @@ filter has the same fields, each optional (absent: any; ``pattern_type`` ``MATCH
 that apply to ``resource_name``)."""
 from __future__ import annotations
 
-from typing import Any
-
 from ember.protocol.ember import fields
+from ember.protocol.ember.acl_fields import binding_fields, binding_from_fields, filter_from_fields
 from ember.protocol.ember.dispatcher import Handler
 from ember.protocol.ember.reply import OK, Reply, error_fields
 from ember.protocol.ember.wire import ApiKey, Request
 from ember.security.authorizer.acl_admin import AclAdmin
-from ember.security.authorizer.model import (AccessControlEntry, AclBinding, AclBindingFilter, Operation,
-                                             PatternType, Permission, ResourcePattern, ResourceType)
-
-
-def binding_fields(binding: AclBinding) -> dict[str, Any]:
-    p, e = binding.pattern, binding.entry
-    return {"resource_type": p.type.kafka_name, "resource_name": p.name, "pattern_type": p.pattern_type.name,
-            "principal": e.principal, "host": e.host, "operation": e.operation.kafka_name,
-            "permission": e.permission.kafka_name}
-
-
-def filter_fields(acl_filter: AclBindingFilter) -> dict[str, Any]:
-    f = acl_filter
-    return {"resource_type": f.resource_type.kafka_name, "resource_name": f.name, "pattern_type": f.pattern_type.name,
-            "principal": f.principal, "host": f.host, "operation": f.operation.kafka_name,
-            "permission": f.permission.kafka_name}
-
-
-def binding_from_fields(body: fields.Body) -> AclBinding:
-    return AclBinding(
-        ResourcePattern(ResourceType.parse(fields.string(body, "resource_type")), fields.string(body, "resource_name"),
-                        PatternType.parse(fields.string(body, "pattern_type", "LITERAL"))),
-        AccessControlEntry(fields.string(body, "principal"), fields.string(body, "host", "*"),
-                           Operation.parse(fields.string(body, "operation")),
-                           Permission.parse(fields.string(body, "permission", "Allow"))))
-
-
-def filter_from_fields(body: fields.Body) -> AclBindingFilter:
-    return AclBindingFilter(ResourceType.parse(fields.string(body, "resource_type", "Any")),
-                            fields.string(body, "resource_name", None),
-                            PatternType.parse(fields.string(body, "pattern_type", "ANY")),
-                            fields.string(body, "principal", None), fields.string(body, "host", None),
-                            Operation.parse(fields.string(body, "operation", "Any")),
-                            Permission.parse(fields.string(body, "permission", "Any")))
 
 
 class AclApis:

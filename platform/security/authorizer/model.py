@@ -33,7 +33,7 @@ class _Named(IntEnum):
             if member.name.replace("_", "").lower() == key:
                 return member
         choices = ", ".join(m.kafka_name for m in cls if m.name not in ("UNKNOWN", "ANY", "MATCH"))
-        raise InvalidRequest(f"{text!r} is not a {cls.__name__}; use one of {choices}")
+        raise InvalidRequest(f"{text!r} is not a known {cls.__name__} name; use one of {choices}")
 
 
 class ResourceType(_Named):
