@@ -1,13 +1,20 @@
-"""The authorization decision (Kafka's rules) and the ACL model, without a broker."""
+"""The authorization decision (Kafka's rules), the ACL model and the checks' errors and logging, without a broker."""
 from __future__ import annotations
+
+import contextvars
+import logging
 
 import pytest
 
-from ember.errors import InvalidConfig, InvalidRequest
+from ember.errors import (ClusterAuthorizationFailed, GroupAuthorizationFailed, InvalidConfig, InvalidRequest,
+                          TopicAuthorizationFailed)
+from ember.security.authorizer.access import Access
 from ember.security.authorizer.authorizer import Authorizer, authorizer_enabled, parse_super_users
 from ember.security.authorizer.model import (CLUSTER, AccessControlEntry, AclBinding, AclBindingFilter, Operation,
                                              PatternType, Permission, Resource, ResourcePattern, ResourceType)
 from ember.security.authorizer.store import acl_path, decode, encode
+from ember.security.protocol import SecurityProtocol
+from ember.security.session import Session, enter_session
 
 ALICE, BOB = "User:CN=alice", "User:CN=bob"
 HOST = "127.0.0.1"
@@ -123,3 +130,33 @@ def test_zookeeper_layout_and_json_are_kafkas():
     assert data == (b'{"version": 1, "acls": [{"principal": "User:CN=alice", "permissionType": "Allow", '
                     b'"operation": "Read", "host": "*"}]}')
     assert decode(data) == {literal.entry}
+
+
+def _in_session(principal: str, check) -> None:
+    """Run ``check`` as a connection of ``principal`` would (its own context, like a connection's task)."""
+    def run() -> None:
+        enter_session(Session(principal, "EMBER", SecurityProtocol.SSL, HOST, 50000))
+        check()
+    contextvars.copy_context().run(run)
+
+
+def test_a_refusal_names_principal_operation_resource_and_the_grant_command_and_is_logged_once(caplog):
+    access = Access(Authorizer())
+    caplog.set_level(logging.INFO, logger="ember.security.authorizer.access")
+    for _ in range(3):
+        with pytest.raises(TopicAuthorizationFailed) as refused:
+            _in_session("User:CN=app,O=Acme Inc", lambda: access.check_topic(Operation.WRITE, "orders"))
+    assert str(refused.value) == (
+        "principal User:CN=app,O=Acme Inc is not authorized to Write Topic:orders; an operator grants it with "
+        "`ember acls add --allow-principal 'User:CN=app,O=Acme Inc' --operation Write --topic orders`")
+    assert [r.getMessage() for r in caplog.records] == [
+        "refused: principal User:CN=app,O=Acme Inc from host 127.0.0.1 may not Write Topic:orders "
+        "(no ACL allows it, or one denies it)"]
+    with pytest.raises(ClusterAuthorizationFailed, match="--cluster`"):
+        _in_session(ALICE, lambda: access.check_cluster(Operation.ALTER))
+    with pytest.raises(GroupAuthorizationFailed, match="--group g1`"):
+        _in_session(ALICE, lambda: access.check_group(Operation.READ, "g1"))
+
+
+def test_without_an_authorizer_every_check_passes():
+    _in_session(ALICE, lambda: Access().check_cluster(Operation.ALTER))
