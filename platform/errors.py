@@ -37,6 +37,9 @@ class ErrorCode(IntEnum):
     INVALID_SESSION_TIMEOUT = 26
     REBALANCE_IN_PROGRESS = 27
     INVALID_COMMIT_OFFSET_SIZE = 28
+    TOPIC_AUTHORIZATION_FAILED = 29
+    GROUP_AUTHORIZATION_FAILED = 30
+    CLUSTER_AUTHORIZATION_FAILED = 31
     INVALID_TIMESTAMP = 32
     UNSUPPORTED_VERSION = 35
     TOPIC_ALREADY_EXISTS = 36
@@ -49,6 +52,8 @@ class ErrorCode(IntEnum):
     OUT_OF_ORDER_SEQUENCE_NUMBER = 45
     DUPLICATE_SEQUENCE_NUMBER = 46
     INVALID_PRODUCER_EPOCH = 47
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+    SECURITY_DISABLED = 54
     KAFKA_STORAGE_ERROR = 56
     UNKNOWN_PRODUCER_ID = 59
     REASSIGNMENT_IN_PROGRESS = 60
@@ -404,6 +409,32 @@ class SslAuthenticationFailed(EmberError):
     """A TLS connection could not be set up: a plaintext peer on a TLS listener (or the reverse),
     an untrusted certificate, or a missing or refused client certificate. Retrying cannot help."""
     hint = "see docs/security.md"
+
+
+class TopicAuthorizationFailed(EmberError):
+    """The client's principal may not do this to the topic (an ACL is missing or denies it)."""
+    code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+
+
+class GroupAuthorizationFailed(EmberError):
+    """The client's principal may not do this to the consumer group (an ACL is missing or denies it)."""
+    code = ErrorCode.GROUP_AUTHORIZATION_FAILED
+
+
+class ClusterAuthorizationFailed(EmberError):
+    """The client's principal may not do this to the cluster (an ACL is missing or denies it)."""
+    code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+
+
+class TransactionalIdAuthorizationFailed(EmberError):
+    """The client's principal may not use this transactional id (an ACL is missing or denies it)."""
+    code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+
+
+class SecurityDisabled(EmberError):
+    """The broker has no authorizer, so there are no ACLs to create, list or delete."""
+    code = ErrorCode.SECURITY_DISABLED
+    hint = "set authorizer.class.name on the brokers (docs/security.md, ## ACLs)"
 
 
 class CorruptSegment(EmberError):

@@ -5,6 +5,7 @@ import argparse
 import os
 from pathlib import Path
 
+from ember.cluster.cluster_tls import certificate_file_principal
 from ember.cluster.local import LocalCluster, STATE_FILE
 from ember.errors import EmberError
 from ember.metrics.prometheus_config import write_prometheus_config
@@ -76,6 +77,8 @@ def print_client_configs(cluster: LocalCluster) -> None:
     assert cluster.tls is not None
     files = cluster.tls.write_client_configs(cluster.bootstrap, cluster.kafka_bootstrap)
     print(f"TLS on every listener, client certificates required (CA: {cluster.tls.ca})\n"
+          f"ACLs on: this client certificate ({certificate_file_principal(cluster.tls.client.cert)}) and the "
+          f"brokers are super users; grant other principals with `ember acls add`\n"
           f"client configuration:\n"
           f"  ember clients (Python):  {files['ember']}\n"
           f"      Producer(**json.load(open('{files['ember']}')))\n"

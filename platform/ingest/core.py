@@ -13,6 +13,8 @@ from ember.ingest.broker_config import BrokerConfig
 from ember.ingest.metadata_view import MetadataView
 from ember.ingest.replica_manager import ReplicaManager
 from ember.ingest.topic_changes import TopicChanges
+from ember.security.authorizer.access import ALLOW_ALL, Access
+from ember.security.authorizer.store import AclStore
 
 
 @dataclass(frozen=True)
@@ -29,3 +31,7 @@ class BrokerCore:
     #: This broker's controller: leadership changes (ElectLeaders, reassignments) run on it when
     #: it is the active one.
     controller: Controller
+    #: The ACL checks (every check passes without ``authorizer.class.name``).
+    access: Access = ALLOW_ALL
+    #: The ACLs in ZooKeeper (None: no authorizer, so the ACL APIs answer SECURITY_DISABLED).
+    acls: AclStore | None = None
