@@ -680,7 +680,8 @@ class GroupCoordinator:
         pending, so members can commit as their partitions are revoked), or, with
         generation -1 and no member id, for a group without active members (manual assignment,
         ``ember groups reset-offsets``). Offsets of unknown topics or partitions are refused. Kafka's
-        ACLs: Read on the group and on every topic (a refused topic refuses the whole commit)."""
+        ACLs: Read on the group and on every topic. Here a refused topic refuses the whole commit;
+        the Kafka listener checks first and commits the allowed topics, as Kafka does."""
         self.access.check_group(Operation.READ, group_id)
         for topic in sorted({tp.topic for tp in offsets}):
             self.access.check_topic(Operation.READ, topic)

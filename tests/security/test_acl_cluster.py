@@ -10,13 +10,15 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka import Consumer as KafkaConsumer
 from confluent_kafka import Producer as KafkaProducer
 from kafka_helpers import WAIT_S, run_tool
 
 from ember.cli import main as ember_cli
 from ember.client import Admin, Consumer, Producer, TopicPartition
+from ember.groups.admin import GroupAdmin
 from ember.client.metadata import MetadataClient
 from ember.cluster.cluster_tls import ClusterTls, certificate_file_principal
 from ember.cluster.local import LocalCluster
@@ -222,6 +224,28 @@ def test_kafka_clients_get_kafkas_authorization_error_codes(cluster, user, topic
         assert code == KafkaError.GROUP_AUTHORIZATION_FAILED
     finally:
         consumer.close()
+
+
+def test_a_kafka_commit_fails_only_for_topics_the_user_may_not_read(cluster, user, topic_name):
+    allowed_topic, refused_topic, group = topic_name, f"{topic_name}-x", f"g-{topic_name}"
+    for topic in (allowed_topic, refused_topic):
+        create(cluster, topic)
+    grant(cluster, allow(user.principal, Operation.READ, allowed_topic),
+          allow(user.principal, Operation.READ, group, ResourceType.GROUP))
+    consumer = KafkaConsumer({**user.kafka, "group.id": group, "enable.auto.commit": False})
+    try:
+        offsets = [KafkaTopicPartition(allowed_topic, 0, 0), KafkaTopicPartition(refused_topic, 0, 0)]
+        try:
+            results = consumer.commit(offsets=offsets, asynchronous=False)
+            codes = {tp.topic: tp.error.code() if tp.error else None for tp in results}
+        except KafkaException as exc:   # librdkafka may raise the first partition error instead
+            codes = {refused_topic: exc.args[0].code()}
+    finally:
+        consumer.close()
+    assert codes.get(refused_topic) == KafkaError.TOPIC_AUTHORIZATION_FAILED, codes
+    with GroupAdmin(cluster.bootstrap, **cluster.client_options) as groups:
+        committed = {p.partition: p.committed for p in groups.describe_group(group).partitions}
+    assert committed == {TopicPartition(allowed_topic, 0): 0}
 
 
 def test_kafka_acls_adds_lists_and_removes(cluster, user, topic_name):

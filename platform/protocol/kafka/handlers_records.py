@@ -66,6 +66,7 @@ class RecordHandlers:
         for topic in body.topic_data:
             try:
                 ref = names.ref(names.name_of(topic))
+                self.core.access.check_topic(Operation.WRITE, ref["name"])   # before any batch is decoded, as Kafka
             except Exception as exc:
                 ref, error = {"name": getattr(topic, "name", None), "topic_id": getattr(topic, "topic_id", ZERO_UUID)}, exc
                 listed += [(ref, p.index, error) for p in topic.partition_data]
