@@ -2,13 +2,18 @@
 version decodes with Kafka's schemas) and the generic response builder."""
 from __future__ import annotations
 
+import asyncio
+from types import SimpleNamespace
+
 import pytest
 
-from ember.errors import InvalidConfig
+from ember.errors import ErrorCode, InvalidConfig
 from ember.ingest.listeners import ListenerConfig
 from ember.protocol.ember.wire import ApiKey
-from ember.protocol.kafka.codec import build, error_codes, request_class, response_class
+from ember.protocol.kafka.codec import KafkaRequest, build, error_codes, request_class, response_class
+from ember.protocol.kafka.handlers_acls import AclHandlers
 from ember.protocol.kafka.listener import kafka_dispatcher
+from ember.security.authorizer.access import ALLOW_ALL
 
 
 def test_listen_is_the_ember_listener_and_advertised_listeners_override_by_name():
@@ -81,3 +86,14 @@ def test_error_codes_are_found_at_every_depth_of_a_response_and_zero_is_not_one(
         {"name": "t", "topic_id": None, "error_code": 36, "error_message": "exists", "num_partitions": -1,
          "replication_factor": -1, "configs": None}]})
     assert list(error_codes(created)) == [36]
+
+
+@pytest.mark.parametrize("field, value", [("resource_type_filter", 100), ("operation", -1), ("permission_type", 7),
+                                          ("pattern_type_filter", 127)])
+def test_acl_requests_with_codes_kafka_does_not_define_get_invalid_request(field, value):
+    fields = {"resource_type_filter": 2, "resource_name_filter": None, "pattern_type_filter": 3,
+              "principal_filter": None, "host_filter": None, "operation": 1, "permission_type": 1, field: value}
+    describe = build(request_class(ApiKey.DESCRIBE_ACLS, 3), fields)
+    handlers = AclHandlers(core=SimpleNamespace(access=ALLOW_ALL, acls=None))   # type: ignore[arg-type]
+    response = asyncio.run(handlers.describe_acls(KafkaRequest(ApiKey.DESCRIBE_ACLS, 3, 1, "c", describe, memoryview(b""))))
+    assert response.error_code == ErrorCode.INVALID_REQUEST and str(value) in response.error_message

@@ -17,11 +17,15 @@ from ember.security.authorizer.model import (AccessControlEntry, AclBinding, Acl
 
 
 def _filter(item: Any) -> AclBindingFilter:
-    """A DescribeAcls request or a DeleteAcls filter as a filter (null strings match anything)."""
-    return AclBindingFilter(ResourceType(item.resource_type_filter), item.resource_name_filter,
-                            PatternType(getattr(item, "pattern_type_filter", PatternType.LITERAL)),
-                            item.principal_filter, item.host_filter, Operation(item.operation),
-                            Permission(item.permission_type))
+    """A DescribeAcls request or a DeleteAcls filter as a filter (null strings match anything);
+    InvalidRequest for a code this broker does not know."""
+    try:
+        return AclBindingFilter(ResourceType(item.resource_type_filter), item.resource_name_filter,
+                                PatternType(getattr(item, "pattern_type_filter", PatternType.LITERAL)),
+                                item.principal_filter, item.host_filter, Operation(item.operation),
+                                Permission(item.permission_type))
+    except ValueError as exc:
+        raise InvalidRequest(f"ACL filter: {exc}") from None
 
 
 def _entry(binding: AclBinding) -> dict[str, Any]:
@@ -82,8 +86,8 @@ class AclHandlers:
         for item in request.body.filters:
             try:
                 filters.append(_filter(item))
-            except ValueError as exc:     # a code this broker does not know
-                filters.append(InvalidRequest(str(exc)))
+            except InvalidRequest as exc:
+                filters.append(exc)
         outcomes = iter(await self.admin.delete([f for f in filters if not isinstance(f, Exception)]))
         results = []
         for acl_filter in filters:
