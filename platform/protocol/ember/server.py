@@ -6,7 +6,10 @@ answered in the order they were sent (the unread ones wait in the socket buffer,
 the back-pressure). Fetch payloads go out with ``loop.sendfile`` straight from segment files;
 on a TLS listener they are read and written through the TLS transport instead (no zero-copy
 there, as in Kafka: the bytes must be encrypted). A connection starts with
-:func:`ember.security.listener.establish` (the TLS handshake, the connection's session).
+:func:`ember.security.listener.establish` (the TLS handshake, the connection's session); on a SASL
+listener, requests go to :attr:`BrokerServer.authenticate` until the client has authenticated,
+which bounds the whole exchange by ``sasl.handshake.timeout.ms`` and its frames by
+``sasl.server.max.receive.size``, and closes the connection after a failure's response.
 A frame over ``socket.request.max.bytes``, a truncated header or a body that is not JSON is
 logged and closes that connection only. So is a connection that takes longer than
 ``connections.max.idle.ms`` to start its next request, to send the rest of a started one (a client
@@ -25,7 +28,9 @@ from typing import TYPE_CHECKING, Awaitable, Callable
 from ember.errors import EmberError
 from ember.protocol.ember.wire import FRAME_LENGTH, Request, check_frame_size, decode_request, response_prefix
 from ember.protocol.ember.reply import CloseConnection, FileRegion, Reply
+from ember.protocol.ember.api_sasl import authenticate as authenticate_ember
 from ember.security.listener import ListenerSecurity, establish
+from ember.security.sasl_server import SaslServer
 from ember.security.session import current_session, enter_session
 
 if TYPE_CHECKING:
@@ -61,12 +66,16 @@ class _Watchdog:
         self._max_idle_ms = max_idle_ms
         self._handle: asyncio.Handle | None = None
         self._step = ""
+        self._limit = (max_idle_ms, "connections.max.idle.ms")
         self.expired: str | None = None
 
-    def arm(self, step: str) -> None:
+    def arm(self, step: str, limit_ms: int | None = None, setting: str = "connections.max.idle.ms") -> None:
+        """Expire after ``limit_ms`` (default ``connections.max.idle.ms``; ``setting`` names the
+        limit in the log line)."""
         self.disarm()
         self._step = step
-        self._handle = asyncio.get_running_loop().call_later(self._max_idle_ms / 1000, self._expire)
+        self._limit = (limit_ms, setting) if limit_ms is not None else (self._max_idle_ms, "connections.max.idle.ms")
+        self._handle = asyncio.get_running_loop().call_later(self._limit[0] / 1000, self._expire)
 
     def watch_client(self, reader: asyncio.StreamReader) -> None:
         self.disarm()
@@ -85,8 +94,7 @@ class _Watchdog:
 
     def _expire_now(self) -> None:
         self._handle = None
-        self.expired = (f"{self._step} took longer than connections.max.idle.ms={self._max_idle_ms}; "
-                        f"the client may reconnect")
+        self.expired = f"{self._step} took longer than {self._limit[1]}={self._limit[0]}; the client may reconnect"
         self._task.cancel()
 
     def _check_client(self, reader: asyncio.StreamReader) -> None:
@@ -101,6 +109,8 @@ class _Watchdog:
 class BrokerServer:
     #: Turns a frame (without its length) into a request; the Kafka listener decodes its own.
     decode_frame = staticmethod(decode_request)
+    #: Answers a request on a SASL listener before the client has authenticated (Kafka's own).
+    authenticate = staticmethod(authenticate_ember)
 
     def __init__(self, dispatch: Dispatch, host: str, port: int, max_frame_bytes: int,
                  max_idle_ms: int, observer: "RequestObserver | None" = None,
@@ -148,14 +158,17 @@ class BrokerServer:
             if session is None:
                 return
             enter_session(session)
+            sasl = SaslServer(self.security.sasl) if self.security.sasl is not None else None
             while True:
-                request = await self._read_request(reader, watchdog)
+                pending = sasl if sasl is not None and not sasl.complete else None
+                request = await self._read_request(reader, watchdog, pending)
                 if request is None:
                     break
                 timer = self.observer.start(request.api_key) if self.observer is not None else None
                 try:
                     watchdog.watch_client(reader)
-                    reply = await self.dispatch(request)
+                    reply = await (self.dispatch(request) if pending is None
+                                   else self.authenticate(request, pending, self.dispatch))
                     watchdog.disarm()
                     if timer is not None:
                         timer.handled(reply)
@@ -166,6 +179,8 @@ class BrokerServer:
                 finally:
                     if timer is not None:
                         timer.done()
+                if pending is not None and pending.close_reason is not None:
+                    raise CloseConnection(f"on listener {self.security.listener}: {pending.close_reason}")
         except EmberError as exc:
             log.warning("closing connection from %s: %s", peer, exc)
         except CloseConnection as exc:
@@ -183,10 +198,14 @@ class BrokerServer:
             else:
                 writer.close()
 
-    async def _read_request(self, reader: asyncio.StreamReader, watchdog: _Watchdog) -> Request | None:
+    async def _read_request(self, reader: asyncio.StreamReader, watchdog: _Watchdog,
+                            sasl: SaslServer | None = None) -> Request | None:
         """The next request, None at a clean end of stream; raises EmberError on bad frames.
-        The wait for the length prefix and the read of the frame are each bounded by ``watchdog``."""
-        watchdog.arm("sending the next request")
+        The wait for the length prefix and the read of the frame are each bounded by ``watchdog``;
+        while ``sasl`` (an authentication in progress) is given, by what is left of its timeout,
+        and frames by Kafka's ``sasl.server.max.receive.size``."""
+        limit = (sasl.remaining_ms(), "sasl.handshake.timeout.ms") if sasl is not None else (None, "")
+        watchdog.arm("authenticating" if sasl is not None else "sending the next request", *limit)
         try:
             head = await reader.readexactly(FRAME_LENGTH.size)
         except asyncio.IncompleteReadError as exc:
@@ -194,8 +213,11 @@ class BrokerServer:
                 raise
             return None
         (size,) = FRAME_LENGTH.unpack(head)
-        check_frame_size(size, self.max_frame_bytes)
-        watchdog.arm(f"sending a request frame of {size} bytes")
+        check_frame_size(size, self.max_frame_bytes if sasl is None
+                         else min(self.max_frame_bytes, sasl.settings.max_receive_size))
+        if sasl is not None:
+            limit = (sasl.remaining_ms(), "sasl.handshake.timeout.ms")
+        watchdog.arm(f"sending a request frame of {size} bytes", *limit)
         return self.decode_frame(await reader.readexactly(size))
 
     async def _write(self, writer: asyncio.StreamWriter, correlation_id: int, reply: Reply) -> None:

@@ -21,6 +21,7 @@ from ember.protocol.kafka.handlers_configs import ConfigHandlers
 from ember.protocol.kafka.handlers_groups import GroupHandlers
 from ember.protocol.kafka.handlers_leadership import LeadershipHandlers
 from ember.protocol.kafka.handlers_records import RecordHandlers
+from ember.protocol.kafka.handlers_sasl import SaslHandlers, authenticate as authenticate_kafka
 from ember.security.listener import ListenerSecurity
 
 if TYPE_CHECKING:
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
 
 
 class KafkaServer(BrokerServer):
+    authenticate = staticmethod(authenticate_kafka)   # type: ignore[assignment]
+
     def __init__(self, dispatcher: KafkaDispatcher, host: str, port: int, max_frame_bytes: int,
                  max_idle_ms: int, observer: "RequestObserver | None" = None,
                  security: ListenerSecurity | None = None) -> None:
@@ -46,7 +49,7 @@ def kafka_dispatcher(core: BrokerCore, listener: str, observer: "RequestObserver
     dispatcher = KafkaDispatcher(RecordHandlers(core).apis(), ClusterHandlers(core, listener).apis(),
                                  AdminHandlers(core).apis(), GroupHandlers(core, listener).apis(),
                                  GroupAdminHandlers(core).apis(), ConfigHandlers(core).apis(),
-                                 LeadershipHandlers(core).apis(), observer=observer)
+                                 LeadershipHandlers(core).apis(), SaslHandlers().apis(), observer=observer)
     dispatcher.apis.update(ApiVersionsHandler(dispatcher.supported).apis())
     return dispatcher
 

@@ -1,0 +1,68 @@
+"""SaslHandshake (17) and SaslAuthenticate (36) as Kafka serves them.
+
+On a SASL listener the server routes every request to :func:`authenticate` until the client has
+authenticated: ApiVersions is answered, SaslHandshake picks the mechanism (an unknown one gets
+UNSUPPORTED_SASL_MECHANISM with the enabled list, then the connection closes), SaslAuthenticate
+runs the mechanism's steps (a failure gets SASL_AUTHENTICATION_FAILED with Kafka's message, then
+the connection closes), and any other request closes the connection unanswered, as Kafka's
+SaslServerAuthenticator does. SaslHandshake v0 (raw SASL tokens without Kafka framing, clients
+older than Kafka 1.0) is not served. After authentication, or on a listener without SASL, both
+APIs answer ILLEGAL_SASL_STATE (re-authentication, ``connections.max.reauth.ms``, is not served).
+"""
+from __future__ import annotations
+
+from typing import Any, Awaitable, Callable
+
+from ember.errors import EmberError, ErrorCode
+from ember.protocol.ember.reply import CloseConnection
+from ember.protocol.ember.wire import ApiKey
+from ember.protocol.kafka.codec import KafkaRequest, build, encode_response, response_class
+from ember.protocol.kafka.dispatcher import Api
+from ember.security.sasl_server import SaslServer
+
+HANDSHAKE_VERSIONS = (1, 1)
+AUTHENTICATE_VERSIONS = (0, 2)
+
+
+async def authenticate(request: KafkaRequest, sasl: SaslServer,
+                       dispatch: Callable[[KafkaRequest], Awaitable[bytes | None]]) -> bytes | None:
+    """The answer to ``request`` on a SASL listener while ``sasl`` is not complete."""
+    key = request.api_key
+    if key == ApiKey.API_VERSIONS or (key in (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE)
+                                      and request.body is None):
+        return await dispatch(request)   # ApiVersions, or a version not served: UNSUPPORTED_VERSION
+    if key == ApiKey.SASL_HANDSHAKE:
+        code = sasl.handshake(request.body.mechanism)
+        return _encode(request, {"error_code": code, "mechanisms": list(sasl.settings.mechanisms)})
+    if key == ApiKey.SASL_AUTHENTICATE:
+        try:
+            token = await sasl.authenticate(bytes(request.body.auth_bytes))
+        except EmberError as exc:
+            return _encode(request, {"error_code": exc.code, "error_message": str(exc), "auth_bytes": b""})
+        return _encode(request, {"error_code": ErrorCode.NONE, "error_message": None, "auth_bytes": token,
+                                 "session_lifetime": 0})
+    name = ApiKey(key).name if key in ApiKey._value2member_map_ else f"api key {key}"
+    raise CloseConnection(f"{name} v{request.api_version} sent before SASL authentication; Kafka clients "
+                          f"need security.protocol=SASL_SSL or SASL_PLAINTEXT and sasl.mechanism here")
+
+
+def _encode(request: KafkaRequest, values: dict[str, Any]) -> bytes:
+    return encode_response(request.correlation_id, build(response_class(request.api_key, request.api_version), values))
+
+
+class SaslHandlers:
+    """The two APIs outside an authentication (listed by ApiVersions on every listener, as in Kafka)."""
+
+    def apis(self) -> dict[int, Api]:
+        return {ApiKey.SASL_HANDSHAKE: Api(*HANDSHAKE_VERSIONS, self.handshake),
+                ApiKey.SASL_AUTHENTICATE: Api(*AUTHENTICATE_VERSIONS, self.authenticate)}
+
+    async def handshake(self, request: KafkaRequest) -> Any:
+        return build(response_class(request.api_key, request.api_version),
+                     {"error_code": ErrorCode.ILLEGAL_SASL_STATE, "mechanisms": []})
+
+    async def authenticate(self, request: KafkaRequest) -> Any:
+        return build(response_class(request.api_key, request.api_version), {
+            "error_code": ErrorCode.ILLEGAL_SASL_STATE, "auth_bytes": b"",
+            "error_message": "SaslAuthenticate on a connection that is not authenticating: the listener has no "
+                             "SASL, or the client has already authenticated (no re-authentication)"})
