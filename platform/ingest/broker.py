@@ -36,7 +36,7 @@ from ember.protocol.ember.api_cluster import ClusterApis
 from ember.protocol.ember.api_groups import GroupApis
 from ember.protocol.ember.api_leadership import LeadershipApis
 from ember.protocol.ember.api_records import RecordApis
-from ember.protocol.ember.api_sasl import SaslApis
+from ember.protocol.ember.api_sasl import SaslApis, ScramCredentialApis
 from ember.ingest.broker_config import BrokerConfig, TopicConfigPolicy
 from ember.protocol.ember.api_replication import ReplicationApis
 from ember.protocol.ember.dispatcher import Dispatcher
@@ -57,6 +57,7 @@ from ember.security.listener import ListenerSecurity
 from ember.security.sasl_config import enabled_mechanisms, inter_broker_login
 from ember.security.sasl_server import SaslServerSettings
 from ember.security.scram import PLAIN, check_mechanism
+from ember.security.scram_admin import ScramAdmin
 
 if TYPE_CHECKING:
     from ember.metrics.requests import RequestObserver
@@ -159,13 +160,15 @@ class Broker:
         view = MetadataView(self.cache, topics.create if self.config.auto_create_topics_enable else None,
                             self.replicas.unavailable_reason)
         producer_ids = ProducerIdAllocator(self.session, options.broker_id)
+        scram = ScramAdmin(self.credentials)
         dispatcher = Dispatcher(
             ClusterApis(view).handlers(), RecordApis(self.replicas).handlers(),
             ReplicationApis(self.replicas).handlers(),
             AdminApis(topics, self.cache, producer_ids).handlers(),
-            LeadershipApis(self.controller).handlers(), GroupApis(self.groups).handlers(), SaslApis().handlers())
+            LeadershipApis(self.controller).handlers(), GroupApis(self.groups).handlers(), SaslApis().handlers(),
+            ScramCredentialApis(scram).handlers())
         core = BrokerCore(options.broker_id, cluster_id, self.config, self.cache, self.replicas, view, topics,
-                          producer_ids, self.groups, self.controller)
+                          producer_ids, self.groups, self.controller, scram)
         max_bytes, max_idle_ms = self.config.socket_request_max_bytes, self.config.connections_max_idle_ms
         self.servers = [(listener.name, BrokerServer(dispatcher, listener.host, listener.port, max_bytes, max_idle_ms,
                                                      self._request_observer(listener.name),

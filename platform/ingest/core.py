@@ -13,6 +13,7 @@ from ember.ingest.broker_config import BrokerConfig
 from ember.ingest.metadata_view import MetadataView
 from ember.ingest.replica_manager import ReplicaManager
 from ember.ingest.topic_changes import TopicChanges
+from ember.security.scram_admin import ScramAdmin
 
 
 @dataclass(frozen=True)
@@ -29,3 +30,5 @@ class BrokerCore:
     #: This broker's controller: leadership changes (ElectLeaders, reassignments) run on it when
     #: it is the active one.
     controller: Controller
+    #: Users' SCRAM credentials (Describe/AlterUserScramCredentials).
+    scram: ScramAdmin

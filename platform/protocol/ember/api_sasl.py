@@ -5,17 +5,23 @@
 payload, until the mechanism completes. Before that, only ApiVersions is served: any other request
 gets SASL_AUTHENTICATION_FAILED saying what to configure, and the connection closes (Kafka closes
 without a word; ember's own clients deserve the reason). After authentication both APIs answer
-ILLEGAL_SASL_STATE (no re-authentication).
+ILLEGAL_SASL_STATE (no re-authentication). DESCRIBE/ALTER_USER_SCRAM_CREDENTIALS (50, 51) are
+Kafka's APIs of the same numbers, for ``ember users``.
 """
 from __future__ import annotations
 
+import asyncio
+import base64
+import binascii
 from typing import Awaitable, Callable
 
-from ember.errors import EmberError, IllegalSaslState, SaslAuthenticationFailed
+from ember.errors import EmberError, IllegalSaslState, InvalidRequest, SaslAuthenticationFailed
+from ember.protocol.ember import fields
 from ember.protocol.ember.dispatcher import Handler
 from ember.protocol.ember.reply import OK, Reply, error_fields
 from ember.protocol.ember.wire import ApiKey, Request
 from ember.security.sasl_server import SaslServer
+from ember.security.scram_admin import ScramAdmin, Upsertion
 from ember.security.session import current_session
 
 
@@ -52,3 +58,34 @@ class SaslApis:
     async def _again(self, request: Request) -> Reply:
         raise IllegalSaslState(f"{ApiKey(request.api_key).name} on a connection that is not authenticating: "
                                f"either the listener has no SASL or the client has already authenticated")
+
+
+class ScramCredentialApis:
+    """Kafka's Describe/AlterUserScramCredentials as ember APIs (``ember users``); salts and salted
+    passwords travel as base64 in the JSON body."""
+
+    def __init__(self, admin: ScramAdmin) -> None:
+        self.admin = admin
+
+    def handlers(self) -> dict[ApiKey, Handler]:
+        return {ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: self.describe,
+                ApiKey.ALTER_USER_SCRAM_CREDENTIALS: self.alter}
+
+    async def describe(self, request: Request) -> Reply:
+        users = fields.strings(request.body, "users", None)
+        return Reply({**OK, "results": await asyncio.to_thread(self.admin.describe, users)})
+
+    async def alter(self, request: Request) -> Reply:
+        upsertions = [Upsertion(fields.string(u, "name"), fields.integer(u, "mechanism"),
+                                fields.integer(u, "iterations"), _b64(u, "salt"), _b64(u, "salted_password"))
+                      for u in fields.objects(request.body, "upsertions", [])]
+        deletions = [(fields.string(d, "name"), fields.integer(d, "mechanism"))
+                     for d in fields.objects(request.body, "deletions", [])]
+        return Reply({**OK, "results": await asyncio.to_thread(self.admin.alter, upsertions, deletions)})
+
+
+def _b64(entry: dict, name: str) -> bytes:
+    try:
+        return base64.b64decode(fields.string(entry, name), validate=True)
+    except binascii.Error:
+        raise InvalidRequest(f"{name} must be base64") from None

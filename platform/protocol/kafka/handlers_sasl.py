@@ -8,9 +8,11 @@ the connection closes), and any other request closes the connection unanswered, 
 SaslServerAuthenticator does. SaslHandshake v0 (raw SASL tokens without Kafka framing, clients
 older than Kafka 1.0) is not served. After authentication, or on a listener without SASL, both
 APIs answer ILLEGAL_SASL_STATE (re-authentication, ``connections.max.reauth.ms``, is not served).
+Describe/AlterUserScramCredentials manage the credentials (:mod:`ember.security.scram_admin`).
 """
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Awaitable, Callable
 
 from ember.errors import EmberError, ErrorCode
@@ -19,7 +21,10 @@ from ember.protocol.ember.wire import ApiKey
 from ember.protocol.kafka.codec import KafkaRequest, build, encode_response, response_class
 from ember.protocol.kafka.dispatcher import Api
 from ember.security.sasl_server import SaslServer
+from ember.security.scram_admin import ScramAdmin, Upsertion
 
+#: Kafka's DescribeClientQuotas (ember's protocol has no such API).
+DESCRIBE_CLIENT_QUOTAS = 48
 HANDSHAKE_VERSIONS = (1, 1)
 AUTHENTICATE_VERSIONS = (0, 2)
 
@@ -66,3 +71,34 @@ class SaslHandlers:
             "error_code": ErrorCode.ILLEGAL_SASL_STATE, "auth_bytes": b"",
             "error_message": "SaslAuthenticate on a connection that is not authenticating: the listener has no "
                              "SASL, or the client has already authenticated (no re-authentication)"})
+
+
+class ScramCredentialHandlers:
+    """DescribeUserScramCredentials and AlterUserScramCredentials (``kafka-configs --entity-type
+    users``), and DescribeClientQuotas, which ``kafka-configs --describe --entity-type users`` asks
+    first: ember has no client quotas, so it lists none."""
+
+    def __init__(self, admin: ScramAdmin) -> None:
+        self.admin = admin
+
+    def apis(self) -> dict[int, Api]:
+        return {ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: Api(0, 0, self.describe),
+                ApiKey.ALTER_USER_SCRAM_CREDENTIALS: Api(0, 0, self.alter),
+                DESCRIBE_CLIENT_QUOTAS: Api(0, 1, self.describe_quotas)}
+
+    async def describe_quotas(self, request: KafkaRequest) -> Any:
+        return build(response_class(request.api_key, request.api_version),
+                     {"error_code": ErrorCode.NONE, "error_message": None, "entries": []})
+
+    async def describe(self, request: KafkaRequest) -> Any:
+        users = [u.name for u in request.body.users] if request.body.users else None
+        results = await asyncio.to_thread(self.admin.describe, users)
+        return build(response_class(request.api_key, request.api_version),
+                     {"error_code": ErrorCode.NONE, "error_message": None, "results": results})
+
+    async def alter(self, request: KafkaRequest) -> Any:
+        body = request.body
+        upsertions = [Upsertion(u.name, u.mechanism, u.iterations, bytes(u.salt), bytes(u.salted_password))
+                      for u in body.upsertions]
+        results = await asyncio.to_thread(self.admin.alter, upsertions, [(d.name, d.mechanism) for d in body.deletions])
+        return build(response_class(request.api_key, request.api_version), {"results": results})

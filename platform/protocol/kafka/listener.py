@@ -21,7 +21,7 @@ from ember.protocol.kafka.handlers_configs import ConfigHandlers
 from ember.protocol.kafka.handlers_groups import GroupHandlers
 from ember.protocol.kafka.handlers_leadership import LeadershipHandlers
 from ember.protocol.kafka.handlers_records import RecordHandlers
-from ember.protocol.kafka.handlers_sasl import SaslHandlers, authenticate as authenticate_kafka
+from ember.protocol.kafka.handlers_sasl import ScramCredentialHandlers, SaslHandlers, authenticate as authenticate_kafka
 from ember.security.listener import ListenerSecurity
 
 if TYPE_CHECKING:
@@ -49,7 +49,8 @@ def kafka_dispatcher(core: BrokerCore, listener: str, observer: "RequestObserver
     dispatcher = KafkaDispatcher(RecordHandlers(core).apis(), ClusterHandlers(core, listener).apis(),
                                  AdminHandlers(core).apis(), GroupHandlers(core, listener).apis(),
                                  GroupAdminHandlers(core).apis(), ConfigHandlers(core).apis(),
-                                 LeadershipHandlers(core).apis(), SaslHandlers().apis(), observer=observer)
+                                 LeadershipHandlers(core).apis(), SaslHandlers().apis(),
+                                 ScramCredentialHandlers(core.scram).apis(), observer=observer)
     dispatcher.apis.update(ApiVersionsHandler(dispatcher.supported).apis())
     return dispatcher
 
