@@ -30,6 +30,7 @@ MECHANISM_TYPES = {SCRAM_SHA_256: 1, SCRAM_SHA_512: 2}
 #: Kafka's bounds on the iteration count (ScramMechanism.minIterations / maxIterations).
 MIN_ITERATIONS, MAX_ITERATIONS = 4096, 16384
 DEFAULT_ITERATIONS = 4096
+MIN_SALT_BYTES = 12
 #: Mechanisms Kafka knows that ember does not serve.
 _UNSUPPORTED = ("GSSAPI", "OAUTHBEARER")
 
@@ -112,6 +113,8 @@ def salted_password(mechanism: str, password: str, salt: bytes, iterations: int)
 def credential_from_salted(mechanism: str, salted: bytes, salt: bytes, iterations: int) -> ScramCredential:
     """The credential an AlterUserScramCredentials upsertion describes (Kafka's ScramFormatter)."""
     check_iterations(iterations, mechanism)
+    if len(salt) < MIN_SALT_BYTES:   # Kafka's tools send ~26 bytes; scramp refuses fewer than 12
+        raise UnacceptableCredential(f"{mechanism} salt of {len(salt)} bytes is too short (at least {MIN_SALT_BYTES})")
     digest = _hash(mechanism)
     client_key = hmac.new(salted, b"Client Key", digest).digest()
     server_key = hmac.new(salted, b"Server Key", digest).digest()
