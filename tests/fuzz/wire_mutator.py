@@ -128,6 +128,12 @@ class RequestTemplates:
             ApiKey.DELETE_GROUPS: self.delete_groups, ApiKey.ELECT_LEADERS: self.elect_leaders,
             ApiKey.ALTER_PARTITION_REASSIGNMENTS: self.alter_partition_reassignments,
             ApiKey.CREATE_PARTITIONS: self.create_partitions, ApiKey.DELETE_RECORDS: self.delete_records,
+            ApiKey.SASL_HANDSHAKE: lambda rng: Request(ApiKey.SASL_HANDSHAKE, {"mechanism": "SCRAM-SHA-512"}),
+            ApiKey.SASL_AUTHENTICATE: lambda rng: Request(ApiKey.SASL_AUTHENTICATE, {}, [b"n,,n=fz,r=abc"]),
+            ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: lambda rng: Request(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS,
+                                                                        {"users": None}),
+            ApiKey.ALTER_USER_SCRAM_CREDENTIALS: lambda rng: Request(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, {
+                "upsertions": [], "deletions": [{"name": f"fz-user{rng.randrange(4)}", "mechanism": 1}]}),
         }
         # Record APIs carry most real traffic; weigh them up.
         self._weights = {key: 6 if key in (ApiKey.PRODUCE, ApiKey.FETCH) else 1 for key in self._builders}

@@ -16,12 +16,13 @@ import asyncio
 from typing import Any, Awaitable, Callable
 
 from ember.errors import EmberError, ErrorCode
+from ember.ingest.core import BrokerCore
 from ember.protocol.ember.reply import CloseConnection
 from ember.protocol.ember.wire import ApiKey
 from ember.protocol.kafka.codec import KafkaRequest, build, encode_response, response_class
 from ember.protocol.kafka.dispatcher import Api
 from ember.security.sasl_server import SaslServer
-from ember.security.scram_admin import ScramAdmin, Upsertion
+from ember.security.scram_admin import Upsertion
 
 #: Kafka's DescribeClientQuotas (ember's protocol has no such API).
 DESCRIBE_CLIENT_QUOTAS = 48
@@ -78,8 +79,8 @@ class ScramCredentialHandlers:
     users``), and DescribeClientQuotas, which ``kafka-configs --describe --entity-type users`` asks
     first: ember has no client quotas, so it lists none."""
 
-    def __init__(self, admin: ScramAdmin) -> None:
-        self.admin = admin
+    def __init__(self, core: BrokerCore) -> None:
+        self.core = core
 
     def apis(self) -> dict[int, Api]:
         return {ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: Api(0, 0, self.describe),
@@ -92,7 +93,7 @@ class ScramCredentialHandlers:
 
     async def describe(self, request: KafkaRequest) -> Any:
         users = [u.name for u in request.body.users] if request.body.users else None
-        results = await asyncio.to_thread(self.admin.describe, users)
+        results = await asyncio.to_thread(self.core.scram.describe, users)
         return build(response_class(request.api_key, request.api_version),
                      {"error_code": ErrorCode.NONE, "error_message": None, "results": results})
 
@@ -100,5 +101,5 @@ class ScramCredentialHandlers:
         body = request.body
         upsertions = [Upsertion(u.name, u.mechanism, u.iterations, bytes(u.salt), bytes(u.salted_password))
                       for u in body.upsertions]
-        results = await asyncio.to_thread(self.admin.alter, upsertions, [(d.name, d.mechanism) for d in body.deletions])
+        results = await asyncio.to_thread(self.core.scram.alter, upsertions, [(d.name, d.mechanism) for d in body.deletions])
         return build(response_class(request.api_key, request.api_version), {"results": results})

@@ -50,7 +50,7 @@ def kafka_dispatcher(core: BrokerCore, listener: str, observer: "RequestObserver
                                  AdminHandlers(core).apis(), GroupHandlers(core, listener).apis(),
                                  GroupAdminHandlers(core).apis(), ConfigHandlers(core).apis(),
                                  LeadershipHandlers(core).apis(), SaslHandlers().apis(),
-                                 ScramCredentialHandlers(core.scram).apis(), observer=observer)
+                                 ScramCredentialHandlers(core).apis(), observer=observer)
     dispatcher.apis.update(ApiVersionsHandler(dispatcher.supported).apis())
     return dispatcher
 
