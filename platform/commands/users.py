@@ -52,7 +52,8 @@ def _password(args: argparse.Namespace) -> str:
         path = Path(args.password_file)
         if not path.is_file():
             raise InvalidConfig(f"--password-file {path}: no such file")
-        password = path.read_text().splitlines()[0] if path.read_text() else ""
+        lines = path.read_text().splitlines()
+        password = lines[0] if lines else ""
     elif os.environ.get(PASSWORD_ENV):
         password = os.environ[PASSWORD_ENV]
     elif sys.stdin.isatty():

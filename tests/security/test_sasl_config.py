@@ -88,3 +88,12 @@ def test_java_properties_give_the_login_through_sasl_jaas_config():
     options = options_from_properties({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-256",
                                        "sasl.jaas.config": login_config("alice", SECRET)}, "client.properties")
     assert ClientSecurity.from_options(options).sasl_login() == ("SCRAM-SHA-256", "alice", SECRET)
+
+
+def test_describe_configs_marks_the_jaas_login_sensitive_and_leaves_its_value_out():
+    config = BrokerConfig.from_properties({"sasl.jaas.config": login_config("broker", SECRET),
+                                           "ssl.key.password": SECRET})
+    entries = {e["name"]: e for e in config.describe()}
+    for name in ("sasl.jaas.config", "ssl.key.password"):
+        assert entries[name]["sensitive"] and entries[name]["value"] is None
+    assert SECRET not in repr(config) and SECRET not in str(config.describe())
