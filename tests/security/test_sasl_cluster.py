@@ -229,6 +229,10 @@ def test_a_client_that_stalls_mid_authentication_is_closed(cluster):
         # ... and never sends its first SASL token: closed after sasl.handshake.timeout.ms, not left open.
         tls.settimeout(WAIT_S)
         assert tls.recv(1) == b""
+    deadline = time.monotonic() + WAIT_S
+    while "authenticating took longer than sasl.handshake.timeout.ms=2000" not in broker.log_path.read_text():
+        assert time.monotonic() < deadline, "the broker did not say why it closed the stalled connection"
+        time.sleep(0.1)
 
 
 def test_no_password_reaches_a_broker_log(cluster):

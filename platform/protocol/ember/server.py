@@ -66,15 +66,15 @@ class _Watchdog:
         self._max_idle_ms = max_idle_ms
         self._handle: asyncio.Handle | None = None
         self._step = ""
-        self._limit = (max_idle_ms, "connections.max.idle.ms")
+        self._limit = (max_idle_ms, f"connections.max.idle.ms={max_idle_ms}")
         self.expired: str | None = None
 
-    def arm(self, step: str, limit_ms: int | None = None, setting: str = "connections.max.idle.ms") -> None:
-        """Expire after ``limit_ms`` (default ``connections.max.idle.ms``; ``setting`` names the
-        limit in the log line)."""
+    def arm(self, step: str, limit: tuple[int, str] | None = None) -> None:
+        """Expire after ``connections.max.idle.ms``, or ``limit``: (milliseconds, the setting it
+        comes from as the log line names it)."""
         self.disarm()
         self._step = step
-        self._limit = (limit_ms, setting) if limit_ms is not None else (self._max_idle_ms, "connections.max.idle.ms")
+        self._limit = limit or (self._max_idle_ms, f"connections.max.idle.ms={self._max_idle_ms}")
         self._handle = asyncio.get_running_loop().call_later(self._limit[0] / 1000, self._expire)
 
     def watch_client(self, reader: asyncio.StreamReader) -> None:
@@ -94,7 +94,7 @@ class _Watchdog:
 
     def _expire_now(self) -> None:
         self._handle = None
-        self.expired = f"{self._step} took longer than {self._limit[1]}={self._limit[0]}; the client may reconnect"
+        self.expired = f"{self._step} took longer than {self._limit[1]}; the client may reconnect"
         self._task.cancel()
 
     def _check_client(self, reader: asyncio.StreamReader) -> None:
@@ -204,8 +204,7 @@ class BrokerServer:
         The wait for the length prefix and the read of the frame are each bounded by ``watchdog``;
         while ``sasl`` (an authentication in progress) is given, by what is left of its timeout,
         and frames by Kafka's ``sasl.server.max.receive.size``."""
-        limit = (sasl.remaining_ms(), "sasl.handshake.timeout.ms") if sasl is not None else (None, "")
-        watchdog.arm("authenticating" if sasl is not None else "sending the next request", *limit)
+        watchdog.arm("authenticating" if sasl is not None else "sending the next request", _sasl_limit(sasl))
         try:
             head = await reader.readexactly(FRAME_LENGTH.size)
         except asyncio.IncompleteReadError as exc:
@@ -215,9 +214,7 @@ class BrokerServer:
         (size,) = FRAME_LENGTH.unpack(head)
         check_frame_size(size, self.max_frame_bytes if sasl is None
                          else min(self.max_frame_bytes, sasl.settings.max_receive_size))
-        if sasl is not None:
-            limit = (sasl.remaining_ms(), "sasl.handshake.timeout.ms")
-        watchdog.arm(f"sending a request frame of {size} bytes", *limit)
+        watchdog.arm(f"sending a request frame of {size} bytes", _sasl_limit(sasl))
         return self.decode_frame(await reader.readexactly(size))
 
     async def _write(self, writer: asyncio.StreamWriter, correlation_id: int, reply: Reply) -> None:
@@ -237,6 +234,11 @@ class BrokerServer:
             await writer.drain()
         finally:
             reply.close()
+
+
+def _sasl_limit(sasl: SaslServer | None) -> tuple[int, str] | None:
+    """What is left of an authentication's time (None: no authentication in progress)."""
+    return None if sasl is None else (sasl.remaining_ms(), f"sasl.handshake.timeout.ms={sasl.settings.timeout_ms}")
 
 
 async def _write_region(writer: asyncio.StreamWriter, region: FileRegion) -> None:
