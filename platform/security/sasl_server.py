@@ -131,6 +131,15 @@ class _Reason(Exception):
     """Why an authentication failed, for the broker log only (the client gets Kafka's message)."""
 
 
+@dataclass(frozen=True)
+class RawSaslToken:
+    """A SASL token sent without a request header: Kafka's SaslHandshake v0 has the client send its
+    tokens as bare length-prefixed frames (the server answers the same way)."""
+    token: bytes
+    api_key: int = 36   # counted as SaslAuthenticate
+    correlation_id: int = 0
+
+
 class SaslServer:
     """One connection's authentication: handshake, then steps until complete or failed."""
 
@@ -141,6 +150,8 @@ class SaslServer:
         self._mechanism: Optional[_Mechanism] = None
         #: Why the connection must close after the current response (None: it stays open).
         self.close_reason: Optional[str] = None
+        #: The client sends bare tokens (:class:`RawSaslToken`) after a SaslHandshake v0.
+        self.raw = False
 
     @property
     def complete(self) -> bool:

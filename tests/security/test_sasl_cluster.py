@@ -3,7 +3,8 @@
 listener only. Clients that authenticate work (ember's and confluent-kafka, replication between
 brokers authenticated as User:broker); every other client is refused with a clear, typed error:
 no credentials, a wrong password, an unknown user, a removed user (on every broker, within
-seconds), PLAIN where it is not enabled, a client that stalls mid-authentication. Users added with
+seconds), PLAIN where it is not enabled, a client that stalls mid-authentication. An old Kafka
+client's SaslHandshake v0 (bare SASL tokens) authenticates too. Users added with
 ``ember users`` or Kafka's ``kafka-configs`` authenticate at once; no password reaches a broker
 log or a Spark plan."""
 from __future__ import annotations
@@ -16,10 +17,14 @@ import sys
 import time
 
 import pytest
+import scramp
 from confluent_kafka import Consumer as KafkaConsumer
 from confluent_kafka import KafkaError
 from confluent_kafka import Producer as KafkaProducer
 from kafka_helpers import WAIT_S, run_tool
+from kafka_wire import KafkaWire
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+from kio.schema.sasl_handshake.v0.request import SaslHandshakeRequest
 
 from ember.client import Admin, Consumer, Producer, TopicPartition
 from ember.client.connection import Connection
@@ -216,12 +221,36 @@ def test_a_scram_user_added_with_kafka_configs_authenticates(cluster, topic_name
         assert topic_name in admin.list_topics()
 
 
-def test_a_client_that_stalls_mid_authentication_is_closed(cluster):
-    broker = cluster.brokers[1]
+def test_an_old_client_authenticates_with_saslhandshake_v0_and_bare_scram_tokens(cluster, topic_name):
+    create(cluster, topic_name)
+    address = cluster.kafka_bootstrap.split(",")[0]
+    with KafkaWire(address) as wire:
+        wire.sock = tls_context(cluster).wrap_socket(wire.sock, server_hostname=address.rsplit(":", 1)[0])
+        assert wire.call(SaslHandshakeRequest(mechanism="SCRAM-SHA-256")).error_code == 0   # v0
+
+        def exchange(token: str) -> str:
+            wire.send_raw(FRAME_LENGTH.pack(len(token)) + token.encode())
+            (size,) = FRAME_LENGTH.unpack(wire.exactly(FRAME_LENGTH.size))
+            return wire.exactly(size).decode()
+
+        client = scramp.ScramClient(["SCRAM-SHA-256"], "admin", cluster.scram.password("admin"))
+        client.set_server_first(exchange(client.get_client_first()))
+        client.set_server_final(exchange(client.get_client_final()))   # checks the broker's signature
+        metadata = wire.call(MetadataRequest(topics=(MetadataRequestTopic(topic_id=None, name=topic_name),),
+                                             allow_auto_topic_creation=False, include_topic_authorized_operations=False))
+    assert metadata.topics[0].error_code == 0
+
+
+def tls_context(cluster: LocalCluster) -> ssl.SSLContext:
     context = ssl.create_default_context(cafile=str(cluster.tls.ca))
     context.load_cert_chain(cluster.tls.client.cert, cluster.tls.client.key)
+    return context
+
+
+def test_a_client_that_stalls_mid_authentication_is_closed(cluster):
+    broker = cluster.brokers[1]
     with socket.create_connection((broker.host, broker.port), timeout=WAIT_S) as raw, \
-            context.wrap_socket(raw, server_hostname=broker.host) as tls:
+            tls_context(cluster).wrap_socket(raw, server_hostname=broker.host) as tls:
         tls.sendall(b"".join(encode_request(ApiKey.SASL_HANDSHAKE, 0, 1, {"mechanism": "SCRAM-SHA-512"})))
         answer = tls.makefile("rb")
         (size,) = FRAME_LENGTH.unpack(answer.read(FRAME_LENGTH.size))

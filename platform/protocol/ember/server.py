@@ -30,7 +30,7 @@ from ember.protocol.ember.wire import FRAME_LENGTH, Request, check_frame_size, d
 from ember.protocol.ember.reply import CloseConnection, FileRegion, Reply
 from ember.protocol.ember.api_sasl import authenticate as authenticate_ember
 from ember.security.listener import ListenerSecurity, establish
-from ember.security.sasl_server import SaslServer
+from ember.security.sasl_server import RawSaslToken, SaslServer
 from ember.security.session import current_session, enter_session
 
 if TYPE_CHECKING:
@@ -215,7 +215,8 @@ class BrokerServer:
         check_frame_size(size, self.max_frame_bytes if sasl is None
                          else min(self.max_frame_bytes, sasl.settings.max_receive_size))
         watchdog.arm(f"sending a request frame of {size} bytes", _sasl_limit(sasl))
-        return self.decode_frame(await reader.readexactly(size))
+        frame = await reader.readexactly(size)
+        return RawSaslToken(frame) if sasl is not None and sasl.raw else self.decode_frame(frame)  # type: ignore[return-value]
 
     async def _write(self, writer: asyncio.StreamWriter, correlation_id: int, reply: Reply) -> None:
         try:

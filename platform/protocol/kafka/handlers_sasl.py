@@ -5,8 +5,9 @@ authenticated: ApiVersions is answered, SaslHandshake picks the mechanism (an un
 UNSUPPORTED_SASL_MECHANISM with the enabled list, then the connection closes), SaslAuthenticate
 runs the mechanism's steps (a failure gets SASL_AUTHENTICATION_FAILED with Kafka's message, then
 the connection closes), and any other request closes the connection unanswered, as Kafka's
-SaslServerAuthenticator does. SaslHandshake v0 (raw SASL tokens without Kafka framing, clients
-older than Kafka 1.0) is not served. After authentication, or on a listener without SASL, both
+SaslServerAuthenticator does. After SaslHandshake v0 (clients older than Kafka 1.0) the tokens
+travel as bare length-prefixed frames instead of SaslAuthenticate, and a failure just closes the
+connection, as in Kafka. After authentication, or on a listener without SASL, both
 APIs answer ILLEGAL_SASL_STATE (re-authentication, ``connections.max.reauth.ms``, is not served).
 Describe/AlterUserScramCredentials manage the credentials (:mod:`ember.security.scram_admin`).
 """
@@ -19,26 +20,33 @@ from ember.errors import EmberError, ErrorCode
 from ember.ingest.core import BrokerCore
 from ember.protocol.ember.reply import CloseConnection
 from ember.protocol.ember.wire import ApiKey
-from ember.protocol.kafka.codec import KafkaRequest, build, encode_response, response_class
+from ember.protocol.kafka.codec import FRAME_LENGTH, KafkaRequest, build, encode_response, response_class
 from ember.protocol.kafka.dispatcher import Api
-from ember.security.sasl_server import SaslServer
+from ember.security.sasl_server import RawSaslToken, SaslServer
 from ember.security.scram_admin import Upsertion
 
 #: Kafka's DescribeClientQuotas (ember's protocol has no such API).
 DESCRIBE_CLIENT_QUOTAS = 48
-HANDSHAKE_VERSIONS = (1, 1)
+HANDSHAKE_VERSIONS = (0, 1)
 AUTHENTICATE_VERSIONS = (0, 2)
 
 
-async def authenticate(request: KafkaRequest, sasl: SaslServer,
+async def authenticate(request: KafkaRequest | RawSaslToken, sasl: SaslServer,
                        dispatch: Callable[[KafkaRequest], Awaitable[bytes | None]]) -> bytes | None:
     """The answer to ``request`` on a SASL listener while ``sasl`` is not complete."""
+    if isinstance(request, RawSaslToken):   # after SaslHandshake v0: bare tokens both ways
+        try:
+            token = await sasl.authenticate(request.token)
+        except EmberError as exc:   # v0 has no way to say why: the connection just closes, as in Kafka
+            raise CloseConnection(sasl.close_reason or str(exc)) from None
+        return FRAME_LENGTH.pack(len(token)) + token
     key = request.api_key
     if key == ApiKey.API_VERSIONS or (key in (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE)
                                       and request.body is None):
         return await dispatch(request)   # ApiVersions, or a version not served: UNSUPPORTED_VERSION
     if key == ApiKey.SASL_HANDSHAKE:
         code = sasl.handshake(request.body.mechanism)
+        sasl.raw = request.api_version == 0 and code == ErrorCode.NONE
         return _encode(request, {"error_code": code, "mechanisms": list(sasl.settings.mechanisms)})
     if key == ApiKey.SASL_AUTHENTICATE:
         try:
