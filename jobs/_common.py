@@ -7,6 +7,7 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable
 
 if TYPE_CHECKING:
@@ -15,6 +16,8 @@ if TYPE_CHECKING:
 
 VALUE_FORMATS = ("raw", "json")
 COORDINATES = ("topic", "partition", "offset", "timestamp")
+#: Client properties that configure security; a job passes them to the ember source and sink.
+SECURITY_PREFIXES = ("security.", "ssl.", "sasl.")
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 
 Offsets = dict[tuple[str, int], int]
@@ -32,6 +35,10 @@ def add_source_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--storage-root", help="broker data directory root readable here (direct segment reads)")
     parser.add_argument("--fail-on-data-loss", choices=("true", "false"), default="true",
                         help="fail (true) or skip with a warning (false) when retention deleted needed offsets")
+    parser.add_argument("--command-config", default=os.environ.get("EMBER_CLIENT_CONFIG"), metavar="FILE",
+                        help="client properties with Kafka's names (security.protocol, ssl.*, sasl.*), e.g. the "
+                             "client.properties `ember cluster up --secure` prints; default $EMBER_CLIENT_CONFIG. "
+                             "Secrets belong in this file, never on the command line")
 
 
 def add_decoding_args(parser: argparse.ArgumentParser) -> None:
@@ -48,10 +55,32 @@ def check_decoding_args(parser: argparse.ArgumentParser, args: argparse.Namespac
 
 def source_options(args: argparse.Namespace) -> dict[str, str]:
     """Options of the ember source that come from :func:`add_source_args`."""
-    options = {"bootstrap": args.bootstrap, "topic": args.topic, "failOnDataLoss": args.fail_on_data_loss}
+    options = {"bootstrap": args.bootstrap, "topic": args.topic, "failOnDataLoss": args.fail_on_data_loss,
+               **security_options(args)}
     if args.storage_root:
         options["storageRoot"] = args.storage_root
     return options
+
+
+def security_options(args: argparse.Namespace) -> dict[str, str]:
+    """The security properties of ``--command-config`` as ember source/sink options (the source takes
+    Kafka's client property names), checked here so a mistake stops the job before Spark starts."""
+    from ember.errors import InvalidConfig
+    from ember.ingest.broker_config import read_properties
+    from ember.security.client import ClientSecurity, options_from_properties
+
+    if not args.command_config:
+        return {}
+    path = Path(args.command_config)
+    if not path.is_file():
+        raise JobError(f"--command-config {path}: no such file (or unset $EMBER_CLIENT_CONFIG)")
+    properties = {name: value for name, value in read_properties(path).items()
+                  if name.lower().startswith(SECURITY_PREFIXES)}
+    try:
+        ClientSecurity.from_options(options_from_properties(properties, str(path)), "job")
+    except InvalidConfig as exc:
+        raise JobError(str(exc)) from None
+    return properties
 
 
 def partition_columns(text: str) -> list[str]:

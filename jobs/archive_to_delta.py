@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import TYPE_CHECKING, Mapping, Optional, Sequence
 
 from _common import (add_source_args, job_session, read_offsets, read_stream, resolve_offsets, run, source_options,
                      write_delta_stream)
@@ -62,7 +62,8 @@ def archive_ends(archive: "DataFrame") -> dict[str, dict[str, int]]:
 
 
 def read_archive_and_live(spark: "SparkSession", table: str, bootstrap: str, topic: str, *,
-                          storage_root: Optional[str] = None, fail_on_data_loss: bool = True) -> "DataFrame":
+                          storage_root: Optional[str] = None, fail_on_data_loss: bool = True,
+                          security: Optional[Mapping[str, str]] = None) -> "DataFrame":
     """Archive rows of ``topic`` (comma list) plus the live log from the archive's end on, per partition.
 
     The archive is contiguous per partition (it is written in offset order from the log start), so
@@ -70,7 +71,8 @@ def read_archive_and_live(spark: "SparkSession", table: str, bootstrap: str, top
     twice, none missing. The live part is pinned to the high watermarks at call time. Partitions the
     archive has never seen are read live from their log start. When retention deleted records the
     archive never got, the read fails (or, with ``fail_on_data_loss=False``, skips them), as the ember
-    source does."""
+    source does. ``security``: client properties such as ``security.protocol`` and ``ssl.*`` (what
+    ``--command-config`` holds)."""
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
@@ -81,7 +83,8 @@ def read_archive_and_live(spark: "SparkSession", table: str, bootstrap: str, top
     archive = None
     if DeltaTable.isDeltaTable(spark, table):
         archive = spark.read.format("delta").load(table).where(F.col("topic").isin(topics)).select(*ARCHIVE_COLUMNS)
-    options = {"bootstrap": bootstrap, "topic": ",".join(topics), "failOnDataLoss": str(fail_on_data_loss).lower()}
+    options = {"bootstrap": bootstrap, "topic": ",".join(topics), "failOnDataLoss": str(fail_on_data_loss).lower(),
+               **(security or {})}
     if storage_root:
         options["storageRoot"] = storage_root
     seam = json.dumps(archive_ends(archive)) if archive is not None else "earliest"

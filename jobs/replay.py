@@ -21,7 +21,8 @@ import sys
 from typing import TYPE_CHECKING, Sequence
 
 from _common import (Offsets, add_decoding_args, add_source_args, check_decoding_args, decoded, job_session,
-                     parsed_value, partition_columns, read_offsets, resolve_offsets, run, source_options)
+                     parsed_value, partition_columns, read_offsets, resolve_offsets, run, security_options,
+                     source_options)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -69,7 +70,7 @@ def for_topic(frame: "DataFrame", args: argparse.Namespace) -> "DataFrame":
 def write(frame: "DataFrame", args: argparse.Namespace) -> None:
     if args.to_topic:
         (for_topic(frame, args).write.format("ember").mode("append")
-         .option("bootstrap", args.bootstrap).option("topic", args.to_topic).save())
+         .options(bootstrap=args.bootstrap, topic=args.to_topic, **security_options(args)).save())
         return
     writer = decoded(frame, args).write.format("delta").mode(args.mode)
     if args.mode == "overwrite":

@@ -37,6 +37,9 @@ class ErrorCode(IntEnum):
     INVALID_SESSION_TIMEOUT = 26
     REBALANCE_IN_PROGRESS = 27
     INVALID_COMMIT_OFFSET_SIZE = 28
+    TOPIC_AUTHORIZATION_FAILED = 29
+    GROUP_AUTHORIZATION_FAILED = 30
+    CLUSTER_AUTHORIZATION_FAILED = 31
     INVALID_TIMESTAMP = 32
     UNSUPPORTED_SASL_MECHANISM = 33
     ILLEGAL_SASL_STATE = 34
@@ -51,6 +54,8 @@ class ErrorCode(IntEnum):
     OUT_OF_ORDER_SEQUENCE_NUMBER = 45
     DUPLICATE_SEQUENCE_NUMBER = 46
     INVALID_PRODUCER_EPOCH = 47
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+    SECURITY_DISABLED = 54
     KAFKA_STORAGE_ERROR = 56
     SASL_AUTHENTICATION_FAILED = 58
     UNKNOWN_PRODUCER_ID = 59
@@ -437,6 +442,32 @@ class ResourceNotFound(EmberError):
 class UnacceptableCredential(EmberError):
     """A SCRAM credential the broker refuses (iterations out of range, empty user name)."""
     code = ErrorCode.UNACCEPTABLE_CREDENTIAL
+
+
+class TopicAuthorizationFailed(EmberError):
+    """The client's principal may not do this to the topic (an ACL is missing or denies it)."""
+    code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+
+
+class GroupAuthorizationFailed(EmberError):
+    """The client's principal may not do this to the consumer group (an ACL is missing or denies it)."""
+    code = ErrorCode.GROUP_AUTHORIZATION_FAILED
+
+
+class ClusterAuthorizationFailed(EmberError):
+    """The client's principal may not do this to the cluster (an ACL is missing or denies it)."""
+    code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+
+
+class TransactionalIdAuthorizationFailed(EmberError):
+    """The client's principal may not use this transactional id (an ACL is missing or denies it)."""
+    code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+
+
+class SecurityDisabled(EmberError):
+    """The broker has no authorizer, so there are no ACLs to create, list or delete."""
+    code = ErrorCode.SECURITY_DISABLED
+    hint = "set authorizer.class.name on the brokers (docs/security.md, ## ACLs)"
 
 
 class CorruptSegment(EmberError):

@@ -15,7 +15,9 @@ from ember.security.client import ClientSecurity
 from ember.security.scram import (DEFAULT_ITERATIONS, MECHANISM_TYPES, SCRAM_MECHANISMS, check_iterations,
                                   salted_password)
 from ember.client.offsets import EARLIEST, LATEST, at_leaders, list_offsets
+from ember.protocol.ember.acl_fields import binding_fields, binding_from_fields, filter_fields
 from ember.protocol.ember.wire import ApiKey
+from ember.security.authorizer.model import AclBinding, AclBindingFilter
 
 _CONTROLLER_RETRY_S = 0.2
 T = TypeVar("T")
@@ -276,6 +278,26 @@ class Admin:
                 raise error_for_code(item["error_code"], item.get("error_message") or f"topic {item.get('topic')!r}")
         return items
 
+    # -- ACLs (kafka-python's method names; ember's binding types) -----------------------------
+
+    def create_acls(self, acls: Iterable[AclBinding]) -> None:
+        """Store ACLs (the principal needs Alter on the cluster); raises the first refusal."""
+        listed = list(acls)
+        response = self._request(ApiKey.CREATE_ACLS, {"acls": [binding_fields(b) for b in listed]})
+        _raise_first(response)
+
+    def describe_acls(self, acl_filter: AclBindingFilter = AclBindingFilter()) -> list[AclBinding]:
+        """The ACLs ``acl_filter`` matches (default: all); needs Describe on the cluster."""
+        response = self._request(ApiKey.DESCRIBE_ACLS, filter_fields(acl_filter))
+        _raise_first(response)
+        return [binding_from_fields(item) for item in response.get("acls", [])]
+
+    def delete_acls(self, acl_filters: Iterable[AclBindingFilter]) -> list[AclBinding]:
+        """Delete every ACL one of ``acl_filters`` matches; returns what was deleted."""
+        response = self._request(ApiKey.DELETE_ACLS, {"filters": [filter_fields(f) for f in acl_filters]})
+        _raise_first(response)
+        return [binding_from_fields(item) for result in response.get("results", []) for item in result["acls"]]
+
     def close(self) -> None:
         self._metadata.close()
 
@@ -284,3 +306,12 @@ class Admin:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _raise_first(response: dict[str, Any]) -> None:
+    """Raise the response's error, else the first error of its ``results``."""
+    error = response_error(response)
+    if error is None:
+        error = next((response_error(r) for r in response.get("results", []) if r.get("error_code")), None)
+    if error is not None:
+        raise error

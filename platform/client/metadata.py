@@ -44,6 +44,7 @@ class TopicInfo:
     topic: str
     error_code: int
     partitions: tuple[PartitionInfo, ...]
+    error_message: str = ""     # the broker's reason (e.g. which ACL is missing)
 
 
 def response_error(body: dict[str, Any]) -> EmberError | None:
@@ -164,7 +165,8 @@ class MetadataClient:
                 info = self.refresh([topic]).get(topic)
                 code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if info is None else info.error_code
                 if code:
-                    error: EmberError = error_for_code(code, _topic_message(topic, code))
+                    error: EmberError = error_for_code(code, (info.error_message if info else "")
+                                                       or _topic_message(topic, code))
                 else:
                     leaderless = [p.partition for p in info.partitions if p.leader < 0]
                     if not leaderless:
@@ -188,7 +190,7 @@ def _topic_info(doc: dict[str, Any]) -> TopicInfo:
                                        p.get("error_code", 0), p.get("error_message", ""),
                                        tuple(p.get("adding_replicas", ())), tuple(p.get("removing_replicas", ())))
                          for p in doc.get("partitions", [])), key=lambda p: p.partition)
-    return TopicInfo(doc["topic"], doc.get("error_code", 0), tuple(partitions))
+    return TopicInfo(doc["topic"], doc.get("error_code", 0), tuple(partitions), doc.get("error_message") or "")
 
 
 def _topic_message(topic: str, code: int) -> str:

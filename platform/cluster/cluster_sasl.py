@@ -1,7 +1,7 @@
 """SCRAM for a local cluster (``ember cluster up --secure``): two users with random passwords,
 kept in ``<data>/sasl/credentials.json`` (owner-only): ``admin`` for clients (its login goes into
 the client configuration files) and ``broker``, which the brokers authenticate to each other as
-(``User:broker``, the principal to list in ``super.users``). Every listener becomes SASL_SSL.
+(``User:broker``). Every listener becomes SASL_SSL, and both users are ``super.users``.
 """
 from __future__ import annotations
 
@@ -63,7 +63,9 @@ class ClusterSasl:
         return {"listener.security.protocol.map": ",".join(f"{name}:SASL_SSL" for name in listeners),
                 "sasl.enabled.mechanisms": DEFAULT_MECHANISMS,
                 "sasl.mechanism.inter.broker.protocol": MECHANISM,
-                "sasl.jaas.config": login_config(BROKER_USER, self.password(BROKER_USER))}
+                "sasl.jaas.config": login_config(BROKER_USER, self.password(BROKER_USER)),
+                # On SASL listeners principals are the SASL users: these two may do everything.
+                "super.users": f"User:{BROKER_USER};User:{ADMIN_USER}"}
 
     def client_options(self) -> dict[str, str]:
         """The SASL keywords of an ember client logging in as ``admin`` (over TLS)."""

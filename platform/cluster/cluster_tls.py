@@ -10,13 +10,24 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+
 from ember.cluster.cluster_sasl import ClusterSasl, write_private
 from ember.cluster.zookeeper_server import ZooKeeperServer
 from ember.security.certificates import LOCAL_HOSTS, CertificateAuthority, IssuedCertificate
 from ember.security.client import ClientSecurity
 from ember.security.protocol import SecurityProtocol
+from ember.security.session import certificate_principal
+
+
+def certificate_file_principal(path: Path) -> str:
+    """The principal a broker sees for the holder of the (first) certificate in PEM file ``path``."""
+    cert = x509.load_pem_x509_certificate(path.read_bytes())
+    return certificate_principal(cert.public_bytes(serialization.Encoding.DER))
 
 BROKER_NAME = "ember-broker"
+ACL_AUTHORIZER = "ember.security.authorizer.AclAuthorizer"
 CLIENT_NAME = "ember-client"
 
 
@@ -56,13 +67,17 @@ class ClusterTls:
         return ZooKeeperServer(data_dir, port, keystore=self._issued("zookeeper").keystore, truststore=self.ca)
 
     def broker_properties(self, listeners: tuple[str, ...]) -> dict[str, str]:
-        """Every listener on TLS, client certificates required, brokers authenticated the same way."""
+        """Every listener on TLS, client certificates required, brokers authenticated the same way;
+        the authorizer on, with the broker and client certificates' principals as super users."""
         return {"listener.security.protocol.map": ",".join(f"{name}:SSL" for name in listeners),
                 "ssl.keystore.type": "PEM", "ssl.keystore.location": str(self.broker.keystore),
                 "ssl.truststore.type": "PEM", "ssl.truststore.location": str(self.ca),
                 "ssl.client.auth": "required",
                 "zookeeper.ssl.client.enable": "true", "zookeeper.ssl.keystore.location": str(self.broker.keystore),
-                "zookeeper.ssl.truststore.location": str(self.ca)}
+                "zookeeper.ssl.truststore.location": str(self.ca),
+                # ACLs on; the brokers (replication) and the client certificate's holder (the admin) are super users
+                "authorizer.class.name": ACL_AUTHORIZER,
+                "super.users": f"{certificate_file_principal(self.broker.cert)};{certificate_file_principal(self.client.cert)}"}
 
     def client_security(self) -> ClientSecurity:
         """What an ember client of this cluster sets (the client certificate, the cluster's CA)."""

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 from ember.cluster.cluster_sasl import ADMIN_USER, BROKER_USER, MECHANISM
+from ember.cluster.cluster_tls import certificate_file_principal
 from ember.cluster.local import LocalCluster, STATE_FILE
 from ember.errors import EmberError
 from ember.metrics.prometheus_config import write_prometheus_config
@@ -78,10 +79,16 @@ def print_client_configs(cluster: LocalCluster) -> None:
     """Where a client of the TLS cluster finds its settings, and how each kind of client uses them."""
     assert cluster.tls is not None
     files = cluster.tls.write_client_configs(cluster.bootstrap, cluster.kafka_bootstrap, cluster.scram)
-    scram = (f"SASL_SSL: SCRAM ({MECHANISM}) as user {ADMIN_USER}, whose password is in the files below "
-             f"(owner-only); brokers log in to each other as User:{BROKER_USER}\n") if cluster.scram else ""
+    if cluster.scram:
+        security = (f"SASL_SSL: SCRAM ({MECHANISM}) as user {ADMIN_USER}, whose password is in the files below "
+                    f"(owner-only); brokers log in to each other as User:{BROKER_USER}\n"
+                    f"ACLs on: User:{ADMIN_USER} and User:{BROKER_USER} are super users; grant other principals "
+                    f"with `ember acls add`\n")
+    else:
+        security = (f"ACLs on: this client certificate ({certificate_file_principal(cluster.tls.client.cert)}) and the "
+                    f"brokers are super users; grant other principals with `ember acls add`\n")
     java = re.sub(r'password="(?:[^"\\]|\\.)*"', 'password="[hidden: see the file]"', files["java"].read_text())
-    print(f"TLS on every listener, client certificates required (CA: {cluster.tls.ca})\n{scram}"
+    print(f"TLS on every listener, client certificates required (CA: {cluster.tls.ca})\n{security}"
           f"client configuration:\n"
           f"  ember clients (Python):  {files['ember']}\n"
           f"      Producer(**json.load(open('{files['ember']}')))\n"

@@ -47,6 +47,8 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
+from ember.security.authorizer.access import ALLOW_ALL, Access
+from ember.security.authorizer.model import CLUSTER, Operation, Resource, ResourceType
 from ember.cluster.metadata_cache import MetadataCache
 from ember.cluster.topic_admin import is_legal_topic_name
 from ember.cluster.records import BrokerInfo
@@ -167,8 +169,11 @@ class Group:
 
 class GroupCoordinator:
     def __init__(self, broker_id: int, cache: MetadataCache, store: GroupStore,
-                 initial_rebalance_delay_ms: int, max_session_timeout_ms: int = 1800000) -> None:
+                 initial_rebalance_delay_ms: int, max_session_timeout_ms: int = 1800000,
+                 access: Access = ALLOW_ALL) -> None:
         self.broker_id = broker_id
+        #: Kafka's group ACLs: Read to be a member or commit, Describe to look, Delete to delete.
+        self.access = access
         self.cache = cache
         self.store = store
         self.initial_delay_s = initial_rebalance_delay_ms / 1000
@@ -194,6 +199,7 @@ class GroupCoordinator:
     def coordinator_broker(self, group_id: str) -> BrokerInfo:
         """The live broker that coordinates ``group_id`` (what FindCoordinator answers)."""
         validate_group_id(group_id)
+        self.access.check_group(Operation.DESCRIBE, group_id)
         brokers = self.cache.brokers()
         node = coordinator_id(group_id, brokers)
         if node is None:
@@ -255,6 +261,7 @@ class GroupCoordinator:
         if session_timeout_ms > self.max_session_timeout_ms:
             raise InvalidSessionTimeout(f"session timeout {session_timeout_ms} ms is longer than "
                                         f"group.max.session.timeout.ms={self.max_session_timeout_ms}")
+        self.access.check_group(Operation.READ, group_id)
         group = await self._group(group_id, create=True)
         if not protocols or (metadata is None and any(p not in ASSIGNORS for p in protocols)):
             raise InconsistentGroupProtocol(f"assignors must be among {sorted(ASSIGNORS)}, got {protocols}")
@@ -367,6 +374,7 @@ class GroupCoordinator:
     async def heartbeat(self, group_id: str, member_id: str, generation: int,
                         instance_id: Optional[str] = None) -> None:
         """Keep a member's session alive; tells it to rejoin while a rebalance is pending."""
+        self.access.check_group(Operation.READ, group_id)
         group = await self._group(group_id, create=False)
         if group is None:
             raise UnknownMemberId(f"group {group_id!r} has no member {member_id!r}; rejoin")
@@ -389,6 +397,7 @@ class GroupCoordinator:
         """SyncGroup of a client-assigned member: its assignment in the current generation. The
         leader's brings everyone's (opaque bytes, and the partitions they name for describe and
         ZooKeeper); the others wait for it. A rebalance meanwhile answers REBALANCE_IN_PROGRESS."""
+        self.access.check_group(Operation.READ, group_id)
         group = await self._group(group_id, create=False)
         if group is None:
             raise UnknownMemberId(f"group {group_id!r} has no member {member_id!r}; rejoin")
@@ -430,6 +439,7 @@ class GroupCoordinator:
 
     async def leave(self, group_id: str, member_id: str, instance_id: Optional[str] = None) -> None:
         """A member leaves; a static one may be named by its instance id alone (empty ``member_id``)."""
+        self.access.check_group(Operation.READ, group_id)
         group = await self._group(group_id, create=False)
         if group is None:
             raise UnknownMemberId(f"group {group_id!r} has no member {member_id or instance_id!r}")
@@ -669,7 +679,12 @@ class GroupCoordinator:
         """Store offsets for a member of the current generation (also while a rebalance is
         pending, so members can commit as their partitions are revoked), or, with
         generation -1 and no member id, for a group without active members (manual assignment,
-        ``ember groups reset-offsets``). Offsets of unknown topics or partitions are refused."""
+        ``ember groups reset-offsets``). Offsets of unknown topics or partitions are refused. Kafka's
+        ACLs: Read on the group and on every topic. Here a refused topic refuses the whole commit;
+        the Kafka listener checks first and commits the allowed topics, as Kafka does."""
+        self.access.check_group(Operation.READ, group_id)
+        for topic in sorted({tp.topic for tp in offsets}):
+            self.access.check_topic(Operation.READ, topic)
         group = await self._group(group_id, create=True)
         group.check_instance(member_id, instance_id)
         if generation < 0 and not member_id:
@@ -691,22 +706,34 @@ class GroupCoordinator:
         await asyncio.to_thread(self.store.commit, group_id, offsets)
 
     async def fetch(self, group_id: str, partitions: Optional[list[TopicPartition]]) -> dict[TopicPartition, CommittedOffset]:
+        """Committed offsets (Kafka's ACLs: Describe on the group; of all partitions, only those of
+        topics the principal may Describe; a listed topic it may not refuses the request)."""
+        self.access.check_group(Operation.DESCRIBE, group_id)
         await self._group(group_id, create=False)
         if partitions is not None:   # a name no topic can have has no commit (and is no ZooKeeper path)
+            for topic in sorted({tp.topic for tp in partitions}):
+                self.access.check_topic(Operation.DESCRIBE, topic)
             partitions = [tp for tp in partitions if is_legal_topic_name(tp.topic)]
-        return await asyncio.to_thread(self.store.fetch, group_id, partitions)
+        found = await asyncio.to_thread(self.store.fetch, group_id, partitions)
+        visible = set(self.access.visible_topics(sorted({tp.topic for tp in found})))
+        return {tp: offset for tp, offset in found.items() if tp.topic in visible}
 
     # -- administration ----------------------------------------------------------------------
 
     async def describe(self, group_id: str) -> Group:
+        self.access.check_group(Operation.DESCRIBE, group_id)
         group = await self._group(group_id, create=False)
         if group is None:
             raise GroupIdNotFound(f"group {group_id!r} does not exist")
         return group
 
     async def list_groups(self) -> list[dict[str, str]]:
-        """Groups this broker coordinates: the ones in memory and the ones in ZooKeeper."""
+        """Groups this broker coordinates: the ones in memory and the ones in ZooKeeper (Kafka's ACLs:
+        all with Describe on the cluster, else those the principal may Describe)."""
         names = set(await asyncio.to_thread(self.store.groups)) | set(self.groups)
+        if not self.access.allowed(Operation.DESCRIBE, CLUSTER, log_refusal=False):
+            names = {n for n in names if self.access.allowed(Operation.DESCRIBE, Resource(ResourceType.GROUP, n),
+                                                             log_refusal=False)}
         loaded = {name: (g.protocol_type, g.state) for name, g in self.groups.items()}
         return [{"group_id": name, "protocol_type": kind, "state": state}
                 for name in sorted(names) if self.owns(name)
@@ -714,7 +741,11 @@ class GroupCoordinator:
 
     async def delete_offsets(self, group_id: str, partitions: list[TopicPartition]) -> dict[TopicPartition, Exception]:
         """Forget the committed offsets of ``partitions`` (Kafka's OffsetDelete), except those of
-        topics the group's members subscribe to: ``{partition: GroupSubscribedToTopic}`` for these."""
+        topics the group's members subscribe to: ``{partition: GroupSubscribedToTopic}`` for these.
+        Kafka's ACLs: Delete on the group, Read on the topics."""
+        self.access.check_group(Operation.DELETE, group_id)
+        for topic in sorted({tp.topic for tp in partitions}):
+            self.access.check_topic(Operation.READ, topic)
         group = await self._group(group_id, create=False)
         if group is None:
             raise GroupIdNotFound(f"group {group_id!r} does not exist")
@@ -731,6 +762,7 @@ class GroupCoordinator:
         return refused
 
     async def delete(self, group_id: str) -> None:
+        self.access.check_group(Operation.DELETE, group_id)
         group = await self._group(group_id, create=False)
         if group is not None and (group.members or group.expected or group.completing is not None):
             raise NonEmptyGroup(f"group {group_id!r} has {len(group.members) + len(group.expected)} active member(s)")

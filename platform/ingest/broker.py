@@ -51,6 +51,11 @@ from ember.protocol.ember.server import BrokerServer
 from ember.ingest.topic_changes import TopicChanges
 from ember.protocol.kafka.listener import kafka_server
 from ember.metrics.service import MetricsService
+from ember.protocol.ember.api_acls import AclApis
+from ember.security.authorizer.access import Access
+from ember.security.authorizer.acl_admin import AclAdmin
+from ember.security.authorizer.authorizer import Authorizer, authorizer_enabled, parse_super_users
+from ember.security.authorizer.store import AclStore
 from ember.security.client import ClientSecurity
 from ember.security.credential_store import CredentialStore
 from ember.security.listener import ListenerSecurity
@@ -123,9 +128,15 @@ class Broker:
         self.inter_broker = InterBroker(options.listeners.inter_broker, self._inter_broker_security())
         self.logs = LogManager(options.data_dir, options.broker_id)
         self.cache = MetadataCache(self.session)
+        # ACLs (authorizer.class.name): every broker checks requests against its watched copy.
+        self.authorizer = Authorizer(parse_super_users(self.config.super_users),
+                                     self.config.allow_everyone_if_no_acl_found) \
+            if authorizer_enabled(self.config.authorizer_class_name) else None
+        self.access = Access(self.authorizer)
+        self.acls = AclStore(self.session, self.authorizer.replace) if self.authorizer is not None else None
         self.groups = GroupCoordinator(options.broker_id, self.cache, GroupStore(self.session),
                                        self.config.group_initial_rebalance_delay_ms,
-                                       self.config.group_max_session_timeout_ms)
+                                       self.config.group_max_session_timeout_ms, self.access)
         self.telemetry = MetricsService(self, *options.metrics_listen) if options.metrics_listen else None
         self.metrics = self.telemetry.metrics if self.telemetry is not None else None
         self.controller = Controller(self.session, self.cache, options.broker_id, self.config.controller_config(),
@@ -149,26 +160,32 @@ class Broker:
         cluster_id = await asyncio.to_thread(ensure_cluster_id, self.session, uuid.uuid4().hex)
         self.logs.claim(cluster_id)
         await asyncio.to_thread(self.cache.start)
+        if self.acls is not None:
+            await asyncio.to_thread(self.acls.start)
+            log.info("authorizer on: %d ACL(s), super.users %s, allow.everyone.if.no.acl.found=%s",
+                     len(self.acls.bindings()), ";".join(sorted(self.authorizer.super_users)) or "(none)",
+                     str(self.config.allow_everyone_if_no_acl_found).lower())
         self.replicas = ReplicaManager(options.broker_id, self.cache, self.logs, self.config,
                                        IsrWriter(self.session, options.broker_id), self.metrics,
-                                       self.inter_broker)
+                                       self.inter_broker, self.access)
         self.cache.add_listener(self.replicas.notify)
         await self.replicas.start()
 
         topics = TopicChanges(TopicAdmin(self.session, TopicConfigPolicy(self.config)), self.cache,
-                              self.replicas, self.config)
+                              self.replicas, self.config, self.access)
         view = MetadataView(self.cache, topics.create if self.config.auto_create_topics_enable else None,
-                            self.replicas.unavailable_reason)
+                            self.replicas.unavailable_reason, self.access)
         producer_ids = ProducerIdAllocator(self.session, options.broker_id)
         scram = ScramAdmin(self.credentials)
         dispatcher = Dispatcher(
             ClusterApis(view).handlers(), RecordApis(self.replicas).handlers(),
             ReplicationApis(self.replicas).handlers(),
             AdminApis(topics, self.cache, producer_ids).handlers(),
-            LeadershipApis(self.controller).handlers(), GroupApis(self.groups).handlers(), SaslApis().handlers(),
-            ScramCredentialApis(scram).handlers())
+            LeadershipApis(self.controller, self.access).handlers(), GroupApis(self.groups).handlers(),
+            AclApis(AclAdmin(self.access, self.acls)).handlers(), SaslApis().handlers(),
+            ScramCredentialApis(scram, self.access).handlers())
         core = BrokerCore(options.broker_id, cluster_id, self.config, self.cache, self.replicas, view, topics,
-                          producer_ids, self.groups, self.controller, scram)
+                          producer_ids, self.groups, self.controller, scram, self.access, self.acls)
         max_bytes, max_idle_ms = self.config.socket_request_max_bytes, self.config.connections_max_idle_ms
         self.servers = [(listener.name, BrokerServer(dispatcher, listener.host, listener.port, max_bytes, max_idle_ms,
                                                      self._request_observer(listener.name),

@@ -107,6 +107,14 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in (
               "(follower fetches); it speaks ember's protocol.", nullable=True),
     *SSL_CONFIGS.values(),
     *SASL_CONFIGS.values(),
+    ConfigDef("authorizer.class.name", "string", "", "Turns ACLs on: ember.security.authorizer.AclAuthorizer, or "
+              "Kafka's kafka.security.authorizer.AclAuthorizer / org.apache.kafka.metadata.authorizer."
+              "StandardAuthorizer (aliases of ember's ZooKeeper-backed authorizer); empty: no authorization.",
+              nullable=True),
+    ConfigDef("super.users", "string", "", "Principals that may do everything, separated by semicolons "
+              "(User:admin;User:CN=ember-broker,O=ember).", nullable=True),
+    _bool("allow.everyone.if.no.acl.found", False, "With an authorizer: allow everyone to act on a resource "
+          "no ACL mentions."),
     _int("group.initial.rebalance.delay.ms", 3000, "How long the first rebalance of an empty consumer "
          "group waits for more members, so a group starting together rebalances once.", 0),
     _int("group.max.session.timeout.ms", 1800000, "Longest session timeout a consumer group member may "
@@ -195,6 +203,9 @@ class BrokerConfig:
     auto_leader_rebalance_enable: bool
     leader_imbalance_check_interval_seconds: int
     leader_imbalance_per_broker_percentage: int
+    authorizer_class_name: Optional[str]
+    super_users: Optional[str]
+    allow_everyone_if_no_acl_found: bool
     group_initial_rebalance_delay_ms: int
     group_max_session_timeout_ms: int
     metrics_listen: Optional[tuple[str, int]]

@@ -13,6 +13,8 @@ from ember.ingest.broker_config import BrokerConfig
 from ember.ingest.metadata_view import MetadataView
 from ember.ingest.replica_manager import ReplicaManager
 from ember.ingest.topic_changes import TopicChanges
+from ember.security.authorizer.access import ALLOW_ALL, Access
+from ember.security.authorizer.store import AclStore
 from ember.security.scram_admin import ScramAdmin
 
 
@@ -32,3 +34,7 @@ class BrokerCore:
     controller: Controller
     #: Users' SCRAM credentials (Describe/AlterUserScramCredentials).
     scram: ScramAdmin
+    #: The ACL checks (every check passes without ``authorizer.class.name``).
+    access: Access = ALLOW_ALL
+    #: The ACLs in ZooKeeper (None: no authorizer, so the ACL APIs answer SECURITY_DISABLED).
+    acls: AclStore | None = None

@@ -15,6 +15,7 @@ from ember.ingest.partition import Partition
 from ember.ingest.replica_manager import ReplicaManager
 from ember.ingest.signals import wait_any
 from ember.log import FetchSlice
+from ember.security.authorizer.model import Operation
 
 NO_OFFSETS = {"high_watermark": -1, "log_start_offset": -1, "log_end_offset": -1}
 
@@ -63,6 +64,9 @@ async def _read_all(replicas: ReplicaManager, targets: Sequence[FetchTarget], re
     room = max_bytes
     for target in targets:
         try:
+            operation = replicas.access.follower_or_topic(replica_id, Operation.READ)
+            if operation is not None:
+                replicas.access.check_topic(operation, target.topic)
             partition = replicas.leader_partition(target.topic, target.partition)
             partition.check_leader(target.leader_epoch)
             if replica_id >= 0:

@@ -10,6 +10,8 @@ from ember.cluster.metadata_cache import MetadataCache, TopicMetadata
 from ember.cluster.records import BrokerInfo
 from ember.cluster.topic_admin import validate_topic_name
 from ember.errors import LeaderNotAvailable, TopicAlreadyExists, UnknownTopicOrPartition
+from ember.security.authorizer.access import ALLOW_ALL, Access
+from ember.security.authorizer.model import Operation
 
 AutoCreate = Callable[[str], Awaitable[Any]]
 UnavailableReason = Callable[[TopicMetadata, int], str]
@@ -29,15 +31,19 @@ class PartitionView:
 
 class MetadataView:
     def __init__(self, cache: MetadataCache, auto_create: AutoCreate | None,
-                 unavailable_reason: UnavailableReason) -> None:
+                 unavailable_reason: UnavailableReason, access: Access = ALLOW_ALL) -> None:
         self.cache = cache
+        #: Metadata shows only topics the principal may Describe; auto-creation needs Create.
+        self.access = access
         self.auto_create = auto_create
         self.unavailable_reason = unavailable_reason
 
     async def topic(self, name: str, topics: dict[str, TopicMetadata], allow_auto_create: bool = True) -> TopicMetadata:
         """The topic's metadata (from ``topics``, one snapshot of the cache), else the error for an
-        unknown topic, creating it first if auto-create is on and allowed."""
+        unknown topic, creating it first if auto-create is on and allowed (and the principal may
+        Describe it: else TOPIC_AUTHORIZATION_FAILED, whether it exists or not)."""
         validate_topic_name(name)
+        self.access.check_topic(Operation.DESCRIBE, name)
         meta = topics.get(name)
         if meta is not None:
             return meta
@@ -48,6 +54,10 @@ class MetadataView:
         except TopicAlreadyExists:
             pass
         raise LeaderNotAvailable(f"topic {name!r} is being created; retry")
+
+    def visible(self, topics: dict[str, TopicMetadata]) -> list[str]:
+        """The names a request for all topics lists: those the principal may Describe, sorted."""
+        return self.access.visible_topics(sorted(topics))
 
     def partitions(self, meta: TopicMetadata, live: dict[int, BrokerInfo]) -> list[PartitionView]:
         views = []

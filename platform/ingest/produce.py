@@ -15,6 +15,7 @@ from typing import Awaitable, Sequence
 from ember.errors import InvalidRequiredAcks
 from ember.ingest.replica_manager import ReplicaManager
 from ember.log.batch import Buffer
+from ember.security.authorizer.model import Operation
 
 NO_TIMESTAMP = -1
 
@@ -66,6 +67,7 @@ async def _append_one(replicas: ReplicaManager, entry: ProduceEntry, acks: int,
                       deadline: float) -> tuple[Produced, Awaitable[None] | None]:
     """Append as leader: where it landed and, for acks=all, the replication wait."""
     check_acks(acks)
+    replicas.access.check_topic(Operation.WRITE, entry.topic)
     partition = replicas.leader_partition(entry.topic, entry.partition)
     leader_epoch = partition.leader_epoch
     result = await partition.append(memoryview(entry.batch), acks)

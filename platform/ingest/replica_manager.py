@@ -15,6 +15,8 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, TypeVar
 
+from ember.security.authorizer.access import ALLOW_ALL, Access
+from ember.security.authorizer.model import Operation
 from ember.cluster.election import offline_reason
 from ember.cluster.metadata_cache import MetadataCache, TopicMetadata
 from ember.cluster.records import NO_LEADER, PartitionState
@@ -44,8 +46,10 @@ T = TypeVar("T")
 class ReplicaManager:
     def __init__(self, broker_id: int, cache: MetadataCache, logs: LogManager, config: BrokerConfig,
                  isr_writer: IsrWriter, metrics: "BrokerMetrics | None" = None,
-                 inter_broker: InterBroker = InterBroker()) -> None:
+                 inter_broker: InterBroker = InterBroker(), access: Access = ALLOW_ALL) -> None:
         self.broker_id = broker_id
+        #: The ACL checks of the record path (produce, fetch, offsets), shared by both protocols.
+        self.access = access
         self.inter_broker = inter_broker
         self.metrics = metrics
         self.cache = cache
@@ -67,9 +71,11 @@ class ReplicaManager:
 
     async def answer_at_leader(self, entries: list[dict[str, Any]], value: Callable[[dict[str, Any]], T],
                                answer: Callable[[Partition, T], Awaitable[dict[str, Any]]],
-                               failed: dict[str, Any]) -> list[dict[str, Any]]:
+                               failed: dict[str, Any],
+                               operation: Operation | None = Operation.DESCRIBE) -> list[dict[str, Any]]:
         """Per requested partition: ``answer(partition, value(entry))``'s fields when this broker
-        leads it at the request's ``current_leader_epoch``, else the error's fields plus ``failed``.
+        leads it at the request's ``current_leader_epoch`` and the principal may do ``operation`` on
+        its topic (None: checked by the caller), else the error's fields plus ``failed``.
         Every entry is read before any is answered: a malformed one refuses the whole request."""
         parsed = [(*fields.topic_partition(e), fields.integer(e, "current_leader_epoch", None), value(e))
                   for e in entries]
@@ -77,6 +83,8 @@ class ReplicaManager:
         for topic, index, leader_epoch, argument in parsed:
             result: dict[str, Any] = {"topic": topic, "partition": index}
             try:
+                if operation is not None:
+                    self.access.check_topic(operation, topic)
                 partition = self.leader_partition(topic, index)
                 partition.check_leader(leader_epoch)
                 result.update(OK, **await answer(partition, argument))

@@ -17,14 +17,18 @@ from ember.errors import UnknownTopicOrPartition
 from ember.ingest.broker_config import BrokerConfig
 from ember.ingest.replica_manager import ReplicaManager
 from ember.ingest.signals import wait_any
+from ember.security.authorizer.access import ALLOW_ALL, Access
+from ember.security.authorizer.model import Operation
 
 DEFAULT_TIMEOUT_MS = 10000
 
 
 class TopicChanges:
     def __init__(self, admin: TopicAdmin, cache: MetadataCache, replicas: ReplicaManager,
-                 config: BrokerConfig) -> None:
+                 config: BrokerConfig, access: Access = ALLOW_ALL) -> None:
         self.admin = admin
+        #: Kafka's topic ACLs: Create (on the cluster or the topic), Alter, Delete, Describe/AlterConfigs.
+        self.access = access
         self.cache = cache
         self.replicas = replicas
         self.config = config
@@ -36,6 +40,7 @@ class TopicChanges:
         """Create a topic (-1 = the broker's default partitions / replication factor, or a manual
         ``assignment``); with ``timeout_s``, wait up to that long until this broker has opened
         its replicas."""
+        self.access.check_topic_or_cluster(Operation.CREATE, name)
         record = await asyncio.to_thread(
             self.admin.create_topic, name,
             self.config.num_partitions if partitions == -1 else partitions,
@@ -50,18 +55,21 @@ class TopicChanges:
         """Grow a topic to ``count`` partitions (``assignment``: one replica list per new
         partition); with ``timeout_s``, wait up to that long until this broker has opened its
         replicas of them."""
+        self.access.check_topic(Operation.ALTER, name)
         record = await asyncio.to_thread(self.admin.create_partitions, name, count, assignment, validate_only)
         if timeout_s is not None and not validate_only:
             await self.until(lambda: self._applied(name, record.topic_id, count), timeout_s)
         return record
 
     async def delete(self, name: str, timeout_s: float) -> None:
+        self.access.check_topic(Operation.DELETE, name)
         await asyncio.to_thread(self.admin.delete_topic, name)
         await self.until(lambda: not any(t == name for t, _ in self.replicas.partitions), timeout_s)
 
     def describe_config(self, name: str) -> list[dict[str, Any]]:
         """Topic ``name``'s DescribeConfigs entries (:meth:`BrokerConfig.describe_topic_config`)."""
         validate_topic_name(name)
+        self.access.check_topic(Operation.DESCRIBE_CONFIGS, name)
         meta = self.cache.topic(name)
         if meta is None:
             raise UnknownTopicOrPartition(f"topic {name!r} does not exist")
@@ -69,6 +77,7 @@ class TopicChanges:
 
     async def alter_config(self, name: str, updates: Mapping[str, str], deletes: list[str],
                            validate_only: bool, timeout_s: float) -> None:
+        self.access.check_topic(Operation.ALTER_CONFIGS, name)
         record = await asyncio.to_thread(self.admin.alter_config, name, updates, deletes, validate_only)
         if not validate_only:
             expected = self.config.log_config(record.config)

@@ -1,9 +1,11 @@
-"""Security tests reuse the Kafka-client helpers of ``tests/kafka_protocol`` (Kafka's Java tools)."""
+"""Security tests reuse the Kafka-client helpers of ``tests/kafka_protocol`` (Kafka's Java tools) and
+import the jobs (``jobs/`` is a folder of scripts) to run them against a secure cluster."""
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-KAFKA_TESTS = Path(__file__).resolve().parents[1] / "kafka_protocol"
-if str(KAFKA_TESTS) not in sys.path:
-    sys.path.insert(0, str(KAFKA_TESTS))
+ROOT = Path(__file__).resolve().parents[2]
+for folder in (ROOT / "tests" / "kafka_protocol", ROOT / "jobs"):
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))

@@ -5,8 +5,9 @@ brokers authenticated as User:broker); every other client is refused with a clea
 no credentials, a wrong password, an unknown user, a removed user (on every broker, within
 seconds), PLAIN where it is not enabled, a client that stalls mid-authentication. An old Kafka
 client's SaslHandshake v0 (bare SASL tokens) authenticates too. Users added with
-``ember users`` or Kafka's ``kafka-configs`` authenticate at once; no password reaches a broker
-log or a Spark plan."""
+``ember users`` or Kafka's ``kafka-configs`` authenticate at once, and ACLs (on, as in ``cluster up
+--secure``: admin and broker are super users) see them as ``User:<name>``; no password reaches a
+broker log or a Spark plan."""
 from __future__ import annotations
 
 import os
@@ -29,8 +30,10 @@ from kio.schema.sasl_handshake.v0.request import SaslHandshakeRequest
 from ember.client import Admin, Consumer, Producer, TopicPartition
 from ember.client.connection import Connection
 from ember.cluster.local import LocalCluster
-from ember.errors import SaslAuthenticationFailed, UnsupportedSaslMechanism
+from ember.errors import SaslAuthenticationFailed, TopicAuthorizationFailed, UnsupportedSaslMechanism
 from ember.protocol.ember.wire import FRAME_LENGTH, ApiKey, encode_request
+from ember.security.authorizer.model import (AccessControlEntry, AclBinding, Operation, Permission, ResourcePattern,
+                                             ResourceType)
 from ember.security.client import ClientSecurity
 
 pytestmark = pytest.mark.integration
@@ -85,6 +88,14 @@ def ember_cli(cluster: LocalCluster, *args: str, env: dict[str, str] | None = No
 def create(cluster: LocalCluster, topic: str) -> None:
     with Admin(cluster.bootstrap, **cluster.client_options) as admin:
         admin.create_topic(topic, partitions=1, replication_factor=2)
+
+
+def grant(cluster: LocalCluster, principal: str, topic: str, *operations: Operation) -> None:
+    """ACLs are on (cluster up --secure): a user other than admin needs them."""
+    with Admin(cluster.bootstrap, **cluster.client_options) as admin:
+        admin.create_acls([AclBinding(ResourcePattern(ResourceType.TOPIC, topic),
+                                      AccessControlEntry(principal, "*", operation, Permission.ALLOW))
+                           for operation in operations])
 
 
 def kafka_produce(config: dict[str, object], topic: str, values: list[bytes]) -> None:
@@ -215,9 +226,15 @@ def test_a_scram_user_added_with_kafka_configs_authenticates(cluster, topic_name
                          "--command-config", properties, "--describe", "--entity-type", "users", "--entity-name", "dave")
     assert "SCRAM credential configs for user-principal 'dave' are SCRAM-SHA-256=iterations=8192" in described.stdout
     create(cluster, topic_name)
+    dave = login(cluster, "dave", PASSWORDS["dave"], "SCRAM-SHA-256")
+    # The ACLs see the SASL user: dave may not write until granted.
+    with pytest.raises(TopicAuthorizationFailed, match="principal User:dave is not authorized to (Describe|Write)"):
+        with Producer(cluster.bootstrap, retries=0, **dave) as producer:
+            producer.send(topic_name, b"refused", partition=0).get(timeout=WAIT_S)
+    grant(cluster, "User:dave", topic_name, Operation.WRITE)
     kafka_produce(kafka_config(cluster, "dave", PASSWORDS["dave"], "SCRAM-SHA-256"), topic_name, [b"from dave"])
     assert authenticates(cluster, 1, "dave", PASSWORDS["dave"]) is False   # SCRAM-SHA-512: not created
-    with Admin(cluster.bootstrap, **login(cluster, "dave", PASSWORDS["dave"], "SCRAM-SHA-256")) as admin:
+    with Admin(cluster.bootstrap, **dave) as admin:
         assert topic_name in admin.list_topics()
 
 
@@ -277,6 +294,7 @@ def test_the_spark_source_reads_with_scram_and_its_plan_hides_the_password(spark
     create(cluster, topic_name)
     with Admin(cluster.bootstrap, **cluster.client_options) as admin:
         admin.set_user_password("erin", PASSWORDS["erin"])
+    grant(cluster, "User:erin", topic_name, Operation.READ, Operation.DESCRIBE_CONFIGS)   # the source reads configs
     with Producer(cluster.bootstrap, acks="all", **cluster.client_options) as producer:
         for future in [producer.send(topic_name, f"s{i}".encode()) for i in range(5)]:
             future.get(timeout=WAIT_S)

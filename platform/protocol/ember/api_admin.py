@@ -75,7 +75,7 @@ class AdminApis:
     async def describe_configs(self, request: Request) -> Reply:
         names = fields.strings(request.body, "topics", None)
         results = []
-        for name in (sorted(self.cache.topics()) if names is None else names):
+        for name in (self.topics.access.visible_topics(sorted(self.cache.topics())) if names is None else names):
             try:
                 results.append({"topic": name, **OK, "configs": self.topics.describe_config(name)})
             except Exception as exc:
@@ -90,5 +90,6 @@ class AdminApis:
         return Reply(dict(OK))
 
     async def init_producer_id(self, _request: Request) -> Reply:
+        self.topics.access.check_idempotent_write()
         producer_id = await asyncio.to_thread(self.producer_ids.next_id)
         return Reply({**OK, "producer_id": producer_id, "producer_epoch": PRODUCER_EPOCH})

@@ -33,7 +33,7 @@ class ClusterApis:
         topics = cache.topics()
         live = cache.brokers()
         results = []
-        for name in sorted(topics) if requested is None else requested:
+        for name in self.view.visible(topics) if requested is None else requested:
             try:
                 meta = await self.view.topic(name, topics)
                 results.append({"topic": name, **OK,

@@ -15,11 +15,15 @@ from ember.protocol.ember import fields
 from ember.protocol.ember.dispatcher import Handler
 from ember.protocol.ember.wire import ApiKey, Request
 from ember.protocol.ember.reply import OK, Reply, error_fields
+from ember.security.authorizer.access import ALLOW_ALL, Access
+from ember.security.authorizer.model import Operation
 
 
 class LeadershipApis:
-    def __init__(self, controller: Controller) -> None:
+    def __init__(self, controller: Controller, access: Access = ALLOW_ALL) -> None:
         self.controller = controller
+        #: Kafka's rule: leadership changes need Alter on the cluster.
+        self.access = access
 
     def handlers(self) -> dict[ApiKey, Handler]:
         return {ApiKey.ELECT_LEADERS: self.elect_leaders,
@@ -32,6 +36,7 @@ class LeadershipApis:
         election_type = fields.integer(body, "election_type", PREFERRED, bits=fields.INT8)
         if election_type not in (PREFERRED, UNCLEAN):
             raise InvalidRequest(f"election_type {election_type} is unknown: 0 = preferred, 1 = unclean")
+        self.access.check_cluster(Operation.ALTER)
         listed = fields.partitions(body, default=None)
         partitions = None if listed is None else [fields.topic_partition(p) for p in listed]
         results = await asyncio.wrap_future(self.controller.call(
@@ -42,6 +47,7 @@ class LeadershipApis:
 
     async def alter_partition_reassignments(self, request: Request) -> Reply:
         """Start moving partitions to new replica lists; progress shows in Metadata."""
+        self.access.check_cluster(Operation.ALTER)
         moves = [(*fields.topic_partition(p), fields.integers(p, "replicas"))
                  for p in fields.partitions(request.body)]
         errors = await asyncio.wrap_future(self.controller.call(lambda: self.controller.reassign(moves)))

@@ -15,6 +15,7 @@ from ember.ingest.produce import ProduceEntry, Produced, append_at_leaders
 from ember.protocol.ember.wire import ApiKey, Request, split_payload
 from ember.protocol.ember.reply import OK, CloseConnection, FileRegion, Reply, error_fields
 from ember.ingest.replica_manager import ReplicaManager
+from ember.security.authorizer.model import Operation
 
 DEFAULT_PRODUCE_TIMEOUT_MS = 30000
 DEFAULT_FETCH_MAX_BYTES = 50 * 1024 * 1024
@@ -94,7 +95,7 @@ class RecordApis:
             return {"offset": found, "timestamp": found_timestamp}
         results = await self.replicas.answer_at_leader(
             fields.partitions(request.body), lambda e: fields.integer(e, "timestamp", bits=fields.INT64), offset,
-            {"offset": -1, "timestamp": -1})
+            {"offset": -1, "timestamp": -1}, self.replicas.access.follower_or_topic(replica_id, Operation.DESCRIBE))
         return Reply({**OK, "partitions": results})
 
     async def delete_records(self, request: Request) -> Reply:
@@ -103,5 +104,5 @@ class RecordApis:
             return {"low_watermark": await partition.delete_records(offset)}
         results = await self.replicas.answer_at_leader(
             fields.partitions(request.body), lambda e: fields.integer(e, "offset", bits=fields.INT64), delete,
-            {"low_watermark": -1})
+            {"low_watermark": -1}, Operation.DELETE)
         return Reply({**OK, "partitions": results})

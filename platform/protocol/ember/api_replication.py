@@ -10,9 +10,10 @@ from typing import Any
 from ember.protocol.ember import fields
 from ember.protocol.ember.dispatcher import Handler
 from ember.protocol.ember.wire import ApiKey, Request
-from ember.ingest.partition import Partition
+from ember.ingest.partition import CONSUMER_REPLICA_ID, Partition
 from ember.protocol.ember.reply import OK, Reply
 from ember.ingest.replica_manager import ReplicaManager
+from ember.security.authorizer.model import Operation
 
 
 async def epoch_end(partition: Partition, leader_epoch: int) -> dict[str, Any]:
@@ -30,7 +31,9 @@ class ReplicationApis:
         return {ApiKey.OFFSET_FOR_LEADER_EPOCH: self.offset_for_leader_epoch}
 
     async def offset_for_leader_epoch(self, request: Request) -> Reply:
+        replica_id = fields.integer(request.body, "replica_id", CONSUMER_REPLICA_ID)
         results = await self.replicas.answer_at_leader(
             fields.partitions(request.body), lambda e: fields.integer(e, "leader_epoch"), epoch_end,
-            {"leader_epoch": -1, "end_offset": -1})
+            {"leader_epoch": -1, "end_offset": -1},
+            self.replicas.access.follower_or_topic(replica_id, Operation.DESCRIBE))
         return Reply({**OK, "partitions": results})

@@ -20,6 +20,8 @@ from ember.protocol.ember import fields
 from ember.protocol.ember.dispatcher import Handler
 from ember.protocol.ember.reply import OK, Reply, error_fields
 from ember.protocol.ember.wire import ApiKey, Request
+from ember.security.authorizer.access import Access
+from ember.security.authorizer.model import Operation
 from ember.security.sasl_server import SaslServer
 from ember.security.scram_admin import ScramAdmin, Upsertion
 from ember.security.session import current_session
@@ -62,20 +64,22 @@ class SaslApis:
 
 class ScramCredentialApis:
     """Kafka's Describe/AlterUserScramCredentials as ember APIs (``ember users``); salts and salted
-    passwords travel as base64 in the JSON body."""
+    passwords travel as base64 in the JSON body. Like Kafka, they need Describe / Alter on the cluster."""
 
-    def __init__(self, admin: ScramAdmin) -> None:
-        self.admin = admin
+    def __init__(self, admin: ScramAdmin, access: Access) -> None:
+        self.admin, self.access = admin, access
 
     def handlers(self) -> dict[ApiKey, Handler]:
         return {ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: self.describe,
                 ApiKey.ALTER_USER_SCRAM_CREDENTIALS: self.alter}
 
     async def describe(self, request: Request) -> Reply:
+        self.access.check_cluster(Operation.DESCRIBE)
         users = fields.strings(request.body, "users", None)
         return Reply({**OK, "results": await asyncio.to_thread(self.admin.describe, users)})
 
     async def alter(self, request: Request) -> Reply:
+        self.access.check_cluster(Operation.ALTER)
         upsertions = [Upsertion(fields.string(u, "name"), fields.integer(u, "mechanism"),
                                 fields.integer(u, "iterations"), _b64(u, "salt"), _b64(u, "salted_password"))
                       for u in fields.objects(request.body, "upsertions", [])]

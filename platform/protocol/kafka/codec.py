@@ -27,6 +27,7 @@ from kio.serial.readers import tz_aware_from_i64
 from kio.static.protocol import Entity
 
 from ember.errors import InvalidRequest
+from ember.protocol.kafka.array_bounds import check_array_lengths
 
 FRAME_LENGTH = struct.Struct(">i")
 #: api_key, api_version, correlation_id: the start of every request header version.
@@ -84,7 +85,10 @@ def decode_request(frame: memoryview, served: Callable[[int, int], bool]) -> Kaf
         return KafkaRequest(api_key, api_version, correlation_id, None, None, frame[_skip_v1_header(frame):])
     try:
         header, header_size = entity_reader(cls.__header_schema__)(frame, 0)
+        check_array_lengths(cls, frame, header_size)   # before kio reserves memory for any array
         body, _ = entity_reader(cls)(frame, header_size)
+    except InvalidRequest as exc:
+        raise InvalidRequest(f"malformed {cls.__name__} v{api_version}: {exc}") from None
     except Exception as exc:   # kio raises several types on malformed input
         raise InvalidRequest(f"malformed {cls.__name__} v{api_version}: {type(exc).__name__}: {exc}") from None
     refuse_nulls(body)

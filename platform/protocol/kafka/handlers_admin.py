@@ -16,6 +16,7 @@ from ember.protocol.kafka.codec import KafkaRequest, build, millis, response_cla
 from ember.protocol.kafka.dispatcher import Api
 from ember.protocol.kafka.handlers_configs import kafka_config
 from ember.protocol.kafka.names import ZERO_UUID, TopicNames
+from ember.security.authorizer.model import Operation, Resource, ResourceType
 
 
 class AdminHandlers:
@@ -79,6 +80,7 @@ class AdminHandlers:
             partitions = []
             for item in topic.partitions:
                 try:
+                    self.core.access.check_topic(Operation.DELETE, topic.name)
                     partition = self.core.replicas.leader_partition(topic.name, item.partition_index)
                     low = await partition.delete_records(item.offset)
                     partitions.append({**OK, "partition_index": item.partition_index, "low_watermark": low})
@@ -112,6 +114,14 @@ class AdminHandlers:
         """A fresh producer id for an idempotent producer (also when it asks to bump the epoch of
         its old one: a new id is a valid answer, KIP-360). Transactions are refused."""
         cls = response_class(ApiKey.INIT_PRODUCER_ID, request.api_version)
+        try:
+            if request.body.transactional_id is not None:
+                self.core.access.check(Operation.WRITE, Resource(ResourceType.TRANSACTIONAL_ID,
+                                                                 request.body.transactional_id))
+            else:
+                self.core.access.check_idempotent_write()
+        except Exception as exc:
+            return build(cls, {**error_fields(exc), "producer_id": -1, "producer_epoch": -1})
         if request.body.transactional_id is not None:
             error = InvalidRequest("transactions are not supported: ember has no transaction coordinator; "
                                    "use an idempotent producer without transactional.id")

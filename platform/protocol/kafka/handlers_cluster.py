@@ -16,6 +16,7 @@ from ember.protocol.ember.wire import ApiKey
 from ember.protocol.ember.reply import OK, error_fields
 from ember.protocol.kafka.codec import KafkaRequest, build, response_class
 from ember.protocol.kafka.dispatcher import Api
+from ember.security.authorizer.model import Operation
 from ember.protocol.kafka.names import ZERO_UUID, TopicNames
 
 #: Kafka's "authorized operations not requested" value
@@ -57,7 +58,7 @@ class ClusterHandlers:
         live = self.brokers()
         requested = body.topics
         if requested is None or (request.api_version == 0 and not requested):   # all topics
-            wanted: list[Any] = sorted(topics)
+            wanted: list[Any] = view.visible(topics)
         else:
             wanted = list(requested)
         allow_auto_create = getattr(body, "allow_auto_topic_creation", True)
@@ -146,6 +147,11 @@ class ClusterHandlers:
         """This broker's data directory (ember has one per broker) with the size of every replica
         it hosts of the asked partitions (null: all) and how far each is behind its high
         watermark (``kafka-log-dirs``; ``kafka-reassign-partitions`` reads where replicas are)."""
+        try:
+            self.core.access.check_cluster(Operation.DESCRIBE)
+        except Exception as exc:
+            return build(response_class(ApiKey.DESCRIBE_LOG_DIRS, request.api_version),
+                         {**error_fields(exc), "results": []})
         asked = request.body.topics
         wanted = None if asked is None else {(t.topic, p) for t in asked for p in t.partitions}
         topics: dict[str, list[dict[str, Any]]] = {}

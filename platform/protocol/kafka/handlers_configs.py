@@ -20,6 +20,7 @@ from ember.protocol.ember.reply import OK, error_fields
 from ember.protocol.ember.wire import ApiKey
 from ember.protocol.kafka.codec import KafkaRequest, build, response_class
 from ember.protocol.kafka.dispatcher import Api
+from ember.security.authorizer.model import Operation
 
 #: Kafka's ConfigResource types
 TOPIC, BROKER = 2, 4
@@ -71,6 +72,7 @@ class ConfigHandlers:
     def _broker_configs(self, resource_type: int, name: str) -> list[dict[str, Any]]:
         """This broker's config entries; "" (the cluster-wide dynamic defaults) has none."""
         self._check_broker(resource_type, name)
+        self.core.access.check_cluster(Operation.DESCRIBE_CONFIGS)
         return self.core.config.describe() if name else []
 
     def _check_broker(self, resource_type: int, name: str) -> None:
@@ -117,6 +119,7 @@ class ConfigHandlers:
                                                         body.validate_only, DEFAULT_TIMEOUT_MS / 1000)
                 else:
                     self._check_broker(resource.resource_type, resource.resource_name)
+                    self.core.access.check_cluster(Operation.ALTER_CONFIGS)
                     if updates:
                         raise InvalidRequest(f"broker configs are static in ember: set {', '.join(sorted(updates))[:300]}"
                                              f" in the broker's properties file and restart it")

@@ -25,6 +25,8 @@ from ember.protocol.kafka.codec import KafkaRequest, build, millis, response_cla
 from ember.protocol.kafka.consumer_protocol import CONSUMER, assigned_partitions, subscribed_topics
 from ember.protocol.kafka.dispatcher import Api
 from ember.protocol.kafka.names import TopicNames
+from ember.security.authorizer.access import refusal
+from ember.security.authorizer.model import Operation, Resource, ResourceType
 
 GROUP_KEY = 0
 NO_OFFSET = -1
@@ -147,11 +149,20 @@ class GroupHandlers:
         names = TopicNames(self.core.cache.topics())
         offsets: dict[TopicPartition, tuple[int, str]] = {}
         slots: list[tuple[dict[str, Any], int, Exception | None]] = []
+        access = self.core.access
+        # Kafka's order: Read on the group or every partition fails; then Read per topic, and only the
+        # refused topics' partitions fail while the others are committed.
+        group = Resource(ResourceType.GROUP, body.group_id)
+        group_refused = None if access.allowed(Operation.READ, group) else refusal(Operation.READ, group)
         for topic in body.topics:
             try:
+                if group_refused is not None:
+                    raise group_refused
                 ref = names.ref(names.name_of(topic))
+                access.check_topic(Operation.READ, ref["name"])
             except Exception as exc:
-                ref = {"topic_id": topic.topic_id}
+                name = getattr(topic, "name", None)
+                ref = {"name": name} if name is not None else {"topic_id": topic.topic_id}
                 slots += [(ref, p.partition_index, exc) for p in topic.partitions]
                 continue
             for part in topic.partitions:

@@ -17,6 +17,7 @@ from ember.protocol.ember.reply import OK, error_fields
 from ember.protocol.ember.wire import ApiKey
 from ember.protocol.kafka.codec import KafkaRequest, build, response_class
 from ember.protocol.kafka.dispatcher import Api
+from ember.security.authorizer.model import Operation
 
 T = TypeVar("T")
 
@@ -53,6 +54,7 @@ class LeadershipHandlers:
         try:
             if election_type not in (PREFERRED, UNCLEAN):
                 raise InvalidRequest(f"election type {election_type} is unknown: 0 = preferred, 1 = unclean")
+            self.core.access.check_cluster(Operation.ALTER)
             elected = await self._at_controller(
                 lambda: self.core.controller.elect(listed, unclean=election_type == UNCLEAN))
         except EmberError as exc:
@@ -72,6 +74,7 @@ class LeadershipHandlers:
                  for t in body.topics for p in t.partitions]
         allow = getattr(body, "allow_replication_factor_change", True)      # v1+
         try:
+            self.core.access.check_cluster(Operation.ALTER)
             errors = await self._at_controller(lambda: self.core.controller.reassign(moves, allow))
         except EmberError as exc:
             return build(cls, {**error_fields(exc), "allow_replication_factor_change": allow, "responses": []})
@@ -85,6 +88,11 @@ class LeadershipHandlers:
         replicas (target, then those being removed) and who is being added and removed. Unknown
         topics and partitions are left out, as Kafka does."""
         body = request.body
+        cls = response_class(ApiKey.LIST_PARTITION_REASSIGNMENTS, request.api_version)
+        try:
+            self.core.access.check_cluster(Operation.DESCRIBE)
+        except EmberError as exc:
+            return build(cls, {**error_fields(exc), "topics": []})
         topics = self.core.cache.topics()
         wanted = {name: None for name in topics} if body.topics is None else \
             {t.name: set(t.partition_indexes) for t in body.topics}
@@ -97,5 +105,4 @@ class LeadershipHandlers:
                 if indexes is None or index in indexes:
                     results.append((name, {"partition_index": index, "replicas": meta.partitions[index],
                                            "adding_replicas": move.adding, "removing_replicas": move.removing}))
-        return build(response_class(ApiKey.LIST_PARTITION_REASSIGNMENTS, request.api_version),
-                     {**OK, "error_message": None, "topics": _by_topic(results, "name", "partitions")})
+        return build(cls, {**OK, "error_message": None, "topics": _by_topic(results, "name", "partitions")})

@@ -23,6 +23,7 @@ from ember.protocol.kafka.names import ZERO_UUID, TopicNames
 from ember.protocol.kafka.records import split_batches, to_ember_batch, to_kafka_batch
 from ember.log import FetchSlice
 from ember.log.batch import iter_batches
+from ember.security.authorizer.model import Operation
 
 #: Produce v0-2 (magic 0/1 message sets) are advertised, as Kafka 4 does because librdkafka before
 #: 2.11.1 turns compression off when Produce starts at v3, and rejected per request.
@@ -65,6 +66,7 @@ class RecordHandlers:
         for topic in body.topic_data:
             try:
                 ref = names.ref(names.name_of(topic))
+                self.core.access.check_topic(Operation.WRITE, ref["name"])   # before any batch is decoded, as Kafka
             except Exception as exc:
                 ref, error = {"name": getattr(topic, "name", None), "topic_id": getattr(topic, "topic_id", ZERO_UUID)}, exc
                 listed += [(ref, p.index, error) for p in topic.partition_data]
@@ -168,11 +170,19 @@ class RecordHandlers:
         """Where a leader epoch ended in the leader's log: a Java consumer validates its position
         with it after a leader change (a position past the end of its epoch was truncated away)."""
         topics = []
+        try:
+            operation = self.core.replicas.access.follower_or_topic(getattr(request.body, "replica_id", -1),
+                                                                    Operation.DESCRIBE)
+        except Exception as exc:    # a follower without ClusterAction: every partition refused
+            return build(response_class(ApiKey.OFFSET_FOR_LEADER_EPOCH, request.api_version), {"topics": [
+                {"topic": t.topic, "partitions": [{"partition": p.partition, **error_fields(exc), "leader_epoch": -1,
+                                                   "end_offset": -1} for p in t.partitions]}
+                for t in request.body.topics]})
         for topic in request.body.topics:
             entries = [{"topic": topic.topic, "partition": p.partition, "leader_epoch": p.leader_epoch,
                         "current_leader_epoch": p.current_leader_epoch} for p in topic.partitions]
             answers = await self.core.replicas.answer_at_leader(entries, lambda e: e["leader_epoch"], epoch_end,
-                                                                {"leader_epoch": -1, "end_offset": -1})
+                                                                {"leader_epoch": -1, "end_offset": -1}, operation)
             topics.append({"topic": topic.topic, "partitions": answers})
         return build(response_class(ApiKey.OFFSET_FOR_LEADER_EPOCH, request.api_version), {"topics": topics})
 

@@ -18,10 +18,11 @@ from typing import Any, Awaitable, Callable
 
 from ember.errors import EmberError, ErrorCode
 from ember.ingest.core import BrokerCore
-from ember.protocol.ember.reply import CloseConnection
+from ember.protocol.ember.reply import CloseConnection, error_fields
 from ember.protocol.ember.wire import ApiKey
 from ember.protocol.kafka.codec import FRAME_LENGTH, KafkaRequest, build, encode_response, response_class
 from ember.protocol.kafka.dispatcher import Api
+from ember.security.authorizer.model import Operation
 from ember.security.sasl_server import RawSaslToken, SaslServer
 from ember.security.scram_admin import Upsertion
 
@@ -100,14 +101,27 @@ class ScramCredentialHandlers:
                      {"error_code": ErrorCode.NONE, "error_message": None, "entries": []})
 
     async def describe(self, request: KafkaRequest) -> Any:
+        """Kafka asks Describe on the cluster."""
+        cls = response_class(request.api_key, request.api_version)
+        try:
+            self.core.access.check_cluster(Operation.DESCRIBE)
+        except EmberError as exc:
+            return build(cls, {**error_fields(exc), "results": []})
         users = [u.name for u in request.body.users] if request.body.users else None
         results = await asyncio.to_thread(self.core.scram.describe, users)
-        return build(response_class(request.api_key, request.api_version),
-                     {"error_code": ErrorCode.NONE, "error_message": None, "results": results})
+        return build(cls, {"error_code": ErrorCode.NONE, "error_message": None, "results": results})
 
     async def alter(self, request: KafkaRequest) -> Any:
+        """Kafka asks Alter on the cluster; a refusal is every user's result."""
         body = request.body
+        cls = response_class(request.api_key, request.api_version)
         upsertions = [Upsertion(u.name, u.mechanism, u.iterations, bytes(u.salt), bytes(u.salted_password))
                       for u in body.upsertions]
-        results = await asyncio.to_thread(self.core.scram.alter, upsertions, [(d.name, d.mechanism) for d in body.deletions])
-        return build(response_class(request.api_key, request.api_version), {"results": results})
+        deletions = [(d.name, d.mechanism) for d in body.deletions]
+        try:
+            self.core.access.check_cluster(Operation.ALTER)
+        except EmberError as exc:
+            users = dict.fromkeys([name for name, _ in deletions] + [u.name for u in upsertions])
+            return build(cls, {"results": [{"user": user, **error_fields(exc)} for user in users]})
+        results = await asyncio.to_thread(self.core.scram.alter, upsertions, deletions)
+        return build(cls, {"results": results})

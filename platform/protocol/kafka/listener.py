@@ -14,6 +14,7 @@ from ember.protocol.ember.server import BrokerServer
 from ember.protocol.kafka.api_versions import ApiVersionsHandler
 from ember.protocol.kafka.codec import decode_request
 from ember.protocol.kafka.dispatcher import KafkaDispatcher
+from ember.protocol.kafka.handlers_acls import AclHandlers
 from ember.protocol.kafka.handlers_admin import AdminHandlers
 from ember.protocol.kafka.handlers_cluster import ClusterHandlers
 from ember.protocol.kafka.handlers_group_admin import GroupAdminHandlers
@@ -49,7 +50,7 @@ def kafka_dispatcher(core: BrokerCore, listener: str, observer: "RequestObserver
     dispatcher = KafkaDispatcher(RecordHandlers(core).apis(), ClusterHandlers(core, listener).apis(),
                                  AdminHandlers(core).apis(), GroupHandlers(core, listener).apis(),
                                  GroupAdminHandlers(core).apis(), ConfigHandlers(core).apis(),
-                                 LeadershipHandlers(core).apis(), SaslHandlers().apis(),
+                                 LeadershipHandlers(core).apis(), AclHandlers(core).apis(), SaslHandlers().apis(),
                                  ScramCredentialHandlers(core).apis(), observer=observer)
     dispatcher.apis.update(ApiVersionsHandler(dispatcher.supported).apis())
     return dispatcher
