@@ -65,6 +65,10 @@ log = logging.getLogger(__name__)
 EMPTY, PREPARING, STABLE = "Empty", "PreparingRebalance", "Stable"
 AWAITING_SYNC = "CompletingRebalance"     # client-assigned groups: waiting for the leader's SyncGroup
 MAX_GROUP_ID_LENGTH = 249
+#: Characters of the client id (or group.instance.id) a member id starts with: a client id may be
+#: 32767 bytes, and with the UUID appended the id would not fit the legacy strings of older
+#: DescribeGroups versions (a response that cannot be encoded; found by the Kafka fuzzer).
+MEMBER_ID_PREFIX_LENGTH = 249
 TICK_S = 0.1
 EMPTY_GROUP_IDLE_S = 60.0        # an Empty group unused this long leaves memory (it reloads from ZooKeeper)
 DEFAULT_REBALANCE_TIMEOUT_MS = 300000
@@ -290,10 +294,10 @@ class GroupCoordinator:
                 return await self._await_rebalance(group, static)
             if instance_id is None:
                 # Two-step join (Kafka's MEMBER_ID_REQUIRED): hand out an id, add nobody yet.
-                member_id = f"{client_id}-{uuid.uuid4()}"
+                member_id = new_member_id(client_id)
                 group.pending_ids[member_id] = loop.time() + max(session_timeout_ms / 1000, 1.0)
                 raise MemberIdRequired(member_id=member_id)
-            member_id, admitted = f"{instance_id}-{uuid.uuid4()}", True
+            member_id, admitted = new_member_id(instance_id), True
         member = group.members.get(member_id)
         if member is None:
             if not admitted and member_id not in group.pending_ids and member_id not in group.expected:
@@ -340,7 +344,7 @@ class GroupCoordinator:
     def _replace_static(group: Group, member: Member) -> None:
         """Give a static member a new member id: its old id is fenced, as are the old id's
         pending JoinGroup and SyncGroup; its place (leadership, assignment) stays."""
-        old_id, new_id = member.member_id, f"{member.instance_id}-{uuid.uuid4()}"
+        old_id, new_id = member.member_id, new_member_id(member.instance_id or "")
         fenced = FencedInstanceId(f"member {old_id} was replaced by {new_id}, which joined group "
                                   f"{group.group_id!r} with group.instance.id {member.instance_id!r}")
         for waiter in (member.join, member.sync):
@@ -780,6 +784,11 @@ def _set_error(future: asyncio.Future, error: Exception) -> None:
 def _client_assigned(group: Group) -> bool:
     """Kafka's classic protocol: the group's leader assigns (a group never mixes both kinds)."""
     return any(m.metadata is not None for m in group.members.values())
+
+
+def new_member_id(prefix: str) -> str:
+    """Kafka's member id, ``<client id>-<UUID>``, with the prefix capped so every version can carry it."""
+    return f"{prefix[:MEMBER_ID_PREFIX_LENGTH]}-{uuid.uuid4()}"
 
 
 def _common_protocols(preferences: list[list[str]]) -> list[str]:

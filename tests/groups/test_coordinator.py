@@ -383,3 +383,15 @@ def test_offset_delete_keeps_the_offsets_of_subscribed_topics() -> None:
         assert await coord.delete_offsets("g", [TopicPartition("t", 0)]) == {} and store.offsets["g"] == {}
         await coord.close()
     run(scenario)
+
+
+def test_a_member_id_stays_short_enough_for_every_version_whatever_the_client_id() -> None:
+    async def scenario() -> None:
+        coord = coordinator(FakeStore())
+        long_client_id = "c" * 32767          # the longest a request header can carry
+        with pytest.raises(MemberIdRequired) as required:
+            await coord.join("g", "", long_client_id, 10000, 10000, ["t"], ["range"])
+        member_id = required.value.member_id
+        assert member_id.startswith("c" * 249 + "-") and len(member_id) == 249 + 1 + 36
+        await coord.close()
+    run(scenario)

@@ -141,12 +141,18 @@ def test_clients_reconnect_after_the_broker_closes_their_idle_connections(cluste
     assert topic_name in admin.list_topics()
 
 
-def test_a_long_poll_whose_client_went_away_is_dropped(cluster, address, topic_name):
+@pytest.mark.parametrize("pipelined", [False, True], ids=["alone", "with-requests-pipelined-behind-it"])
+def test_a_long_poll_whose_client_went_away_is_dropped(cluster, address, topic_name, pipelined):
     """A fetch that may wait a minute for bytes that never come: once its client has closed the
-    connection, the broker stops waiting on its behalf and closes its side."""
+    connection, the broker stops waiting on its behalf and closes its side, also when the client
+    had pipelined more requests behind the fetch (they are still unread when it goes)."""
+    gone = "the client went away while its request was being handled"
     with RawClient(address) as client:
         assert create_topic(client, topic_name)["error_code"] == 0
+    before = broker_log(cluster).count(gone)
     with RawClient(address) as waiting:
         waiting.send(ApiKey.FETCH, fetch_body(topic_name, 0, max_wait_ms=60000, min_bytes=1 << 20))
-    eventually(lambda: "the client went away while its request was being handled" in broker_log(cluster),
+        if pipelined:
+            waiting.sock.sendall(metadata_frame())
+    eventually(lambda: broker_log(cluster).count(gone) > before,
                CLOSE_WITHIN_S, "the broker to drop the request of a client that went away")

@@ -98,8 +98,11 @@ class _Watchdog:
         self._task.cancel()
 
     def _check_client(self, reader: asyncio.StreamReader) -> None:
-        # EOF with nothing left to read, or a reset: nobody will read the answer.
-        if reader.exception() is not None or reader.at_eof():
+        # EOF or a reset: nobody will read the answer. EOF counts even with pipelined frames still
+        # unread in the buffer (``at_eof()`` waits for them to be read): a client that pipelined a
+        # long-poll fetch and more requests, then closed, held its connection for the fetch's
+        # whole max_wait (found by the Kafka fuzzer). StreamReader has no public "EOF received".
+        if reader.exception() is not None or reader.at_eof() or getattr(reader, "_eof", False):
             self.expired = "the client went away while its request was being handled"
             self._task.cancel()
         else:
