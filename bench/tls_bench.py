@@ -1,8 +1,11 @@
-"""What TLS costs: producer and consumer throughput over TLS as a ratio to plaintext, for ember
-and for Apache Kafka measured the same way.
+"""What TLS (and TLS + SCRAM) costs: producer and consumer throughput over TLS as a ratio to
+plaintext, for ember and for Apache Kafka measured the same way.
 
-ember: two local clusters side by side, one plaintext and one ``secure`` (every listener on TLS
-with client certificates, replication and ZooKeeper over TLS too). Kafka (``--kafka``): one 3-node
+ember: three local clusters side by side, one plaintext, one ``secure`` (every listener on TLS
+with client certificates, replication and ZooKeeper over TLS too) and one ``secure`` with SASL
+(every listener SASL_SSL with SCRAM-SHA-512, what ``ember cluster up --secure`` starts; SCRAM
+costs one exchange per connection, so it should cost what TLS costs). Kafka with SCRAM is not
+measured (its KRaft cluster would need ``kafka-storage format --add-scram``). Kafka (``--kafka``): one 3-node
 KRaft cluster (``bench/vs_kafka``; its jars must be set up: ``bash bench/vs_kafka/setup.sh``) with a
 PLAINTEXT and an SSL listener (the same PEM certificates, client certificates required); its
 brokers replicate over PLAINTEXT, so Kafka's acks=all figure covers only the client's hop.
@@ -44,6 +47,11 @@ class Variant:
     clients: Any
 
     @property
+    def key(self) -> str:
+        """The security label as a topic-name part."""
+        return self.security.replace("+", "-")
+
+    @property
     def produce_mode(self) -> str:
         return self.clients.produce_modes[0]
 
@@ -63,42 +71,49 @@ def consume_rate(variant: Variant, topic: str, records: int) -> float:
         return records / best_time(job)
 
 
-def measure(pair: tuple[Variant, Variant], args: argparse.Namespace) -> list[tuple[str, float, float]]:
-    """(case, plaintext records/s, TLS records/s) for one system."""
+Row = tuple[str, dict[str, float]]
+
+
+def measure(variants: tuple[Variant, ...], args: argparse.Namespace) -> list[Row]:
+    """(case, {security: records/s}) for one system's variants."""
     value = os.urandom(args.value_size)
     rows = []
     for settings in (ProduceSettings("1", 1), ProduceSettings("all", 3)):
-        for variant in pair:   # warm-up: connections, JIT, caches
-            produce_rate(variant, settings, value, max(1, args.records // 5), f"warm-{settings.acks}-{variant.security}")
-        best = {v.security: 0.0 for v in pair}
+        for variant in variants:   # warm-up: connections, JIT, caches
+            produce_rate(variant, settings, value, max(1, args.records // 5), f"warm-{settings.acks}-{variant.key}")
+        best = {v.security: 0.0 for v in variants}
         for run in range(args.repeats):
-            for variant in pair if run % 2 == 0 else reversed(pair):
-                rate = produce_rate(variant, settings, value, args.records, f"p-{settings.acks}-{variant.security}-{run}")
+            for variant in variants if run % 2 == 0 else reversed(variants):
+                rate = produce_rate(variant, settings, value, args.records, f"p-{settings.acks}-{variant.key}-{run}")
                 log(f"{variant.system} produce {settings.label} {variant.security:9s} {rate:>10,.0f} records/s")
                 best[variant.security] = max(best[variant.security], rate)
-        rows.append((f"produce {settings.label}", best["plaintext"], best["TLS"]))
-    best = {v.security: 0.0 for v in pair}
-    for variant in pair:
-        produce_rate(variant, ProduceSettings("1", 1), value, args.consume_records, f"read-{variant.security}")
+        rows.append((f"produce {settings.label}", best))
+    best = {v.security: 0.0 for v in variants}
+    for variant in variants:
+        produce_rate(variant, ProduceSettings("1", 1), value, args.consume_records, f"read-{variant.key}")
     for run in range(args.repeats):
-        for variant in pair if run % 2 == 0 else reversed(pair):
-            rate = consume_rate(variant, f"read-{variant.security}", args.consume_records)
+        for variant in variants if run % 2 == 0 else reversed(variants):
+            rate = consume_rate(variant, f"read-{variant.key}", args.consume_records)
             log(f"{variant.system} consume {variant.security:9s} {rate:>10,.0f} records/s")
             best[variant.security] = max(best[variant.security], rate)
-    rows.append(("consume from the beginning, RF=1", best["plaintext"], best["TLS"]))
+    rows.append(("consume from the beginning, RF=1", best))
     return rows
 
 
-def report(results: dict[str, list[tuple[str, float, float]]], args: argparse.Namespace) -> str:
+def report(results: dict[str, list[Row]], args: argparse.Namespace) -> str:
     lines = [f"# TLS vs plaintext throughput ({args.value_size} B values, {args.records:,} records per producer "
              f"run, {args.consume_records:,} per consumer run, best of {args.repeats})", "", f"Measured {time.strftime('%Y-%m-%d')} on {os.cpu_count()} cores "
              f"with `bench/tls_bench.py`; both variants of a system ran side by side, alternating.", "",
-             "ember's TLS cluster encrypts client connections, replication and ZooKeeper; Kafka's TLS "
-             "listener encrypts the client's connection only (its brokers replicate over PLAINTEXT).", "",
-             "| system | case | plaintext records/s | TLS records/s | TLS / plaintext |", "|---|---|---:|---:|---:|"]
+             "ember's TLS cluster encrypts client connections, replication and ZooKeeper; its TLS+SCRAM "
+             "cluster also authenticates every connection (clients and brokers) with SCRAM-SHA-512. Kafka's "
+             "TLS listener encrypts the client's connection only (its brokers replicate over PLAINTEXT).", "",
+             "| system | case | plaintext records/s | TLS records/s | TLS / plaintext | TLS+SCRAM records/s "
+             "| TLS+SCRAM / plaintext |", "|---|---|---:|---:|---:|---:|---:|"]
     for system, rows in results.items():
-        for case, plain, tls in rows:
-            lines.append(f"| {system} | {case} | {plain:,.0f} | {tls:,.0f} | {tls / plain:.2f} |")
+        for case, rates in rows:
+            plain, tls, scram = rates["plaintext"], rates["TLS"], rates.get("TLS+SCRAM")
+            scram_cells = f"{scram:,.0f} | {scram / plain:.2f}" if scram is not None else "— | —"
+            lines.append(f"| {system} | {case} | {plain:,.0f} | {tls:,.0f} | {tls / plain:.2f} | {scram_cells} |")
     return "\n".join(lines) + "\n"
 
 
@@ -113,15 +128,18 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=HERE / "results", help="where tls.md goes")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="ember-tls-bench-"))
-    results: dict[str, list[tuple[str, float, float]]] = {}
+    results: dict[str, list[Row]] = {}
     started: list[Any] = []
     try:
         plain = EmberSystem(root / "ember-plain")
         started.append(plain)
         secure = EmberSystem(root / "ember-tls", secure=True)
         started.append(secure)
+        scram = EmberSystem(root / "ember-scram", secure=True, sasl=True)
+        started.append(scram)
         results["ember"] = measure((Variant("ember", "plaintext", plain, plain.clients),
-                                    Variant("ember", "TLS", secure, secure.clients)), args)
+                                    Variant("ember", "TLS", secure, secure.clients),
+                                    Variant("ember", "TLS+SCRAM", scram, scram.clients)), args)
         for system in reversed(started):
             system.stop()
         started.clear()

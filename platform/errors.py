@@ -41,6 +41,8 @@ class ErrorCode(IntEnum):
     GROUP_AUTHORIZATION_FAILED = 30
     CLUSTER_AUTHORIZATION_FAILED = 31
     INVALID_TIMESTAMP = 32
+    UNSUPPORTED_SASL_MECHANISM = 33
+    ILLEGAL_SASL_STATE = 34
     UNSUPPORTED_VERSION = 35
     TOPIC_ALREADY_EXISTS = 36
     INVALID_PARTITIONS = 37
@@ -55,6 +57,7 @@ class ErrorCode(IntEnum):
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
     SECURITY_DISABLED = 54
     KAFKA_STORAGE_ERROR = 56
+    SASL_AUTHENTICATION_FAILED = 58
     UNKNOWN_PRODUCER_ID = 59
     REASSIGNMENT_IN_PROGRESS = 60
     FENCED_LEADER_EPOCH = 74
@@ -74,6 +77,8 @@ class ErrorCode(IntEnum):
     UNSTABLE_OFFSET_COMMIT = 88
     UNKNOWN_TOPIC_ID = 100
     UNSUPPORTED_ENDPOINT_TYPE = 115
+    RESOURCE_NOT_FOUND = 91
+    UNACCEPTABLE_CREDENTIAL = 93
 
 
 class EmberError(Exception):
@@ -409,6 +414,34 @@ class SslAuthenticationFailed(EmberError):
     """A TLS connection could not be set up: a plaintext peer on a TLS listener (or the reverse),
     an untrusted certificate, or a missing or refused client certificate. Retrying cannot help."""
     hint = "see docs/security.md"
+
+
+class SaslAuthenticationFailed(EmberError):
+    """SASL authentication failed: unknown user, wrong password, no credentials for the mechanism,
+    or a client that did not authenticate on a SASL listener. Retrying cannot help."""
+    code = ErrorCode.SASL_AUTHENTICATION_FAILED
+    hint = "see docs/security.md#sasl"
+
+
+class UnsupportedSaslMechanism(SaslAuthenticationFailed):
+    """The broker's listener does not enable the SASL mechanism the client asked for."""
+    code = ErrorCode.UNSUPPORTED_SASL_MECHANISM
+    hint = "set sasl_mechanism to one the listener lists in sasl.enabled.mechanisms"
+
+
+class IllegalSaslState(EmberError):
+    """A SASL request out of order (authenticating before the handshake, or twice)."""
+    code = ErrorCode.ILLEGAL_SASL_STATE
+
+
+class ResourceNotFound(EmberError):
+    """The named resource (a user's SCRAM credential) does not exist."""
+    code = ErrorCode.RESOURCE_NOT_FOUND
+
+
+class UnacceptableCredential(EmberError):
+    """A SCRAM credential the broker refuses (iterations out of range, empty user name)."""
+    code = ErrorCode.UNACCEPTABLE_CREDENTIAL
 
 
 class TopicAuthorizationFailed(EmberError):

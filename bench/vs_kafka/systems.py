@@ -219,12 +219,13 @@ class EmberClients:
 
 
 class EmberSystem:
-    """A LocalCluster: a real ZooKeeper server and three broker processes (``secure``: all on TLS)."""
+    """A LocalCluster: a real ZooKeeper server and three broker processes (``secure``: all on TLS;
+    with ``sasl`` too, SASL_SSL with SCRAM, clients logging in as the cluster's admin)."""
 
     name = "ember"
 
-    def __init__(self, root: Path, brokers: int = 3, secure: bool = False) -> None:
-        self.cluster = LocalCluster(root, broker_count=brokers, secure=secure)
+    def __init__(self, root: Path, brokers: int = 3, secure: bool = False, sasl: bool = False) -> None:
+        self.cluster = LocalCluster(root, broker_count=brokers, secure=secure, sasl=sasl)
         started = time.perf_counter()
         self.cluster.start()
         self.cold_start_s = time.perf_counter() - started

@@ -2,6 +2,8 @@
 records; elect leaders and reassign partitions."""
 from __future__ import annotations
 
+import base64
+import os
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Optional, TypeVar
@@ -10,6 +12,8 @@ from ember.errors import BrokerNotAvailable, EmberError, NetworkError, RequestTi
 from ember.client.types import TopicPartition
 from ember.client.metadata import MetadataClient, response_error
 from ember.security.client import ClientSecurity
+from ember.security.scram import (DEFAULT_ITERATIONS, MECHANISM_TYPES, SCRAM_MECHANISMS, check_iterations,
+                                  salted_password)
 from ember.client.offsets import EARLIEST, LATEST, at_leaders, list_offsets
 from ember.protocol.ember.acl_fields import binding_fields, binding_from_fields, filter_fields
 from ember.protocol.ember.wire import ApiKey
@@ -55,11 +59,11 @@ class TopicDescription:
 
 
 class Admin:
-    """Topic administration against any broker of the cluster."""
+    """Topic (and SCRAM user) administration against any broker of the cluster."""
 
     def __init__(self, bootstrap_servers: str | Iterable[str] = "127.0.0.1:9092", *,
                  request_timeout_ms: int = 30000, **security: Any) -> None:
-        """``security``: the TLS keywords of :class:`ember.security.client.SecurityOptions`."""
+        """``security``: the TLS and SASL keywords of :class:`ember.security.client.SecurityOptions`."""
         self.request_timeout_s = request_timeout_ms / 1000
         self._metadata = MetadataClient(bootstrap_servers, request_timeout_ms=request_timeout_ms,
                                         security=ClientSecurity.from_options(security, "Admin"))
@@ -152,6 +156,51 @@ class Admin:
                                                      p.adding_replicas, p.removing_replicas, p.error_message))
         overrides = {k: v["value"] for k, v in self.describe_configs(name).items() if not v["default"]}
         return TopicDescription(name, tuple(descriptions), overrides)
+
+    def describe_users(self, users: Optional[Iterable[str]] = None) -> dict[str, dict[str, int]]:
+        """``{user: {mechanism: iterations}}`` of the users with SCRAM credentials (all of them
+        by default); a named user without credentials raises ResourceNotFound."""
+        response = self._request(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, {"users": list(users) if users else None})
+        error = response_error(response)
+        if error is not None:
+            raise error
+        names = {number: name for name, number in MECHANISM_TYPES.items()}
+        result = {}
+        for item in response.get("results", []):
+            if item.get("error_code"):
+                raise error_for_code(item["error_code"], item.get("error_message") or f"user {item.get('user')!r}")
+            result[item["user"]] = {names[c["mechanism"]]: c["iterations"] for c in item["credential_infos"]}
+        return result
+
+    def set_user_password(self, user: str, password: str, mechanisms: Iterable[str] = SCRAM_MECHANISMS,
+                          iterations: int = DEFAULT_ITERATIONS) -> None:
+        """Create ``user`` or change its password, for each SCRAM mechanism. Only a salted
+        password travels (the broker derives the stored keys), as with ``kafka-configs``."""
+        upsertions = []
+        for mechanism in mechanisms:
+            check_iterations(iterations, mechanism)
+            salt = os.urandom(24)
+            upsertions.append({"name": user, "mechanism": MECHANISM_TYPES[mechanism], "iterations": iterations,
+                               "salt": base64.b64encode(salt).decode(), "salted_password": base64.b64encode(
+                                   salted_password(mechanism, password, salt, iterations)).decode()})
+        self._user_results({"upsertions": upsertions, "deletions": []})
+
+    def delete_user(self, user: str, mechanisms: Iterable[str] | None = None) -> None:
+        """Remove ``user``'s credentials (all of them by default): it can no longer authenticate
+        (connections already authenticated stay open until they close)."""
+        if mechanisms is None:
+            mechanisms = self.describe_users([user])[user]
+        self._user_results({"upsertions": [], "deletions": [{"name": user, "mechanism": MECHANISM_TYPES[m]}
+                                                            for m in mechanisms]})
+
+    def _user_results(self, body: dict[str, Any]) -> None:
+        response = self._request(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, body)
+        error = response_error(response)
+        if error is not None:
+            raise error
+        for item in response.get("results", []):
+            if item.get("error_code"):
+                raise error_for_code(item["error_code"], item.get("error_message") or f"user {item.get('user')!r}")
 
     def _log_ends(self, tps: list[TopicPartition]) -> dict[TopicPartition, tuple[int, int, int]]:
         """(log start, high watermark, log end) per partition: ListOffsets finds the high watermark,

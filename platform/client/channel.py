@@ -199,7 +199,8 @@ def diagnose_refusal(address: Address, security: ClientSecurity, context: ssl.SS
         if _speaks_tls(address, probe, min(timeout_s, _REFUSAL_WAIT_S)):   # a TLS server answers at once
             return SslAuthenticationFailed(
                 f"broker {_name(address)} closed the connection: its listener requires TLS; set "
-                f"security_protocol='SSL' and ssl_cafile to the CA that signed the broker's certificate")
+                f"security_protocol='{'SASL_SSL' if security.uses_sasl else 'SSL'}' and ssl_cafile to the CA that "
+                f"signed the broker's certificate")
         return None
     try:
         channel = open_channel(address, security, context, timeout_s)

@@ -9,7 +9,8 @@ threads, and handing every request across an event-loop boundary would cost more
 A request that outlives its timeout closes the connection (responses come in order, so a lost one
 leaves the stream unusable) and every pending request fails with a retriable error. The
 :class:`ConnectionPool` reconnects on demand with exponential backoff. The bytes travel over a
-plain or TLS channel (:mod:`ember.client.channel`) as the client's ``security_protocol`` says.
+plain or TLS channel (:mod:`ember.client.channel`) as the client's ``security_protocol`` says,
+authenticated with SASL first on SASL_* (:mod:`ember.client.sasl`).
 
 Two locks, never nested the other way round: ``_send_lock`` keeps frames whole on the socket and
 ``_state_lock`` guards the pending table and the closed state. Failing a connection takes only
@@ -30,6 +31,7 @@ from concurrent.futures import Future
 from typing import Any, Iterable, Sequence
 
 from ember.client.channel import Address, diagnose_refusal, open_channel
+from ember.client.sasl import authenticate
 from ember.errors import BrokerNotAvailable, EmberError, NetworkError, RequestTimedOut
 from ember.protocol.ember.wire import (DEFAULT_MAX_FRAME_BYTES, FRAME_LENGTH, Buffer, Response,
                                        check_frame_size, decode_response, encode_request)
@@ -85,6 +87,8 @@ class Connection:
         self._closed: EmberError | None = None
         self._answered = False
         self._channel = open_channel(address, security, self._context, self.connect_timeout_s)
+        if security.uses_sasl:
+            self._authenticate()
         self._sock = self._channel.sock
         # Sends block at most a request timeout (a stopped broker must not hang the sender forever).
         self._sock.settimeout(self.request_timeout_s)
@@ -207,6 +211,18 @@ class Connection:
             self._fail(NetworkError(f"bad frame from broker {self.name}: {exc}"))
         finally:
             self._release_socket()
+
+    def _authenticate(self) -> None:
+        """SASL before anything else; the channel is closed when it fails."""
+        try:
+            authenticate(self._channel, self.address, self.security, self.connect_timeout_s)
+        except OSError as exc:
+            self._channel.close()
+            raise self._refusal() or NetworkError(f"connection to broker {self.name} lost during SASL "
+                                                  f"authentication: {exc}") from None
+        except BaseException:
+            self._channel.close()
+            raise
 
     def _refusal(self) -> EmberError | None:
         """A security mismatch, when the broker closed this connection before answering anything

@@ -42,7 +42,7 @@ class Consumer:
                  request_timeout_ms: int = 30000, retry_backoff_ms: int = 100, check_crcs: bool = True,
                  key_deserializer: Deserializer = None, value_deserializer: Deserializer = None,
                  **security: Any) -> None:
-        """``security``: ``security_protocol``, ``ssl_cafile`` and the other TLS keywords of
+        """``security``: ``security_protocol``, ``ssl_cafile``, ``sasl_mechanism`` and the other security keywords of
         :class:`ember.security.client.SecurityOptions` (kafka-python's names)."""
         if auto_offset_reset not in _RESET:
             raise ValueError(f"auto_offset_reset must be earliest, latest or none, not {auto_offset_reset!r}")

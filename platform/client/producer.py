@@ -44,7 +44,7 @@ class Producer:
                  max_in_flight_requests_per_connection: int = 5, metadata_max_age_ms: int = 300000,
                  key_serializer: Serializer = None, value_serializer: Serializer = None,
                  producer_id: int | None = None, producer_epoch: int = 0, **security: Any) -> None:
-        """``security``: ``security_protocol``, ``ssl_cafile`` and the other TLS keywords of
+        """``security``: ``security_protocol``, ``ssl_cafile``, ``sasl_mechanism`` and the other security keywords of
         :class:`ember.security.client.SecurityOptions` (kafka-python's names)."""
         if acks not in _ACKS:
             raise ValueError(f"acks must be 0, 1 or 'all', not {acks!r}")

@@ -13,6 +13,7 @@ from pathlib import Path
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
+from ember.cluster.cluster_sasl import ClusterSasl, write_private
 from ember.cluster.zookeeper_server import ZooKeeperServer
 from ember.security.certificates import LOCAL_HOSTS, CertificateAuthority, IssuedCertificate
 from ember.security.client import ClientSecurity
@@ -82,18 +83,22 @@ class ClusterTls:
         """What an ember client of this cluster sets (the client certificate, the cluster's CA)."""
         return ClientSecurity(SecurityProtocol.SSL, str(self.ca), str(self.client.cert), str(self.client.key))
 
-    def write_client_configs(self, bootstrap: str, kafka_bootstrap: str) -> dict[str, Path]:
+    def write_client_configs(self, bootstrap: str, kafka_bootstrap: str,
+                             sasl: ClusterSasl | None = None) -> dict[str, Path]:
         """Client configuration files, by what reads them: ``ember`` (JSON of ember client keywords),
-        ``java`` (client.properties: Kafka's tools, ``ember --command-config``) and ``librdkafka``."""
+        ``java`` (client.properties: Kafka's tools, ``ember --command-config``) and ``librdkafka``;
+        with ``sasl``, each also logs in as the cluster's admin user (so each is owner-only)."""
         security = self.client_security()
-        ember = {"bootstrap_servers": bootstrap, **security.options()}
+        ember = {"bootstrap_servers": bootstrap, **security.options(), **(sasl.client_options() if sasl else {})}
         java = {"security.protocol": "SSL", "ssl.truststore.type": "PEM", "ssl.truststore.location": self.ca,
-                "ssl.keystore.type": "PEM", "ssl.keystore.location": self.client.keystore}
+                "ssl.keystore.type": "PEM", "ssl.keystore.location": self.client.keystore,
+                **(sasl.java_properties() if sasl else {})}
         librdkafka = {"bootstrap.servers": kafka_bootstrap, "security.protocol": "ssl", "ssl.ca.location": self.ca,
-                      "ssl.certificate.location": self.client.cert, "ssl.key.location": self.client.key}
+                      "ssl.certificate.location": self.client.cert, "ssl.key.location": self.client.key,
+                      **(sasl.librdkafka_properties() if sasl else {})}
         files = {"ember": self.directory / "client.json", "java": self.directory / "client.properties",
                  "librdkafka": self.directory / "librdkafka.properties"}
-        files["ember"].write_text(json.dumps(ember, indent=2) + "\n")
-        files["java"].write_text("".join(f"{k}={v}\n" for k, v in java.items()))
-        files["librdkafka"].write_text("".join(f"{k}={v}\n" for k, v in librdkafka.items()))
+        write_private(files["ember"], json.dumps(ember, indent=2) + "\n")
+        write_private(files["java"], "".join(f"{k}={v}\n" for k, v in java.items()))
+        write_private(files["librdkafka"], "".join(f"{k}={v}\n" for k, v in librdkafka.items()))
         return files

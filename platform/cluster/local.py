@@ -4,7 +4,8 @@ Used by ``ember cluster up|down|status``, the test fixtures and the benchmarks. 
 picked fresh from the OS, so two clusters on one machine never collide; a broker keeps its port
 across restarts so bootstrap lists stay valid. The cluster's layout (ports, pids) is written to
 ``<data>/cluster.json`` so a later ``ember cluster status|down`` can find it. A ``secure``
-cluster puts every listener on TLS with client certificates (:mod:`ember.cluster.cluster_tls`).
+cluster puts every listener on TLS with client certificates (:mod:`ember.cluster.cluster_tls`),
+and with ``sasl`` on SASL_SSL with SCRAM users (:mod:`ember.cluster.cluster_sasl`).
 """
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ember.cluster.cluster_sasl import ClusterSasl, write_private
 from ember.cluster.cluster_tls import ClusterTls
+from ember.cluster.zk_session import ZkSession, ZooKeeperTls
 from ember.cluster.zookeeper_server import ZooKeeperServer, free_port, is_healthy, read_pid, terminate
 from ember.errors import BrokerNotAvailable, EmberError
 from ember.protocol.ember.wire import FRAME_LENGTH, ApiKey, decode_response, encode_request
@@ -65,6 +68,7 @@ class LocalCluster:
     broker_config: dict[str, str] = field(default_factory=dict)
     metrics: bool = False   # each broker serves metrics on its own loopback port
     secure: bool = False    # every listener on TLS, client certificates required
+    sasl: bool = False      # with secure: every listener on SASL_SSL (SCRAM users admin and broker)
     zookeeper: ZooKeeperServer | None = None
     brokers: dict[int, BrokerProcess] = field(default_factory=dict)
     _processes: dict[int, subprocess.Popen] = field(default_factory=dict, repr=False)
@@ -91,9 +95,26 @@ class LocalCluster:
         return ClusterTls(self.data_dir / "tls") if self.secure else None
 
     @property
+    def scram(self) -> ClusterSasl | None:
+        """The SCRAM users of a secure cluster with SASL (None: no SASL)."""
+        return ClusterSasl(self.data_dir / "sasl") if self.secure and self.sasl else None
+
+    @property
     def client_options(self) -> dict[str, object]:
-        """Keywords an ember client of this cluster needs besides the bootstrap list ({} in plaintext)."""
-        return dict(self.tls.client_security().options()) if self.tls else {}
+        """Keywords an ember client of this cluster needs besides the bootstrap list ({} in plaintext):
+        the client certificate and, with SASL, the admin user's login."""
+        options: dict[str, object] = dict(self.tls.client_security().options()) if self.tls else {}
+        return {**options, **(self.scram.client_options() if self.scram else {})}
+
+    def _register_users(self) -> None:
+        """The SCRAM users into ZooKeeper (over TLS, as a broker), before any broker starts."""
+        assert self.tls is not None and self.scram is not None
+        session = ZkSession(self.zk_connect, 6000, ZooKeeperTls(str(self.tls.ca), str(self.tls.broker.keystore)))
+        session.start()
+        try:
+            self.scram.register_users(session)
+        finally:
+            session.close()
 
     def _zookeeper(self, port: int) -> ZooKeeperServer:
         directory = self.data_dir / "zookeeper"
@@ -119,10 +140,14 @@ class LocalCluster:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if self.secure:
             progress(f"TLS: certificates under {ClusterTls.create(self.data_dir / 'tls').directory}")
+        if self.secure and self.sasl:
+            progress(f"SCRAM: users admin and broker, passwords in {ClusterSasl.create(self.data_dir / 'sasl').credentials_file}")
         if self.zookeeper is None:
             self.zookeeper = self._zookeeper(free_port())
         progress(f"starting ZooKeeper on {self.zookeeper.connect_string}")
         self.zookeeper.start()
+        if self.scram is not None:
+            self._register_users()
         for broker_id in range(1, self.broker_count + 1):
             self.brokers.setdefault(broker_id, BrokerProcess(broker_id, free_port(), self.data_dir / f"broker-{broker_id}",
                                                              metrics_port=free_port() if self.metrics else None,
@@ -172,10 +197,12 @@ class LocalCluster:
                    "--zookeeper", self.zk_connect, "--listen", broker.address, "--data", str(broker.data_dir)]
         if broker.kafka_port is not None:
             command += ["--listeners", f"KAFKA://{broker.kafka_address}"]
-        properties = {**(self.tls.broker_properties(("EMBER", "KAFKA")) if self.tls else {}), **self.broker_config}
+        listeners = ("EMBER", "KAFKA")
+        properties = {**(self.tls.broker_properties(listeners) if self.tls else {}),
+                      **(self.scram.broker_properties(listeners) if self.scram else {}), **self.broker_config}
         if properties:
             config = self.data_dir / "broker-overrides.properties"
-            config.write_text("".join(f"{k}={v}\n" for k, v in properties.items()))
+            write_private(config, "".join(f"{k}={v}\n" for k, v in properties.items()))
             command += ["--config", str(config)]
         if broker.metrics_port is not None:
             command += ["--metrics-listen", f"{broker.host}:{broker.metrics_port}"]
@@ -232,6 +259,7 @@ class LocalCluster:
             if self.zookeeper else None,
             "brokers": [{**asdict(b), "data_dir": str(b.data_dir)} for b in self.brokers.values()],
             "secure": self.secure,
+            "sasl": self.sasl,
         }
         path = self.data_dir / STATE_FILE
         tmp = path.with_suffix(".tmp")
@@ -245,7 +273,8 @@ class LocalCluster:
         if not path.exists():
             raise BrokerNotAvailable(f"no cluster found under {data_dir} (start one with `ember cluster up`)")
         state = json.loads(path.read_text())
-        cluster = cls(data_dir, broker_count=len(state["brokers"]), secure=bool(state.get("secure", False)))
+        cluster = cls(data_dir, broker_count=len(state["brokers"]), secure=bool(state.get("secure", False)),
+                      sasl=bool(state.get("sasl", False)))
         if state["zookeeper"]:
             cluster.zookeeper = cluster._zookeeper(state["zookeeper"]["port"])
         for b in state["brokers"]:

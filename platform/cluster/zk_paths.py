@@ -5,6 +5,8 @@ documented in docs/broker.md.
 """
 from __future__ import annotations
 
+from urllib.parse import quote, unquote
+
 CHROOT = "/ember"
 
 BROKER_IDS = "/brokers/ids"
@@ -54,3 +56,17 @@ def group_offsets(group_id: str) -> str:
 def group_offset(group_id: str, topic_name: str, index: int) -> str:
     """A committed offset: ``{offset, metadata, commit_timestamp}`` (the seeds' layout)."""
     return f"{group_offsets(group_id)}/{topic_name}/{index}"
+
+
+#: SCRAM credentials, one znode per user, Kafka's layout:
+#: ``{"version":1,"config":{"SCRAM-SHA-256":"salt=...,stored_key=...,server_key=...,iterations=4096"}}``.
+CONFIG_USERS = "/config/users"
+
+
+def user(name: str) -> str:
+    """A user's znode; the name URL-encoded as Kafka's Sanitizer does (a name may hold ``/``)."""
+    return f"{CONFIG_USERS}/{quote(name, safe='')}"
+
+
+def user_name(node: str) -> str:
+    return unquote(node)

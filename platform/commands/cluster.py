@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from pathlib import Path
 
+from ember.cluster.cluster_sasl import ADMIN_USER, BROKER_USER, MECHANISM
 from ember.cluster.cluster_tls import certificate_file_principal
 from ember.cluster.local import LocalCluster, STATE_FILE
 from ember.errors import EmberError
@@ -23,8 +25,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     up.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
                     help="broker config override, e.g. --config log.retention.ms=60000 (repeatable)")
     up.add_argument("--secure", action="store_true",
-                    help="create a CA, broker and client certificates under DATA/tls, serve every listener with "
-                         "TLS (client certificates required) and write the client configuration files")
+                    help="create a CA, broker and client certificates under DATA/tls and SCRAM users admin and "
+                         "broker (DATA/sasl), serve every listener with SASL_SSL (client certificates required "
+                         "too) and write the client configuration files")
     up.add_argument("--metrics", action="store_true",
                     help="serve Prometheus metrics and health checks on a loopback port per broker, and write "
                          "a Prometheus config for them into the data directory")
@@ -55,7 +58,7 @@ def cluster_up(args: argparse.Namespace) -> int:
         print(f"a cluster is already running under {args.data}; `ember cluster down --data {args.data}` first")
         return 1
     cluster = LocalCluster(args.data, broker_count=args.brokers, broker_config=_parse_overrides(args.config),
-                           metrics=args.metrics, secure=args.secure)
+                           metrics=args.metrics, secure=args.secure, sasl=args.secure)
     try:
         cluster.start(progress=print)
     except EmberError:
@@ -75,16 +78,23 @@ def cluster_up(args: argparse.Namespace) -> int:
 def print_client_configs(cluster: LocalCluster) -> None:
     """Where a client of the TLS cluster finds its settings, and how each kind of client uses them."""
     assert cluster.tls is not None
-    files = cluster.tls.write_client_configs(cluster.bootstrap, cluster.kafka_bootstrap)
-    print(f"TLS on every listener, client certificates required (CA: {cluster.tls.ca})\n"
-          f"ACLs on: this client certificate ({certificate_file_principal(cluster.tls.client.cert)}) and the "
-          f"brokers are super users; grant other principals with `ember acls add`\n"
+    files = cluster.tls.write_client_configs(cluster.bootstrap, cluster.kafka_bootstrap, cluster.scram)
+    if cluster.scram:
+        security = (f"SASL_SSL: SCRAM ({MECHANISM}) as user {ADMIN_USER}, whose password is in the files below "
+                    f"(owner-only); brokers log in to each other as User:{BROKER_USER}\n"
+                    f"ACLs on: User:{ADMIN_USER} and User:{BROKER_USER} are super users; grant other principals "
+                    f"with `ember acls add`\n")
+    else:
+        security = (f"ACLs on: this client certificate ({certificate_file_principal(cluster.tls.client.cert)}) and the "
+                    f"brokers are super users; grant other principals with `ember acls add`\n")
+    java = re.sub(r'password="(?:[^"\\]|\\.)*"', 'password="[hidden: see the file]"', files["java"].read_text())
+    print(f"TLS on every listener, client certificates required (CA: {cluster.tls.ca})\n{security}"
           f"client configuration:\n"
           f"  ember clients (Python):  {files['ember']}\n"
           f"      Producer(**json.load(open('{files['ember']}')))\n"
           f"  ember CLI, Kafka's Java tools (--command-config, --producer.config, --consumer.config):  {files['java']}\n"
           f"  librdkafka / confluent-kafka:  {files['librdkafka']}\n"
-          f"---\n{files['java'].read_text()}---\n"
+          f"---\n{java}---\n"
           f"try:  export EMBER_BOOTSTRAP={cluster.bootstrap} EMBER_CLIENT_CONFIG={files['java']}\n"
           f"      ember topics create demo --partitions 3")
 

@@ -21,7 +21,8 @@ def add_bootstrap(parser: argparse.ArgumentParser) -> None:
                         help=f"brokers to bootstrap from (default: $EMBER_BOOTSTRAP or {DEFAULT_BOOTSTRAP})")
     parser.add_argument("--command-config", default=os.environ.get("EMBER_CLIENT_CONFIG"), metavar="FILE",
                         help="client properties with Kafka's names: security.protocol, ssl.truststore.location, "
-                             "ssl.keystore.location (PEM files; default: $EMBER_CLIENT_CONFIG)")
+                             "ssl.keystore.location (PEM files), sasl.mechanism, sasl.jaas.config "
+                             "(default: $EMBER_CLIENT_CONFIG)")
 
 
 def client_options(args: argparse.Namespace) -> SecurityOptions:

@@ -58,7 +58,7 @@ class GroupListing(dict):
 class GroupAdmin:
     def __init__(self, bootstrap_servers: str | Iterable[str] = "127.0.0.1:9092", *,
                  request_timeout_ms: int = 30000, **security: Any) -> None:
-        """``security``: the TLS keywords of :class:`ember.security.client.SecurityOptions`."""
+        """``security``: the TLS and SASL keywords of :class:`ember.security.client.SecurityOptions`."""
         self.request_timeout_s = request_timeout_ms / 1000
         self._metadata = MetadataClient(bootstrap_servers, request_timeout_ms=request_timeout_ms,
                                         security=ClientSecurity.from_options(security, "GroupAdmin"))

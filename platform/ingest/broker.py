@@ -36,6 +36,7 @@ from ember.protocol.ember.api_cluster import ClusterApis
 from ember.protocol.ember.api_groups import GroupApis
 from ember.protocol.ember.api_leadership import LeadershipApis
 from ember.protocol.ember.api_records import RecordApis
+from ember.protocol.ember.api_sasl import SaslApis, ScramCredentialApis
 from ember.ingest.broker_config import BrokerConfig, TopicConfigPolicy
 from ember.protocol.ember.api_replication import ReplicationApis
 from ember.protocol.ember.dispatcher import Dispatcher
@@ -56,7 +57,12 @@ from ember.security.authorizer.acl_admin import AclAdmin
 from ember.security.authorizer.authorizer import Authorizer, authorizer_enabled, parse_super_users
 from ember.security.authorizer.store import AclStore
 from ember.security.client import ClientSecurity
+from ember.security.credential_store import CredentialStore
 from ember.security.listener import ListenerSecurity
+from ember.security.sasl_config import enabled_mechanisms, inter_broker_login
+from ember.security.sasl_server import SaslServerSettings
+from ember.security.scram import PLAIN, check_mechanism
+from ember.security.scram_admin import ScramAdmin
 
 if TYPE_CHECKING:
     from ember.metrics.requests import RequestObserver
@@ -113,13 +119,14 @@ class Broker:
     def __init__(self, options: BrokerOptions) -> None:
         self.options = options
         self.config = options.config
-        # TLS settings are checked (contexts built) before anything starts.
+        self.session = ZkSession(options.zookeeper, self.config.zookeeper_session_timeout_ms,
+                                 self.config.zookeeper_tls())
+        self.credentials = CredentialStore(self.session)
+        # TLS and SASL settings are checked (contexts built) before anything starts.
         self.listener_security = {listener.name: self._listener_security(listener.name)
                                   for listener in options.listeners.bind}
         self.inter_broker = InterBroker(options.listeners.inter_broker, self._inter_broker_security())
         self.logs = LogManager(options.data_dir, options.broker_id)
-        self.session = ZkSession(options.zookeeper, self.config.zookeeper_session_timeout_ms,
-                                 self.config.zookeeper_tls())
         self.cache = MetadataCache(self.session)
         # ACLs (authorizer.class.name): every broker checks requests against its watched copy.
         self.authorizer = Authorizer(parse_super_users(self.config.super_users),
@@ -169,14 +176,16 @@ class Broker:
         view = MetadataView(self.cache, topics.create if self.config.auto_create_topics_enable else None,
                             self.replicas.unavailable_reason, self.access)
         producer_ids = ProducerIdAllocator(self.session, options.broker_id)
+        scram = ScramAdmin(self.credentials)
         dispatcher = Dispatcher(
             ClusterApis(view).handlers(), RecordApis(self.replicas).handlers(),
             ReplicationApis(self.replicas).handlers(),
             AdminApis(topics, self.cache, producer_ids).handlers(),
             LeadershipApis(self.controller, self.access).handlers(), GroupApis(self.groups).handlers(),
-            AclApis(AclAdmin(self.access, self.acls)).handlers())
+            AclApis(AclAdmin(self.access, self.acls)).handlers(), SaslApis().handlers(),
+            ScramCredentialApis(scram, self.access).handlers())
         core = BrokerCore(options.broker_id, cluster_id, self.config, self.cache, self.replicas, view, topics,
-                          producer_ids, self.groups, self.controller, self.access, self.acls)
+                          producer_ids, self.groups, self.controller, scram, self.access, self.acls)
         max_bytes, max_idle_ms = self.config.socket_request_max_bytes, self.config.connections_max_idle_ms
         self.servers = [(listener.name, BrokerServer(dispatcher, listener.host, listener.port, max_bytes, max_idle_ms,
                                                      self._request_observer(listener.name),
@@ -206,25 +215,47 @@ class Broker:
     def _listener_security(self, name: str) -> ListenerSecurity:
         """What listener ``name`` enforces (raises InvalidConfig when its TLS settings are incomplete)."""
         protocol = self.options.listeners.protocol(name)
+        sasl = self._sasl_settings(name) if protocol.uses_sasl else None
         if not protocol.uses_tls:
-            return ListenerSecurity(name, protocol)
+            return ListenerSecurity(name, protocol, sasl=sasl)
         tls = self.config.tls_settings(name)
-        return ListenerSecurity(name, protocol, tls.server_context(), tls.handshake_timeout_ms / 1000)
+        return ListenerSecurity(name, protocol, tls.server_context(), tls.handshake_timeout_ms / 1000, sasl)
+
+    def _sasl_settings(self, name: str) -> SaslServerSettings:
+        mechanisms = enabled_mechanisms(self.config.listener_value(name, "sasl.enabled.mechanisms"), name)
+        if PLAIN in mechanisms and not self.options.listeners.protocol(name).uses_tls:
+            log.warning("listener %s enables SASL PLAIN without TLS: passwords cross the network in clear "
+                        "(development only; use SASL_SSL)", name)
+        return SaslServerSettings(mechanisms, self.credentials, self.config.sasl_handshake_timeout_ms,
+                                  self.config.sasl_server_max_receive_size)
 
     def _describe_security(self, name: str) -> str:
         protocol = self.options.listeners.protocol(name)
-        return f"SSL: {self.config.tls_settings(name).describe()}" if protocol.uses_tls else protocol.value
+        parts = [f"SSL: {self.config.tls_settings(name).describe()}"] if protocol.uses_tls else []
+        security = self.listener_security[name]
+        if security.sasl is not None:
+            parts.append(f"SASL: {','.join(security.sasl.mechanisms)}")
+        return "; ".join(parts) or protocol.value
 
     def _inter_broker_security(self) -> ClientSecurity:
         """How this broker connects to the others' inter-broker listener: with that listener's
-        TLS settings as a client (its truststore; its keystore for listeners requiring certificates)."""
+        TLS settings as a client (its truststore; its keystore for listeners requiring certificates)
+        and, on SASL_*, ``sasl.mechanism.inter.broker.protocol`` with the listener's JAAS login."""
         name = self.options.listeners.inter_broker
         protocol = self.options.listeners.protocol(name)
+        sasl: tuple[str | None, ...] = (None, None, None)
+        if protocol.uses_sasl:
+            mechanism = check_mechanism(self.config.sasl_mechanism_inter_broker_protocol.upper(),
+                                        "sasl.mechanism.inter.broker.protocol")
+            jaas = self.config.listener_value(name, f"{mechanism}.sasl.jaas.config") or self.config.sasl_jaas_config
+            login = inter_broker_login(jaas, name, mechanism)
+            sasl = (mechanism, login.username, login.password)
         if not protocol.uses_tls:
-            return ClientSecurity(protocol)
+            return ClientSecurity(protocol, sasl_mechanism=sasl[0], sasl_username=sasl[1], sasl_password=sasl[2])
         tls = self.config.tls_settings(name)
         return ClientSecurity(protocol, check_hostname=tls.endpoint_identification_algorithm == "https",
-                              context=tls.client_context())
+                              context=tls.client_context(), sasl_mechanism=sasl[0], sasl_username=sasl[1],
+                              sasl_password=sasl[2])
 
     def _request_observer(self, listener: str) -> "RequestObserver | None":
         """Counts and times the requests of one listener (None: metrics off)."""

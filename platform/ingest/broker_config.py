@@ -16,6 +16,7 @@ from ember.cluster.controller import ControllerConfig
 from ember.cluster.zk_session import ZooKeeperTls
 from ember.errors import InvalidConfig
 from ember.log.config import TOPIC_CONFIGS, ConfigDef, LogConfig
+from ember.security.sasl_config import SASL_CONFIGS, listener_setting
 from ember.security.tls import SSL_CONFIGS, TlsSettings
 
 log = logging.getLogger(__name__)
@@ -100,11 +101,12 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in (
     ConfigDef("advertised.listeners", "string", None, "The addresses clients are told, per listener name "
               "(default: listeners).", nullable=True),
     ConfigDef("listener.security.protocol.map", "string", None, "Security protocol per listener, NAME:PROTOCOL,... "
-              "with PLAINTEXT or SSL (SASL comes later); unset: PLAINTEXT (a listener named SSL: SSL).",
-              nullable=True),
+              "with PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL; unset: PLAINTEXT (a listener named after a "
+              "protocol, e.g. SSL: that protocol).", nullable=True),
     ConfigDef("inter.broker.listener.name", "string", "EMBER", "The listener brokers connect to each other on "
               "(follower fetches); it speaks ember's protocol.", nullable=True),
     *SSL_CONFIGS.values(),
+    *SASL_CONFIGS.values(),
     ConfigDef("authorizer.class.name", "string", "", "Turns ACLs on: ember.security.authorizer.AclAuthorizer, or "
               "Kafka's kafka.security.authorizer.AclAuthorizer / org.apache.kafka.metadata.authorizer."
               "StandardAuthorizer (aliases of ember's ZooKeeper-backed authorizer); empty: no authorization.",
@@ -225,7 +227,13 @@ class BrokerConfig:
     ssl_endpoint_identification_algorithm: Optional[str]
     ssl_principal_mapping_rules: str
     ssl_handshake_timeout_ms: int
-    #: ``listener.name.<name>.ssl.*`` overrides: {LISTENER: {ssl property: value}}.
+    sasl_enabled_mechanisms: str
+    sasl_mechanism_inter_broker_protocol: str
+    sasl_jaas_config: Optional[str] = field(repr=False)
+    sasl_handshake_timeout_ms: int
+    sasl_server_max_receive_size: int
+    #: ``listener.name.<name>.ssl.*`` and SASL overrides (``sasl.enabled.mechanisms``,
+    #: ``<MECHANISM>.sasl.jaas.config``): {LISTENER: {property: value}}.
     listener_overrides: dict[str, dict[str, Any]] = field(default_factory=dict, hash=False)
 
     @classmethod
@@ -239,6 +247,10 @@ class BrokerConfig:
                 listener, _, setting = name[len(_LISTENER_PREFIX):].partition(".")
                 if listener and setting in SSL_CONFIGS:
                     overrides.setdefault(listener.upper(), {})[setting] = SSL_CONFIGS[setting].parse(raw)
+                    continue
+                sasl = listener_setting(setting, raw) if listener else None
+                if sasl is not None:
+                    overrides.setdefault(listener.upper(), {})[sasl[0]] = sasl[1]
                     continue
             definition = BROKER_CONFIGS.get(name)
             if definition is None:
@@ -270,6 +282,12 @@ class BrokerConfig:
         over the broker-wide ones."""
         own = self.listener_overrides.get(listener.upper(), {})
         return TlsSettings.from_values(listener.upper(), lambda name: own[name] if name in own else self.get(name))
+
+    def listener_value(self, listener: str, name: str) -> Any:
+        """Property ``name`` for ``listener``: its ``listener.name.<name>.`` override, else the
+        broker-wide value (None for an override-only key such as ``SCRAM-SHA-256.sasl.jaas.config``)."""
+        own = self.listener_overrides.get(listener.upper(), {})
+        return own[name] if name in own else (self.get(name) if name in BROKER_CONFIGS else None)
 
     def topic_defaults(self) -> dict[str, Any]:
         """Topic config defaults this broker supplies (Kafka names), before topic overrides."""
@@ -317,14 +335,17 @@ class BrokerConfig:
     def describe(self) -> list[dict[str, Any]]:
         """DescribeConfigs entries of this broker's properties, as :meth:`describe_topic_config`
         (``source`` "broker" for a value other than the default: one set to its default reads as
-        a default). They are static: read from the properties file at start."""
+        a default; ``sensitive``: a password or key, whose value is never sent, as Kafka does).
+        They are static: read from the properties file at start."""
         entries = []
         for name, definition in BROKER_CONFIGS.items():
             value = self.get(name)
             source = "broker" if value != definition.default else "default"
-            entries.append({"name": name, "value": _text(value), "default": source == "default",
+            shown = None if definition.secret else _text(value)
+            entries.append({"name": name, "value": shown, "default": source == "default",
                             "doc": definition.doc, "type": definition.type, "source": source,
-                            "synonyms": [{"name": name, "value": _text(value), "source": source}]})
+                            "sensitive": definition.secret,
+                            "synonyms": [{"name": name, "value": shown, "source": source}]})
         return entries
 
 

@@ -15,6 +15,7 @@ from ember.ingest.replica_manager import ReplicaManager
 from ember.ingest.topic_changes import TopicChanges
 from ember.security.authorizer.access import ALLOW_ALL, Access
 from ember.security.authorizer.store import AclStore
+from ember.security.scram_admin import ScramAdmin
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,8 @@ class BrokerCore:
     #: This broker's controller: leadership changes (ElectLeaders, reassignments) run on it when
     #: it is the active one.
     controller: Controller
+    #: Users' SCRAM credentials (Describe/AlterUserScramCredentials).
+    scram: ScramAdmin
     #: The ACL checks (every check passes without ``authorizer.class.name``).
     access: Access = ALLOW_ALL
     #: The ACLs in ZooKeeper (None: no authorizer, so the ACL APIs answer SECURITY_DISABLED).

@@ -1,10 +1,11 @@
 """How a client secures its connections, from kafka-python's keyword names.
 
-Producer, Consumer, Admin and GroupAdmin take ``security_protocol`` ("PLAINTEXT" or "SSL"),
-``ssl_cafile``, ``ssl_certfile``, ``ssl_keyfile``, ``ssl_password``, ``ssl_check_hostname``
-(default True) and ``ssl_context`` (a ready :class:`ssl.SSLContext`, used as given);
-:class:`ClientSecurity` holds them, picklable (Spark ships it to executors) and without the
-password in its repr.
+Producer, Consumer, Admin and GroupAdmin take ``security_protocol`` ("PLAINTEXT", "SSL",
+"SASL_PLAINTEXT" or "SASL_SSL"), ``ssl_cafile``, ``ssl_certfile``, ``ssl_keyfile``,
+``ssl_password``, ``ssl_check_hostname`` (default True), ``ssl_context`` (a ready
+:class:`ssl.SSLContext`, used as given), ``sasl_mechanism`` (default SCRAM-SHA-512),
+``sasl_plain_username`` and ``sasl_plain_password``; :class:`ClientSecurity` holds them,
+picklable (Spark ships it to executors) and without the passwords in its repr.
 """
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, TypedDict
 
 from ember.errors import InvalidConfig
+from ember.security.jaas import parse_jaas
 from ember.security.protocol import SecurityProtocol, parse_protocol
+from ember.security.scram import SCRAM_SHA_512, check_mechanism
 from ember.security.tls import client_context
 
 
@@ -26,7 +29,13 @@ class SecurityOptions(TypedDict, total=False):
     ssl_keyfile: str
     ssl_password: str
     ssl_check_hostname: bool
+    sasl_mechanism: str
+    sasl_plain_username: str
+    sasl_plain_password: str
 
+
+#: ember's default; kafka-python's is PLAIN, which brokers enable only when listed (development).
+DEFAULT_SASL_MECHANISM = SCRAM_SHA_512
 
 OPTION_NAMES = tuple(SecurityOptions.__annotations__)
 
@@ -40,6 +49,9 @@ class ClientSecurity:
     password: Optional[str] = field(default=None, repr=False)
     check_hostname: bool = True
     context: Optional[ssl.SSLContext] = field(default=None, repr=False, compare=False)
+    sasl_mechanism: Optional[str] = None
+    sasl_username: Optional[str] = None
+    sasl_password: Optional[str] = field(default=None, repr=False)
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any], owner: str = "client") -> "ClientSecurity":
@@ -54,9 +66,10 @@ class ClientSecurity:
         if not protocol.uses_tls and given:
             raise InvalidConfig(f"{', '.join(given)} set but security_protocol is {protocol.value}: "
                                 f"set security_protocol='SSL' to connect with TLS")
+        sasl = _sasl_options(protocol, options)
         security = cls(protocol, options.get("ssl_cafile"), options.get("ssl_certfile"), options.get("ssl_keyfile"),
                        options.get("ssl_password"), bool(options.get("ssl_check_hostname", True)),
-                       options.get("ssl_context"))
+                       options.get("ssl_context"), *sasl)
         if protocol.uses_tls:
             security.ssl_context()   # bad files or a wrong password fail here, not at the first connection
         return security
@@ -65,15 +78,26 @@ class ClientSecurity:
     def uses_tls(self) -> bool:
         return self.protocol.uses_tls
 
+    @property
+    def uses_sasl(self) -> bool:
+        return self.protocol.uses_sasl
+
     def options(self) -> SecurityOptions:
         """Back to client keywords (what the Spark source hands the clients it creates)."""
         result = SecurityOptions(security_protocol=self.protocol.value, ssl_check_hostname=self.check_hostname)
         for name, value in (("ssl_cafile", self.cafile), ("ssl_certfile", self.certfile),
                             ("ssl_keyfile", self.keyfile), ("ssl_password", self.password),
-                            ("ssl_context", self.context)):
+                            ("ssl_context", self.context), ("sasl_mechanism", self.sasl_mechanism),
+                            ("sasl_plain_username", self.sasl_username),
+                            ("sasl_plain_password", self.sasl_password)):
             if value is not None:
                 result[name] = value   # type: ignore[literal-required]
         return result
+
+    def sasl_login(self) -> tuple[str, str, str]:
+        """(mechanism, username, password) of a SASL client."""
+        assert self.sasl_mechanism and self.sasl_username is not None and self.sasl_password is not None
+        return self.sasl_mechanism, self.sasl_username, self.sasl_password
 
     def ssl_context(self) -> ssl.SSLContext:
         """The context connections are wrapped with (``ssl_context`` when given)."""
@@ -90,6 +114,23 @@ class ClientSecurity:
         return self.__dict__.copy()
 
 
+def _sasl_options(protocol: SecurityProtocol, options: Mapping[str, Any]) -> tuple[Optional[str], ...]:
+    """(mechanism, username, password), all None unless ``protocol`` is SASL_*."""
+    given = sorted(name for name in OPTION_NAMES if name.startswith("sasl_") and options.get(name) is not None)
+    if not protocol.uses_sasl:
+        if given:
+            raise InvalidConfig(f"{', '.join(given)} set but security_protocol is {protocol.value}: set "
+                                f"security_protocol='SASL_SSL' (or 'SASL_PLAINTEXT') to authenticate with SASL")
+        return None, None, None
+    mechanism = check_mechanism(str(options.get("sasl_mechanism") or DEFAULT_SASL_MECHANISM).upper(),
+                                "sasl_mechanism")
+    username, password = options.get("sasl_plain_username"), options.get("sasl_plain_password")
+    if not username or password is None:
+        raise InvalidConfig(f"security_protocol={protocol.value} needs sasl_plain_username and sasl_plain_password "
+                            f"(or sasl.jaas.config in a properties file)")
+    return mechanism, str(username), str(password)
+
+
 #: Dotted client property -> client keyword: kafka-python's names with dots (what Spark options
 #: and ``--command-config`` files use) and Java's PEM names, so one client.properties serves
 #: Kafka's tools, ember's CLI and the Spark source.
@@ -104,6 +145,9 @@ _PROPERTY_KEYWORDS = {
     "ssl.key.password": "ssl_password",
     "ssl.check.hostname": "ssl_check_hostname",
     "ssl.endpoint.identification.algorithm": "ssl_check_hostname",
+    "sasl.mechanism": "sasl_mechanism",
+    "sasl.plain.username": "sasl_plain_username",
+    "sasl.plain.password": "sasl_plain_password",
 }
 #: Java's store types: only PEM files can be read here.
 _STORE_TYPES = ("ssl.truststore.type", "ssl.keystore.type")
@@ -111,11 +155,15 @@ _STORE_TYPES = ("ssl.truststore.type", "ssl.keystore.type")
 
 def options_from_properties(properties: Mapping[str, str], what: str) -> SecurityOptions:
     """The security keywords in client ``properties`` (names case-insensitive); other names than
-    ``security.*`` and ``ssl.*`` are left to the caller. ``what`` names the source in errors."""
+    ``security.*``, ``ssl.*`` and ``sasl.*`` are left to the caller. ``what`` names the source in errors."""
     result: dict[str, Any] = {}
     for raw_name, value in properties.items():
         name = raw_name.lower()
-        if not name.startswith(("ssl.", "security.")):
+        if not name.startswith(("ssl.", "security.", "sasl.")):
+            continue
+        if name == "sasl.jaas.config":
+            login = parse_jaas(str(value), f"{what}: {raw_name}")
+            result.update(sasl_plain_username=login.username, sasl_plain_password=login.password)
             continue
         if name in _STORE_TYPES:
             if str(value).strip().upper() != "PEM":
@@ -125,7 +173,7 @@ def options_from_properties(properties: Mapping[str, str], what: str) -> Securit
         keyword = _PROPERTY_KEYWORDS.get(name)
         if keyword is None:
             raise InvalidConfig(f"{what}: unsupported setting {raw_name!r}; supported: "
-                                f"{', '.join(sorted(_PROPERTY_KEYWORDS))}, {', '.join(_STORE_TYPES)} (PEM)")
+                                f"{', '.join(sorted(_PROPERTY_KEYWORDS))}, sasl.jaas.config, {', '.join(_STORE_TYPES)} (PEM)")
         result[keyword] = _keyword_value(name, str(value).strip(), what)
     return SecurityOptions(**result)   # type: ignore[typeddict-item]
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ember.security.protocol import SecurityProtocol
+from ember.security.sasl_server import SaslServerSettings
 from ember.security.session import ANONYMOUS, Session, certificate_principal
 
 log = logging.getLogger(__name__)
@@ -25,11 +26,13 @@ _NOT_TLS = ("WRONG_VERSION_NUMBER", "HTTP_REQUEST", "UNSUPPORTED_PROTOCOL", "REC
 
 @dataclass(frozen=True)
 class ListenerSecurity:
-    """What one listener enforces; ``context`` is its TLS server context (None: plaintext)."""
+    """What one listener enforces; ``context`` is its TLS server context (None: plaintext),
+    ``sasl`` what clients must authenticate with (None: no SASL)."""
     listener: str
     protocol: SecurityProtocol = SecurityProtocol.PLAINTEXT
     context: Optional[ssl.SSLContext] = None
     handshake_timeout_s: float = 10.0
+    sasl: Optional[SaslServerSettings] = None
 
     @property
     def uses_tls(self) -> bool:

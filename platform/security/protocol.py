@@ -1,8 +1,9 @@
 """Kafka's security protocols, per listener (``listener.security.protocol.map``) and per client
 (``security_protocol``).
 
-PLAINTEXT and SSL are served now; SASL_PLAINTEXT and SASL_SSL are Kafka's names for the SASL
-phase and are refused with a message saying so, never silently served in plain text.
+PLAINTEXT and SSL carry no identity beyond a TLS client certificate; SASL_PLAINTEXT and SASL_SSL
+make every client authenticate (SCRAM or PLAIN, :mod:`ember.security.sasl_server`) before any
+other request, SASL_SSL over TLS.
 """
 from __future__ import annotations
 
@@ -21,22 +22,22 @@ class SecurityProtocol(str, Enum):
     def uses_tls(self) -> bool:
         return self in (SecurityProtocol.SSL, SecurityProtocol.SASL_SSL)
 
+    @property
+    def uses_sasl(self) -> bool:
+        return self in (SecurityProtocol.SASL_PLAINTEXT, SecurityProtocol.SASL_SSL)
 
-#: What is served today.
-SUPPORTED = (SecurityProtocol.PLAINTEXT, SecurityProtocol.SSL)
+
+SUPPORTED = tuple(SecurityProtocol)
 
 
 def parse_protocol(value: str, what: str) -> SecurityProtocol:
-    """``value`` as a supported protocol; ``what`` names the setting in the error."""
+    """``value`` as a protocol; ``what`` names the setting in the error."""
     name = str(value).strip().upper()
     try:
         protocol = SecurityProtocol(name)
     except ValueError:
         raise InvalidConfig(f"{what}: unknown security protocol {value!r}; use "
-                            f"{' or '.join(p.value for p in SUPPORTED)}") from None
-    if protocol not in SUPPORTED:
-        raise InvalidConfig(f"{what}: {protocol.value} is not yet supported (SASL comes in a later release); "
-                            f"use {' or '.join(p.value for p in SUPPORTED)}")
+                            f"{', '.join(p.value for p in SUPPORTED)}") from None
     return protocol
 
 

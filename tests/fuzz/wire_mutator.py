@@ -128,6 +128,15 @@ class RequestTemplates:
             ApiKey.DELETE_GROUPS: self.delete_groups, ApiKey.ELECT_LEADERS: self.elect_leaders,
             ApiKey.ALTER_PARTITION_REASSIGNMENTS: self.alter_partition_reassignments,
             ApiKey.CREATE_PARTITIONS: self.create_partitions, ApiKey.DELETE_RECORDS: self.delete_records,
+            ApiKey.SASL_HANDSHAKE: lambda rng: Request(ApiKey.SASL_HANDSHAKE, {"mechanism": "SCRAM-SHA-512"}),
+            ApiKey.SASL_AUTHENTICATE: lambda rng: Request(ApiKey.SASL_AUTHENTICATE, {}, [b"n,,n=fz,r=abc"]),
+            ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: lambda rng: Request(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS,
+                                                                        {"users": None}),
+            ApiKey.ALTER_USER_SCRAM_CREDENTIALS: lambda rng: Request(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, {
+                "upsertions": [], "deletions": [{"name": f"fz-user{rng.randrange(4)}", "mechanism": 1}]}),
+            ApiKey.DESCRIBE_ACLS: lambda rng: Request(ApiKey.DESCRIBE_ACLS, {"resource_type": "Topic"}),
+            ApiKey.CREATE_ACLS: lambda rng: Request(ApiKey.CREATE_ACLS, {"acls": [self._acl(rng)]}),
+            ApiKey.DELETE_ACLS: lambda rng: Request(ApiKey.DELETE_ACLS, {"filters": [self._acl(rng)]}),
         }
         # Record APIs carry most real traffic; weigh them up.
         self._weights = {key: 6 if key in (ApiKey.PRODUCE, ApiKey.FETCH) else 1 for key in self._builders}
@@ -138,6 +147,12 @@ class RequestTemplates:
         return self._builders[key](rng)
 
     # -- helpers --
+
+    @staticmethod
+    def _acl(rng: random.Random) -> dict[str, str]:
+        """An ACL on a topic of the fuzz's own (without an authorizer the broker answers SECURITY_DISABLED)."""
+        return {"resource_type": "Topic", "resource_name": f"fz-acl{rng.randrange(4)}", "principal": "User:fz",
+                "operation": rng.choice(["Read", "Write"]), "permission": "Allow"}
 
     def _tp(self, rng: random.Random) -> dict[str, Any]:
         topic = rng.choice(sorted(self.targets.topics))

@@ -1,6 +1,7 @@
 """``ember cluster up --secure`` prints client configuration that works as printed: the JSON of
 ember client keywords for Python, and the client.properties the ember CLI reads through
-``EMBER_CLIENT_CONFIG`` (the same file Kafka's Java tools take)."""
+``EMBER_CLIENT_CONFIG`` (the same file Kafka's Java tools take), both logging in with SCRAM as the
+cluster's admin user, whose password is never printed and sits in owner-only files."""
 from __future__ import annotations
 
 import json
@@ -31,7 +32,11 @@ def test_cluster_up_secure_prints_a_config_that_clients_use_as_printed(tmp_path:
         assert up.returncode == 0, up.stdout + up.stderr
         client_json = re.search(r"Producer\(\*\*json\.load\(open\('([^']+)'\)\)\)", up.stdout)[1]
         exports = dict(pair.split("=", 1) for pair in re.search(r"export (.+)", up.stdout)[1].split())
-        assert exports["EMBER_CLIENT_CONFIG"] in up.stdout and "security.protocol=SSL" in up.stdout
+        assert exports["EMBER_CLIENT_CONFIG"] in up.stdout and "security.protocol=SASL_SSL" in up.stdout
+        password = json.loads((data / "sasl" / "credentials.json").read_text())["admin"]
+        assert password not in up.stdout   # printed masked; the files holding it are the owner's only
+        assert all((data / "tls" / name).stat().st_mode & 0o077 == 0
+                   for name in ("client.json", "client.properties", "librdkafka.properties"))
 
         created = ember("topics", "create", "secured", "--partitions", "2", env=exports)
         assert created.returncode == 0, created.stderr

@@ -42,12 +42,6 @@ def test_without_a_map_listeners_are_plaintext_unless_named_after_a_protocol():
         SecurityProtocol.PLAINTEXT, SecurityProtocol.PLAINTEXT, SecurityProtocol.SSL]
 
 
-@pytest.mark.parametrize("protocol_map", ["EMBER:SASL_SSL", "EMBER:SASL_PLAINTEXT"])
-def test_sasl_protocols_are_refused_as_not_yet_supported(protocol_map):
-    with pytest.raises(InvalidConfig, match="SASL_.* is not yet supported"):
-        ListenerConfig.resolve(LISTEN, None, None, protocol_map)
-
-
 def test_the_inter_broker_listener_speaks_embers_protocol_and_must_exist():
     config = ListenerConfig.resolve(LISTEN, "KAFKA://127.0.0.1:9093,REPLICATION://10.0.0.1:9094", None,
                                     "EMBER:SSL,KAFKA:SSL,REPLICATION:PLAINTEXT", "replication")

@@ -28,7 +28,6 @@ def test_listen_is_the_ember_listener_and_advertised_listeners_override_by_name(
     (None, "KAFKA://127.0.0.1:9093", None, "no EMBER listener"),
     (("127.0.0.1", 1), "EMBER://127.0.0.1:2", None, "disagree"),
     (("127.0.0.1", 1), "KAFKA://a:2,KAFKA://a:3", None, "more than once"),
-    (("127.0.0.1", 1), "SASL_SSL://a:2", None, "not yet supported"),
     (("127.0.0.1", 1), "KAFKA://0.0.0.0:2", None, "cannot be advertised"),
     (("127.0.0.1", 1), "KAFKA://a:2", "OTHER://b:3", "does not bind"),
     (("127.0.0.1", 1), "KAFKA:a:2", None, "NAME://HOST:PORT"),
@@ -50,7 +49,9 @@ def test_every_advertised_version_has_kafkas_schema_except_rejected_produce_v0_t
                     ApiKey.DESCRIBE_CONFIGS, ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS,
                     ApiKey.DESCRIBE_CLUSTER, ApiKey.DESCRIBE_TOPIC_PARTITIONS, ApiKey.ELECT_LEADERS,
                     ApiKey.ALTER_PARTITION_REASSIGNMENTS, ApiKey.LIST_PARTITION_REASSIGNMENTS, ApiKey.DESCRIBE_LOG_DIRS,
-                    ApiKey.DESCRIBE_ACLS, ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS}
+                    ApiKey.DESCRIBE_ACLS, ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS,
+                    ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE, ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS,
+                    ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 48}   # 48: DescribeClientQuotas (none)
     for key, low, high in supported:
         for version in range(low, high + 1):
             if key == ApiKey.PRODUCE and version < 3:

@@ -6,7 +6,10 @@ answered in the order they were sent (the unread ones wait in the socket buffer,
 the back-pressure). Fetch payloads go out with ``loop.sendfile`` straight from segment files;
 on a TLS listener they are read and written through the TLS transport instead (no zero-copy
 there, as in Kafka: the bytes must be encrypted). A connection starts with
-:func:`ember.security.listener.establish` (the TLS handshake, the connection's session).
+:func:`ember.security.listener.establish` (the TLS handshake, the connection's session); on a SASL
+listener, requests go to :attr:`BrokerServer.authenticate` until the client has authenticated,
+which bounds the whole exchange by ``sasl.handshake.timeout.ms`` and its frames by
+``sasl.server.max.receive.size``, and closes the connection after a failure's response.
 A frame over ``socket.request.max.bytes``, a truncated header or a body that is not JSON is
 logged and closes that connection only. So is a connection that takes longer than
 ``connections.max.idle.ms`` to start its next request, to send the rest of a started one (a client
@@ -25,7 +28,9 @@ from typing import TYPE_CHECKING, Awaitable, Callable
 from ember.errors import EmberError
 from ember.protocol.ember.wire import FRAME_LENGTH, Request, check_frame_size, decode_request, response_prefix
 from ember.protocol.ember.reply import CloseConnection, FileRegion, Reply
+from ember.protocol.ember.api_sasl import authenticate as authenticate_ember
 from ember.security.listener import ListenerSecurity, establish
+from ember.security.sasl_server import RawSaslToken, SaslServer
 from ember.security.session import current_session, enter_session
 
 if TYPE_CHECKING:
@@ -61,12 +66,16 @@ class _Watchdog:
         self._max_idle_ms = max_idle_ms
         self._handle: asyncio.Handle | None = None
         self._step = ""
+        self._limit = (max_idle_ms, f"connections.max.idle.ms={max_idle_ms}")
         self.expired: str | None = None
 
-    def arm(self, step: str) -> None:
+    def arm(self, step: str, limit: tuple[int, str] | None = None) -> None:
+        """Expire after ``connections.max.idle.ms``, or ``limit``: (milliseconds, the setting it
+        comes from as the log line names it)."""
         self.disarm()
         self._step = step
-        self._handle = asyncio.get_running_loop().call_later(self._max_idle_ms / 1000, self._expire)
+        self._limit = limit or (self._max_idle_ms, f"connections.max.idle.ms={self._max_idle_ms}")
+        self._handle = asyncio.get_running_loop().call_later(self._limit[0] / 1000, self._expire)
 
     def watch_client(self, reader: asyncio.StreamReader) -> None:
         self.disarm()
@@ -85,8 +94,7 @@ class _Watchdog:
 
     def _expire_now(self) -> None:
         self._handle = None
-        self.expired = (f"{self._step} took longer than connections.max.idle.ms={self._max_idle_ms}; "
-                        f"the client may reconnect")
+        self.expired = f"{self._step} took longer than {self._limit[1]}; the client may reconnect"
         self._task.cancel()
 
     def _check_client(self, reader: asyncio.StreamReader) -> None:
@@ -104,6 +112,8 @@ class _Watchdog:
 class BrokerServer:
     #: Turns a frame (without its length) into a request; the Kafka listener decodes its own.
     decode_frame = staticmethod(decode_request)
+    #: Answers a request on a SASL listener before the client has authenticated (Kafka's own).
+    authenticate = staticmethod(authenticate_ember)
 
     def __init__(self, dispatch: Dispatch, host: str, port: int, max_frame_bytes: int,
                  max_idle_ms: int, observer: "RequestObserver | None" = None,
@@ -151,14 +161,17 @@ class BrokerServer:
             if session is None:
                 return
             enter_session(session)
+            sasl = SaslServer(self.security.sasl) if self.security.sasl is not None else None
             while True:
-                request = await self._read_request(reader, watchdog)
+                pending = sasl if sasl is not None and not sasl.complete else None
+                request = await self._read_request(reader, watchdog, pending)
                 if request is None:
                     break
                 timer = self.observer.start(request.api_key) if self.observer is not None else None
                 try:
                     watchdog.watch_client(reader)
-                    reply = await self.dispatch(request)
+                    reply = await (self.dispatch(request) if pending is None
+                                   else self.authenticate(request, pending, self.dispatch))
                     watchdog.disarm()
                     if timer is not None:
                         timer.handled(reply)
@@ -169,6 +182,8 @@ class BrokerServer:
                 finally:
                     if timer is not None:
                         timer.done()
+                if pending is not None and pending.close_reason is not None:
+                    raise CloseConnection(f"on listener {self.security.listener}: {pending.close_reason}")
         except EmberError as exc:
             log.warning("closing connection from %s: %s", peer, exc)
         except CloseConnection as exc:
@@ -186,10 +201,13 @@ class BrokerServer:
             else:
                 writer.close()
 
-    async def _read_request(self, reader: asyncio.StreamReader, watchdog: _Watchdog) -> Request | None:
+    async def _read_request(self, reader: asyncio.StreamReader, watchdog: _Watchdog,
+                            sasl: SaslServer | None = None) -> Request | None:
         """The next request, None at a clean end of stream; raises EmberError on bad frames.
-        The wait for the length prefix and the read of the frame are each bounded by ``watchdog``."""
-        watchdog.arm("sending the next request")
+        The wait for the length prefix and the read of the frame are each bounded by ``watchdog``;
+        while ``sasl`` (an authentication in progress) is given, by what is left of its timeout,
+        and frames by Kafka's ``sasl.server.max.receive.size``."""
+        watchdog.arm("authenticating" if sasl is not None else "sending the next request", _sasl_limit(sasl))
         try:
             head = await reader.readexactly(FRAME_LENGTH.size)
         except asyncio.IncompleteReadError as exc:
@@ -197,9 +215,11 @@ class BrokerServer:
                 raise
             return None
         (size,) = FRAME_LENGTH.unpack(head)
-        check_frame_size(size, self.max_frame_bytes)
-        watchdog.arm(f"sending a request frame of {size} bytes")
-        return self.decode_frame(await reader.readexactly(size))
+        check_frame_size(size, self.max_frame_bytes if sasl is None
+                         else min(self.max_frame_bytes, sasl.settings.max_receive_size))
+        watchdog.arm(f"sending a request frame of {size} bytes", _sasl_limit(sasl))
+        frame = await reader.readexactly(size)
+        return RawSaslToken(frame) if sasl is not None and sasl.raw else self.decode_frame(frame)  # type: ignore[return-value]
 
     async def _write(self, writer: asyncio.StreamWriter, correlation_id: int, reply: Reply) -> None:
         try:
@@ -218,6 +238,11 @@ class BrokerServer:
             await writer.drain()
         finally:
             reply.close()
+
+
+def _sasl_limit(sasl: SaslServer | None) -> tuple[int, str] | None:
+    """What is left of an authentication's time (None: no authentication in progress)."""
+    return None if sasl is None else (sasl.remaining_ms(), f"sasl.handshake.timeout.ms={sasl.settings.timeout_ms}")
 
 
 async def _write_region(writer: asyncio.StreamWriter, region: FileRegion) -> None:

@@ -34,7 +34,8 @@ SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 def kafka_config(entry: dict[str, Any], read_only: bool, synonyms: bool, documentation: bool) -> dict[str, Any]:
     """One DescribeConfigs (and CreateTopics v5+) config entry from the core's description."""
-    return {"name": entry["name"], "value": entry["value"], "read_only": read_only, "is_sensitive": False,
+    return {"name": entry["name"], "value": entry["value"], "read_only": read_only,
+            "is_sensitive": entry.get("sensitive", False),
             "config_source": SOURCES[entry["source"]],
             "synonyms": [{**s, "source": SOURCES[s["source"]]} for s in entry["synonyms"]] if synonyms else [],
             "config_type": _TYPES.get(entry["type"], 0), "documentation": entry["doc"] if documentation else None}

@@ -22,6 +22,7 @@ from ember.protocol.kafka.handlers_configs import ConfigHandlers
 from ember.protocol.kafka.handlers_groups import GroupHandlers
 from ember.protocol.kafka.handlers_leadership import LeadershipHandlers
 from ember.protocol.kafka.handlers_records import RecordHandlers
+from ember.protocol.kafka.handlers_sasl import ScramCredentialHandlers, SaslHandlers, authenticate as authenticate_kafka
 from ember.security.listener import ListenerSecurity
 
 if TYPE_CHECKING:
@@ -29,6 +30,8 @@ if TYPE_CHECKING:
 
 
 class KafkaServer(BrokerServer):
+    authenticate = staticmethod(authenticate_kafka)   # type: ignore[assignment]
+
     def __init__(self, dispatcher: KafkaDispatcher, host: str, port: int, max_frame_bytes: int,
                  max_idle_ms: int, observer: "RequestObserver | None" = None,
                  security: ListenerSecurity | None = None) -> None:
@@ -47,8 +50,8 @@ def kafka_dispatcher(core: BrokerCore, listener: str, observer: "RequestObserver
     dispatcher = KafkaDispatcher(RecordHandlers(core).apis(), ClusterHandlers(core, listener).apis(),
                                  AdminHandlers(core).apis(), GroupHandlers(core, listener).apis(),
                                  GroupAdminHandlers(core).apis(), ConfigHandlers(core).apis(),
-                                 LeadershipHandlers(core).apis(), AclHandlers(core).apis(),
-                                 observer=observer)
+                                 LeadershipHandlers(core).apis(), AclHandlers(core).apis(), SaslHandlers().apis(),
+                                 ScramCredentialHandlers(core).apis(), observer=observer)
     dispatcher.apis.update(ApiVersionsHandler(dispatcher.supported).apis())
     return dispatcher
 

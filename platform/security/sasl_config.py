@@ -1,0 +1,68 @@
+"""A broker's SASL settings, Kafka's names.
+
+``sasl.enabled.mechanisms`` (per listener: ``listener.name.<l>.sasl.enabled.mechanisms``) says
+what a SASL listener accepts; ``sasl.mechanism.inter.broker.protocol`` and the JAAS login of the
+inter-broker listener (``listener.name.<l>.<mechanism>.sasl.jaas.config``, else
+``sasl.jaas.config``) say how this broker authenticates to the others.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ember.errors import InvalidConfig
+from ember.log.config import ConfigDef
+from ember.security.jaas import JaasLogin, parse_jaas
+from ember.security.scram import SCRAM_SHA_256, SCRAM_SHA_512, check_mechanism, parse_mechanisms
+
+DEFAULT_MECHANISMS = f"{SCRAM_SHA_512},{SCRAM_SHA_256}"
+
+SASL_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in (
+    ConfigDef("sasl.enabled.mechanisms", "string", DEFAULT_MECHANISMS, "SASL mechanisms a SASL listener accepts: "
+              "SCRAM-SHA-512, SCRAM-SHA-256, PLAIN (development only: the password crosses the network, so only "
+              "over SASL_SSL). Kafka's default is GSSAPI, which ember does not serve."),
+    ConfigDef("sasl.mechanism.inter.broker.protocol", "string", SCRAM_SHA_512, "SASL mechanism brokers authenticate "
+              "to each other with when the inter-broker listener is SASL_*."),
+    ConfigDef("sasl.jaas.config", "string", None, "JAAS login of this broker towards the other brokers "
+              "(ScramLoginModule or PlainLoginModule with username and password), when no "
+              "listener.name.<l>.<mechanism>.sasl.jaas.config is set.", nullable=True, secret=True),
+    ConfigDef("sasl.handshake.timeout.ms", "int", 10000, "How long a client on a SASL listener has, from its "
+              "connection (after TLS), to authenticate before the connection is closed (ember's setting).",
+              minimum=1, maximum=(1 << 31) - 1),
+    ConfigDef("sasl.server.max.receive.size", "int", 524288, "Largest request accepted before authentication.",
+              minimum=1024, maximum=(1 << 31) - 1),
+)}
+
+#: Settings that may be given per listener as ``listener.name.<l>.<setting>``.
+PER_LISTENER = ("sasl.enabled.mechanisms",)
+_MECHANISM_JAAS = re.compile(r"(?P<mechanism>[a-z0-9-]+)\.sasl\.jaas\.config", re.I)
+
+
+def listener_setting(setting: str, raw: Any) -> tuple[str, Any] | None:
+    """A ``listener.name.<l>.<setting>`` SASL override as (key, parsed value); None when not SASL."""
+    if setting in PER_LISTENER:
+        return setting, SASL_CONFIGS[setting].parse(raw)
+    match = _MECHANISM_JAAS.fullmatch(setting)
+    if match is not None:
+        mechanism = check_mechanism(match["mechanism"].upper(), f"listener.name.*.{setting}")
+        return f"{mechanism}.sasl.jaas.config", str(raw)
+    return None
+
+
+def enabled_mechanisms(value: str, listener: str) -> tuple[str, ...]:
+    return parse_mechanisms(value, f"sasl.enabled.mechanisms of listener {listener}")
+
+
+def inter_broker_login(jaas: str | None, listener: str, mechanism: str) -> JaasLogin:
+    """The inter-broker login, which must name a user and password and match ``mechanism``'s family."""
+    what = f"listener.name.{listener.lower()}.{mechanism.lower()}.sasl.jaas.config (or sasl.jaas.config)"
+    if not jaas:
+        raise InvalidConfig(f"the inter-broker listener {listener} uses SASL: set {what} to this broker's login, "
+                            f"e.g. org.apache.kafka.common.security.scram.ScramLoginModule required "
+                            f"username=\"broker\" password=\"...\";")
+    login = parse_jaas(jaas, what)
+    if login.is_plain != (mechanism == "PLAIN"):
+        raise InvalidConfig(f"{what}: {login.module} does not serve sasl.mechanism.inter.broker.protocol={mechanism}")
+    if not login.username or not login.password:
+        raise InvalidConfig(f"{what}: the login needs username and password options")
+    return login

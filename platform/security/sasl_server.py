@@ -1,0 +1,193 @@
+"""The broker's side of SASL: one :class:`SaslServer` per connection on a SASL listener.
+
+Both protocols drive it the same way (Kafka's SaslHandshake then SaslAuthenticate, which ember's
+protocol copies): :meth:`SaslServer.handshake` picks the mechanism, :meth:`SaslServer.authenticate`
+runs one step of it. SCRAM-SHA-256/512 run on :mod:`scramp`'s server state machine against the
+credentials in ZooKeeper (:class:`~ember.security.credential_store.CredentialStore`); PLAIN
+checks the password against the user's SCRAM credential. An unknown user gets a made-up salt and
+fails at the proof, like a wrong password, so the exchange does not tell which users exist; both
+get Kafka's message. On success the connection's session takes the principal ``User:<name>``.
+Steps run on a worker thread (a ZooKeeper read on a cache miss, PBKDF2 for PLAIN), never on the
+broker's event loop.
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import hmac
+import logging
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Optional, Protocol
+
+import scramp
+
+from ember.errors import ErrorCode, IllegalSaslState, SaslAuthenticationFailed
+from ember.security.credential_store import CredentialStore
+from ember.security.scram import PLAIN, SCRAM_MECHANISMS, SCRAM_SHA_512, ScramCredential, password_matches
+from ember.security.session import Session, current_session, enter_session
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SaslServerSettings:
+    """What one SASL listener accepts."""
+    mechanisms: tuple[str, ...]
+    store: CredentialStore = field(repr=False)
+    #: The whole authentication must be over by then (ember's ``sasl.handshake.timeout.ms``).
+    timeout_ms: int = 10000
+    #: Largest frame before authentication (Kafka's ``sasl.server.max.receive.size``).
+    max_receive_size: int = 524288
+    #: Keys the made-up credentials of unknown users, so they are stable per broker.
+    secret: bytes = field(default_factory=lambda: secrets.token_bytes(32), repr=False)
+
+
+def failure_message(mechanism: str) -> str:
+    """Kafka's own message for bad credentials (the same for an unknown user)."""
+    return f"Authentication failed during authentication due to invalid credentials with SASL mechanism {mechanism}"
+
+
+class _Mechanism(Protocol):
+    user: Optional[str]
+    complete: bool
+
+    def step(self, token: bytes) -> bytes:
+        """The server's answer to ``token``; raises SaslAuthenticationFailed."""
+
+
+class _Scram:
+    def __init__(self, name: str, settings: SaslServerSettings) -> None:
+        self.name, self.settings = name, settings
+        self.user: Optional[str] = None
+        self.complete = False
+        self._known = True
+        self._server = scramp.ScramMechanism(name).make_server(self._auth_info)
+
+    def _auth_info(self, user: str) -> tuple[bytes, bytes, bytes, int]:
+        self.user = user
+        credential = self.settings.store.credential(user, self.name)
+        if credential is None:
+            self._known = False
+            credential = self._decoy(user)
+        return credential.auth_info()
+
+    def _decoy(self, user: str) -> ScramCredential:
+        seed = hmac.new(self.settings.secret, f"{self.name}\0{user}".encode(), hashlib.sha256).digest()
+        return ScramCredential(seed[:24], secrets.token_bytes(64), secrets.token_bytes(64), 4096)
+
+    def step(self, token: bytes) -> bytes:
+        try:
+            if self._server.stage is None:
+                self._server.set_client_first(token.decode())
+                return self._server.get_server_first().encode()
+            self._server.set_client_final(token.decode())
+            answer = self._server.get_server_final().encode()
+        except (scramp.ScramException, UnicodeDecodeError) as exc:
+            reason = "unknown user" if not self._known else _scram_reason(exc)
+            raise SaslAuthenticationFailed(failure_message(self.name)) from _Reason(reason)
+        if not self._known:   # a proof cannot match a made-up credential; never reached in practice
+            raise SaslAuthenticationFailed(failure_message(self.name)) from _Reason("unknown user")
+        self.complete = True
+        return answer
+
+
+def _scram_reason(exc: BaseException) -> str:
+    text = str(exc.args[0] if exc.args else exc)
+    return "wrong password" if "client keys don't match" in text else text
+
+
+class _Plain:
+    """RFC 4616: ``[authzid] NUL authcid NUL passwd`` in one message."""
+
+    def __init__(self, settings: SaslServerSettings) -> None:
+        self.settings = settings
+        self.user: Optional[str] = None
+        self.complete = False
+
+    def step(self, token: bytes) -> bytes:
+        parts = token.split(b"\0")
+        if len(parts) != 3:
+            raise SaslAuthenticationFailed("Invalid SASL/PLAIN response: expected 3 tokens") from _Reason("malformed")
+        authzid, user, password = (p.decode(errors="replace") for p in parts)
+        self.user = user
+        if authzid and authzid != user:
+            raise SaslAuthenticationFailed("Authentication failed: Client requested an authorization id that is "
+                                           "different from username") from _Reason("authorization id differs")
+        for mechanism in (SCRAM_SHA_512, *SCRAM_MECHANISMS):
+            credential = self.settings.store.credential(user, mechanism)
+            if credential is not None:
+                if password_matches(mechanism, credential, password):
+                    self.complete = True
+                    return b""
+                break
+        raise SaslAuthenticationFailed("Authentication failed: Invalid username or password") \
+            from _Reason("unknown user or wrong password")
+
+
+class _Reason(Exception):
+    """Why an authentication failed, for the broker log only (the client gets Kafka's message)."""
+
+
+@dataclass(frozen=True)
+class RawSaslToken:
+    """A SASL token sent without a request header: Kafka's SaslHandshake v0 has the client send its
+    tokens as bare length-prefixed frames (the server answers the same way)."""
+    token: bytes
+    api_key: int = 36   # counted as SaslAuthenticate
+    correlation_id: int = 0
+
+
+class SaslServer:
+    """One connection's authentication: handshake, then steps until complete or failed."""
+
+    def __init__(self, settings: SaslServerSettings) -> None:
+        self.settings = settings
+        self.deadline = time.monotonic() + settings.timeout_ms / 1000
+        self.mechanism: Optional[str] = None
+        self._mechanism: Optional[_Mechanism] = None
+        #: Why the connection must close after the current response (None: it stays open).
+        self.close_reason: Optional[str] = None
+        #: The client sends bare tokens (:class:`RawSaslToken`) after a SaslHandshake v0.
+        self.raw = False
+
+    @property
+    def complete(self) -> bool:
+        return self._mechanism is not None and self._mechanism.complete
+
+    def remaining_ms(self) -> int:
+        return max(int((self.deadline - time.monotonic()) * 1000), 1)
+
+    def handshake(self, mechanism: str) -> int:
+        """The error code of a SaslHandshake asking for ``mechanism``."""
+        if self._mechanism is not None:
+            self.close_reason = "SaslHandshake sent twice"
+            return ErrorCode.ILLEGAL_SASL_STATE
+        if mechanism not in self.settings.mechanisms:
+            self.close_reason = (f"the client asked for SASL mechanism {mechanism!r}; this listener enables "
+                                 f"{', '.join(self.settings.mechanisms)}")
+            return ErrorCode.UNSUPPORTED_SASL_MECHANISM
+        self.mechanism = mechanism
+        self._mechanism = _Plain(self.settings) if mechanism == PLAIN else _Scram(mechanism, self.settings)
+        return ErrorCode.NONE
+
+    async def authenticate(self, token: bytes) -> bytes:
+        """One step: the server's token. Raises SaslAuthenticationFailed (logged; the connection
+        closes after the response) or IllegalSaslState (no handshake yet)."""
+        mechanism = self._mechanism
+        if mechanism is None or mechanism.complete:
+            self.close_reason = "SaslAuthenticate sent " + ("before SaslHandshake" if mechanism is None else "twice")
+            raise IllegalSaslState(f"{self.close_reason}; a client authenticates once, after the handshake")
+        session = current_session()
+        try:
+            answer = await asyncio.to_thread(mechanism.step, token)
+        except SaslAuthenticationFailed as exc:   # the server logs close_reason as it closes
+            reason = exc.__cause__ or exc
+            self.close_reason = f"SASL authentication failed ({self.mechanism}, user {mechanism.user!r}: {reason})"
+            raise
+        if mechanism.complete and session is not None:
+            enter_session(dataclasses.replace(session, principal=f"User:{mechanism.user}"))
+            log.debug("client %s authenticated as User:%s with %s", session.peer, mechanism.user, self.mechanism)
+        return answer
