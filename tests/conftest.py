@@ -1,5 +1,5 @@
 """Shared fixtures: real local clusters (ZooKeeper + broker processes) started by ember's own launcher,
-and the one SparkSession of the test run."""
+a lone ZooKeeper, and the one SparkSession of the test run."""
 from __future__ import annotations
 
 import uuid
@@ -9,6 +9,16 @@ from typing import Callable, Iterator
 import pytest
 
 from ember.cluster.local import LocalCluster
+from ember.cluster.zookeeper_server import ZooKeeperServer, free_port
+
+
+@pytest.fixture(scope="module")
+def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+    """A real ZooKeeper server alone, for tests of ZooKeeper-side classes (one per test module)."""
+    server = ZooKeeperServer(tmp_path_factory.mktemp("zk"), free_port())
+    server.start()
+    yield server
+    server.stop()
 
 
 @pytest.fixture(scope="session")

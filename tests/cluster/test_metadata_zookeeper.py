@@ -17,7 +17,6 @@ from ember.cluster.records import BrokerInfo
 from ember.cluster.registration import BrokerRegistration
 from ember.cluster.topic_admin import TopicAdmin
 from ember.cluster.zk_session import ZkSession
-from ember.cluster.zookeeper_server import ZooKeeperServer, free_port
 from ember.errors import InvalidConfig, TopicAlreadyExists, UnknownTopicOrPartition
 from ember.ingest.broker_config import BrokerConfig, TopicConfigPolicy
 
@@ -49,14 +48,6 @@ class Node:
     def close(self) -> None:
         self.controller.close()
         self.session.close()
-
-
-@pytest.fixture(scope="module")
-def zookeeper(tmp_path_factory) -> Iterator[ZooKeeperServer]:
-    server = ZooKeeperServer(tmp_path_factory.mktemp("zk"), free_port())
-    server.start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from ember.cluster.zk_session import ZkSession
-from ember.cluster.zookeeper_server import ZooKeeperServer, free_port
 from ember.security.authorizer.authorizer import Authorizer
 from ember.security.authorizer.model import (AccessControlEntry, AclBinding, AclBindingFilter, Operation,
                                              PatternType, Permission, Resource, ResourcePattern, ResourceType)
@@ -27,14 +26,6 @@ def eventually(check: Callable[[], Any], timeout_s: float = 20.0) -> None:
     while not check():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.05)
-
-
-@pytest.fixture(scope="module")
-def zookeeper(tmp_path_factory) -> Iterator[ZooKeeperServer]:
-    server = ZooKeeperServer(tmp_path_factory.mktemp("zk"), free_port())
-    server.start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture

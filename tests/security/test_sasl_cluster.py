@@ -10,6 +10,7 @@ client's SaslHandshake v0 (bare SASL tokens) authenticates too. Users added with
 broker log or a Spark plan."""
 from __future__ import annotations
 
+import json
 import os
 import socket
 import ssl
@@ -231,6 +232,13 @@ def test_a_scram_user_added_with_kafka_configs_authenticates(cluster, topic_name
     with pytest.raises(TopicAuthorizationFailed, match="principal User:dave is not authorized to (Describe|Write)"):
         with Producer(cluster.bootstrap, retries=0, **dave) as producer:
             producer.send(topic_name, b"refused", partition=0).get(timeout=WAIT_S)
+    # The same refusal for a Kafka client authenticated as dave with SASL_SSL.
+    refused: list[KafkaError] = []
+    producer = KafkaProducer({**kafka_config(cluster, "dave", PASSWORDS["dave"], "SCRAM-SHA-256"),
+                              "message.timeout.ms": 10000})
+    producer.produce(topic_name, b"refused", on_delivery=lambda error, _message: refused.append(error))
+    producer.flush(WAIT_S)
+    assert [e.code() for e in refused if e is not None] == [KafkaError.TOPIC_AUTHORIZATION_FAILED], refused
     grant(cluster, "User:dave", topic_name, Operation.WRITE)
     kafka_produce(kafka_config(cluster, "dave", PASSWORDS["dave"], "SCRAM-SHA-256"), topic_name, [b"from dave"])
     assert authenticates(cluster, 1, "dave", PASSWORDS["dave"]) is False   # SCRAM-SHA-512: not created
@@ -307,3 +315,27 @@ def test_the_spark_source_reads_with_scram_and_its_plan_hides_the_password(spark
              .option("ssl.certfile", str(tls.client.cert)).option("ssl.keyfile", str(tls.client.key)).load())
     assert sorted(bytes(r.value) for r in frame.select("value").collect()) == [f"s{i}".encode() for i in range(5)]
     assert PASSWORDS["erin"] not in frame._jdf.queryExecution().toString()
+
+
+@pytest.mark.spark
+def test_the_stream_to_delta_job_reads_with_the_printed_client_properties_and_prints_no_password(
+        spark, cluster, topic_name, tmp_path, monkeypatch):
+    from stream_to_delta import parse_args, start_stream
+
+    create(cluster, topic_name)
+    with Producer(cluster.bootstrap, acks="all", **cluster.client_options) as producer:
+        for future in [producer.send(topic_name, f"j{i}".encode()) for i in range(8)]:
+            future.get(timeout=WAIT_S)
+    properties = cluster.tls.directory / "client.properties"   # SASL_SSL, the admin's login (cluster up --secure)
+    assert "sasl.jaas.config" in properties.read_text()
+    monkeypatch.setenv("EMBER_CLIENT_CONFIG", str(properties))
+    table = tmp_path / "table"
+    query = start_stream(spark, parse_args(["--bootstrap", cluster.bootstrap, "--topic", topic_name,
+                                            "--table", str(table), "--checkpoint", str(tmp_path / "checkpoint"),
+                                            "--trigger", "availableNow"]))
+    query.awaitTermination(180)
+    assert query.exception() is None, query.exception()
+    assert sorted(bytes(r.value) for r in spark.read.format("delta").load(str(table)).collect()) == sorted(
+        f"j{i}".encode() for i in range(8))
+    shown = json.dumps(query.recentProgress, default=str) + query._jsq.explainInternal(True)
+    assert cluster.scram.password("admin") not in shown

@@ -219,23 +219,3 @@ def test_a_renewed_broker_certificate_is_served_as_brokers_restart_one_at_a_time
             producer.send(topic_name, f"after {broker.broker_id}".encode()).get(timeout=WAIT_S)
     assert len(read(cluster, topic_name, 3, 3)) == 3
 
-
-@pytest.mark.spark
-def test_the_stream_to_delta_job_reads_a_secure_cluster_with_the_printed_client_properties(
-        spark, cluster, topic_name, tmp_path, monkeypatch):
-    from stream_to_delta import parse_args, start_stream
-
-    create(cluster, topic_name, partitions=2)
-    with Producer(cluster.bootstrap, acks="all", **cluster.client_options) as producer:
-        for future in [producer.send(topic_name, f"j{i}".encode(), partition=i % 2) for i in range(8)]:
-            future.get(timeout=WAIT_S)
-    files = cluster.tls.write_client_configs(cluster.bootstrap, cluster.kafka_bootstrap)
-    monkeypatch.setenv("EMBER_CLIENT_CONFIG", str(files["java"]))
-    table = tmp_path / "table"
-    query = start_stream(spark, parse_args(["--bootstrap", cluster.bootstrap, "--topic", topic_name,
-                                            "--table", str(table), "--checkpoint", str(tmp_path / "checkpoint"),
-                                            "--trigger", "availableNow"]))
-    query.awaitTermination(180)
-    assert query.exception() is None, query.exception()
-    assert sorted(bytes(r.value) for r in spark.read.format("delta").load(str(table)).collect()) == sorted(
-        f"j{i}".encode() for i in range(8))
