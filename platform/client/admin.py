@@ -12,7 +12,7 @@ from ember.errors import BrokerNotAvailable, EmberError, NetworkError, RequestTi
 from ember.client.types import TopicPartition
 from ember.client.metadata import MetadataClient, response_error
 from ember.security.client import ClientSecurity
-from ember.security.scram import (DEFAULT_ITERATIONS, MECHANISM_TYPES, SCRAM_MECHANISMS, check_iterations,
+from ember.security.sasl.scram import (DEFAULT_ITERATIONS, MECHANISM_TYPES, SCRAM_MECHANISMS, check_iterations,
                                   salted_password)
 from ember.client.offsets import EARLIEST, LATEST, at_leaders, list_offsets
 from ember.protocol.ember.acl_fields import binding_fields, binding_from_fields, filter_fields

@@ -16,7 +16,7 @@ from ember.errors import (BrokerNotAvailable, ErrorCode, SaslAuthenticationFaile
                           error_for_code)
 from ember.protocol.ember.wire import FRAME_LENGTH, ApiKey, Response, check_frame_size, decode_response, encode_request
 from ember.security.client import ClientSecurity
-from ember.security.sasl_client import SaslClient
+from ember.security.sasl.client import SaslClient
 
 _CHUNK = 64 * 1024
 #: A SASL answer is small; anything bigger is not an answer to it.

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ember.cluster.zk_session import ZkSession
-from ember.security.credential_store import CredentialStore
-from ember.security.jaas import login_config
-from ember.security.sasl_config import DEFAULT_MECHANISMS
-from ember.security.scram import SCRAM_MECHANISMS, SCRAM_SHA_512, make_credential
+from ember.security.sasl.credential_store import CredentialStore
+from ember.security.sasl.jaas import login_config
+from ember.security.sasl.config import DEFAULT_MECHANISMS
+from ember.security.sasl.scram import SCRAM_MECHANISMS, SCRAM_SHA_512, make_credential
 
 ADMIN_USER = "admin"
 BROKER_USER = "broker"

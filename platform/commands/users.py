@@ -15,7 +15,7 @@ from pathlib import Path
 from ember.client import Admin
 from ember.commands.topics import add_bootstrap, client_options
 from ember.errors import InvalidConfig
-from ember.security.scram import DEFAULT_ITERATIONS, SCRAM_MECHANISMS
+from ember.security.sasl.scram import DEFAULT_ITERATIONS, SCRAM_MECHANISMS
 
 PASSWORD_ENV = "EMBER_USER_PASSWORD"
 

@@ -20,10 +20,12 @@ from kazoo.exceptions import (BadVersionError, ConnectionClosedError, Connection
 from ember.cluster import zk_paths
 from ember.cluster.zk_session import ZkSession
 from ember.client.types import TopicPartition
-from ember.errors import CoordinatorNotAvailable
+from ember.errors import CoordinatorNotAvailable, NonEmptyGroup
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+#: Recursive deletes of a group raced by commits that write new offsets under it.
+DELETE_ATTEMPTS = 5
 #: kazoo's failures that say ZooKeeper is unreachable for now, not that the request is wrong.
 _UNREACHABLE = (ConnectionLoss, SessionExpiredError, OperationTimeoutError, ConnectionClosedError)
 
@@ -160,11 +162,13 @@ class GroupStore:
     @_retriable_while_unreachable
     def delete(self, group_id: str) -> bool:
         """Remove the group and its offsets; False if it did not exist."""
-        try:
-            self.client.delete(zk_paths.group(group_id), recursive=True)
-            return True
-        except NoNodeError:
-            return False
-        except NotEmptyError:   # a commit raced in; deleting again takes it too
-            self.client.delete(zk_paths.group(group_id), recursive=True)
-            return True
+        for _ in range(DELETE_ATTEMPTS):
+            try:
+                self.client.delete(zk_paths.group(group_id), recursive=True)
+                return True
+            except NoNodeError:
+                return False
+            except NotEmptyError:   # a commit raced in; deleting again takes it too
+                continue
+        raise NonEmptyGroup(f"offsets of group {group_id!r} are being committed while it is deleted "
+                            f"({DELETE_ATTEMPTS} attempts); stop its committers and retry")

@@ -57,12 +57,12 @@ from ember.security.authorizer.acl_admin import AclAdmin
 from ember.security.authorizer.authorizer import Authorizer, authorizer_enabled, parse_super_users
 from ember.security.authorizer.store import AclStore
 from ember.security.client import ClientSecurity
-from ember.security.credential_store import CredentialStore
+from ember.security.sasl.credential_store import CredentialStore
 from ember.security.listener import ListenerSecurity
-from ember.security.sasl_config import enabled_mechanisms, inter_broker_login
-from ember.security.sasl_server import SaslServerSettings
-from ember.security.scram import PLAIN, check_mechanism
-from ember.security.scram_admin import ScramAdmin
+from ember.security.sasl.config import enabled_mechanisms, inter_broker_login
+from ember.security.sasl.server import SaslServerSettings
+from ember.security.sasl.scram import PLAIN, check_mechanism
+from ember.security.sasl.scram_admin import ScramAdmin
 
 if TYPE_CHECKING:
     from ember.metrics.requests import RequestObserver

@@ -16,7 +16,7 @@ from ember.cluster.controller import ControllerConfig
 from ember.cluster.zk_session import ZooKeeperTls
 from ember.errors import InvalidConfig
 from ember.log.config import TOPIC_CONFIGS, ConfigDef, LogConfig
-from ember.security.sasl_config import SASL_CONFIGS, listener_setting
+from ember.security.sasl.config import SASL_CONFIGS, listener_setting
 from ember.security.tls import SSL_CONFIGS, TlsSettings
 
 log = logging.getLogger(__name__)

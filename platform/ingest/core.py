@@ -15,7 +15,7 @@ from ember.ingest.replica_manager import ReplicaManager
 from ember.ingest.topic_changes import TopicChanges
 from ember.security.authorizer.access import ALLOW_ALL, Access
 from ember.security.authorizer.store import AclStore
-from ember.security.scram_admin import ScramAdmin
+from ember.security.sasl.scram_admin import ScramAdmin
 
 
 @dataclass(frozen=True)

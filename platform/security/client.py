@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, TypedDict
 
 from ember.errors import InvalidConfig
-from ember.security.jaas import parse_jaas
+from ember.security.sasl.jaas import parse_jaas
 from ember.security.protocol import SecurityProtocol, parse_protocol
-from ember.security.scram import SCRAM_SHA_512, check_mechanism
+from ember.security.sasl.scram import SCRAM_SHA_512, check_mechanism
 from ember.security.tls import client_context
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ember.security.protocol import SecurityProtocol
-from ember.security.sasl_server import SaslServerSettings
+from ember.security.sasl.server import SaslServerSettings
 from ember.security.session import ANONYMOUS, Session, certificate_principal
 
 log = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 (``security_protocol``).
 
 PLAINTEXT and SSL carry no identity beyond a TLS client certificate; SASL_PLAINTEXT and SASL_SSL
-make every client authenticate (SCRAM or PLAIN, :mod:`ember.security.sasl_server`) before any
+make every client authenticate (SCRAM or PLAIN, :mod:`ember.security.sasl.server`) before any
 other request, SASL_SSL over TLS.
 """
 from __future__ import annotations

@@ -1,15 +1,16 @@
 """GroupStore alone (a stand-in kazoo client): ZooKeeper being unreachable is a retriable
-coordinator error, not an unexpected one a committing consumer would give up on."""
+coordinator error, not an unexpected one a committing consumer would give up on; a group delete
+raced by commits is retried, a bounded number of times, then refused with a typed error."""
 from __future__ import annotations
 
 from types import SimpleNamespace
 
 import pytest
-from kazoo.exceptions import ConnectionLoss, NoAuthError, SessionExpiredError
+from kazoo.exceptions import ConnectionLoss, NoAuthError, NotEmptyError, SessionExpiredError
 
 from ember.client.types import TopicPartition
-from ember.errors import CoordinatorNotAvailable
-from ember.groups.store import GroupStore
+from ember.errors import CoordinatorNotAvailable, NonEmptyGroup
+from ember.groups.store import DELETE_ATTEMPTS, GroupStore
 
 
 class _Failing:
@@ -36,3 +37,24 @@ def test_other_zookeeper_failures_are_not_disguised() -> None:
     store = GroupStore(SimpleNamespace(client=_Failing(NoAuthError())))   # type: ignore[arg-type]
     with pytest.raises(NoAuthError):
         store.groups()
+
+
+def test_a_delete_raced_by_commits_is_retried_then_refused_with_a_typed_error() -> None:
+    class _Racing:
+        """Each recursive delete finds a new offset written under the group, ``races`` times."""
+
+        def __init__(self, races: int) -> None:
+            self.races, self.calls = races, 0
+
+        def delete(self, path: str, recursive: bool = False) -> None:
+            self.calls += 1
+            if self.calls <= self.races:
+                raise NotEmptyError()
+
+    racing = _Racing(races=2)
+    assert GroupStore(SimpleNamespace(client=racing)).delete("g") is True   # type: ignore[arg-type]
+    assert racing.calls == 3
+    endless = _Racing(races=10**6)
+    with pytest.raises(NonEmptyGroup, match="being committed while it is deleted"):
+        GroupStore(SimpleNamespace(client=endless)).delete("g")   # type: ignore[arg-type]
+    assert endless.calls == DELETE_ATTEMPTS

@@ -22,8 +22,8 @@ from ember.protocol.ember.reply import OK, Reply, error_fields
 from ember.protocol.ember.wire import ApiKey, Request
 from ember.security.authorizer.access import Access
 from ember.security.authorizer.model import Operation
-from ember.security.sasl_server import SaslServer
-from ember.security.scram_admin import ScramAdmin, Upsertion
+from ember.security.sasl.server import SaslServer
+from ember.security.sasl.scram_admin import ScramAdmin, Upsertion
 from ember.security.session import current_session
 
 

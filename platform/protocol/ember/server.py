@@ -30,7 +30,7 @@ from ember.protocol.ember.wire import FRAME_LENGTH, Request, check_frame_size, d
 from ember.protocol.ember.reply import CloseConnection, FileRegion, Reply
 from ember.protocol.ember.api_sasl import authenticate as authenticate_ember
 from ember.security.listener import ListenerSecurity, establish
-from ember.security.sasl_server import RawSaslToken, SaslServer
+from ember.security.sasl.server import RawSaslToken, SaslServer
 from ember.security.session import current_session, enter_session
 
 if TYPE_CHECKING:

@@ -9,7 +9,7 @@ SaslServerAuthenticator does. After SaslHandshake v0 (clients older than Kafka 1
 travel as bare length-prefixed frames instead of SaslAuthenticate, and a failure just closes the
 connection, as in Kafka. After authentication, or on a listener without SASL, both
 APIs answer ILLEGAL_SASL_STATE (re-authentication, ``connections.max.reauth.ms``, is not served).
-Describe/AlterUserScramCredentials manage the credentials (:mod:`ember.security.scram_admin`).
+Describe/AlterUserScramCredentials manage the credentials (:mod:`ember.security.sasl.scram_admin`).
 """
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ from ember.protocol.ember.wire import ApiKey
 from ember.protocol.kafka.codec import FRAME_LENGTH, KafkaRequest, build, encode_response, response_class
 from ember.protocol.kafka.dispatcher import Api
 from ember.security.authorizer.model import Operation
-from ember.security.sasl_server import RawSaslToken, SaslServer
-from ember.security.scram_admin import Upsertion
+from ember.security.sasl.server import RawSaslToken, SaslServer
+from ember.security.sasl.scram_admin import Upsertion
 
 #: Kafka's DescribeClientQuotas (ember's protocol has no such API).
 DESCRIBE_CLIENT_QUOTAS = 48

@@ -5,7 +5,7 @@ ServerKey and the iteration count, written in Kafka's form
 ``salt=<b64>,stored_key=<b64>,server_key=<b64>,iterations=4096``. The keys are
 derived as Kafka's ScramFormatter does, so a credential made here verifies against any SCRAM
 client and a Kafka-made one (``kafka-configs --add-config SCRAM-SHA-256=[...]``) here; the
-exchanges themselves run on :mod:`scramp` (:mod:`ember.security.sasl_server`).
+exchanges themselves run on :mod:`scramp` (:mod:`ember.security.sasl.server`).
 PLAIN has no credential of its own: a PLAIN password is checked by recomputing the user's SCRAM
 keys from it (:func:`password_matches`), so no password is ever stored in clear.
 """

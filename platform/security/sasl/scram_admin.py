@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Optional
 
 from ember.errors import EmberError, ErrorCode, ResourceNotFound, UnacceptableCredential, UnsupportedSaslMechanism
-from ember.security.credential_store import CredentialStore
-from ember.security.scram import MECHANISM_TYPES, ScramCredential, credential_from_salted
+from ember.security.sasl.credential_store import CredentialStore
+from ember.security.sasl.scram import MECHANISM_TYPES, ScramCredential, credential_from_salted
 
 #: Kafka's DUPLICATE_RESOURCE (not an ember error class: only these APIs use it).
 DUPLICATE_RESOURCE = 92

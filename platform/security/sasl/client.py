@@ -11,7 +11,7 @@ from typing import Optional
 import scramp
 
 from ember.errors import SaslAuthenticationFailed
-from ember.security.scram import PLAIN
+from ember.security.sasl.scram import PLAIN
 
 
 class SaslClient:

@@ -12,8 +12,8 @@ from typing import Any
 
 from ember.errors import InvalidConfig
 from ember.log.config import ConfigDef
-from ember.security.jaas import JaasLogin, parse_jaas
-from ember.security.scram import SCRAM_SHA_256, SCRAM_SHA_512, check_mechanism, parse_mechanisms
+from ember.security.sasl.jaas import JaasLogin, parse_jaas
+from ember.security.sasl.scram import SCRAM_SHA_256, SCRAM_SHA_512, check_mechanism, parse_mechanisms
 
 DEFAULT_MECHANISMS = f"{SCRAM_SHA_512},{SCRAM_SHA_256}"
 

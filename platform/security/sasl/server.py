@@ -3,7 +3,7 @@
 Both protocols drive it the same way (Kafka's SaslHandshake then SaslAuthenticate, which ember's
 protocol copies): :meth:`SaslServer.handshake` picks the mechanism, :meth:`SaslServer.authenticate`
 runs one step of it. SCRAM-SHA-256/512 run on :mod:`scramp`'s server state machine against the
-credentials in ZooKeeper (:class:`~ember.security.credential_store.CredentialStore`); PLAIN
+credentials in ZooKeeper (:class:`~ember.security.sasl.credential_store.CredentialStore`); PLAIN
 checks the password against the user's SCRAM credential. An unknown user gets a made-up salt and
 fails at the proof, like a wrong password, so the exchange does not tell which users exist; both
 get Kafka's message. On success the connection's session takes the principal ``User:<name>``.
@@ -25,8 +25,8 @@ from typing import Optional, Protocol
 import scramp
 
 from ember.errors import ErrorCode, IllegalSaslState, SaslAuthenticationFailed
-from ember.security.credential_store import CredentialStore
-from ember.security.scram import PLAIN, SCRAM_MECHANISMS, SCRAM_SHA_512, ScramCredential, password_matches
+from ember.security.sasl.credential_store import CredentialStore
+from ember.security.sasl.scram import PLAIN, SCRAM_MECHANISMS, SCRAM_SHA_512, ScramCredential, password_matches
 from ember.security.session import Session, current_session, enter_session
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotE
 
 from ember.cluster import zk_paths
 from ember.cluster.zk_session import ZkSession
-from ember.security.scram import SCRAM_MECHANISMS, ScramCredential
+from ember.security.sasl.scram import SCRAM_MECHANISMS, ScramCredential
 
 log = logging.getLogger(__name__)
 

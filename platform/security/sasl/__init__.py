@@ -1,0 +1,1 @@
+"""SASL authentication: SCRAM and PLAIN on both protocols, users' SCRAM credentials in ZooKeeper."""
