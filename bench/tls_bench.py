@@ -104,7 +104,7 @@ def measure(variants: tuple[Variant, ...], args: argparse.Namespace) -> list[Row
 def report(results: dict[str, list[Row]], args: argparse.Namespace) -> str:
     lines = [f"# TLS vs plaintext throughput ({args.value_size} B values, {args.records:,} records per producer "
              f"run, {args.consume_records:,} per consumer run, best of {args.repeats})", "", f"Measured {time.strftime('%Y-%m-%d')} on {os.cpu_count()} cores "
-             f"with `bench/tls_bench.py`; both variants of a system ran side by side, alternating.", "",
+             f"with `bench/tls_bench.py`; the variants of a system ran side by side, alternating.", "",
              "ember's TLS cluster encrypts client connections, replication and ZooKeeper; its TLS+SCRAM "
              "cluster also authenticates every connection (clients and brokers) with SCRAM-SHA-512. Kafka's "
              "TLS and SASL_SSL (SCRAM-SHA-512) listeners cover the client's connection only (its brokers "
