@@ -4,11 +4,11 @@ plaintext, for ember and for Apache Kafka measured the same way.
 ember: three local clusters side by side, one plaintext, one ``secure`` (every listener on TLS
 with client certificates, replication and ZooKeeper over TLS too) and one ``secure`` with SASL
 (every listener SASL_SSL with SCRAM-SHA-512, what ``ember cluster up --secure`` starts; SCRAM
-costs one exchange per connection, so it should cost what TLS costs). Kafka with SCRAM is not
-measured (its KRaft cluster would need ``kafka-storage format --add-scram``). Kafka (``--kafka``): one 3-node
+costs one exchange per connection, so it should cost what TLS costs). Kafka (``--kafka``): one 3-node
 KRaft cluster (``bench/vs_kafka``; its jars must be set up: ``bash bench/vs_kafka/setup.sh``) with a
-PLAINTEXT and an SSL listener (the same PEM certificates, client certificates required); its
-brokers replicate over PLAINTEXT, so Kafka's acks=all figure covers only the client's hop.
+PLAINTEXT, an SSL and a SASL_SSL (SCRAM-SHA-512, user created by ``kafka-storage format --add-scram``)
+listener, the same PEM certificates, client certificates required; its brokers replicate over
+PLAINTEXT, so Kafka's acks=all figures cover only the client's hop.
 
 Cases: producer records/s (``--records`` values of ``--value-size`` bytes, acks=1 RF=1 and acks=all
 RF=3; ember ``Producer.send``, Kafka confluent-kafka ``produce``) and consumer records/s from the
@@ -35,6 +35,7 @@ sys.path[:0] = [str(HERE / "vs_kafka"), str(HERE)]
 from systems import EmberSystem, KafkaClients, KafkaSystem, ProduceSettings  # noqa: E402
 from workloads import PARTITIONS, best_time, log                            # noqa: E402
 
+from ember.cluster.cluster_sasl import ClusterSasl                            # noqa: E402
 from ember.cluster.cluster_tls import ClusterTls                              # noqa: E402
 
 
@@ -103,10 +104,11 @@ def measure(variants: tuple[Variant, ...], args: argparse.Namespace) -> list[Row
 def report(results: dict[str, list[Row]], args: argparse.Namespace) -> str:
     lines = [f"# TLS vs plaintext throughput ({args.value_size} B values, {args.records:,} records per producer "
              f"run, {args.consume_records:,} per consumer run, best of {args.repeats})", "", f"Measured {time.strftime('%Y-%m-%d')} on {os.cpu_count()} cores "
-             f"with `bench/tls_bench.py`; both variants of a system ran side by side, alternating.", "",
+             f"with `bench/tls_bench.py`; the variants of a system ran side by side, alternating.", "",
              "ember's TLS cluster encrypts client connections, replication and ZooKeeper; its TLS+SCRAM "
              "cluster also authenticates every connection (clients and brokers) with SCRAM-SHA-512. Kafka's "
-             "TLS listener encrypts the client's connection only (its brokers replicate over PLAINTEXT).", "",
+             "TLS and SASL_SSL (SCRAM-SHA-512) listeners cover the client's connection only (its brokers "
+             "replicate over PLAINTEXT).", "",
              "| system | case | plaintext records/s | TLS records/s | TLS / plaintext | TLS+SCRAM records/s "
              "| TLS+SCRAM / plaintext |", "|---|---|---:|---:|---:|---:|---:|"]
     for system, rows in results.items():
@@ -144,11 +146,15 @@ def main() -> int:
             system.stop()
         started.clear()
         if args.kafka:
-            kafka = KafkaSystem(root / "kafka", tls=ClusterTls.create(root / "kafka-tls"))
+            kafka = KafkaSystem(root / "kafka", tls=ClusterTls.create(root / "kafka-tls"),
+                                sasl=ClusterSasl.create(root / "kafka-sasl"))
             started.append(kafka)
-            tls_clients = KafkaClients(kafka.cluster.ssl_bootstrap, config=tuple(kafka.cluster.ssl_client_config.items()))
+            cluster = kafka.cluster
+            tls_clients = KafkaClients(cluster.ssl_bootstrap, config=tuple(cluster.ssl_client_config.items()))
+            scram_clients = KafkaClients(cluster.sasl_bootstrap, config=tuple(cluster.sasl_client_config.items()))
             results["Kafka"] = measure((Variant("Kafka", "plaintext", kafka, kafka.clients),
-                                        Variant("Kafka", "TLS", kafka, tls_clients)), args)
+                                        Variant("Kafka", "TLS", kafka, tls_clients),
+                                        Variant("Kafka", "TLS+SCRAM", kafka, scram_clients)), args)
     finally:
         for system in reversed(started):
             system.stop()

@@ -7,7 +7,10 @@ its own file in the cluster directory, and ``stop()`` kills whatever is still ru
 run leaves no JVM behind. The JVM options are those of Kafka's ``kafka-server-start.sh`` (1 GiB
 heap, G1) so memory figures are what a stock install shows. Given ``tls`` (an ember
 ``ClusterTls``), each node also serves an SSL listener with the same PEM certificates as a secure
-ember cluster (client certificates required); brokers keep replicating over PLAINTEXT.
+ember cluster (client certificates required); brokers keep replicating over PLAINTEXT. Given
+``sasl`` too (an ember ``ClusterSasl``), each node also serves a SASL_SSL listener with
+SCRAM-SHA-512 (and client certificates), its ``admin`` user created at format time
+(``kafka-storage format --add-scram``), as ``ember cluster up --secure`` logs its clients in.
 """
 from __future__ import annotations
 
@@ -24,9 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from ember.cluster.cluster_sasl import ADMIN_USER, MECHANISM, ClusterSasl
 from ember.cluster.cluster_tls import ClusterTls
 from ember.cluster.zookeeper_server import free_port
 from ember.jars import KAFKA_BROKER
+from ember.security.jaas import SCRAM_MODULE
 
 BENCH_DIR = Path(__file__).resolve().parent
 # kafka-server-start.sh: KAFKA_HEAP_OPTS and KAFKA_JVM_PERFORMANCE_OPTS defaults
@@ -56,6 +61,7 @@ class KafkaNode:
     root: Path
     process: subprocess.Popen | None = None
     ssl_port: int | None = None
+    sasl_port: int | None = None
 
     @property
     def address(self) -> str:
@@ -82,6 +88,7 @@ class KafkaCluster:
     node_count: int = 3
     nodes: dict[int, KafkaNode] = field(default_factory=dict)
     tls: ClusterTls | None = None
+    sasl: ClusterSasl | None = None     # with tls: a SASL_SSL (SCRAM-SHA-512) listener too
     cluster_id: str = field(default_factory=lambda: _cluster_id())
 
     @property
@@ -100,12 +107,24 @@ class KafkaCluster:
         return {"security.protocol": "ssl", "ssl.ca.location": str(self.tls.ca),
                 "ssl.certificate.location": str(self.tls.client.cert), "ssl.key.location": str(self.tls.client.key)}
 
+    @property
+    def sasl_bootstrap(self) -> str:
+        """The nodes' SASL_SSL listeners (with ``sasl``)."""
+        return ",".join(f"127.0.0.1:{node.sasl_port}" for node in self.nodes.values())
+
+    @property
+    def sasl_client_config(self) -> dict[str, str]:
+        """librdkafka settings for the SASL_SSL listeners: the SSL ones plus the ``admin`` login."""
+        assert self.sasl is not None
+        return {**self.ssl_client_config, **self.sasl.librdkafka_properties()}
+
     def start(self, timeout_s: float = 120.0, progress: Callable[[str], None] = lambda message: None) -> "KafkaCluster":
         """Write configs, format storage, launch every node, wait until each answers ApiVersions."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         for node_id in range(1, self.node_count + 1):
             self.nodes[node_id] = KafkaNode(node_id, free_port(), free_port(), self.data_dir / f"node-{node_id}",
-                                            ssl_port=free_port() if self.tls else None)
+                                            ssl_port=free_port() if self.tls else None,
+                                            sasl_port=free_port() if self.sasl else None)
         for node in self.nodes.values():
             self._configure(node)
             self._format(node)
@@ -193,23 +212,37 @@ class KafkaCluster:
             "group.initial.rebalance.delay.ms": 0,
         }
         if self.tls is not None:
+            _add_listener(properties, "SSL", node.ssl_port)
             properties.update({
-                "listeners": f"{properties['listeners']},SSL://127.0.0.1:{node.ssl_port}",
-                "advertised.listeners": f"{properties['advertised.listeners']},SSL://127.0.0.1:{node.ssl_port}",
-                "listener.security.protocol.map": f"{properties['listener.security.protocol.map']},SSL:SSL",
                 "ssl.keystore.type": "PEM", "ssl.keystore.location": self.tls.broker.keystore,
                 "ssl.truststore.type": "PEM", "ssl.truststore.location": self.tls.ca, "ssl.client.auth": "required"})
+        if self.sasl is not None:
+            _add_listener(properties, "SASL_SSL", node.sasl_port)
+            properties.update({   # only clients log in: brokers replicate over PLAINTEXT
+                "sasl.enabled.mechanisms": MECHANISM,
+                f"listener.name.sasl_ssl.{MECHANISM.lower()}.sasl.jaas.config": f"{SCRAM_MODULE} required;",
+                "listener.name.sasl_ssl.ssl.client.auth": "required"})   # ssl.client.auth covers SSL only
         node.root.mkdir(parents=True, exist_ok=True)
         node.config_path.write_text("".join(f"{k}={v}\n" for k, v in properties.items()))
         (node.root / "log4j2.properties").write_text(LOG4J2.format(log=node.log_path))
 
     def _format(self, node: KafkaNode) -> None:
-        """``kafka-storage.sh format``: writes meta.properties and the bootstrap checkpoint."""
+        """``kafka-storage.sh format``: writes meta.properties and the bootstrap checkpoint (with
+        ``sasl``, the ``admin`` user's SCRAM credential in it: KRaft has no other store before start)."""
         command = ["java", "-Xmx256m", "-cp", KAFKA_BROKER.classpath, "kafka.tools.StorageTool", "format",
                    "-t", self.cluster_id, "-c", str(node.config_path), "--ignore-formatted"]
+        if self.sasl is not None:
+            command += ["--add-scram", f"{MECHANISM}=[name={ADMIN_USER},password={self.sasl.password(ADMIN_USER)}]"]
         result = subprocess.run(command, capture_output=True, text=True, timeout=120)
         if result.returncode != 0:
             raise RuntimeError(f"formatting Kafka node {node.node_id} failed:\n{result.stdout}{result.stderr}")
+
+
+def _add_listener(properties: dict[str, object], name: str, port: int | None) -> None:
+    """One more listener named after its security protocol, advertised as bound."""
+    for key in ("listeners", "advertised.listeners"):
+        properties[key] = f"{properties[key]},{name}://127.0.0.1:{port}"
+    properties["listener.security.protocol.map"] = f"{properties['listener.security.protocol.map']},{name}:{name}"
 
 
 def _cluster_id() -> str:

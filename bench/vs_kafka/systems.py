@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterator, Protocol
 import pyarrow as pa
 
 from ember.client import Admin, Consumer, Producer, TopicPartition
+from ember.cluster.cluster_sasl import ClusterSasl
 from ember.cluster.cluster_tls import ClusterTls
 from ember.cluster.local import LocalCluster
 from ember.cluster.zookeeper_server import read_pid
@@ -272,7 +273,7 @@ class KafkaClients:
     produce_modes: tuple[str, ...] = ("produce",)
     consume_modes: tuple[str, ...] = ("consume",)
     spark_read_modes: tuple[str, ...] = ("kafka",)
-    #: Extra librdkafka settings (security.protocol=ssl and its files), as pairs.
+    #: Extra librdkafka settings (security.protocol ssl or sasl_ssl, its files and login), as pairs.
     config: tuple[tuple[str, str], ...] = ()
 
     def _producer(self, settings: ProduceSettings) -> Any:
@@ -401,13 +402,15 @@ def _flush(producer: Any, timeout_s: float) -> None:
 
 
 class KafkaSystem:
-    """A KafkaCluster: three combined broker + controller KRaft nodes."""
+    """A KafkaCluster: three combined broker + controller KRaft nodes (``tls``: an SSL listener too;
+    with ``sasl``, a SASL_SSL one with SCRAM-SHA-512)."""
 
     name = "kafka"
 
-    def __init__(self, root: Path, brokers: int = 3, tls: ClusterTls | None = None) -> None:
+    def __init__(self, root: Path, brokers: int = 3, tls: ClusterTls | None = None,
+                 sasl: ClusterSasl | None = None) -> None:
         from confluent_kafka.admin import AdminClient
-        self.cluster = KafkaCluster(root, node_count=brokers, tls=tls)
+        self.cluster = KafkaCluster(root, node_count=brokers, tls=tls, sasl=sasl)
         started = time.perf_counter()
         self.cluster.start()
         self.cold_start_s = time.perf_counter() - started
