@@ -31,7 +31,7 @@ from ember.cluster.cluster_sasl import ADMIN_USER, MECHANISM, ClusterSasl
 from ember.cluster.cluster_tls import ClusterTls
 from ember.cluster.zookeeper_server import free_port
 from ember.jars import KAFKA_BROKER
-from ember.security.jaas import SCRAM_MODULE
+from ember.security.sasl.jaas import SCRAM_MODULE
 
 BENCH_DIR = Path(__file__).resolve().parent
 # kafka-server-start.sh: KAFKA_HEAP_OPTS and KAFKA_JVM_PERFORMANCE_OPTS defaults
