@@ -13,7 +13,8 @@ PLAINTEXT, so Kafka's acks=all figures cover only the client's hop.
 Cases: producer records/s (``--records`` values of ``--value-size`` bytes, acks=1 RF=1 and acks=all
 RF=3; ember ``Producer.send``, Kafka confluent-kafka ``produce``) and consumer records/s from the
 beginning of an RF=1 topic of ``--consume-records`` (ember ``poll_batches``, Kafka ``consume``). Plaintext and TLS runs
-alternate and the best of ``--repeats`` counts, as in ``bench/vs_kafka``. Writes ``--out``/tls.md.
+alternate and the best of ``--repeats`` counts, as in ``bench/vs_kafka``. Writes ``--out``/tls_scram.md
+(``bench/results/tls.md`` holds the earlier TLS-only run).
 
     .venv/bin/python bench/tls_bench.py [--records 200000] [--value-size 512] [--kafka]
 """
@@ -127,7 +128,7 @@ def main() -> int:
     parser.add_argument("--value-size", type=int, default=512, help="bytes per value (default 512)")
     parser.add_argument("--repeats", type=int, default=3, help="runs per variant; the best counts (default 3)")
     parser.add_argument("--kafka", action="store_true", help="measure Apache Kafka too (bench/vs_kafka's jars)")
-    parser.add_argument("--out", type=Path, default=HERE / "results", help="where tls.md goes")
+    parser.add_argument("--out", type=Path, default=HERE / "results", help="where tls_scram.md goes")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="ember-tls-bench-"))
     results: dict[str, list[Row]] = {}
@@ -161,7 +162,7 @@ def main() -> int:
         shutil.rmtree(root, ignore_errors=True)
     text = report(results, args)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "tls.md").write_text(text)
+    (args.out / "tls_scram.md").write_text(text)
     print(text)
     return 0
 
