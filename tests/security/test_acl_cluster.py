@@ -12,6 +12,8 @@ import uuid
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
+from confluent_kafka.admin import AdminClient as KafkaAdminClient
+from confluent_kafka.admin import NewPartitions, NewTopic
 from confluent_kafka import Consumer as KafkaConsumer
 from confluent_kafka import Producer as KafkaProducer
 from kafka_helpers import WAIT_S, run_tool
@@ -224,6 +226,44 @@ def test_kafka_clients_get_kafkas_authorization_error_codes(cluster, user, topic
         assert code == KafkaError.GROUP_AUTHORIZATION_FAILED
     finally:
         consumer.close()
+
+
+def kafka_failure(future) -> int:
+    """The Kafka error code a confluent-kafka admin future fails with."""
+    with pytest.raises(KafkaException) as failed:
+        future.result(WAIT_S)
+    return failed.value.args[0].code()
+
+
+def test_kafka_clients_may_not_fetch_create_or_alter_without_acls_and_plaintext_is_refused(cluster, user, topic_name):
+    create(cluster, topic_name)
+    group = f"g-{topic_name}"
+    # Describe on the topic and Read on the group: only the fetch itself is refused.
+    grant(cluster, allow(user.principal, Operation.READ, group, ResourceType.GROUP),
+          allow(user.principal, Operation.DESCRIBE, topic_name))
+    consumer = KafkaConsumer({**user.kafka, "group.id": group, "enable.auto.commit": False})
+    try:
+        consumer.assign([KafkaTopicPartition(topic_name, 0, 0)])
+        codes: set[int] = set()
+        deadline = time.monotonic() + WAIT_S
+        while KafkaError.TOPIC_AUTHORIZATION_FAILED not in codes and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is not None:
+                codes.add(message.error().code())
+        assert KafkaError.TOPIC_AUTHORIZATION_FAILED in codes, codes
+    finally:
+        consumer.close()
+    admin_client = KafkaAdminClient(user.kafka)
+    created = admin_client.create_topics([NewTopic(f"{topic_name}-new", 1, 1)], request_timeout=WAIT_S)
+    assert kafka_failure(created[f"{topic_name}-new"]) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    altered = admin_client.create_partitions([NewPartitions(topic_name, 2)], request_timeout=WAIT_S)
+    assert kafka_failure(altered[topic_name]) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    # A Kafka client speaking plain text to the TLS listener never gets a record through.
+    failures: list[KafkaError] = []
+    plaintext = KafkaProducer({"bootstrap.servers": cluster.kafka_bootstrap, "message.timeout.ms": 5000})
+    plaintext.produce(topic_name, b"never", on_delivery=lambda error, _message: failures.append(error))
+    plaintext.flush(WAIT_S)
+    assert failures and failures[0] is not None
 
 
 def test_a_kafka_commit_fails_only_for_topics_the_user_may_not_read(cluster, user, topic_name):
