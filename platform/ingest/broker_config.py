@@ -233,8 +233,8 @@ class BrokerConfig:
     sasl_handshake_timeout_ms: int
     sasl_server_max_receive_size: int
     #: ``listener.name.<name>.ssl.*`` and SASL overrides (``sasl.enabled.mechanisms``,
-    #: ``<MECHANISM>.sasl.jaas.config``): {LISTENER: {property: value}}.
-    listener_overrides: dict[str, dict[str, Any]] = field(default_factory=dict, hash=False)
+    #: ``<MECHANISM>.sasl.jaas.config``): {LISTENER: {property: value}}; not in the repr (passwords).
+    listener_overrides: dict[str, dict[str, Any]] = field(default_factory=dict, hash=False, repr=False)
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, Any] | None = None) -> "BrokerConfig":

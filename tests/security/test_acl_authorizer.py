@@ -1,6 +1,8 @@
 """The authorization decision (Kafka's rules), the ACL model and the checks' errors and logging, without a broker."""
 from __future__ import annotations
 
+import json
+
 import contextvars
 import logging
 
@@ -12,7 +14,7 @@ from ember.security.authorizer.access import Access
 from ember.security.authorizer.authorizer import Authorizer, authorizer_enabled, parse_super_users
 from ember.security.authorizer.model import (CLUSTER, AccessControlEntry, AclBinding, AclBindingFilter, Operation,
                                              PatternType, Permission, Resource, ResourcePattern, ResourceType)
-from ember.security.authorizer.store import acl_path, decode, encode
+from ember.security.authorizer.store import acl_path, decode, decode_readable, encode
 from ember.security.protocol import SecurityProtocol
 from ember.security.session import Session, enter_session
 
@@ -131,6 +133,17 @@ def test_zookeeper_layout_and_json_are_kafkas():
                     b'"operation": "Read", "host": "*"}]}')
     assert decode(data) == {literal.entry}
 
+
+
+def test_an_acl_entry_a_broker_cannot_read_is_skipped_and_the_others_still_apply():
+    deny = acl(ALICE, Operation.READ, permission=Permission.DENY)
+    data = json.dumps({"version": 1, "acls": [
+        json.loads(encode([deny.entry]))["acls"][0],
+        {"principal": "User:CN=alice", "permissionType": "Allow", "operation": "CreateTokens", "host": "*"},
+        {"principal": "User:CN=alice", "permissionType": "Allow"}]}).encode()
+    assert decode_readable(data, "/kafka-acl/Topic/orders") == {deny.entry}   # the deny keeps applying
+    with pytest.raises(ValueError):
+        decode_readable(b"not json", "/kafka-acl/Topic/orders")
 
 def _in_session(principal: str, check) -> None:
     """Run ``check`` as a connection of ``principal`` would (its own context, like a connection's task)."""

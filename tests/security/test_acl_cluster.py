@@ -14,6 +14,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient as KafkaAdminClient
 from confluent_kafka.admin import NewPartitions, NewTopic
+from kafka.admin import KafkaAdminClient as KafkaPythonAdmin
 from confluent_kafka import Consumer as KafkaConsumer
 from confluent_kafka import Producer as KafkaProducer
 from kafka_helpers import WAIT_S, run_tool
@@ -264,6 +265,22 @@ def test_kafka_clients_may_not_fetch_create_or_alter_without_acls_and_plaintext_
     plaintext.produce(topic_name, b"never", on_delivery=lambda error, _message: failures.append(error))
     plaintext.flush(WAIT_S)
     assert failures and failures[0] is not None
+
+
+def test_describing_every_topics_partitions_names_no_topic_the_user_may_not_describe(cluster, user, topic_name):
+    visible, hidden = f"{topic_name}-a", f"{topic_name}-b"
+    for topic in (visible, hidden):
+        create(cluster, topic)
+    grant(cluster, allow(user.principal, Operation.DESCRIBE, visible))
+    client = KafkaPythonAdmin(bootstrap_servers=cluster.kafka_bootstrap, security_protocol="SSL",
+                              ssl_cafile=str(cluster.tls.ca), ssl_certfile=user.options["ssl_certfile"],
+                              ssl_keyfile=user.options["ssl_keyfile"])
+    try:
+        page = client.describe_topic_partitions([], response_partition_limit=1)   # no names: every topic
+    finally:
+        client.close()
+    # one page holds the visible topic; the cursor to the next page must not name the hidden one
+    assert [t["name"] for t in page["topics"]] == [visible] and page["next_cursor"] is None
 
 
 def test_a_kafka_commit_fails_only_for_topics_the_user_may_not_read(cluster, user, topic_name):

@@ -110,7 +110,9 @@ class ClusterHandlers:
         cursor = body.cursor
         start = cursor.topic_name if cursor is not None else ""
         every = not body.topics
-        wanted = sorted({name for name in (topics if every else (t.name for t in body.topics)) if name >= start})
+        # every topic: only those the principal may Describe (a cursor must not name the others)
+        wanted = sorted({name for name in (self.core.view.visible(topics) if every else (t.name for t in body.topics))
+                         if name >= start})
         if cursor is not None and (cursor.partition_index < 0 or (not every and cursor.topic_name not in wanted)):
             error = InvalidRequest(f"the cursor ({cursor.topic_name[:100]!r}, {cursor.partition_index}) must name a "
                                    f"requested topic and a partition index of at least 0")

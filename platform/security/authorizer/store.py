@@ -26,7 +26,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from ember.cluster.zk_session import ZkSession
-from ember.errors import RequestTimedOut
+from ember.errors import EmberError, RequestTimedOut
 from ember.security.authorizer.model import (AccessControlEntry, AclBinding, AclBindingFilter, PatternType,
                                              ResourcePattern, ResourceType)
 
@@ -53,9 +53,23 @@ def encode(entries: Iterable[AccessControlEntry]) -> bytes:
 
 
 def decode(data: bytes | None) -> frozenset[AccessControlEntry]:
+    """Every entry of a znode; raises on anything unreadable (a writer must not drop entries)."""
     if not data:
         return frozenset()
     return frozenset(AccessControlEntry.from_json(e) for e in json.loads(data)["acls"])
+
+
+def decode_readable(data: bytes, where: str) -> frozenset[AccessControlEntry]:
+    """The entries of a znode a broker can enforce: an entry it cannot read (an operation newer
+    than ember, a damaged field) is logged and skipped, the others still apply; a document that
+    is not Kafka's JSON at all raises."""
+    entries = []
+    for raw in json.loads(data)["acls"]:
+        try:
+            entries.append(AccessControlEntry.from_json(raw))
+        except (ValueError, KeyError, TypeError, EmberError) as exc:
+            log.error("ignoring an unreadable entry of ACL znode %s (%s): %r", where, exc, raw)
+    return frozenset(entries)
 
 
 class AclStore:
@@ -96,17 +110,16 @@ class AclStore:
 
     def _data_watcher(self, pattern: ResourcePattern) -> Callable[[bytes | None, object], bool]:
         def on_data(data: bytes | None, _stat: object) -> bool:
-            try:
-                entries = decode(data)
-            except (ValueError, KeyError, TypeError) as exc:
-                log.error("ignoring unreadable ACL znode %s: %s", acl_path(pattern), exc)
-                entries = frozenset()
             with self._lock:
                 if data is None:
                     self._nodes.pop(pattern, None)
                     self._watched.discard(pattern)
                 else:
-                    self._nodes[pattern] = entries
+                    try:
+                        self._nodes[pattern] = decode_readable(data, acl_path(pattern))
+                    except (ValueError, KeyError, TypeError) as exc:   # keep enforcing what was read before
+                        log.error("ACL znode %s is not Kafka's ACL JSON (%s); its previous entries stay in force "
+                                  "until it is fixed", acl_path(pattern), exc)
             self._publish()
             return data is not None     # a deleted znode: stop; the children watch re-adds it
         return on_data

@@ -1,8 +1,9 @@
 """Users' SCRAM credentials in ZooKeeper (Kafka's ``/config/users/<user>``), cached by each broker.
 
 A broker reads a user's znode the first time someone authenticates as that user and keeps it,
-with a ZooKeeper watch (``get`` on an existing node, ``exists`` on a missing one) that drops the
-entry when the node changes, appears or goes: the next authentication reads it again. So adding
+with a ZooKeeper watch that drops the entry when the node changes or goes: the next
+authentication reads it again. A user that does not exist is neither cached nor watched (its
+next login reads ZooKeeper again), so clients making up names cost no memory. So adding
 a user, changing a password or removing a user takes effect on every broker as soon as
 ZooKeeper delivers the watch (milliseconds), without polling. A new ZooKeeper session (watches
 lost) empties the cache. Writers (``ember users``, AlterUserScramCredentials) update a node by
@@ -16,15 +17,18 @@ import threading
 from typing import Iterable, Mapping, Optional
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
+from kazoo.handlers.threading import KazooTimeoutError
 
 from ember.cluster import zk_paths
 from ember.cluster.zk_session import ZkSession
+from ember.errors import RequestTimedOut
 from ember.security.sasl.scram import SCRAM_MECHANISMS, ScramCredential
 
 log = logging.getLogger(__name__)
 
 Credentials = dict[str, ScramCredential]
-_MISSING = object()
+#: How long a login waits for ZooKeeper to return a user's credentials.
+ZK_READ_TIMEOUT_S = 5.0
 #: Compare-and-set retries before a write gives up (another writer kept winning).
 _CAS_ATTEMPTS = 20
 
@@ -49,6 +53,8 @@ class CredentialStore:
     def __init__(self, session: ZkSession) -> None:
         self.session = session
         self._cache: dict[str, Credentials] = {}
+        #: Bumped by every watch and new session: a read that started before it is not cached.
+        self._epoch = 0
         self._lock = threading.Lock()
         session.on_new_session(self._clear)
 
@@ -56,32 +62,41 @@ class CredentialStore:
 
     def credential(self, user: str, mechanism: str) -> Optional[ScramCredential]:
         """``user``'s credential for ``mechanism`` (None: no such user or none for that mechanism).
-        Blocking (a ZooKeeper read on a cache miss): call it off the event loop."""
+        Blocking (a ZooKeeper read on a cache miss, bounded by :data:`ZK_READ_TIMEOUT_S`, else
+        RequestTimedOut): call it off the event loop. The read runs outside the lock, so one slow
+        read never holds up the logins of users already cached, nor the watch callbacks."""
         with self._lock:
-            cached = self._cache.get(user, _MISSING)
-            if cached is _MISSING:
-                cached = self._cache[user] = self._load(user)
-        return cached.get(mechanism)   # type: ignore[union-attr]
+            cached = self._cache.get(user)
+            epoch = self._epoch
+        if cached is None:
+            cached = self._load(user)
+            if cached:   # only users that exist are kept: made-up names cost no memory and no watch
+                with self._lock:
+                    if self._epoch == epoch:   # no watch fired meanwhile: the read is current
+                        self._cache[user] = cached
+        return cached.get(mechanism)
 
     def _load(self, user: str) -> Credentials:
-        path = zk_paths.user(user)
-        client = self.session.client
-        for _ in range(_CAS_ATTEMPTS):
-            try:
-                data, _ = client.get(path, watch=self._changed)
-                return _decode(data, user)
-            except NoNodeError:
-                if client.exists(path, watch=self._changed) is None:
-                    return {}
-        raise RuntimeError(f"user {user!r}'s znode kept appearing and vanishing")
+        """The user's credentials, watching an existing node (a missing one is not watched)."""
+        try:
+            data, _ = self.session.client.get_async(zk_paths.user(user), watch=self._changed).get(
+                timeout=ZK_READ_TIMEOUT_S)
+        except NoNodeError:
+            return {}
+        except KazooTimeoutError:
+            raise RequestTimedOut(f"ZooKeeper did not return user {user!r}'s credentials within "
+                                  f"{ZK_READ_TIMEOUT_S:.0f}s") from None
+        return _decode(data, user)
 
     def _changed(self, event: object) -> None:
         path = str(getattr(event, "path", ""))
         with self._lock:
+            self._epoch += 1
             self._cache.pop(zk_paths.user_name(path.rsplit("/", 1)[-1]), None)
 
     def _clear(self) -> None:
         with self._lock:
+            self._epoch += 1
             self._cache.clear()
 
     # -- writing and listing (tools) ---------------------------------------------------------

@@ -24,7 +24,7 @@ from typing import Optional, Protocol
 
 import scramp
 
-from ember.errors import ErrorCode, IllegalSaslState, SaslAuthenticationFailed
+from ember.errors import ErrorCode, IllegalSaslState, RequestTimedOut, SaslAuthenticationFailed
 from ember.security.sasl.credential_store import CredentialStore
 from ember.security.sasl.scram import PLAIN, SCRAM_MECHANISMS, SCRAM_SHA_512, ScramCredential, password_matches
 from ember.security.session import Session, current_session, enter_session
@@ -88,6 +88,8 @@ class _Scram:
         except (scramp.ScramException, UnicodeDecodeError) as exc:
             reason = "unknown user" if not self._known else _scram_reason(exc)
             raise SaslAuthenticationFailed(failure_message(self.name)) from _Reason(reason)
+        except RequestTimedOut as exc:   # the user's credentials could not be read
+            raise SaslAuthenticationFailed(failure_message(self.name)) from _Reason(str(exc))
         if not self._known:   # a proof cannot match a made-up credential; never reached in practice
             raise SaslAuthenticationFailed(failure_message(self.name)) from _Reason("unknown user")
         self.complete = True
@@ -117,7 +119,11 @@ class _Plain:
             raise SaslAuthenticationFailed("Authentication failed: Client requested an authorization id that is "
                                            "different from username") from _Reason("authorization id differs")
         for mechanism in (SCRAM_SHA_512, *SCRAM_MECHANISMS):
-            credential = self.settings.store.credential(user, mechanism)
+            try:
+                credential = self.settings.store.credential(user, mechanism)
+            except RequestTimedOut as exc:
+                raise SaslAuthenticationFailed("Authentication failed: Invalid username or password") \
+                    from _Reason(str(exc))
             if credential is not None:
                 if password_matches(mechanism, credential, password):
                     self.complete = True
@@ -182,7 +188,13 @@ class SaslServer:
             raise IllegalSaslState(f"{self.close_reason}; a client authenticates once, after the handshake")
         session = current_session()
         try:
-            answer = await asyncio.to_thread(mechanism.step, token)
+            # bounded by what is left of sasl.handshake.timeout.ms (the step's thread ends on its
+            # own: its only wait, a ZooKeeper read, is bounded too)
+            answer = await asyncio.wait_for(asyncio.to_thread(mechanism.step, token), self.remaining_ms() / 1000)
+        except asyncio.TimeoutError:
+            self.close_reason = (f"SASL authentication ({self.mechanism}, user {mechanism.user!r}) did not finish "
+                                 f"within sasl.handshake.timeout.ms={self.settings.timeout_ms}")
+            raise SaslAuthenticationFailed(failure_message(self.mechanism or "")) from None
         except SaslAuthenticationFailed as exc:   # the server logs close_reason as it closes
             reason = exc.__cause__ or exc
             self.close_reason = f"SASL authentication failed ({self.mechanism}, user {mechanism.user!r}: {reason})"

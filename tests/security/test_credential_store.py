@@ -1,0 +1,85 @@
+"""CredentialStore alone (a stand-in kazoo client): a login never waits on ZooKeeper longer than
+its bound, one slow read holds up nobody else's login, and names that are no user are neither
+cached nor watched (clients making up names cost the broker nothing)."""
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+
+import pytest
+from kazoo.exceptions import NoNodeError
+from kazoo.handlers.threading import KazooTimeoutError
+
+from ember.cluster import zk_paths
+from ember.errors import RequestTimedOut
+from ember.security.sasl import credential_store
+from ember.security.sasl.credential_store import CredentialStore, _encode
+from ember.security.sasl.scram import SCRAM_SHA_512, ScramCredential
+
+
+class _Answer:
+    def __init__(self, data: bytes | None, release: threading.Event | None = None) -> None:
+        self.data, self.release = data, release
+
+    def get(self, timeout: float) -> tuple[bytes, object]:
+        if self.release is not None and not self.release.wait(timeout):
+            raise KazooTimeoutError()
+        if self.data is None:
+            raise NoNodeError()
+        return self.data, None
+
+
+class _Client:
+    """Users' znodes; ``slow`` users answer only once their event is set."""
+
+    def __init__(self, nodes: dict[str, bytes], slow: dict[str, threading.Event] | None = None) -> None:
+        self.nodes, self.slow, self.reads, self.watched = nodes, slow or {}, [], []
+
+    def get_async(self, path: str, watch=None) -> _Answer:
+        user = zk_paths.user_name(path.rsplit("/", 1)[-1])
+        self.reads.append(user)
+        if user in self.nodes:
+            self.watched.append(user)
+        return _Answer(self.nodes.get(user), self.slow.get(user))
+
+
+CREDENTIAL = ScramCredential(b"s" * 16, b"k" * 64, b"v" * 64, 4096)
+
+
+def store(client: _Client) -> CredentialStore:
+    return CredentialStore(SimpleNamespace(client=client, on_new_session=lambda callback: None))   # type: ignore[arg-type]
+
+
+def test_a_user_is_read_once_and_a_name_that_is_no_user_is_never_cached_or_watched():
+    client = _Client({"alice": _encode({SCRAM_SHA_512: CREDENTIAL}, {})})
+    credentials = store(client)
+    assert credentials.credential("alice", SCRAM_SHA_512) == CREDENTIAL
+    assert credentials.credential("alice", SCRAM_SHA_512) == CREDENTIAL
+    for name in ("made-up-1", "made-up-1", "made-up-2"):
+        assert credentials.credential(name, SCRAM_SHA_512) is None
+    assert client.reads == ["alice", "made-up-1", "made-up-1", "made-up-2"] and client.watched == ["alice"]
+
+
+def test_a_read_zookeeper_never_answers_fails_within_its_bound(monkeypatch):
+    monkeypatch.setattr(credential_store, "ZK_READ_TIMEOUT_S", 0.2)
+    credentials = store(_Client({}, slow={"bob": threading.Event()}))
+    with pytest.raises(RequestTimedOut, match="credentials within"):
+        credentials.credential("bob", SCRAM_SHA_512)
+
+
+def test_a_slow_read_holds_up_no_other_login():
+    release = threading.Event()
+    client = _Client({"alice": _encode({SCRAM_SHA_512: CREDENTIAL}, {}),
+                      "slow": _encode({SCRAM_SHA_512: CREDENTIAL}, {})}, slow={"slow": release})
+    credentials = store(client)
+    credentials.credential("alice", SCRAM_SHA_512)            # cached
+    stuck = threading.Thread(target=credentials.credential, args=("slow", SCRAM_SHA_512), daemon=True)
+    stuck.start()
+    try:
+        done = threading.Event()
+        threading.Thread(target=lambda: (credentials.credential("alice", SCRAM_SHA_512), done.set()),
+                         daemon=True).start()
+        assert done.wait(5), "a cached user's login waited for another user's ZooKeeper read"
+    finally:
+        release.set()
+        stuck.join(5)
