@@ -1,6 +1,7 @@
 """CredentialStore alone (a stand-in kazoo client): a login never waits on ZooKeeper longer than
 its bound, one slow read holds up nobody else's login, and names that are no user are neither
-cached nor watched (clients making up names cost the broker nothing)."""
+cached nor watched (clients making up names cost the broker nothing); a PLAIN login as nobody
+costs a password check like a real user's."""
 from __future__ import annotations
 
 import threading
@@ -11,8 +12,8 @@ from kazoo.exceptions import NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
 from ember.cluster import zk_paths
-from ember.errors import RequestTimedOut
-from ember.security.sasl import credential_store
+from ember.errors import RequestTimedOut, SaslAuthenticationFailed
+from ember.security.sasl import credential_store, server
 from ember.security.sasl.credential_store import CredentialStore, _encode
 from ember.security.sasl.scram import SCRAM_SHA_512, ScramCredential
 
@@ -83,3 +84,14 @@ def test_a_slow_read_holds_up_no_other_login():
     finally:
         release.set()
         stuck.join(5)
+
+
+def test_a_plain_login_as_nobody_checks_a_password_as_a_real_user_does(monkeypatch):
+    """So the time a refusal takes does not tell which users exist."""
+    checked: list[str] = []
+    monkeypatch.setattr(server, "password_matches",
+                        lambda mechanism, credential, password: checked.append(password) or False)
+    settings = server.SaslServerSettings(("PLAIN",), store(_Client({})))
+    with pytest.raises(SaslAuthenticationFailed):
+        server._Plain(settings).step(b"\0nobody\0guess")
+    assert checked == ["guess"]

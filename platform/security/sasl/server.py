@@ -129,8 +129,14 @@ class _Plain:
                     self.complete = True
                     return b""
                 break
+        else:   # no such user: spend what checking a password costs, so timing does not tell
+            password_matches(SCRAM_SHA_512, _DECOY, password)
         raise SaslAuthenticationFailed("Authentication failed: Invalid username or password") \
             from _Reason("unknown user or wrong password")
+
+
+#: What a PLAIN login of an unknown user is checked against (Kafka's default 4096 iterations).
+_DECOY = ScramCredential(b"\0" * 24, b"\0" * 64, b"\0" * 64, 4096)
 
 
 class _Reason(Exception):
