@@ -6,12 +6,12 @@ the client configuration files) and ``broker``, which the brokers authenticate t
 from __future__ import annotations
 
 import json
-import os
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
 from ember.cluster.zk_session import ZkSession
+from ember.security.private_files import write_private
 from ember.security.sasl.credential_store import CredentialStore
 from ember.security.sasl.jaas import login_config
 from ember.security.sasl.config import DEFAULT_MECHANISMS
@@ -20,15 +20,6 @@ from ember.security.sasl.scram import SCRAM_MECHANISMS, SCRAM_SHA_512, make_cred
 ADMIN_USER = "admin"
 BROKER_USER = "broker"
 MECHANISM = SCRAM_SHA_512
-
-
-def write_private(path: Path, text: str) -> None:
-    """Write ``text`` to a file only its owner can read (created so, never readable by others)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.write(text)
-    os.chmod(path, 0o600)
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,11 @@ from pathlib import Path
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from ember.cluster.cluster_sasl import ClusterSasl, write_private
+from ember.cluster.cluster_sasl import ClusterSasl
 from ember.cluster.zookeeper_server import ZooKeeperServer
 from ember.security.certificates import LOCAL_HOSTS, CertificateAuthority, IssuedCertificate
 from ember.security.client import ClientSecurity
+from ember.security.private_files import write_private
 from ember.security.protocol import SecurityProtocol
 from ember.security.session import certificate_principal
 

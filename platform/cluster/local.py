@@ -20,13 +20,14 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ember.cluster.cluster_sasl import ClusterSasl, write_private
+from ember.cluster.cluster_sasl import ClusterSasl
 from ember.cluster.cluster_tls import ClusterTls
 from ember.cluster.zk_session import ZkSession, ZooKeeperTls
 from ember.cluster.zookeeper_server import ZooKeeperServer, free_port, is_healthy, read_pid, terminate
 from ember.errors import BrokerNotAvailable, EmberError
 from ember.protocol.ember.wire import FRAME_LENGTH, ApiKey, decode_response, encode_request
 from ember.metrics.scrape import readiness
+from ember.security.private_files import write_private
 
 STATE_FILE = "cluster.json"
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +16,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from ember.security.private_files import write_private
 
 #: How long issued certificates are valid; rotate before (docs/security.md).
 VALIDITY = datetime.timedelta(days=365)
@@ -41,13 +42,6 @@ def _pem_key(key: ec.EllipticCurvePrivateKey, password: str | None) -> bytes:
     encryption = serialization.BestAvailableEncryption(password.encode()) if password \
         else serialization.NoEncryption()
     return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption)
-
-
-def _write_private(path: Path, data: bytes) -> None:
-    """Write a file only its owner can read (it holds a private key)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as out:
-        out.write(data)
 
 
 def _san(hosts: tuple[str, ...]) -> x509.SubjectAlternativeName:
@@ -91,7 +85,7 @@ class CertificateAuthority:
                 .sign(key, hashes.SHA256()))
         authority = cls(directory, key, cert)
         authority.cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-        _write_private(directory / "ca-key.pem", _pem_key(key, None))
+        write_private(directory / "ca-key.pem", _pem_key(key, None))
         return authority
 
     @classmethod
@@ -129,6 +123,6 @@ class CertificateAuthority:
         issued = IssuedCertificate(self.directory / f"{name}.pem", self.directory / f"{name}-key.pem",
                                    self.directory / f"{name}-keystore.pem")
         issued.cert.write_bytes(chain)
-        _write_private(issued.key, key_pem)
-        _write_private(issued.keystore, key_pem + chain)
+        write_private(issued.key, key_pem)
+        write_private(issued.keystore, key_pem + chain)
         return issued
