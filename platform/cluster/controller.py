@@ -19,7 +19,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Mapping, NamedTuple, TypeVar
 
-from kazoo.exceptions import BadVersionError, NoNodeError
+from kazoo.exceptions import BadVersionError, NoNodeError, RolledBackError
 from kazoo.recipe.watchers import DataWatch
 
 from ember.cluster import zk_paths
@@ -248,7 +248,10 @@ class Controller:
             target = rule(current)
             if target is None:
                 return current, current
-            written = self._fenced_set(path, target.to_bytes(), stat.version)
+            try:
+                written = self._fenced_set(path, target.to_bytes(), stat.version)
+            except NoNodeError:
+                return None   # topic deleted between the read and the write
             if written is None:
                 return None
             if not written:
@@ -276,14 +279,16 @@ class Controller:
         tx.check(zk_paths.CONTROLLER_EPOCH, self._epoch_version)
         tx.set_data(path, data, version=version)
         epoch_check, write = tx.commit()
-        if isinstance(epoch_check, Exception):
+        # A failed multi marks the ops before the failing one RolledBackError: only an epoch
+        # check that failed itself means a successor; a lost write race must not depose us.
+        if isinstance(epoch_check, Exception) and not isinstance(epoch_check, RolledBackError):
             log.warning("controller epoch %d is superseded; stepping down", self.epoch)
             self.active = False
             return None
         if isinstance(write, BadVersionError):
             return False
         if isinstance(write, Exception):
-            raise write
+            raise write       # NoNodeError: the topic was deleted since it was read
         return True
 
     # -- preferred leaders ---------------------------------------------------------------------

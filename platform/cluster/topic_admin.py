@@ -13,7 +13,7 @@ import uuid
 from dataclasses import replace
 from typing import Mapping, Protocol, Sequence
 
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
 
 from ember.cluster import zk_paths
 from ember.cluster.assignment import assign_replicas, check_assignment, check_replicas
@@ -98,12 +98,11 @@ class TopicAdmin:
             tx.create(zk_paths.partition(name, index))
             tx.create(zk_paths.partition_state(name, index),
                       PartitionState(replicas[0], 0, list(replicas), epoch).to_bytes())
-        results = tx.commit()
-        if any(isinstance(r, NodeExistsError) for r in results):
+        failure = _failure(tx.commit())
+        if isinstance(failure, NodeExistsError):
             raise TopicAlreadyExists(f"topic {name!r} already exists")
-        for result in results:
-            if isinstance(result, Exception):
-                raise result
+        if failure is not None:
+            raise failure
         return record
 
     def create_partitions(self, name: str, count: int, assignment: Sequence[Sequence[int]] | None = None,
@@ -134,12 +133,13 @@ class TopicAdmin:
                 tx.create(zk_paths.partition(name, index))
                 tx.create(zk_paths.partition_state(name, index),
                           PartitionState(replicas[0], 0, list(replicas), epoch).to_bytes())
-            results = tx.commit()
-            if isinstance(results[0], BadVersionError):
+            failure = _failure(tx.commit())
+            if isinstance(failure, BadVersionError):
                 continue
-            for result in results:
-                if isinstance(result, Exception):
-                    raise result
+            if isinstance(failure, NoNodeError):
+                raise UnknownTopicOrPartition(f"topic {name!r} was deleted while partitions were added")
+            if failure is not None:
+                raise failure
             return updated
         raise RequestTimedOut(f"topic {name!r} kept changing while partitions were added; retry")
 
@@ -194,6 +194,8 @@ class TopicAdmin:
                 return updated
             except BadVersionError:
                 continue
+            except NoNodeError:
+                raise UnknownTopicOrPartition(f"topic {name!r} was deleted while its config was altered") from None
         raise RequestTimedOut(f"topic {name!r} kept changing while its config was altered; retry")
 
     def _read(self, name: str) -> tuple[TopicRecord, int]:
@@ -203,3 +205,8 @@ class TopicAdmin:
         except NoNodeError:
             raise UnknownTopicOrPartition(f"topic {name!r} does not exist") from None
         return TopicRecord.from_bytes(data), stat.version
+
+
+def _failure(results: Sequence[object]) -> Exception | None:
+    """The op that failed a ZooKeeper multi (the ops before it only report RolledBackError)."""
+    return next((r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)), None)

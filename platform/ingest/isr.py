@@ -96,6 +96,8 @@ class IsrWriter:
                 written = client.set(path, target.to_bytes(), version=stat.version)
             except BadVersionError:
                 continue
+            except NoNodeError:
+                return None   # topic deleted between the read and the write
             return replace(target, version=written.version)
 
 

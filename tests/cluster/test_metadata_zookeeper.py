@@ -159,3 +159,79 @@ def test_a_deposed_controller_cannot_write_partition_state(nodes, topic_name):
     assert controller.call(lambda: controller._transition(topic_name, 0, "test", shrink)).result(10) is None
     assert not controller.active
     assert zk.get(path)[0] == before
+
+
+def test_a_topic_deleted_between_read_and_write_is_an_unknown_topic_not_a_zookeeper_error(nodes, topic_name):
+    """Every read-modify-write of a topic's znodes (partitions added, config altered, ISR or leader
+    changed) may lose the topic to a concurrent DeleteTopics between its read and its write; the
+    caller gets UNKNOWN_TOPIC_OR_PARTITION or "topic gone", never kazoo's NoNodeError."""
+    from dataclasses import replace
+
+    from ember.cluster.records import PartitionState
+    from ember.ingest.isr import IsrWriter
+
+    def recreate() -> None:
+        nodes[1].admin.create_topic(topic_name, 1, 3, {})
+
+    def delete_after(read: Callable[[str], Any]) -> Callable[[str], Any]:
+        def read_then_delete(name: str) -> Any:
+            result = read(name)
+            nodes[2].admin.delete_topic(name)
+            return result
+        return read_then_delete
+
+    for change in (lambda admin: admin.create_partitions(topic_name, 2),
+                   lambda admin: admin.alter_config(topic_name, {"retention.ms": "1000"}, [])):
+        recreate()
+        racing = TopicAdmin(nodes[1].session, nodes[1].admin.policy)
+        racing._read = delete_after(racing._read)     # type: ignore[method-assign]
+        with pytest.raises(UnknownTopicOrPartition, match="deleted"):
+            change(racing)
+        assert nodes[1].session.client.exists(zk_paths.topic(topic_name)) is None
+
+    controller_id = eventually(lambda: nodes[1].cache.controller_id() > 0 and nodes[1].cache.controller_id())
+    controller = nodes[controller_id].controller
+
+    def shrink_while_deleted(state):
+        nodes[2].admin.delete_topic(topic_name)
+        return replace(state, isr=state.isr[:1])
+    recreate()
+    assert controller.call(lambda: controller._transition(topic_name, 0, "test", shrink_while_deleted)
+                           ).result(10) is None
+    assert controller.active
+
+    recreate()
+    data, stat = nodes[1].session.client.get(zk_paths.partition_state(topic_name, 0))
+    leader = PartitionState.from_bytes(data, stat.version)
+
+    def expand_while_deleted(isr: list[int]) -> list[int]:
+        nodes[2].admin.delete_topic(topic_name)
+        return isr[:1]
+    assert IsrWriter(nodes[1].session, leader.leader).update(topic_name, 0, leader.leader_epoch,
+                                                            expand_while_deleted) is None
+
+
+
+def test_a_controller_that_loses_a_write_race_retries_and_stays_the_controller(nodes, topic_name):
+    """A partition state written by its leader (an ISR change) between the controller's read and
+    its fenced write fails only the write: the controller re-reads and writes, and is not deposed
+    (a failed multi reports its epoch check as rolled back, not as failed)."""
+    from dataclasses import replace
+
+    controller_id = eventually(lambda: nodes[1].cache.controller_id() > 0 and nodes[1].cache.controller_id())
+    controller = nodes[controller_id].controller
+    nodes[1].admin.create_topic(topic_name, 1, 3, {})
+    eventually(lambda: (m := nodes[1].cache.topic(topic_name)) and len(m.states) == 1)
+    zk = nodes[1].session.client
+    path = zk_paths.partition_state(topic_name, 0)
+    calls = []
+
+    def shrink_after_a_racing_write(state):
+        calls.append(state.version)
+        if len(calls) == 1:
+            zk.set(path, zk.get(path)[0])          # the leader's ISR write lands first
+        return replace(state, isr=state.isr[:1])
+    before, after = controller.call(lambda: controller._transition(topic_name, 0, "test",
+                                                                   shrink_after_a_racing_write)).result(10)
+    assert len(calls) == 2 and calls[1] == calls[0] + 1
+    assert controller.active and after.isr == before.isr[:1]
