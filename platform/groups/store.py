@@ -81,10 +81,22 @@ class GroupStore:
                 self._create_or_set(zk_paths.group_offset(group_id, *tp), docs[tp])
 
     def _create_or_set(self, path: str, data: bytes) -> None:
-        try:
-            self.client.create(path, data, makepath=True)
-        except NodeExistsError:
-            self.client.set(path, data)
+        """Create or overwrite ``path``; a DeleteGroups racing in may remove it or its parents
+        between the two steps, so a few attempts are made before the commit is refused."""
+        for _ in range(DELETE_ATTEMPTS):
+            try:
+                self.client.create(path, data, makepath=True)
+                return
+            except NodeExistsError:
+                try:
+                    self.client.set(path, data)
+                    return
+                except NoNodeError:
+                    continue
+            except NoNodeError:
+                continue
+        raise CoordinatorNotAvailable(f"{path} was deleted {DELETE_ATTEMPTS} times while it was written "
+                                      f"(the group is being deleted); retry the commit")
 
     @_retriable_while_unreachable
     def fetch(self, group_id: str, partitions: Optional[Iterable[TopicPartition]]) -> dict[TopicPartition, CommittedOffset]:

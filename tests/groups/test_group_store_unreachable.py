@@ -1,6 +1,7 @@
 """GroupStore alone (a stand-in kazoo client): ZooKeeper being unreachable is a retriable
 coordinator error, not an unexpected one a committing consumer would give up on; a group delete
-raced by commits is retried, a bounded number of times, then refused with a typed error."""
+raced by commits, and a commit raced by a group delete, are retried a bounded number of times,
+then refused with a typed error."""
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -58,3 +59,37 @@ def test_a_delete_raced_by_commits_is_retried_then_refused_with_a_typed_error() 
     with pytest.raises(NonEmptyGroup, match="being committed while it is deleted"):
         GroupStore(SimpleNamespace(client=endless)).delete("g")   # type: ignore[arg-type]
     assert endless.calls == DELETE_ATTEMPTS
+
+
+def test_a_commit_raced_by_a_group_delete_is_retried_then_refused_with_a_retriable_error() -> None:
+    from kazoo.exceptions import NodeExistsError, NoNodeError
+
+    class _Result:
+        def get(self) -> None:
+            raise NoNodeError()          # the offset znode does not exist yet
+
+    class _Deleting:
+        """The first ``races`` writes find the path (or its parents) deleted under them."""
+
+        def __init__(self, races: int) -> None:
+            self.races, self.writes, self.created = races, 0, []
+
+        def set_async(self, path: str, data: bytes) -> _Result:
+            return _Result()
+
+        def create(self, path: str, data: bytes, makepath: bool = False) -> None:
+            self.writes += 1
+            if self.writes <= self.races:
+                raise NoNodeError() if self.writes % 2 else NodeExistsError()
+            self.created.append(path)
+
+        def set(self, path: str, data: bytes) -> None:
+            raise NoNodeError()          # deleted between the create that found it and the set
+
+    racing = _Deleting(races=3)
+    GroupStore(SimpleNamespace(client=racing)).commit("g", {TopicPartition("t", 0): (5, "")})  # type: ignore[arg-type]
+    assert racing.created and racing.writes == 4
+    endless = _Deleting(races=10**6)
+    with pytest.raises(CoordinatorNotAvailable, match="deleted") as raised:
+        GroupStore(SimpleNamespace(client=endless)).commit("g", {TopicPartition("t", 0): (5, "")})  # type: ignore[arg-type]
+    assert raised.value.retriable and endless.writes == DELETE_ATTEMPTS
