@@ -63,6 +63,10 @@ def group_offset(group_id: str, topic_name: str, index: int) -> str:
 CONFIG_USERS = "/config/users"
 
 
+#: Random bytes made once per cluster: they key the made-up SCRAM salts of users that do not exist.
+SCRAM_DECOY_KEY = "/config/scram_decoy_key"
+
+
 def user(name: str) -> str:
     """A user's znode; the name URL-encoded as Kafka's Sanitizer does (a name may hold ``/``)."""
     return f"{CONFIG_USERS}/{quote(name, safe='')}"

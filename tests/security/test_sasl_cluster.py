@@ -2,8 +2,8 @@
 --secure`` starts): 2 brokers, every listener SASL_SSL with SCRAM, PLAIN enabled on the KAFKA
 listener only. Clients that authenticate work (ember's and confluent-kafka, replication between
 brokers authenticated as User:broker); every other client is refused with a clear, typed error:
-no credentials, a wrong password, an unknown user, a removed user (on every broker, within
-seconds), PLAIN where it is not enabled, a client that stalls mid-authentication. An old Kafka
+no credentials, a wrong password, an unknown user (shown the same salt by every broker, as a
+real user is), a removed user (on every broker, within seconds), PLAIN where it is not enabled, a client that stalls mid-authentication. An old Kafka
 client's SaslHandshake v0 (bare SASL tokens) authenticates too. Users added with
 ``ember users`` or Kafka's ``kafka-configs`` authenticate at once, and ACLs (on, as in ``cluster up
 --secure``: admin and broker are super users) see them as ``User:<name>``; no password reaches a
@@ -264,6 +264,29 @@ def test_an_old_client_authenticates_with_saslhandshake_v0_and_bare_scram_tokens
         metadata = wire.call(MetadataRequest(topics=(MetadataRequestTopic(topic_id=None, name=topic_name),),
                                              allow_auto_topic_creation=False, include_topic_authorized_operations=False))
     assert metadata.topics[0].error_code == 0
+
+
+def test_a_made_up_user_gets_the_same_salt_from_every_broker_like_a_real_user(cluster):
+    """Salts are what SCRAM shows before the proof: a made-up user's must not differ between
+    brokers (nor restarts) when a real user's does not, or comparing them tells who exists."""
+    def salts(user: str) -> set[str]:
+        seen = set()
+        for broker in cluster.brokers.values():
+            host = broker.kafka_address.rsplit(":", 1)[0]
+            with KafkaWire(broker.kafka_address) as wire:
+                wire.sock = tls_context(cluster).wrap_socket(wire.sock, server_hostname=host)
+                assert wire.call(SaslHandshakeRequest(mechanism="SCRAM-SHA-512")).error_code == 0
+                client = scramp.ScramClient(["SCRAM-SHA-512"], user, "any password")
+                wire.send_raw(FRAME_LENGTH.pack(len(token := client.get_client_first())) + token.encode())
+                (size,) = FRAME_LENGTH.unpack(wire.exactly(FRAME_LENGTH.size))
+                server_first = dict(part.split("=", 1) for part in wire.exactly(size).decode().split(","))
+                seen.add(f"{server_first['s']},{server_first['i']}")
+        return seen
+
+    assert len(cluster.brokers) == 2
+    assert len(salts("admin")) == 1
+    assert len(salts("nobody-at-all")) == 1
+    assert salts("nobody-at-all") != salts("someone-else")
 
 
 def tls_context(cluster: LocalCluster) -> ssl.SSLContext:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import secrets
 import threading
 from typing import Iterable, Mapping, Optional
 
@@ -56,6 +57,7 @@ class CredentialStore:
         #: Bumped by every watch and new session: a read that started before it is not cached.
         self._epoch = 0
         self._lock = threading.Lock()
+        self._decoy_key: Optional[bytes] = None
         session.on_new_session(self._clear)
 
     # -- reading (brokers) -------------------------------------------------------------------
@@ -87,6 +89,24 @@ class CredentialStore:
             raise RequestTimedOut(f"ZooKeeper did not return user {user!r}'s credentials within "
                                   f"{ZK_READ_TIMEOUT_S:.0f}s") from None
         return _decode(data, user)
+
+    def decoy_key(self) -> bytes:
+        """The cluster's key for made-up SCRAM salts, created in ZooKeeper by the first broker
+        that needs it: every broker, listener and restart gives a user that does not exist the
+        same salt, as a real user's salt stays the same, so comparing answers tells nothing.
+        Blocking and bounded like :meth:`credential`."""
+        if self._decoy_key is None:
+            client, path = self.session.client, zk_paths.SCRAM_DECOY_KEY
+            try:
+                try:
+                    client.create_async(path, secrets.token_bytes(32), makepath=True).get(timeout=ZK_READ_TIMEOUT_S)
+                except NodeExistsError:
+                    pass
+                self._decoy_key, _ = client.get_async(path).get(timeout=ZK_READ_TIMEOUT_S)
+            except KazooTimeoutError:
+                raise RequestTimedOut(f"ZooKeeper did not return the SCRAM decoy key within "
+                                      f"{ZK_READ_TIMEOUT_S:.0f}s") from None
+        return self._decoy_key
 
     def _changed(self, event: object) -> None:
         path = str(getattr(event, "path", ""))

@@ -4,8 +4,9 @@ Both protocols drive it the same way (Kafka's SaslHandshake then SaslAuthenticat
 protocol copies): :meth:`SaslServer.handshake` picks the mechanism, :meth:`SaslServer.authenticate`
 runs one step of it. SCRAM-SHA-256/512 run on :mod:`scramp`'s server state machine against the
 credentials in ZooKeeper (:class:`~ember.security.sasl.credential_store.CredentialStore`); PLAIN
-checks the password against the user's SCRAM credential. An unknown user gets a made-up salt and
-fails at the proof, like a wrong password, so the exchange does not tell which users exist; both
+checks the password against the user's SCRAM credential. An unknown user gets a made-up salt (the
+same on every broker and after restarts: keyed by a cluster-wide key) and fails at the proof,
+like a wrong password, so the exchange does not tell which users exist; both
 get Kafka's message. On success the connection's session takes the principal ``User:<name>``.
 Steps run on a worker thread (a ZooKeeper read on a cache miss, PBKDF2 for PLAIN), never on the
 broker's event loop.
@@ -41,8 +42,6 @@ class SaslServerSettings:
     timeout_ms: int = 10000
     #: Largest frame before authentication (Kafka's ``sasl.server.max.receive.size``).
     max_receive_size: int = 524288
-    #: Keys the made-up credentials of unknown users, so they are stable per broker.
-    secret: bytes = field(default_factory=lambda: secrets.token_bytes(32), repr=False)
 
 
 def failure_message(mechanism: str) -> str:
@@ -75,7 +74,7 @@ class _Scram:
         return credential.auth_info()
 
     def _decoy(self, user: str) -> ScramCredential:
-        seed = hmac.new(self.settings.secret, f"{self.name}\0{user}".encode(), hashlib.sha256).digest()
+        seed = hmac.new(self.settings.store.decoy_key(), f"{self.name}\0{user}".encode(), hashlib.sha256).digest()
         return ScramCredential(seed[:24], secrets.token_bytes(64), secrets.token_bytes(64), 4096)
 
     def step(self, token: bytes) -> bytes:
