@@ -76,3 +76,28 @@ def test_every_brokers_authorizer_follows_adds_and_removes(brokers):
     for _, authorizer in brokers:
         eventually(lambda: not authorizer.authorize("User:etl", "127.0.0.1", Operation.WRITE, eu))
     assert not brokers[0][0].session.client.exists("/kafka-acl-extended/prefixed/Topic/sales-")
+
+
+def test_a_removal_reads_only_the_resources_whose_cached_acls_match(brokers):
+    """DeleteAcls costs ZooKeeper round trips for the resources it changes, not for every
+    resource with ACLs (Kafka's behaviour too): a cluster with many ACLs stays quick to edit."""
+    store = brokers[0][0]
+    others = [AclBinding(ResourcePattern(ResourceType.TOPIC, f"t{i}"),
+                         AccessControlEntry("User:reader", "*", Operation.READ, Permission.ALLOW)) for i in range(40)]
+    target = AclBinding(ResourcePattern(ResourceType.GROUP, "etl"),
+                        AccessControlEntry("User:etl", "*", Operation.READ, Permission.ALLOW))
+    store.add([*others, target])
+    client, reads = store.session.client, []
+    real_get_async = client.get_async
+
+    def counting_get_async(path: str, *args: Any, **kwargs: Any) -> Any:
+        if threading.current_thread() is threading.main_thread():   # not the watches' re-reads
+            reads.append(path)
+        return real_get_async(path, *args, **kwargs)
+    client.get_async = counting_get_async     # type: ignore[method-assign]
+    try:
+        assert store.remove(AclBindingFilter(principal="User:etl")) == [target]
+    finally:
+        client.get_async = real_get_async     # type: ignore[method-assign]
+    assert reads == ["/kafka-acl/Group/etl"]
+    assert set(store.bindings()) == set(others)

@@ -38,6 +38,8 @@ RESOURCE_TYPES = (ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER, 
 PATTERN_ROOTS = {PatternType.LITERAL: LITERAL_ROOT, PatternType.PREFIXED: PREFIXED_ROOT}
 #: Bound of one ZooKeeper call made by a writer.
 ZK_TIMEOUT_S = 10.0
+#: Bound of one DeleteAcls, over all the resources it changes (each ZooKeeper call is bounded too).
+REMOVE_BOUND_S = 30.0
 _CAS_ATTEMPTS = 20
 
 Snapshot = Callable[[list[AclBinding]], None]
@@ -160,12 +162,18 @@ class AclStore:
                          ZK_TIMEOUT_S)
 
     def remove(self, acl_filter: AclBindingFilter) -> list[AclBinding]:
-        """Delete every ACL ``acl_filter`` matches (read again from ZooKeeper under compare-and-set);
-        returns what was deleted."""
+        """Delete every ACL ``acl_filter`` matches; returns what was deleted. As Kafka does, the
+        cache picks the resources that hold a match, and only those are read again from ZooKeeper
+        and written under compare-and-set; the whole removal is bounded by :data:`REMOVE_BOUND_S`."""
         with self._lock:
-            patterns = list(self._nodes)
+            patterns = [pattern for pattern, entries in self._nodes.items()
+                        if any(acl_filter.matches(AclBinding(pattern, e)) for e in entries)]
+        deadline = time.monotonic() + REMOVE_BOUND_S
         removed: list[AclBinding] = []
-        for pattern in patterns:
+        for done, pattern in enumerate(patterns):
+            if time.monotonic() > deadline:
+                raise RequestTimedOut(f"removing ACLs took over {REMOVE_BOUND_S:.0f}s: {len(removed)} removed from "
+                                      f"{done} of {len(patterns)} resources; retry to remove the rest")
             def drop(current: frozenset[AccessControlEntry], pattern: ResourcePattern = pattern) -> frozenset:
                 gone = {e for e in current if acl_filter.matches(AclBinding(pattern, e))}
                 dropped[:] = [AclBinding(pattern, e) for e in gone]
