@@ -7,10 +7,12 @@ real user is), a removed user (on every broker, within seconds), PLAIN where it 
 client's SaslHandshake v0 (bare SASL tokens) authenticates too. Users added with
 ``ember users`` or Kafka's ``kafka-configs`` authenticate at once, and ACLs (on, as in ``cluster up
 --secure``: admin and broker are super users) see them as ``User:<name>``; no password reaches a
-broker log or a Spark plan."""
+broker log, Spark's log (its JVM log4j2 at INFO, and ember's Python loggers at DEBUG), a Spark
+plan or a query's progress."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import ssl
@@ -27,6 +29,7 @@ from kafka_helpers import WAIT_S, run_tool
 from kafka_wire import KafkaWire
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.sasl_handshake.v0.request import SaslHandshakeRequest
+from spark_logs import spark_log_file
 
 from ember.client import Admin, Consumer, Producer, TopicPartition
 from ember.client.connection import Connection
@@ -321,7 +324,8 @@ def test_no_password_reaches_a_broker_log(cluster):
 
 
 @pytest.mark.spark
-def test_the_spark_source_reads_with_scram_and_its_plan_hides_the_password(spark, cluster, topic_name):
+def test_the_spark_source_reads_with_scram_and_neither_its_plan_nor_spark_logs_show_the_password(
+        spark, cluster, topic_name, tmp_path, caplog):
     create(cluster, topic_name)
     with Admin(cluster.bootstrap, **cluster.client_options) as admin:
         admin.set_user_password("erin", PASSWORDS["erin"])
@@ -332,12 +336,18 @@ def test_the_spark_source_reads_with_scram_and_its_plan_hides_the_password(spark
     tls = cluster.tls
     jaas = ('org.apache.kafka.common.security.scram.ScramLoginModule required username="erin" '
             f'password="{PASSWORDS["erin"]}";')
-    frame = (spark.read.format("ember").option("bootstrap", cluster.bootstrap).option("topic", topic_name)
-             .option("security.protocol", "SASL_SSL").option("sasl.mechanism", "SCRAM-SHA-512")
-             .option("sasl.jaas.config", jaas).option("ssl.cafile", str(tls.ca))
-             .option("ssl.certfile", str(tls.client.cert)).option("ssl.keyfile", str(tls.client.key)).load())
-    assert sorted(bytes(r.value) for r in frame.select("value").collect()) == [f"s{i}".encode() for i in range(5)]
-    assert PASSWORDS["erin"] not in frame._jdf.queryExecution().toString()
+    caplog.set_level(logging.DEBUG, logger="ember")
+    with spark_log_file(spark, tmp_path / "spark.log") as spark_log:
+        frame = (spark.read.format("ember").option("bootstrap", cluster.bootstrap).option("topic", topic_name)
+                 .option("security.protocol", "SASL_SSL").option("sasl.mechanism", "SCRAM-SHA-512")
+                 .option("sasl.jaas.config", jaas).option("ssl.cafile", str(tls.ca))
+                 .option("ssl.certfile", str(tls.client.cert)).option("ssl.keyfile", str(tls.client.key)).load())
+        assert sorted(bytes(r.value) for r in frame.select("value").collect()) == [f"s{i}".encode() for i in range(5)]
+        plan = frame._jdf.queryExecution().toString()
+    assert PASSWORDS["erin"] not in plan
+    logged = spark_log.read_text()
+    assert "DAGScheduler" in logged and "BatchScan ember" in plan    # Spark logged the read's job; the plan shows it
+    assert PASSWORDS["erin"] not in logged and PASSWORDS["erin"] not in caplog.text
 
 
 @pytest.mark.spark
@@ -353,10 +363,13 @@ def test_the_stream_to_delta_job_reads_with_the_printed_client_properties_and_pr
     assert "sasl.jaas.config" in properties.read_text()
     monkeypatch.setenv("EMBER_CLIENT_CONFIG", str(properties))
     table = tmp_path / "table"
-    query = start_stream(spark, parse_args(["--bootstrap", cluster.bootstrap, "--topic", topic_name,
-                                            "--table", str(table), "--checkpoint", str(tmp_path / "checkpoint"),
-                                            "--trigger", "availableNow"]))
-    query.awaitTermination(180)
+    with spark_log_file(spark, tmp_path / "spark.log") as spark_log:
+        query = start_stream(spark, parse_args(["--bootstrap", cluster.bootstrap, "--topic", topic_name,
+                                                "--table", str(table), "--checkpoint", str(tmp_path / "checkpoint"),
+                                                "--trigger", "availableNow"]))
+        query.awaitTermination(180)
+    logged = spark_log.read_text()
+    assert "MicroBatchExecution" in logged and cluster.scram.password("admin") not in logged
     assert query.exception() is None, query.exception()
     assert sorted(bytes(r.value) for r in spark.read.format("delta").load(str(table)).collect()) == sorted(
         f"j{i}".encode() for i in range(8))
