@@ -11,7 +11,7 @@ listener, the same PEM certificates, client certificates required; its brokers r
 PLAINTEXT, so Kafka's acks=all figures cover only the client's hop.
 
 Cases: end-to-end latency p50/p99/p99.9 at ``--latency-rate`` records/s (acks=all RF=3, the send time
-in each value, a consumer in its own process; ``bench/vs_kafka``'s latency case), producer records/s (``--records`` values of ``--value-size`` bytes, acks=1 RF=1 and acks=all
+in each value, 100 B values, a consumer in its own process; ``bench/vs_kafka``'s latency case), producer records/s (``--records`` values of ``--value-size`` bytes, acks=1 RF=1 and acks=all
 RF=3; ember ``Producer.send``, Kafka confluent-kafka ``produce``) and consumer records/s from the
 beginning of an RF=1 topic of ``--consume-records`` (ember ``poll_batches``, Kafka ``consume``). Plaintext and TLS runs
 alternate and the best of ``--repeats`` counts, as in ``bench/vs_kafka``. Writes ``--out``/tls_scram.md
@@ -139,7 +139,7 @@ def report(results: dict[str, list[Row]], args: argparse.Namespace,
             scram_cells = f"{scram:,.0f} | {scram / plain:.2f}" if scram is not None else "— | —"
             lines.append(f"| {system} | {case} | {plain:,.0f} | {tls:,.0f} | {tls / plain:.2f} | {scram_cells} |")
     if latencies:
-        lines += ["", f"End-to-end latency at {args.latency_rate:,} records/s for {args.latency_seconds:.0f} s (acks=all, "
+        lines += ["", f"End-to-end latency at {args.latency_rate:,} records/s of 100 B values for {args.latency_seconds:.0f} s (acks=all, "
                   f"RF=3, {PARTITIONS} partitions; the first second not counted; the run with the best p99 of "
                   f"{args.repeats}); the ratio is TLS (or TLS+SCRAM) latency / plaintext latency, lower is better:", "",
                   "| system | percentile | plaintext ms | TLS ms | TLS / plaintext | TLS+SCRAM ms | TLS+SCRAM / plaintext |",
@@ -160,8 +160,8 @@ def main() -> int:
                         help="records per consumer run (default 1M)")
     parser.add_argument("--value-size", type=int, default=512, help="bytes per value (default 512)")
     parser.add_argument("--repeats", type=int, default=3, help="runs per variant; the best counts (default 3)")
-    parser.add_argument("--latency-rate", type=int, default=2000,
-                        help="records/s of the end-to-end latency case (default 2000; 0 skips it)")
+    parser.add_argument("--latency-rate", type=int, default=20_000,
+                        help="records/s of the end-to-end latency case (default 20k, as bench/vs_kafka; 0 skips it)")
     parser.add_argument("--latency-seconds", type=float, default=10.0, help="seconds per latency run (default 10)")
     parser.add_argument("--kafka", action="store_true", help="measure Apache Kafka too (bench/vs_kafka's jars)")
     parser.add_argument("--out", type=Path, default=HERE / "results", help="where tls_scram.md goes")
