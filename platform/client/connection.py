@@ -159,11 +159,16 @@ class Connection:
                 self._pending.pop(correlation_id, None)
             return exc
 
+    @property
+    def renewal_due(self) -> bool:
+        """Whether the next request re-authenticates first (waiting for the answers to those in
+        flight: an event loop sends it from a worker thread then)."""
+        return self._renew_at is not None and time.monotonic() >= self._renew_at
+
     def _renewal_due(self) -> bool:
-        """Whether to re-authenticate before the next request. Never on the reader thread (a
-        response's callback sending): it could not read the answers it would wait for."""
-        return (self._renew_at is not None and time.monotonic() >= self._renew_at
-                and threading.current_thread() is not self._reader)
+        """:attr:`renewal_due`, never on the reader thread (a response's callback sending): it
+        could not read the answers it would wait for."""
+        return self.renewal_due and threading.current_thread() is not self._reader
 
     def _session_started(self, started: float, lifetime_ms: int) -> None:
         """Schedule the re-authentication of a session that began at ``started`` (its exchange's start)."""
