@@ -8,6 +8,8 @@ first request after expiry; a re-authentication as someone else closes the conne
 from __future__ import annotations
 
 import datetime
+import socket
+import ssl
 import time
 
 import pytest
@@ -25,6 +27,7 @@ from test_sasl_cluster import create, grant, kafka_config, login, tls_context
 from ember.client import Admin, Consumer, Producer, TopicPartition
 from ember.cluster.local import LocalCluster
 from ember.errors import ErrorCode, SaslAuthenticationFailed
+from ember.protocol.ember.wire import FRAME_LENGTH, ApiKey, Response, decode_response, encode_request
 from ember.security.authorizer.model import Operation
 
 pytestmark = pytest.mark.integration
@@ -187,13 +190,44 @@ def test_a_client_that_does_not_re_authenticate_is_disconnected_at_its_first_req
     create(cluster, topic_name)
     wire, lifetime = authenticated_wire(cluster, "admin", cluster.scram.password("admin"))
     with wire:
+        peer = "{}:{}".format(*wire.sock.getsockname())
         assert lifetime == datetime.timedelta(milliseconds=LIFETIME_MS)
         assert metadata(wire, topic_name) == ErrorCode.NONE
         time.sleep(LIFETIME_MS / 1000 + 0.5)   # let the session expire
         with pytest.raises(ConnectionError):
             metadata(wire, topic_name)
-    wait_for_log(cluster, f"principal User:admin: session expired (connections.max.reauth.ms={LIFETIME_MS}); "
-                          f"the client did not re-authenticate")
+    wait_for_log(cluster, f"on listener KAFKA: peer {peer}, principal User:admin: session expired "
+                          f"(connections.max.reauth.ms={LIFETIME_MS}); the client did not re-authenticate")
+
+
+def test_an_ember_protocol_client_that_does_not_re_authenticate_is_disconnected_after_expiry(cluster):
+    broker = cluster.brokers[1]
+    with socket.create_connection((broker.host, broker.port), timeout=WAIT_S) as raw, \
+            tls_context(cluster).wrap_socket(raw, server_hostname=broker.host) as tls:
+        answers = tls.makefile("rb")
+        peer = "{}:{}".format(*tls.getsockname())
+
+        def call(api_key: ApiKey, body: dict[str, object], payload: bytes = b"") -> Response:
+            tls.sendall(b"".join(encode_request(api_key, 0, 1, body, [payload] if payload else [])))
+            (size,) = FRAME_LENGTH.unpack(answers.read(FRAME_LENGTH.size))
+            return decode_response(answers.read(size))
+
+        assert call(ApiKey.SASL_HANDSHAKE, {"mechanism": "SCRAM-SHA-512"}).body["error_code"] == ErrorCode.NONE
+        client = scramp.ScramClient(["SCRAM-SHA-512"], "admin", cluster.scram.password("admin"))
+        client.set_server_first(bytes(call(ApiKey.SASL_AUTHENTICATE, {}, client.get_client_first().encode()).payload)
+                                .decode())
+        final = call(ApiKey.SASL_AUTHENTICATE, {}, client.get_client_final().encode())
+        assert final.body["session_lifetime_ms"] == LIFETIME_MS
+        assert call(ApiKey.METADATA, {"topics": []}).body.get("error_code", 0) == ErrorCode.NONE
+        time.sleep(LIFETIME_MS / 1000 + 0.5)   # let the session expire
+        tls.sendall(b"".join(encode_request(ApiKey.METADATA, 0, 2, {"topics": []})))
+        try:
+            closed = answers.read(1) == b""
+        except (ConnectionResetError, ssl.SSLError):
+            closed = True
+        assert closed
+    wait_for_log(cluster, f"on listener EMBER: peer {peer}, principal User:admin: session expired "
+                          f"(connections.max.reauth.ms={LIFETIME_MS}); the client did not re-authenticate")
 
 
 def test_re_authenticating_as_the_same_user_keeps_the_connection_and_as_another_closes_it(cluster, topic_name):

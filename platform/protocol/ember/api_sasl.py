@@ -47,7 +47,7 @@ async def authenticate(request: Request, sasl: SaslServer,
     name = ApiKey(request.api_key).name if request.api_key in ApiKey._value2member_map_ else str(request.api_key)
     session = current_session()
     protocol = session.security_protocol.value if session is not None else "SASL"
-    sasl.close_reason = f"{name} sent before SASL authentication"
+    sasl.close_reason = f"{name} {sasl.interrupted}"
     return Reply(error_fields(SaslAuthenticationFailed(
         f"this listener ({protocol}) requires SASL authentication before any request: set "
         f"security_protocol={protocol!r}, sasl_mechanism (one of {', '.join(sasl.settings.mechanisms)}), "

@@ -62,7 +62,9 @@ async def authenticate(request: KafkaRequest | RawSaslToken, sasl: SaslServer,
         return _encode(request, {"error_code": ErrorCode.NONE, "error_message": None, "auth_bytes": token,
                                  "session_lifetime": sasl.session_lifetime_ms})
     name = ApiKey(key).name if key in ApiKey._value2member_map_ else f"api key {key}"
-    raise CloseConnection(f"{name} v{request.api_version} sent before SASL authentication; Kafka clients "
+    if sasl.previous is not None:
+        raise CloseConnection(f"{name} v{request.api_version} {sasl.interrupted}")
+    raise CloseConnection(f"{name} v{request.api_version} {sasl.interrupted}; Kafka clients "
                           f"need security.protocol=SASL_SSL or SASL_PLAINTEXT and sasl.mechanism here")
 
 

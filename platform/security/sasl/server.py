@@ -186,6 +186,12 @@ class SaslServer:
         return max(int((self.deadline - time.monotonic()) * 1000), 1)
 
     @property
+    def interrupted(self) -> str:
+        """Why a request other than SASL's closes the connection now, for the broker log."""
+        return ("sent during SASL re-authentication (a client sends nothing else until it is over)"
+                if self.previous is not None else "sent before SASL authentication")
+
+    @property
     def session_lifetime_ms(self) -> int:
         """What the SaslAuthenticate response announces: 0 unless the session expires."""
         return self.settings.reauth_ms if self.expires_at is not None else 0
