@@ -48,7 +48,7 @@ async def authenticate(request: KafkaRequest | RawSaslToken, sasl: SaslServer,
                                       and request.body is None):
         return await dispatch(request)   # ApiVersions, or a version not served: UNSUPPORTED_VERSION
     if key == ApiKey.SASL_HANDSHAKE:
-        if sasl.previous is not None and request.api_version == 0:
+        if sasl.renews is not None and request.api_version == 0:
             sasl.close_reason = "SaslHandshake v0 cannot re-authenticate (Kafka needs v1)"
             return _encode(request, {"error_code": ErrorCode.ILLEGAL_SASL_STATE, "mechanisms": []})
         code = sasl.handshake(request.body.mechanism)
@@ -62,7 +62,7 @@ async def authenticate(request: KafkaRequest | RawSaslToken, sasl: SaslServer,
         return _encode(request, {"error_code": ErrorCode.NONE, "error_message": None, "auth_bytes": token,
                                  "session_lifetime": sasl.session_lifetime_ms})
     name = ApiKey(key).name if key in ApiKey._value2member_map_ else f"api key {key}"
-    if sasl.previous is not None:
+    if sasl.renews is not None:
         raise CloseConnection(f"{name} v{request.api_version} {sasl.interrupted}")
     raise CloseConnection(f"{name} v{request.api_version} {sasl.interrupted}; Kafka clients "
                           f"need security.protocol=SASL_SSL or SASL_PLAINTEXT and sasl.mechanism here")

@@ -161,13 +161,13 @@ class RawSaslToken:
 class SaslServer:
     """One connection's authentication: handshake, then steps until complete or failed."""
 
-    def __init__(self, settings: SaslServerSettings, previous: Optional["SaslServer"] = None) -> None:
+    def __init__(self, settings: SaslServerSettings, renews: Optional[tuple[str, str]] = None) -> None:
         self.settings = settings
         self.deadline = time.monotonic() + settings.timeout_ms / 1000
         self.mechanism: Optional[str] = None
         self._mechanism: Optional[_Mechanism] = None
-        #: The authentication this one renews (None: the connection's first).
-        self.previous = previous
+        #: (principal, mechanism) of the session this exchange renews (None: the connection's first).
+        self.renews = renews
         #: ``User:<name>`` once complete.
         self.principal: Optional[str] = None
         #: When (monotonic) the session ends; None: never (no ``connections.max.reauth.ms``, or a
@@ -189,7 +189,7 @@ class SaslServer:
     def interrupted(self) -> str:
         """Why a request other than SASL's closes the connection now, for the broker log."""
         return ("sent during SASL re-authentication (a client sends nothing else until it is over)"
-                if self.previous is not None else "sent before SASL authentication")
+                if self.renews is not None else "sent before SASL authentication")
 
     @property
     def session_lifetime_ms(self) -> int:
@@ -201,16 +201,17 @@ class SaslServer:
 
     def reauthentication(self) -> "SaslServer":
         """A new exchange on the same connection, bounded by ``sasl.handshake.timeout.ms`` like the first."""
-        return SaslServer(self.settings, previous=self)
+        assert self.principal is not None and self.mechanism is not None
+        return SaslServer(self.settings, renews=(self.principal, self.mechanism))
 
     def handshake(self, mechanism: str) -> int:
         """The error code of a SaslHandshake asking for ``mechanism``."""
         if self._mechanism is not None:
             self.close_reason = "SaslHandshake sent twice"
             return ErrorCode.ILLEGAL_SASL_STATE
-        if self.previous is not None and mechanism != self.previous.mechanism:
+        if self.renews is not None and mechanism != self.renews[1]:
             self.close_reason = (f"the client asked for SASL mechanism {mechanism!r} to re-authenticate; it "
-                                 f"authenticated with {self.previous.mechanism} (the mechanism cannot change)")
+                                 f"authenticated with {self.renews[1]} (the mechanism cannot change)")
             return ErrorCode.ILLEGAL_SASL_STATE
         if mechanism not in self.settings.mechanisms:
             self.close_reason = (f"the client asked for SASL mechanism {mechanism!r}; this listener enables "
@@ -247,7 +248,7 @@ class SaslServer:
 
     def _completed(self, principal: str, expiring: bool, session: Optional[Session]) -> None:
         """Take the principal (a re-authentication must keep it) and start the session's clock."""
-        previous = self.previous.principal if self.previous is not None else None
+        previous = self.renews[0] if self.renews is not None else None
         if previous is not None and principal != previous:
             self.close_reason = f"cannot change principals during re-authentication from {previous} to {principal}"
             raise SaslAuthenticationFailed(f"Cannot change principals during re-authentication from {previous}: "
