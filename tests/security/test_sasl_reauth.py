@@ -182,6 +182,8 @@ def test_a_removed_users_open_connections_are_cut_off_at_their_next_re_authentic
                 time.sleep(0.2)
     finally:
         ember.close()
+        kafka.purge()   # what frank could no longer deliver
+        kafka.flush(WAIT_S)
     wait_for_log(cluster, "SASL authentication failed (SCRAM-SHA-256, user 'frank': unknown user)")
 
 
