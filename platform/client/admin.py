@@ -187,7 +187,8 @@ class Admin:
 
     def delete_user(self, user: str, mechanisms: Iterable[str] | None = None) -> None:
         """Remove ``user``'s credentials (all of them by default): it can no longer authenticate
-        (connections already authenticated stay open until they close)."""
+        (connections already authenticated stay open until they close, or with the brokers'
+        ``connections.max.reauth.ms`` until their next re-authentication)."""
         if mechanisms is None:
             mechanisms = self.describe_users([user])[user]
         self._user_results({"upsertions": [], "deletions": [{"name": user, "mechanism": MECHANISM_TYPES[m]}

@@ -10,7 +10,12 @@ A request that outlives its timeout closes the connection (responses come in ord
 leaves the stream unusable) and every pending request fails with a retriable error. The
 :class:`ConnectionPool` reconnects on demand with exponential backoff. The bytes travel over a
 plain or TLS channel (:mod:`ember.client.channel`) as the client's ``security_protocol`` says,
-authenticated with SASL first on SASL_* (:mod:`ember.client.sasl`).
+authenticated with SASL first on SASL_* (:mod:`ember.client.sasl`). When the broker announces a
+session lifetime (Kafka's ``connections.max.reauth.ms``), the first request sent past 85% of it
+re-authenticates on the same connection first, holding ``_send_lock`` so nothing else is sent in
+between (requests in flight are answered meanwhile); a refused re-authentication (user removed,
+password changed) fails the connection with SaslAuthenticationFailed. A connection idle past the
+lifetime re-authenticates the same way before its next request, which the broker allows.
 
 Two locks, never nested the other way round: ``_send_lock`` keeps frames whole on the socket and
 ``_state_lock`` guards the pending table and the closed state. Failing a connection takes only
@@ -27,13 +32,13 @@ import socket
 import ssl
 import threading
 import time
-from concurrent.futures import Future
+from concurrent.futures import Future, TimeoutError as FutureTimeout
 from typing import Any, Iterable, Sequence
 
 from ember.client.channel import Address, diagnose_refusal, open_channel
-from ember.client.sasl import authenticate
+from ember.client.sasl import authenticate, exchange
 from ember.errors import BrokerNotAvailable, EmberError, NetworkError, RequestTimedOut
-from ember.protocol.ember.wire import (DEFAULT_MAX_FRAME_BYTES, FRAME_LENGTH, Buffer, Response,
+from ember.protocol.ember.wire import (DEFAULT_MAX_FRAME_BYTES, FRAME_LENGTH, ApiKey, Buffer, Response,
                                        check_frame_size, decode_response, encode_request)
 from ember.security.client import ClientSecurity
 
@@ -41,6 +46,9 @@ log = logging.getLogger(__name__)
 
 _READ_CHUNK = 256 * 1024
 _POLL_INTERVAL_S = 0.1
+#: Share of the broker's session lifetime after which the client re-authenticates (Kafka's
+#: clients pick 85-95%).
+_REAUTH_AT = 0.85
 
 
 def parse_bootstrap(servers: str | Iterable[str]) -> list[Address]:
@@ -86,6 +94,8 @@ class Connection:
         self._state_lock = threading.Lock()
         self._closed: EmberError | None = None
         self._answered = False
+        #: When (monotonic) to re-authenticate; None: the session does not expire.
+        self._renew_at: float | None = None
         self._channel = open_channel(address, security, self._context, self.connect_timeout_s)
         if security.uses_sasl:
             self._authenticate()
@@ -115,19 +125,12 @@ class Connection:
         future: Future = Future()
         deadline = time.monotonic() + (self.request_timeout_s if timeout_s is None else timeout_s)
         with self._send_lock:
-            with self._state_lock:
-                if self._closed is not None:
-                    raise type(self._closed)(str(self._closed))
-                correlation_id = next(self._correlation)
-                if expect_response:
-                    self._pending[correlation_id] = _Pending(future, deadline, api_key)
-            try:
-                self._channel.send(encode_request(api_key, 0, correlation_id, body, payload))
-                send_error = None
-            except OSError as exc:
-                with self._state_lock:
-                    self._pending.pop(correlation_id, None)
-                send_error = exc
+            renewal_error = self._reauthenticate() if self._renewal_due() else None
+            send_error = None if renewal_error is not None else \
+                self._send(future, api_key, body, payload, expect_response, deadline)
+        if renewal_error is not None:   # failed outside the send lock, as below
+            self._fail(renewal_error)
+            raise type(renewal_error)(str(renewal_error))
         if send_error is not None:
             # Outside the send lock: diagnosing a refusal probes the broker (bounded, seconds), and
             # failing runs the pending requests' callbacks, which may send.
@@ -138,6 +141,62 @@ class Connection:
         if not expect_response:
             future.set_result(None)
         return future
+
+    def _send(self, future: Future, api_key: int, body: dict[str, Any], payload: Sequence[Buffer],
+              expect_response: bool, deadline: float) -> OSError | None:
+        """Write one request (the caller holds ``_send_lock``); the send's error, if any."""
+        with self._state_lock:
+            if self._closed is not None:
+                raise type(self._closed)(str(self._closed))
+            correlation_id = next(self._correlation)
+            if expect_response:
+                self._pending[correlation_id] = _Pending(future, deadline, api_key)
+        try:
+            self._channel.send(encode_request(api_key, 0, correlation_id, body, payload))
+            return None
+        except OSError as exc:
+            with self._state_lock:
+                self._pending.pop(correlation_id, None)
+            return exc
+
+    @property
+    def renewal_due(self) -> bool:
+        """Whether the next request re-authenticates first (waiting for the answers to those in
+        flight: an event loop sends it from a worker thread then)."""
+        return self._renew_at is not None and time.monotonic() >= self._renew_at
+
+    def _renewal_due(self) -> bool:
+        """:attr:`renewal_due`, never on the reader thread (a response's callback sending): it
+        could not read the answers it would wait for."""
+        return self.renewal_due and threading.current_thread() is not self._reader
+
+    def _session_started(self, started: float, lifetime_ms: int) -> None:
+        """Schedule the re-authentication of a session that began at ``started`` (its exchange's start)."""
+        self._renew_at = started + lifetime_ms / 1000 * _REAUTH_AT if lifetime_ms > 0 else None
+
+    def _reauthenticate(self) -> EmberError | None:
+        """Re-authenticate through the reader thread (the caller holds ``_send_lock``); the error
+        that must fail the connection, if any. Bounded by the connect timeout."""
+        started = time.monotonic()
+        deadline = started + self.connect_timeout_s
+
+        def call(api_key: ApiKey, body: dict[str, Any], payload: bytes) -> Response:
+            future: Future = Future()
+            error = self._send(future, api_key, body, [payload] if payload else [], True, deadline)
+            if error is not None:
+                raise NetworkError(f"re-authenticating with broker {self.name} failed: {error}")
+            return future.result(timeout=max(deadline - time.monotonic(), 0.0))
+
+        try:
+            lifetime_ms = exchange(call, self.name, self.security)
+        except FutureTimeout:
+            return RequestTimedOut(f"broker {self.name} did not answer the SASL re-authentication within "
+                                   f"{self.connect_timeout_s:.0f} s; closed the connection")
+        except EmberError as exc:
+            return exc
+        self._session_started(started, lifetime_ms)
+        log.debug("re-authenticated with broker %s (session lifetime %d ms)", self.name, lifetime_ms)
+        return None
 
     def close(self, error: EmberError | None = None) -> None:
         """Close the socket and fail every pending request."""
@@ -214,8 +273,9 @@ class Connection:
 
     def _authenticate(self) -> None:
         """SASL before anything else; the channel is closed when it fails."""
+        started = time.monotonic()
         try:
-            authenticate(self._channel, self.address, self.security, self.connect_timeout_s)
+            lifetime_ms = authenticate(self._channel, self.address, self.security, self.connect_timeout_s)
         except OSError as exc:
             self._channel.close()
             raise self._refusal() or NetworkError(f"connection to broker {self.name} lost during SASL "
@@ -223,6 +283,7 @@ class Connection:
         except BaseException:
             self._channel.close()
             raise
+        self._session_started(started, lifetime_ms)
 
     def _refusal(self) -> EmberError | None:
         """A security mismatch, when the broker closed this connection before answering anything

@@ -1,7 +1,9 @@
-"""A new connection's SASL authentication on ember's protocol, before its reader thread starts.
+"""SASL authentication on ember's protocol: a new connection's, before its reader thread starts,
+and a re-authentication on a connection in use (:func:`exchange` over the connection's requests).
 
 SASL_HANDSHAKE names the mechanism, then SASL_AUTHENTICATE carries the mechanism's tokens as
-payloads until it completes (docs/protocol.md). Every wait is bounded by the connect timeout.
+payloads until it completes (docs/protocol.md); the last answer carries the session lifetime
+(Kafka's ``connections.max.reauth.ms``, 0: none). Every wait is bounded by the connect timeout.
 A refusal is :class:`~ember.errors.SaslAuthenticationFailed` naming the broker, the mechanism
 and the user and saying what to check; the password never appears in any message.
 """
@@ -9,7 +11,7 @@ from __future__ import annotations
 
 import select
 import time
-from typing import Any
+from typing import Any, Callable
 
 from ember.client.channel import Address, PlainChannel
 from ember.errors import (BrokerNotAvailable, ErrorCode, SaslAuthenticationFailed, UnsupportedSaslMechanism,
@@ -22,13 +24,22 @@ _CHUNK = 64 * 1024
 #: A SASL answer is small; anything bigger is not an answer to it.
 _MAX_FRAME = 1 << 20
 
+#: Sends one request and waits for its response: ``call(api_key, body, payload)``.
+Call = Callable[[ApiKey, dict[str, Any], bytes], Response]
 
-def authenticate(channel: PlainChannel, address: Address, security: ClientSecurity, timeout_s: float) -> None:
-    """Authenticate ``channel`` (just connected to ``address``) as ``security`` says."""
-    mechanism, username, password = security.sasl_login()
+
+def authenticate(channel: PlainChannel, address: Address, security: ClientSecurity, timeout_s: float) -> int:
+    """Authenticate ``channel`` (just connected to ``address``) as ``security`` says; the session
+    lifetime in milliseconds (0: the session lasts as long as the connection)."""
     name = f"{address[0]}:{address[1]}"
-    exchange = _Exchange(channel, name, time.monotonic() + timeout_s)
-    response = exchange.call(ApiKey.SASL_HANDSHAKE, {"mechanism": mechanism})
+    return exchange(_Exchange(channel, name, time.monotonic() + timeout_s).call, name, security)
+
+
+def exchange(call: Call, name: str, security: ClientSecurity) -> int:
+    """SaslHandshake then SaslAuthenticate steps through ``call`` with broker ``name``; the
+    session lifetime it announces (ms, 0: none). Raises SaslAuthenticationFailed on a refusal."""
+    mechanism, username, password = security.sasl_login()
+    response = call(ApiKey.SASL_HANDSHAKE, {"mechanism": mechanism}, b"")
     code = int(response.body.get("error_code", 0))
     if code == ErrorCode.UNSUPPORTED_SASL_MECHANISM:
         raise UnsupportedSaslMechanism(
@@ -43,7 +54,7 @@ def authenticate(channel: PlainChannel, address: Address, security: ClientSecuri
     client = SaslClient(mechanism, username, password)
     token: bytes | None = client.first()
     while token is not None:
-        response = exchange.call(ApiKey.SASL_AUTHENTICATE, {}, token)
+        response = call(ApiKey.SASL_AUTHENTICATE, {}, token)
         code = int(response.body.get("error_code", 0))
         if code != ErrorCode.NONE:
             raise SaslAuthenticationFailed(
@@ -51,6 +62,7 @@ def authenticate(channel: PlainChannel, address: Address, security: ClientSecuri
                 f"{response.body.get('error_message', ErrorCode(code).name)}; check the user name and password, and "
                 f"that the user has {mechanism} credentials (ember users list; ember users add; docs/security.md#sasl)")
         token = client.respond(bytes(response.payload))
+    return int(response.body.get("session_lifetime_ms", 0))
 
 
 class _Exchange:

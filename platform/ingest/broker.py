@@ -227,14 +227,17 @@ class Broker:
             log.warning("listener %s enables SASL PLAIN without TLS: passwords cross the network in clear "
                         "(development only; use SASL_SSL)", name)
         return SaslServerSettings(mechanisms, self.credentials, self.config.sasl_handshake_timeout_ms,
-                                  self.config.sasl_server_max_receive_size)
+                                  self.config.sasl_server_max_receive_size,
+                                  self.config.listener_value(name, "connections.max.reauth.ms"))
 
     def _describe_security(self, name: str) -> str:
         protocol = self.options.listeners.protocol(name)
         parts = [f"SSL: {self.config.tls_settings(name).describe()}"] if protocol.uses_tls else []
         security = self.listener_security[name]
         if security.sasl is not None:
-            parts.append(f"SASL: {','.join(security.sasl.mechanisms)}")
+            reauth = security.sasl.reauth_ms
+            parts.append(f"SASL: {','.join(security.sasl.mechanisms)}"
+                         + (f", connections.max.reauth.ms={reauth}" if reauth else ""))
         return "; ".join(parts) or protocol.value
 
     def _inter_broker_security(self) -> ClientSecurity:

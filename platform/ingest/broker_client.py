@@ -9,6 +9,7 @@ with this broker's TLS client settings for it.
 from __future__ import annotations
 
 import asyncio
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,8 +30,12 @@ class BrokerClient:
         return self._connection.closed
 
     async def call(self, api_key: ApiKey, body: dict[str, Any], timeout_s: float | None = None) -> Response:
-        """Send a request and await its response; a request-level error code raises."""
-        response = await asyncio.wrap_future(self._connection.request(api_key, body, timeout_s=timeout_s))
+        """Send a request and await its response; a request-level error code raises. A request
+        that first re-authenticates (``connections.max.reauth.ms``) is sent from a worker thread,
+        so waiting for the SASL answers never holds up the broker's event loop."""
+        send = functools.partial(self._connection.request, api_key, body, timeout_s=timeout_s)
+        sent = await asyncio.to_thread(send) if self._connection.renewal_due else send()
+        response = await asyncio.wrap_future(sent)
         raise_for_code(int(response.body.get("error_code", 0)), str(response.body.get("error_message", "")))
         return response
 

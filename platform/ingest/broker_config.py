@@ -232,8 +232,9 @@ class BrokerConfig:
     sasl_jaas_config: Optional[str] = field(repr=False)
     sasl_handshake_timeout_ms: int
     sasl_server_max_receive_size: int
+    connections_max_reauth_ms: int
     #: ``listener.name.<name>.ssl.*`` and SASL overrides (``sasl.enabled.mechanisms``,
-    #: ``<MECHANISM>.sasl.jaas.config``): {LISTENER: {property: value}}; not in the repr (passwords).
+    #: ``connections.max.reauth.ms``, ``<MECHANISM>.sasl.jaas.config``): {LISTENER: {property: value}}; not in the repr (passwords).
     listener_overrides: dict[str, dict[str, Any]] = field(default_factory=dict, hash=False, repr=False)
 
     @classmethod

@@ -35,6 +35,16 @@ def test_enabled_mechanisms_default_to_scram_and_may_be_set_per_listener():
         BrokerConfig.from_properties({"listener.name.kafka.gssapi.sasl.jaas.config": "x"})
 
 
+def test_reauthentication_is_off_by_default_and_may_be_set_per_listener():
+    assert BrokerConfig.from_properties({}).listener_value("KAFKA", "connections.max.reauth.ms") == 0
+    config = BrokerConfig.from_properties({"connections.max.reauth.ms": "3600000",
+                                           "listener.name.kafka.connections.max.reauth.ms": "60000"})
+    assert config.listener_value("EMBER", "connections.max.reauth.ms") == 3600000
+    assert config.listener_value("KAFKA", "connections.max.reauth.ms") == 60000
+    with pytest.raises(InvalidConfig, match="connections.max.reauth.ms"):
+        BrokerConfig.from_properties({"listener.name.kafka.connections.max.reauth.ms": "-1"})
+
+
 def test_a_jaas_login_is_parsed_with_quotes_and_escapes_and_never_shown():
     login = parse_jaas(login_config("alice", SECRET), "sasl.jaas.config")
     assert (login.username, login.password, login.is_plain) == ("alice", SECRET, False)

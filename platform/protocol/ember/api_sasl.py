@@ -2,10 +2,13 @@
 
 ``SASL_HANDSHAKE`` (17) ``{"mechanism"}`` → ``{"error_code", "mechanisms"}``; then
 ``SASL_AUTHENTICATE`` (36) with the client's SASL bytes as the payload → the server's bytes as the
-payload, until the mechanism completes. Before that, only ApiVersions is served: any other request
-gets SASL_AUTHENTICATION_FAILED saying what to configure, and the connection closes (Kafka closes
-without a word; ember's own clients deserve the reason). After authentication both APIs answer
-ILLEGAL_SASL_STATE (no re-authentication). DESCRIBE/ALTER_USER_SCRAM_CREDENTIALS (50, 51) are
+payload, until the mechanism completes; the last answer's ``session_lifetime_ms`` is Kafka's
+``connections.max.reauth.ms`` (0: the session does not expire), and a SASL_HANDSHAKE after
+authentication then starts a re-authentication on the same connection (KIP-368). Before
+authentication, only ApiVersions is served: any other request gets SASL_AUTHENTICATION_FAILED
+saying what to configure, and the connection closes (Kafka closes without a word; ember's own
+clients deserve the reason). Without ``connections.max.reauth.ms``, both APIs answer
+ILLEGAL_SASL_STATE after authentication. DESCRIBE/ALTER_USER_SCRAM_CREDENTIALS (50, 51) are
 Kafka's APIs of the same numbers, for ``ember users``.
 """
 from __future__ import annotations
@@ -40,11 +43,11 @@ async def authenticate(request: Request, sasl: SaslServer,
             token = await sasl.authenticate(bytes(request.payload))
         except EmberError as exc:
             return Reply(error_fields(exc))
-        return Reply(dict(OK), [token])
+        return Reply({**OK, "session_lifetime_ms": sasl.session_lifetime_ms}, [token])
     name = ApiKey(request.api_key).name if request.api_key in ApiKey._value2member_map_ else str(request.api_key)
     session = current_session()
     protocol = session.security_protocol.value if session is not None else "SASL"
-    sasl.close_reason = f"{name} sent before SASL authentication"
+    sasl.close_reason = f"{name} {sasl.interrupted}"
     return Reply(error_fields(SaslAuthenticationFailed(
         f"this listener ({protocol}) requires SASL authentication before any request: set "
         f"security_protocol={protocol!r}, sasl_mechanism (one of {', '.join(sasl.settings.mechanisms)}), "
@@ -59,7 +62,8 @@ class SaslApis:
 
     async def _again(self, request: Request) -> Reply:
         raise IllegalSaslState(f"{ApiKey(request.api_key).name} on a connection that is not authenticating: "
-                               f"either the listener has no SASL or the client has already authenticated")
+                               f"either the listener has no SASL or the client has already authenticated "
+                               f"(re-authentication needs connections.max.reauth.ms)")
 
 
 class ScramCredentialApis:

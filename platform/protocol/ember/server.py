@@ -9,7 +9,10 @@ there, as in Kafka: the bytes must be encrypted). A connection starts with
 :func:`ember.security.listener.establish` (the TLS handshake, the connection's session); on a SASL
 listener, requests go to :attr:`BrokerServer.authenticate` until the client has authenticated,
 which bounds the whole exchange by ``sasl.handshake.timeout.ms`` and its frames by
-``sasl.server.max.receive.size``, and closes the connection after a failure's response.
+``sasl.server.max.receive.size``, and closes the connection after a failure's response. With
+``connections.max.reauth.ms`` the session expires: a SaslHandshake starts a re-authentication
+(a new exchange, bounded the same way) and any other request but ApiVersions after expiry closes
+the connection, as Kafka's brokers do (KIP-368).
 A frame over ``socket.request.max.bytes``, a truncated header or a body that is not JSON is
 logged and closes that connection only. So is a connection that takes longer than
 ``connections.max.idle.ms`` to start its next request, to send the rest of a started one (a client
@@ -26,12 +29,12 @@ import os
 from typing import TYPE_CHECKING, Awaitable, Callable
 
 from ember.errors import EmberError
-from ember.protocol.ember.wire import FRAME_LENGTH, Request, check_frame_size, decode_request, response_prefix
+from ember.protocol.ember.wire import FRAME_LENGTH, ApiKey, Request, check_frame_size, decode_request, response_prefix
 from ember.protocol.ember.reply import CloseConnection, FileRegion, Reply
 from ember.protocol.ember.api_sasl import authenticate as authenticate_ember
 from ember.security.listener import ListenerSecurity, establish
 from ember.security.sasl.server import RawSaslToken, SaslServer
-from ember.security.session import current_session, enter_session
+from ember.security.session import Session, current_session, enter_session
 
 if TYPE_CHECKING:
     from ember.metrics.requests import RequestObserver
@@ -167,6 +170,9 @@ class BrokerServer:
                 request = await self._read_request(reader, watchdog, pending)
                 if request is None:
                     break
+                if pending is None and sasl is not None and sasl.expires_at is not None:
+                    pending = self._renewal(sasl, request, session)
+                    sasl = pending or sasl
                 timer = self.observer.start(request.api_key) if self.observer is not None else None
                 try:
                     watchdog.watch_client(reader)
@@ -200,6 +206,17 @@ class BrokerServer:
                 writer.transport.abort()   # close() would wait forever to flush to a client that does not read
             else:
                 writer.close()
+
+    def _renewal(self, sasl: SaslServer, request: Request, session: Session) -> SaslServer | None:
+        """The re-authentication ``request`` starts (None: it is no SaslHandshake); raises
+        CloseConnection when the session expired and ``request`` is not ApiVersions."""
+        if request.api_key == ApiKey.SASL_HANDSHAKE:
+            return sasl.reauthentication()
+        if sasl.expired() and request.api_key != ApiKey.API_VERSIONS:
+            raise CloseConnection(f"on listener {self.security.listener}: peer {session.peer}, principal "
+                                  f"{sasl.principal}: session expired (connections.max.reauth.ms="
+                                  f"{sasl.settings.reauth_ms}); the client did not re-authenticate")
+        return None
 
     async def _read_request(self, reader: asyncio.StreamReader, watchdog: _Watchdog,
                             sasl: SaslServer | None = None) -> Request | None:

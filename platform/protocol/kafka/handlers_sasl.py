@@ -7,8 +7,10 @@ runs the mechanism's steps (a failure gets SASL_AUTHENTICATION_FAILED with Kafka
 the connection closes), and any other request closes the connection unanswered, as Kafka's
 SaslServerAuthenticator does. After SaslHandshake v0 (clients older than Kafka 1.0) the tokens
 travel as bare length-prefixed frames instead of SaslAuthenticate, and a failure just closes the
-connection, as in Kafka. After authentication, or on a listener without SASL, both
-APIs answer ILLEGAL_SASL_STATE (re-authentication, ``connections.max.reauth.ms``, is not served).
+connection, as in Kafka. With ``connections.max.reauth.ms`` (KIP-368) SaslAuthenticate v1+ announces
+the session lifetime and a SaslHandshake after authentication starts a re-authentication (served
+here again; v0 clients cannot re-authenticate, so their sessions do not expire, as in Kafka).
+Otherwise, after authentication or on a listener without SASL, both APIs answer ILLEGAL_SASL_STATE.
 Describe/AlterUserScramCredentials manage the credentials (:mod:`ember.security.sasl.scram_admin`).
 """
 from __future__ import annotations
@@ -37,7 +39,7 @@ async def authenticate(request: KafkaRequest | RawSaslToken, sasl: SaslServer,
     """The answer to ``request`` on a SASL listener while ``sasl`` is not complete."""
     if isinstance(request, RawSaslToken):   # after SaslHandshake v0: bare tokens both ways
         try:
-            token = await sasl.authenticate(request.token)
+            token = await sasl.authenticate(request.token, expiring=False)
         except EmberError as exc:   # v0 has no way to say why: the connection just closes, as in Kafka
             raise CloseConnection(sasl.close_reason or str(exc)) from None
         return FRAME_LENGTH.pack(len(token)) + token
@@ -46,18 +48,23 @@ async def authenticate(request: KafkaRequest | RawSaslToken, sasl: SaslServer,
                                       and request.body is None):
         return await dispatch(request)   # ApiVersions, or a version not served: UNSUPPORTED_VERSION
     if key == ApiKey.SASL_HANDSHAKE:
+        if sasl.renews is not None and request.api_version == 0:
+            sasl.close_reason = "SaslHandshake v0 cannot re-authenticate (Kafka needs v1)"
+            return _encode(request, {"error_code": ErrorCode.ILLEGAL_SASL_STATE, "mechanisms": []})
         code = sasl.handshake(request.body.mechanism)
         sasl.raw = request.api_version == 0 and code == ErrorCode.NONE
         return _encode(request, {"error_code": code, "mechanisms": list(sasl.settings.mechanisms)})
     if key == ApiKey.SASL_AUTHENTICATE:
         try:
-            token = await sasl.authenticate(bytes(request.body.auth_bytes))
+            token = await sasl.authenticate(bytes(request.body.auth_bytes), expiring=request.api_version >= 1)
         except EmberError as exc:
             return _encode(request, {"error_code": exc.code, "error_message": str(exc), "auth_bytes": b""})
         return _encode(request, {"error_code": ErrorCode.NONE, "error_message": None, "auth_bytes": token,
-                                 "session_lifetime": 0})
+                                 "session_lifetime": sasl.session_lifetime_ms})
     name = ApiKey(key).name if key in ApiKey._value2member_map_ else f"api key {key}"
-    raise CloseConnection(f"{name} v{request.api_version} sent before SASL authentication; Kafka clients "
+    if sasl.renews is not None:
+        raise CloseConnection(f"{name} v{request.api_version} {sasl.interrupted}")
+    raise CloseConnection(f"{name} v{request.api_version} {sasl.interrupted}; Kafka clients "
                           f"need security.protocol=SASL_SSL or SASL_PLAINTEXT and sasl.mechanism here")
 
 
@@ -80,7 +87,7 @@ class SaslHandlers:
         return build(response_class(request.api_key, request.api_version), {
             "error_code": ErrorCode.ILLEGAL_SASL_STATE, "auth_bytes": b"",
             "error_message": "SaslAuthenticate on a connection that is not authenticating: the listener has no "
-                             "SASL, or the client has already authenticated (no re-authentication)"})
+                             "SASL, or the client has already authenticated (re-authentication needs connections.max.reauth.ms)"})
 
 
 class ScramCredentialHandlers:

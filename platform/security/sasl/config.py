@@ -1,7 +1,8 @@
 """A broker's SASL settings, Kafka's names.
 
 ``sasl.enabled.mechanisms`` (per listener: ``listener.name.<l>.sasl.enabled.mechanisms``) says
-what a SASL listener accepts; ``sasl.mechanism.inter.broker.protocol`` and the JAAS login of the
+what a SASL listener accepts, ``connections.max.reauth.ms`` (per listener too) how long its
+authentications last; ``sasl.mechanism.inter.broker.protocol`` and the JAAS login of the
 inter-broker listener (``listener.name.<l>.<mechanism>.sasl.jaas.config``, else
 ``sasl.jaas.config``) say how this broker authenticates to the others.
 """
@@ -31,10 +32,15 @@ SASL_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in (
               minimum=1, maximum=(1 << 31) - 1),
     ConfigDef("sasl.server.max.receive.size", "int", 524288, "Largest request accepted before authentication.",
               minimum=1024, maximum=(1 << 31) - 1),
+    ConfigDef("connections.max.reauth.ms", "long", 0, "On a SASL listener, how long an authentication lasts: "
+              "clients are told this session lifetime and must re-authenticate on the connection before it ends, "
+              "or its next request (other than ApiVersions and re-authentication) closes it; so a removed user or "
+              "a changed password also cuts off connections already open. 0: sessions last as long as the "
+              "connection (KIP-368).", minimum=0, maximum=(1 << 63) - 1),
 )}
 
 #: Settings that may be given per listener as ``listener.name.<l>.<setting>``.
-PER_LISTENER = ("sasl.enabled.mechanisms",)
+PER_LISTENER = ("sasl.enabled.mechanisms", "connections.max.reauth.ms")
 _MECHANISM_JAAS = re.compile(r"(?P<mechanism>[a-z0-9-]+)\.sasl\.jaas\.config", re.I)
 
 

@@ -8,6 +8,10 @@ checks the password against the user's SCRAM credential. An unknown user gets a 
 same on every broker and after restarts: keyed by a cluster-wide key) and fails at the proof,
 like a wrong password, so the exchange does not tell which users exist; both
 get Kafka's message. On success the connection's session takes the principal ``User:<name>``.
+With Kafka's ``connections.max.reauth.ms`` (KIP-368) the authentication lasts that long: the
+client re-authenticates on the same connection with a new :class:`SaslServer`
+(:meth:`SaslServer.reauthentication`), which must end with the same principal and mechanism, so a
+removed user or a changed password cuts off connections already open.
 Steps run on a worker thread (a ZooKeeper read on a cache miss, PBKDF2 for PLAIN), never on the
 broker's event loop.
 """
@@ -42,6 +46,9 @@ class SaslServerSettings:
     timeout_ms: int = 10000
     #: Largest frame before authentication (Kafka's ``sasl.server.max.receive.size``).
     max_receive_size: int = 524288
+    #: How long an authentication lasts before the client must re-authenticate (Kafka's
+    #: ``connections.max.reauth.ms``; 0: for the connection's life).
+    reauth_ms: int = 0
 
 
 def failure_message(mechanism: str) -> str:
@@ -154,11 +161,18 @@ class RawSaslToken:
 class SaslServer:
     """One connection's authentication: handshake, then steps until complete or failed."""
 
-    def __init__(self, settings: SaslServerSettings) -> None:
+    def __init__(self, settings: SaslServerSettings, renews: Optional[tuple[str, str]] = None) -> None:
         self.settings = settings
         self.deadline = time.monotonic() + settings.timeout_ms / 1000
         self.mechanism: Optional[str] = None
         self._mechanism: Optional[_Mechanism] = None
+        #: (principal, mechanism) of the session this exchange renews (None: the connection's first).
+        self.renews = renews
+        #: ``User:<name>`` once complete.
+        self.principal: Optional[str] = None
+        #: When (monotonic) the session ends; None: never (no ``connections.max.reauth.ms``, or a
+        #: Kafka client too old to re-authenticate, which Kafka exempts too).
+        self.expires_at: Optional[float] = None
         #: Why the connection must close after the current response (None: it stays open).
         self.close_reason: Optional[str] = None
         #: The client sends bare tokens (:class:`RawSaslToken`) after a SaslHandshake v0.
@@ -171,10 +185,33 @@ class SaslServer:
     def remaining_ms(self) -> int:
         return max(int((self.deadline - time.monotonic()) * 1000), 1)
 
+    @property
+    def interrupted(self) -> str:
+        """Why a request other than SASL's closes the connection now, for the broker log."""
+        return ("sent during SASL re-authentication (a client sends nothing else until it is over)"
+                if self.renews is not None else "sent before SASL authentication")
+
+    @property
+    def session_lifetime_ms(self) -> int:
+        """What the SaslAuthenticate response announces: 0 unless the session expires."""
+        return self.settings.reauth_ms if self.expires_at is not None else 0
+
+    def expired(self) -> bool:
+        return self.expires_at is not None and time.monotonic() >= self.expires_at
+
+    def reauthentication(self) -> "SaslServer":
+        """A new exchange on the same connection, bounded by ``sasl.handshake.timeout.ms`` like the first."""
+        assert self.principal is not None and self.mechanism is not None
+        return SaslServer(self.settings, renews=(self.principal, self.mechanism))
+
     def handshake(self, mechanism: str) -> int:
         """The error code of a SaslHandshake asking for ``mechanism``."""
         if self._mechanism is not None:
             self.close_reason = "SaslHandshake sent twice"
+            return ErrorCode.ILLEGAL_SASL_STATE
+        if self.renews is not None and mechanism != self.renews[1]:
+            self.close_reason = (f"the client asked for SASL mechanism {mechanism!r} to re-authenticate; it "
+                                 f"authenticated with {self.renews[1]} (the mechanism cannot change)")
             return ErrorCode.ILLEGAL_SASL_STATE
         if mechanism not in self.settings.mechanisms:
             self.close_reason = (f"the client asked for SASL mechanism {mechanism!r}; this listener enables "
@@ -184,9 +221,10 @@ class SaslServer:
         self._mechanism = _Plain(self.settings) if mechanism == PLAIN else _Scram(mechanism, self.settings)
         return ErrorCode.NONE
 
-    async def authenticate(self, token: bytes) -> bytes:
+    async def authenticate(self, token: bytes, expiring: bool = True) -> bytes:
         """One step: the server's token. Raises SaslAuthenticationFailed (logged; the connection
-        closes after the response) or IllegalSaslState (no handshake yet)."""
+        closes after the response) or IllegalSaslState (no handshake yet). ``expiring``: the
+        client can re-authenticate (Kafka: SaslAuthenticate v1 and later), so its session may end."""
         mechanism = self._mechanism
         if mechanism is None or mechanism.complete:
             self.close_reason = "SaslAuthenticate sent " + ("before SaslHandshake" if mechanism is None else "twice")
@@ -204,7 +242,25 @@ class SaslServer:
             reason = exc.__cause__ or exc
             self.close_reason = f"SASL authentication failed ({self.mechanism}, user {mechanism.user!r}: {reason})"
             raise
-        if mechanism.complete and session is not None:
-            enter_session(dataclasses.replace(session, principal=f"User:{mechanism.user}"))
-            log.debug("client %s authenticated as User:%s with %s", session.peer, mechanism.user, self.mechanism)
+        if mechanism.complete:
+            self._completed(f"User:{mechanism.user}", expiring, session)
         return answer
+
+    def _completed(self, principal: str, expiring: bool, session: Optional[Session]) -> None:
+        """Take the principal (a re-authentication must keep it) and start the session's clock."""
+        previous = self.renews[0] if self.renews is not None else None
+        if previous is not None and principal != previous:
+            self.close_reason = f"cannot change principals during re-authentication from {previous} to {principal}"
+            raise SaslAuthenticationFailed(f"Cannot change principals during re-authentication from {previous}: "
+                                           f"{principal}")
+        self.principal = principal
+        if self.settings.reauth_ms > 0 and expiring:
+            self.expires_at = time.monotonic() + self.settings.reauth_ms / 1000
+        if session is None:
+            return
+        enter_session(dataclasses.replace(session, principal=principal))
+        if previous is None:
+            log.debug("client %s authenticated as %s with %s", session.peer, principal, self.mechanism)
+        else:
+            log.info("client %s re-authenticated as %s with %s on listener %s (connections.max.reauth.ms=%d)",
+                     session.peer, principal, self.mechanism, session.listener, self.settings.reauth_ms)
