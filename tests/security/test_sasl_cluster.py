@@ -15,7 +15,6 @@ import json
 import logging
 import os
 import socket
-import ssl
 import subprocess
 import sys
 import time
@@ -29,6 +28,7 @@ from kafka_helpers import WAIT_S, run_tool
 from kafka_wire import KafkaWire
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.sasl_handshake.v0.request import SaslHandshakeRequest
+from sasl_helpers import create, grant, kafka_config, login, tls_context
 from spark_logs import spark_log_file
 
 from ember.client import Admin, Consumer, Producer, TopicPartition
@@ -36,8 +36,7 @@ from ember.client.connection import Connection
 from ember.cluster.local import LocalCluster
 from ember.errors import SaslAuthenticationFailed, TopicAuthorizationFailed, UnsupportedSaslMechanism
 from ember.protocol.ember.wire import FRAME_LENGTH, ApiKey, encode_request
-from ember.security.authorizer.model import (AccessControlEntry, AclBinding, Operation, Permission, ResourcePattern,
-                                             ResourceType)
+from ember.security.authorizer.model import Operation
 from ember.security.client import ClientSecurity
 
 pytestmark = pytest.mark.integration
@@ -55,20 +54,6 @@ def cluster(tmp_path_factory) -> LocalCluster:
         yield started
 
 
-def login(cluster: LocalCluster, user: str, password: str, mechanism: str = "SCRAM-SHA-512") -> dict[str, object]:
-    return {**cluster.client_options, "sasl_mechanism": mechanism, "sasl_plain_username": user,
-            "sasl_plain_password": password}
-
-
-def kafka_config(cluster: LocalCluster, user: str, password: str, mechanism: str = "SCRAM-SHA-256",
-                 protocol: str = "SASL_SSL") -> dict[str, object]:
-    tls = cluster.tls
-    config = {"bootstrap.servers": cluster.kafka_bootstrap, "security.protocol": protocol,
-              "ssl.ca.location": str(tls.ca), "ssl.certificate.location": str(tls.client.cert),
-              "ssl.key.location": str(tls.client.key)}
-    if protocol.startswith("SASL"):
-        config.update({"sasl.mechanism": mechanism, "sasl.username": user, "sasl.password": password})
-    return config
 
 
 def authenticates(cluster: LocalCluster, broker_id: int, user: str, password: str) -> bool:
@@ -89,17 +74,6 @@ def ember_cli(cluster: LocalCluster, *args: str, env: dict[str, str] | None = No
     return done
 
 
-def create(cluster: LocalCluster, topic: str) -> None:
-    with Admin(cluster.bootstrap, **cluster.client_options) as admin:
-        admin.create_topic(topic, partitions=1, replication_factor=2)
-
-
-def grant(cluster: LocalCluster, principal: str, topic: str, *operations: Operation) -> None:
-    """ACLs are on (cluster up --secure): a user other than admin needs them."""
-    with Admin(cluster.bootstrap, **cluster.client_options) as admin:
-        admin.create_acls([AclBinding(ResourcePattern(ResourceType.TOPIC, topic),
-                                      AccessControlEntry(principal, "*", operation, Permission.ALLOW))
-                           for operation in operations])
 
 
 def kafka_produce(config: dict[str, object], topic: str, values: list[bytes]) -> None:
@@ -291,11 +265,6 @@ def test_a_made_up_user_gets_the_same_salt_from_every_broker_like_a_real_user(cl
     assert len(salts("nobody-at-all")) == 1
     assert salts("nobody-at-all") != salts("someone-else")
 
-
-def tls_context(cluster: LocalCluster) -> ssl.SSLContext:
-    context = ssl.create_default_context(cafile=str(cluster.tls.ca))
-    context.load_cert_chain(cluster.tls.client.cert, cluster.tls.client.key)
-    return context
 
 
 def test_a_client_that_stalls_mid_authentication_is_closed(cluster):

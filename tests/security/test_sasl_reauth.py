@@ -22,7 +22,7 @@ from kafka_wire import KafkaWire
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.sasl_authenticate.v1.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
-from test_sasl_cluster import create, grant, kafka_config, login, tls_context
+from sasl_helpers import create, grant, kafka_config, login, tls_context
 
 from ember.client import Admin, Consumer, Producer, TopicPartition
 from ember.cluster.local import LocalCluster
