@@ -1,6 +1,6 @@
 """CredentialStore alone (a stand-in kazoo client): a login never waits on ZooKeeper longer than
-its bound, one slow read holds up nobody else's login, and names that are no user are neither
-cached nor watched (clients making up names cost the broker nothing); a PLAIN login as nobody
+its bound (or fails typed when ZooKeeper is unreachable), one slow read holds up nobody else's
+login, and names that are no user are neither cached nor watched (clients making up names cost the broker nothing); a PLAIN login as nobody
 costs a password check like a real user's."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import threading
 from types import SimpleNamespace
 
 import pytest
-from kazoo.exceptions import NoNodeError
+from kazoo.exceptions import ConnectionLoss, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
 from ember.cluster import zk_paths
@@ -95,3 +95,20 @@ def test_a_plain_login_as_nobody_checks_a_password_as_a_real_user_does(monkeypat
     with pytest.raises(SaslAuthenticationFailed):
         server._Plain(settings).step(b"\0nobody\0guess")
     assert checked == ["guess"]
+
+
+def test_a_login_while_zookeeper_is_unreachable_fails_as_bad_credentials_not_as_a_server_error():
+    class _Unreachable:
+        def get_async(self, path: str, *args: object, **kwargs: object) -> _Answer:
+            raise ConnectionLoss()
+
+        create_async = get_async
+
+    credentials = store(_Unreachable())      # type: ignore[arg-type]
+    with pytest.raises(RequestTimedOut, match="could not return user 'alice'.*ConnectionLoss"):
+        credentials.credential("alice", SCRAM_SHA_512)
+    with pytest.raises(RequestTimedOut, match="decoy key.*ConnectionLoss"):
+        credentials.decoy_key()
+    scram = server._Scram(SCRAM_SHA_512, server.SaslServerSettings((SCRAM_SHA_512,), credentials))
+    with pytest.raises(SaslAuthenticationFailed, match="invalid credentials"):
+        scram.step(b"n,,n=alice,r=abcdefghijklmnop")

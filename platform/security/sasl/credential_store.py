@@ -17,7 +17,7 @@ import secrets
 import threading
 from typing import Iterable, Mapping, Optional
 
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
+from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError, NotEmptyError
 from kazoo.handlers.threading import KazooTimeoutError
 
 from ember.cluster import zk_paths
@@ -88,6 +88,9 @@ class CredentialStore:
         except KazooTimeoutError:
             raise RequestTimedOut(f"ZooKeeper did not return user {user!r}'s credentials within "
                                   f"{ZK_READ_TIMEOUT_S:.0f}s") from None
+        except KazooException as exc:   # connection lost, session expired: this login fails, typed
+            raise RequestTimedOut(f"ZooKeeper could not return user {user!r}'s credentials "
+                                  f"({type(exc).__name__}); retry") from None
         return _decode(data, user)
 
     def decoy_key(self) -> bytes:
@@ -106,6 +109,9 @@ class CredentialStore:
             except KazooTimeoutError:
                 raise RequestTimedOut(f"ZooKeeper did not return the SCRAM decoy key within "
                                       f"{ZK_READ_TIMEOUT_S:.0f}s") from None
+            except KazooException as exc:
+                raise RequestTimedOut(f"ZooKeeper could not return the SCRAM decoy key "
+                                      f"({type(exc).__name__}); retry") from None
         return self._decoy_key
 
     def _changed(self, event: object) -> None:
