@@ -1,7 +1,7 @@
 """CredentialStore alone (a stand-in kazoo client): a login never waits on ZooKeeper longer than
 its bound (or fails typed when ZooKeeper is unreachable), one slow read holds up nobody else's
-login, and names that are no user are neither cached nor watched (clients making up names cost the broker nothing); a PLAIN login as nobody
-costs a password check like a real user's."""
+login, and names that are no user are neither cached nor watched (clients making up names cost
+the broker nothing); a PLAIN login as nobody costs a password check like a real user's."""
 from __future__ import annotations
 
 import threading
