@@ -96,6 +96,8 @@ class Connection:
         self._answered = False
         #: When (monotonic) to re-authenticate; None: the session does not expire.
         self._renew_at: float | None = None
+        #: A re-authentication is in progress (it holds ``_send_lock``).
+        self._renewing = False
         self._channel = open_channel(address, security, self._context, self.connect_timeout_s)
         if security.uses_sasl:
             self._authenticate()
@@ -124,10 +126,13 @@ class Connection:
         when ``expect_response`` is false, as for acks=0 produce requests)."""
         future: Future = Future()
         deadline = time.monotonic() + (self.request_timeout_s if timeout_s is None else timeout_s)
-        with self._send_lock:
+        self._acquire_send_lock(deadline)
+        try:
             renewal_error = self._reauthenticate() if self._renewal_due() else None
             send_error = None if renewal_error is not None else \
                 self._send(future, api_key, body, payload, expect_response, deadline)
+        finally:
+            self._send_lock.release()
         if renewal_error is not None:   # failed outside the send lock, as below
             self._fail(renewal_error)
             raise type(renewal_error)(str(renewal_error))
@@ -141,6 +146,18 @@ class Connection:
         if not expect_response:
             future.set_result(None)
         return future
+
+    def _acquire_send_lock(self, deadline: float) -> None:
+        """Take ``_send_lock``. The reader thread (a response's callback sending) never waits for
+        a re-authentication that holds it: that exchange waits for answers only the reader reads,
+        so the callback's request fails at once with a retriable error instead."""
+        if self._renew_at is None or threading.current_thread() is not self._reader:
+            self._send_lock.acquire()
+            return
+        while not self._send_lock.acquire(timeout=_POLL_INTERVAL_S / 2):
+            if self._renewing or time.monotonic() > deadline:
+                raise NetworkError(f"connection to broker {self.name} is re-authenticating (SASL); "
+                                   f"a request sent from a response callback meanwhile must be retried")
 
     def _send(self, future: Future, api_key: int, body: dict[str, Any], payload: Sequence[Buffer],
               expect_response: bool, deadline: float) -> OSError | None:
@@ -176,9 +193,12 @@ class Connection:
 
     def _reauthenticate(self) -> EmberError | None:
         """Re-authenticate through the reader thread (the caller holds ``_send_lock``); the error
-        that must fail the connection, if any. Bounded by the connect timeout."""
+        that must fail the connection, if any. Bounded by the connect timeout past the deadline of
+        the requests in flight (the broker answers them first)."""
         started = time.monotonic()
-        deadline = started + self.connect_timeout_s
+        with self._state_lock:   # the broker answers in order: the exchange waits behind these
+            queued = max((p.deadline for p in self._pending.values()), default=started)
+        deadline = max(queued, started) + self.connect_timeout_s
 
         def call(api_key: ApiKey, body: dict[str, Any], payload: bytes) -> Response:
             future: Future = Future()
@@ -187,13 +207,16 @@ class Connection:
                 raise NetworkError(f"re-authenticating with broker {self.name} failed: {error}")
             return future.result(timeout=max(deadline - time.monotonic(), 0.0))
 
+        self._renewing = True
         try:
             lifetime_ms = exchange(call, self.name, self.security)
         except FutureTimeout:
             return RequestTimedOut(f"broker {self.name} did not answer the SASL re-authentication within "
-                                   f"{self.connect_timeout_s:.0f} s; closed the connection")
+                                   f"{deadline - started:.0f} s; closed the connection")
         except EmberError as exc:
             return exc
+        finally:
+            self._renewing = False
         self._session_started(started, lifetime_ms)
         log.debug("re-authenticated with broker %s (session lifetime %d ms)", self.name, lifetime_ms)
         return None

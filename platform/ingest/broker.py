@@ -226,18 +226,23 @@ class Broker:
         if PLAIN in mechanisms and not self.options.listeners.protocol(name).uses_tls:
             log.warning("listener %s enables SASL PLAIN without TLS: passwords cross the network in clear "
                         "(development only; use SASL_SSL)", name)
+        per_mechanism = {m: self.config.listener_value(name, f"{m}.connections.max.reauth.ms") for m in mechanisms}
         return SaslServerSettings(mechanisms, self.credentials, self.config.sasl_handshake_timeout_ms,
                                   self.config.sasl_server_max_receive_size,
-                                  self.config.listener_value(name, "connections.max.reauth.ms"))
+                                  self.config.listener_value(name, "connections.max.reauth.ms"),
+                                  {m: ms for m, ms in per_mechanism.items() if ms is not None})
 
     def _describe_security(self, name: str) -> str:
         protocol = self.options.listeners.protocol(name)
         parts = [f"SSL: {self.config.tls_settings(name).describe()}"] if protocol.uses_tls else []
         security = self.listener_security[name]
         if security.sasl is not None:
-            reauth = security.sasl.reauth_ms
-            parts.append(f"SASL: {','.join(security.sasl.mechanisms)}"
-                         + (f", connections.max.reauth.ms={reauth}" if reauth else ""))
+            lifetimes = {m: security.sasl.reauth_ms_for(m) for m in security.sasl.mechanisms}
+            if len(set(lifetimes.values())) > 1:
+                reauth = ", connections.max.reauth.ms " + " ".join(f"{m}={ms}" for m, ms in lifetimes.items())
+            else:
+                reauth = f", connections.max.reauth.ms={security.sasl.reauth_ms}" if security.sasl.reauth_ms else ""
+            parts.append(f"SASL: {','.join(security.sasl.mechanisms)}{reauth}")
         return "; ".join(parts) or protocol.value
 
     def _inter_broker_security(self) -> ClientSecurity:

@@ -89,3 +89,34 @@ def test_close_fails_pending_requests_while_another_thread_is_blocked_sending(si
         blocked.result(timeout=BOUND_S)
     with pytest.raises(NetworkError):
         pending.result(timeout=BOUND_S)
+
+
+def test_a_callback_sending_while_the_connection_re_authenticates_fails_fast_instead_of_stalling_it(silent_broker):
+    """A re-authentication (``connections.max.reauth.ms``) holds the send lock while it waits for
+    answers that only the reader thread reads; a response callback sending on the reader thread
+    meanwhile must not wait for that lock (the exchange would then time out and kill the
+    connection): it fails at once with a retriable error."""
+    import time
+
+    conn = Connection(silent_broker, request_timeout_ms=60_000)
+    conn._renew_at = time.monotonic() + 3600      # an expiring SASL session (no renewal due yet)
+    renewing, release = threading.Event(), threading.Event()
+
+    def re_authenticate() -> None:     # as Connection._reauthenticate: lock held, answers awaited
+        with conn._send_lock:
+            conn._renewing = True
+            renewing.set()
+            release.wait(BOUND_S)
+            conn._renewing = False
+    holder = in_thread(re_authenticate)
+    assert renewing.wait(BOUND_S)
+
+    def callback_send() -> None:
+        conn._reader = threading.current_thread()    # a response callback runs on the reader thread
+        conn.request(ApiKey.METADATA, {})
+    with pytest.raises(NetworkError, match="re-authenticating") as raised:
+        in_thread(callback_send).result(timeout=BOUND_S)
+    assert raised.value.retriable and not conn.closed
+    release.set()
+    holder.result(timeout=BOUND_S)
+    conn.close()

@@ -1,7 +1,8 @@
 """CredentialStore alone (a stand-in kazoo client): a login never waits on ZooKeeper longer than
 its bound (or fails typed when ZooKeeper is unreachable), one slow read holds up nobody else's
 login, and names that are no user are neither cached nor watched (clients making up names cost
-the broker nothing); a PLAIN login as nobody costs a password check like a real user's."""
+the broker nothing); a PLAIN login as nobody costs a password check like a real user's; a
+session lasts its mechanism's connections.max.reauth.ms and a renewal cannot opt out of expiry."""
 from __future__ import annotations
 
 import threading
@@ -112,3 +113,28 @@ def test_a_login_while_zookeeper_is_unreachable_fails_as_bad_credentials_not_as_
     scram = server._Scram(SCRAM_SHA_512, server.SaslServerSettings((SCRAM_SHA_512,), credentials))
     with pytest.raises(SaslAuthenticationFailed, match="invalid credentials"):
         scram.step(b"n,,n=alice,r=abcdefghijklmnop")
+
+
+def test_a_session_lasts_its_mechanisms_lifetime_and_a_renewal_cannot_opt_out_of_expiry():
+    import asyncio
+
+    from ember.security.sasl.scram import PLAIN, make_credential
+
+    credentials = store(_Client({"alice": _encode({SCRAM_SHA_512: make_credential(SCRAM_SHA_512, "pw")}, {})}))
+    settings = server.SaslServerSettings((PLAIN, SCRAM_SHA_512), credentials, reauth_ms=0,
+                                         mechanism_reauth_ms={PLAIN: 60_000})
+
+    def login(sasl: server.SaslServer, expiring: bool) -> server.SaslServer:
+        assert sasl.handshake(PLAIN) == 0
+        asyncio.run(sasl.authenticate(b"\0alice\0pw", expiring=expiring))
+        assert sasl.complete
+        return sasl
+
+    first = login(server.SaslServer(settings), expiring=True)
+    assert first.session_lifetime_ms == 60_000 and first.expires_at is not None   # PLAIN's own setting
+    # A renewal whose last step is a v0 SaslAuthenticate (which cannot announce a lifetime) still expires.
+    renewed = login(first.reauthentication(), expiring=False)
+    assert renewed.expires_at is not None and renewed.principal == "User:alice"
+    # A first login with v0 is exempt, as in Kafka; SCRAM here has no lifetime (the listener's 0).
+    assert login(server.SaslServer(settings), expiring=False).expires_at is None
+    assert server.SaslServer(settings).settings.reauth_ms_for(SCRAM_SHA_512) == 0

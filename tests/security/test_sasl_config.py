@@ -43,6 +43,10 @@ def test_reauthentication_is_off_by_default_and_may_be_set_per_listener():
     assert config.listener_value("KAFKA", "connections.max.reauth.ms") == 60000
     with pytest.raises(InvalidConfig, match="connections.max.reauth.ms"):
         BrokerConfig.from_properties({"listener.name.kafka.connections.max.reauth.ms": "-1"})
+    # Kafka's per-mechanism form (listener.name.<l>.<mechanism>.connections.max.reauth.ms) is honoured.
+    config = BrokerConfig.from_properties({"listener.name.kafka.scram-sha-256.connections.max.reauth.ms": "1000"})
+    assert config.listener_value("KAFKA", "SCRAM-SHA-256.connections.max.reauth.ms") == 1000
+    assert config.listener_value("KAFKA", "connections.max.reauth.ms") == 0
 
 
 def test_a_jaas_login_is_parsed_with_quotes_and_escapes_and_never_shown():

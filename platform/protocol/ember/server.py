@@ -215,7 +215,7 @@ class BrokerServer:
         if sasl.expired() and request.api_key != ApiKey.API_VERSIONS:
             raise CloseConnection(f"on listener {self.security.listener}: peer {session.peer}, principal "
                                   f"{sasl.principal}: session expired (connections.max.reauth.ms="
-                                  f"{sasl.settings.reauth_ms}); the client did not re-authenticate")
+                                  f"{sasl.lifetime_ms}); the client did not re-authenticate")
         return None
 
     async def _read_request(self, reader: asyncio.StreamReader, watchdog: _Watchdog,

@@ -42,6 +42,8 @@ SASL_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in (
 #: Settings that may be given per listener as ``listener.name.<l>.<setting>``.
 PER_LISTENER = ("sasl.enabled.mechanisms", "connections.max.reauth.ms")
 _MECHANISM_JAAS = re.compile(r"(?P<mechanism>[a-z0-9-]+)\.sasl\.jaas\.config", re.I)
+#: Kafka's per-mechanism lifetime: ``listener.name.<l>.<mechanism>.connections.max.reauth.ms``.
+_MECHANISM_REAUTH = re.compile(r"(?P<mechanism>[a-z0-9-]+)\.connections\.max\.reauth\.ms", re.I)
 
 
 def listener_setting(setting: str, raw: Any) -> tuple[str, Any] | None:
@@ -52,6 +54,10 @@ def listener_setting(setting: str, raw: Any) -> tuple[str, Any] | None:
     if match is not None:
         mechanism = check_mechanism(match["mechanism"].upper(), f"listener.name.*.{setting}")
         return f"{mechanism}.sasl.jaas.config", str(raw)
+    match = _MECHANISM_REAUTH.fullmatch(setting)
+    if match is not None:
+        mechanism = check_mechanism(match["mechanism"].upper(), f"listener.name.*.{setting}")
+        return f"{mechanism}.connections.max.reauth.ms", SASL_CONFIGS["connections.max.reauth.ms"].parse(raw)
     return None
 
 

@@ -25,7 +25,7 @@ import logging
 import secrets
 import time
 from dataclasses import dataclass, field
-from typing import Optional, Protocol
+from typing import Mapping, Optional, Protocol
 
 import scramp
 
@@ -47,8 +47,13 @@ class SaslServerSettings:
     #: Largest frame before authentication (Kafka's ``sasl.server.max.receive.size``).
     max_receive_size: int = 524288
     #: How long an authentication lasts before the client must re-authenticate (Kafka's
-    #: ``connections.max.reauth.ms``; 0: for the connection's life).
+    #: ``connections.max.reauth.ms``; 0: for the connection's life) ...
     reauth_ms: int = 0
+    #: ... unless set for the mechanism (``listener.name.<l>.<mechanism>.connections.max.reauth.ms``).
+    mechanism_reauth_ms: Mapping[str, int] = field(default_factory=dict)
+
+    def reauth_ms_for(self, mechanism: Optional[str]) -> int:
+        return self.mechanism_reauth_ms.get(mechanism or "", self.reauth_ms)
 
 
 def failure_message(mechanism: str) -> str:
@@ -194,7 +199,12 @@ class SaslServer:
     @property
     def session_lifetime_ms(self) -> int:
         """What the SaslAuthenticate response announces: 0 unless the session expires."""
-        return self.settings.reauth_ms if self.expires_at is not None else 0
+        return self.lifetime_ms if self.expires_at is not None else 0
+
+    @property
+    def lifetime_ms(self) -> int:
+        """``connections.max.reauth.ms`` for this exchange's mechanism (0: sessions do not expire)."""
+        return self.settings.reauth_ms_for(self.mechanism)
 
     def expired(self) -> bool:
         return self.expires_at is not None and time.monotonic() >= self.expires_at
@@ -254,8 +264,9 @@ class SaslServer:
             raise SaslAuthenticationFailed(f"Cannot change principals during re-authentication from {previous}: "
                                            f"{principal}")
         self.principal = principal
-        if self.settings.reauth_ms > 0 and expiring:
-            self.expires_at = time.monotonic() + self.settings.reauth_ms / 1000
+        # A renewal keeps expiring even if its last step is a v0 SaslAuthenticate (no way out of expiry).
+        if self.lifetime_ms > 0 and (expiring or self.renews is not None):
+            self.expires_at = time.monotonic() + self.lifetime_ms / 1000
         if session is None:
             return
         enter_session(dataclasses.replace(session, principal=principal))
@@ -263,4 +274,4 @@ class SaslServer:
             log.debug("client %s authenticated as %s with %s", session.peer, principal, self.mechanism)
         else:
             log.info("client %s re-authenticated as %s with %s on listener %s (connections.max.reauth.ms=%d)",
-                     session.peer, principal, self.mechanism, session.listener, self.settings.reauth_ms)
+                     session.peer, principal, self.mechanism, session.listener, self.lifetime_ms)
