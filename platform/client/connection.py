@@ -121,14 +121,16 @@ class Connection:
         return len(self._pending)
 
     def request(self, api_key: int, body: dict[str, Any], payload: Sequence[Buffer] = (), *,
-                expect_response: bool = True, timeout_s: float | None = None) -> "Future[Response]":
+                expect_response: bool = True, timeout_s: float | None = None,
+                may_renew: bool = True) -> "Future[Response]":
         """Send a request; the future resolves to the :class:`Response` (or to ``None`` at once
-        when ``expect_response`` is false, as for acks=0 produce requests)."""
+        when ``expect_response`` is false, as for acks=0 produce requests). ``may_renew=False``: never
+        re-authenticate first (a caller on an event loop, which must not wait for the SASL answers)."""
         future: Future = Future()
         deadline = time.monotonic() + (self.request_timeout_s if timeout_s is None else timeout_s)
         self._acquire_send_lock(deadline)
         try:
-            renewal_error = self._reauthenticate() if self._renewal_due() else None
+            renewal_error = self._reauthenticate() if may_renew and self._renewal_due() else None
             send_error = None if renewal_error is not None else \
                 self._send(future, api_key, body, payload, expect_response, deadline)
         finally:
@@ -148,16 +150,20 @@ class Connection:
         return future
 
     def _acquire_send_lock(self, deadline: float) -> None:
-        """Take ``_send_lock``. The reader thread (a response's callback sending) never waits for
-        a re-authentication that holds it: that exchange waits for answers only the reader reads,
-        so the callback's request fails at once with a retriable error instead."""
-        if self._renew_at is None or threading.current_thread() is not self._reader:
-            self._send_lock.acquire()
-            return
-        while not self._send_lock.acquire(timeout=_POLL_INTERVAL_S / 2):
-            if self._renewing or time.monotonic() > deadline:
+        """Take ``_send_lock`` by the request's ``deadline``, else RequestTimedOut (its holders write
+        one frame, bounded by the socket timeout, or re-authenticate, bounded by that exchange's
+        deadline). The reader thread (a response's callback sending) never waits for a
+        re-authentication: that exchange waits for answers only the reader reads, so the
+        callback's request fails at once with a retriable NetworkError instead."""
+        on_reader = self._renew_at is not None and threading.current_thread() is self._reader
+        while not self._send_lock.acquire(timeout=_POLL_INTERVAL_S / 2 if on_reader
+                                          else max(deadline - time.monotonic(), 0.0)):
+            if on_reader and self._renewing:
                 raise NetworkError(f"connection to broker {self.name} is re-authenticating (SASL); "
                                    f"a request sent from a response callback meanwhile must be retried")
+            if time.monotonic() >= deadline:
+                raise RequestTimedOut(f"request to broker {self.name} could not be sent within its timeout: "
+                                      f"other requests kept the connection busy; retry")
 
     def _send(self, future: Future, api_key: int, body: dict[str, Any], payload: Sequence[Buffer],
               expect_response: bool, deadline: float) -> OSError | None:

@@ -33,8 +33,9 @@ class BrokerClient:
         """Send a request and await its response; a request-level error code raises. A request
         that first re-authenticates (``connections.max.reauth.ms``) is sent from a worker thread,
         so waiting for the SASL answers never holds up the broker's event loop."""
-        send = functools.partial(self._connection.request, api_key, body, timeout_s=timeout_s)
-        sent = await asyncio.to_thread(send) if self._connection.renewal_due else send()
+        renew = self._connection.renewal_due     # decided once: on the loop it must never renew
+        send = functools.partial(self._connection.request, api_key, body, timeout_s=timeout_s, may_renew=renew)
+        sent = await asyncio.to_thread(send) if renew else send()
         response = await asyncio.wrap_future(sent)
         raise_for_code(int(response.body.get("error_code", 0)), str(response.body.get("error_message", "")))
         return response
