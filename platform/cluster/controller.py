@@ -19,7 +19,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Mapping, NamedTuple, TypeVar
 
-from kazoo.exceptions import BadVersionError, NoNodeError, RolledBackError
+from kazoo.exceptions import BadVersionError, NoNodeError
 from kazoo.recipe.watchers import DataWatch
 
 from ember.cluster import zk_paths
@@ -28,7 +28,7 @@ from ember.cluster.metadata_cache import MetadataCache
 from ember.cluster.reassignment import (cancel_reassignment, completion_state, finish_reassignment,
                                         reassignment_complete, reassignment_ready, start_reassignment)
 from ember.cluster.records import ControllerInfo, PartitionState, TopicRecord
-from ember.cluster.zk_session import ZkSession
+from ember.cluster.zk_session import ZkSession, multi_failure
 from ember.errors import ElectionNotNeeded, EmberError, NotController, PreferredLeaderNotAvailable, \
     UnknownTopicOrPartition
 from ember.log.config import LogConfig
@@ -278,18 +278,17 @@ class Controller:
         tx = self.session.client.transaction()
         tx.check(zk_paths.CONTROLLER_EPOCH, self._epoch_version)
         tx.set_data(path, data, version=version)
-        epoch_check, write = tx.commit()
-        # A failed multi marks the ops before the failing one RolledBackError: only an epoch
-        # check that failed itself means a successor; a lost write race must not depose us.
-        if isinstance(epoch_check, Exception) and not isinstance(epoch_check, RolledBackError):
+        results = tx.commit()
+        failure = multi_failure(results)
+        if failure is None:
+            return True
+        if failure is results[0]:   # the epoch check itself: a successor (a lost write race must not depose us)
             log.warning("controller epoch %d is superseded; stepping down", self.epoch)
             self.active = False
             return None
-        if isinstance(write, BadVersionError):
+        if isinstance(failure, BadVersionError):
             return False
-        if isinstance(write, Exception):
-            raise write       # NoNodeError: the topic was deleted since it was read
-        return True
+        raise failure       # NoNodeError: the topic was deleted since it was read
 
     # -- preferred leaders ---------------------------------------------------------------------
 

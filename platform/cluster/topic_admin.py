@@ -13,12 +13,12 @@ import uuid
 from dataclasses import replace
 from typing import Mapping, Protocol, Sequence
 
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from ember.cluster import zk_paths
 from ember.cluster.assignment import assign_replicas, check_assignment, check_replicas
 from ember.cluster.records import PartitionState, TopicRecord
-from ember.cluster.zk_session import ZkSession
+from ember.cluster.zk_session import ZkSession, multi_failure
 from ember.errors import (InvalidConfig, InvalidPartitions, InvalidReplicaAssignment, InvalidTopic, RequestTimedOut,
                           TopicAlreadyExists, UnknownTopicOrPartition)
 
@@ -98,7 +98,7 @@ class TopicAdmin:
             tx.create(zk_paths.partition(name, index))
             tx.create(zk_paths.partition_state(name, index),
                       PartitionState(replicas[0], 0, list(replicas), epoch).to_bytes())
-        failure = _failure(tx.commit())
+        failure = multi_failure(tx.commit())
         if isinstance(failure, NodeExistsError):
             raise TopicAlreadyExists(f"topic {name!r} already exists")
         if failure is not None:
@@ -133,7 +133,7 @@ class TopicAdmin:
                 tx.create(zk_paths.partition(name, index))
                 tx.create(zk_paths.partition_state(name, index),
                           PartitionState(replicas[0], 0, list(replicas), epoch).to_bytes())
-            failure = _failure(tx.commit())
+            failure = multi_failure(tx.commit())
             if isinstance(failure, BadVersionError):
                 continue
             if isinstance(failure, NoNodeError):
@@ -205,8 +205,3 @@ class TopicAdmin:
         except NoNodeError:
             raise UnknownTopicOrPartition(f"topic {name!r} does not exist") from None
         return TopicRecord.from_bytes(data), stat.version
-
-
-def _failure(results: Sequence[object]) -> Exception | None:
-    """The op that failed a ZooKeeper multi (the ops before it only report RolledBackError)."""
-    return next((r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)), None)

@@ -19,10 +19,10 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import NodeExistsError
+from kazoo.exceptions import NodeExistsError, RolledBackError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 
@@ -116,6 +116,12 @@ class ZkSession:
         stopper.join(timeout_s)
         if stopper.is_alive():
             log.warning("ZooKeeper session did not close within %.1fs; leaving it to expire", timeout_s)
+
+
+def multi_failure(results: Sequence[object]) -> Exception | None:
+    """The op that failed a ZooKeeper multi (``transaction().commit()``), None if it succeeded:
+    the ops before the failing one only report RolledBackError, so they are not the cause."""
+    return next((r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)), None)
 
 
 def ensure_cluster_id(session: ZkSession, proposed: str) -> str:
