@@ -15,7 +15,7 @@ import json
 import logging
 import secrets
 import threading
-from typing import Iterable, Mapping, Optional
+from typing import Any, Callable, Iterable, Mapping, Optional
 
 from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError, NotEmptyError
 from kazoo.handlers.threading import KazooTimeoutError
@@ -43,6 +43,20 @@ def _decode(data: bytes, user: str) -> Credentials:
         log.error("the SCRAM credentials of user %r in ZooKeeper are malformed (%s); nobody can "
                   "authenticate as that user until they are set again", user, exc)
         return {}
+
+
+def _bounded(call: Callable[[], Any], what: str) -> Any:
+    """The result of the kazoo async ``call`` within :data:`ZK_READ_TIMEOUT_S`. ZooKeeper slow or
+    unreachable (connection lost, session expired) is RequestTimedOut, so the login fails typed;
+    NoNodeError and NodeExistsError are answers and pass through."""
+    try:
+        return call().get(timeout=ZK_READ_TIMEOUT_S)
+    except (NoNodeError, NodeExistsError):
+        raise
+    except KazooTimeoutError:
+        raise RequestTimedOut(f"ZooKeeper did not return {what} within {ZK_READ_TIMEOUT_S:.0f}s") from None
+    except KazooException as exc:
+        raise RequestTimedOut(f"ZooKeeper could not return {what} ({type(exc).__name__}); retry") from None
 
 
 def _encode(credentials: Mapping[str, ScramCredential], others: Mapping[str, str]) -> bytes:
@@ -81,16 +95,10 @@ class CredentialStore:
     def _load(self, user: str) -> Credentials:
         """The user's credentials, watching an existing node (a missing one is not watched)."""
         try:
-            data, _ = self.session.client.get_async(zk_paths.user(user), watch=self._changed).get(
-                timeout=ZK_READ_TIMEOUT_S)
+            data, _ = _bounded(lambda: self.session.client.get_async(zk_paths.user(user), watch=self._changed),
+                               f"user {user!r}'s credentials")
         except NoNodeError:
             return {}
-        except KazooTimeoutError:
-            raise RequestTimedOut(f"ZooKeeper did not return user {user!r}'s credentials within "
-                                  f"{ZK_READ_TIMEOUT_S:.0f}s") from None
-        except KazooException as exc:   # connection lost, session expired: this login fails, typed
-            raise RequestTimedOut(f"ZooKeeper could not return user {user!r}'s credentials "
-                                  f"({type(exc).__name__}); retry") from None
         return _decode(data, user)
 
     def decoy_key(self) -> bytes:
@@ -101,17 +109,11 @@ class CredentialStore:
         if self._decoy_key is None:
             client, path = self.session.client, zk_paths.SCRAM_DECOY_KEY
             try:
-                try:
-                    client.create_async(path, secrets.token_bytes(32), makepath=True).get(timeout=ZK_READ_TIMEOUT_S)
-                except NodeExistsError:
-                    pass
-                self._decoy_key, _ = client.get_async(path).get(timeout=ZK_READ_TIMEOUT_S)
-            except KazooTimeoutError:
-                raise RequestTimedOut(f"ZooKeeper did not return the SCRAM decoy key within "
-                                      f"{ZK_READ_TIMEOUT_S:.0f}s") from None
-            except KazooException as exc:
-                raise RequestTimedOut(f"ZooKeeper could not return the SCRAM decoy key "
-                                      f"({type(exc).__name__}); retry") from None
+                _bounded(lambda: client.create_async(path, secrets.token_bytes(32), makepath=True),
+                         "the SCRAM decoy key")
+            except NodeExistsError:
+                pass
+            self._decoy_key, _ = _bounded(lambda: client.get_async(path), "the SCRAM decoy key")
         return self._decoy_key
 
     def _changed(self, event: object) -> None:
