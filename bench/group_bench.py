@@ -27,7 +27,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from ember.client import Admin, Consumer, OffsetAndMetadata, Producer, TopicPartition
-from ember.cluster.local import LocalCluster
+from ember.launcher.local import LocalCluster
 
 PARTITIONS = 6
 VALUE_SIZE = 100

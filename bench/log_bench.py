@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from ember.log import Log, LogConfig, build_batch, iter_batches, read_offset_range
+from ember.log import Log, LogConfig, read_offset_range
+from ember.record import build_batch, iter_batches
 
 MB = 1024 * 1024
 FETCH_BYTES = 4 * MB

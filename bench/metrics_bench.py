@@ -29,12 +29,12 @@ from pathlib import Path
 from produce_bench import bench_send
 
 from ember.client import Admin, Consumer, TopicPartition
-from ember.cluster.local import LocalCluster
-from ember.protocol.ember.wire import ApiKey
-from ember.protocol.ember.reply import Reply
+from ember.launcher.local import LocalCluster
+from ember.wire.api_keys import ApiKey
+from ember.wire.reply import Reply
 from ember.metrics.broker_metrics import BrokerMetrics
 from ember.metrics.requests import RequestMetrics
-from ember.metrics.scrape import http_get, scrape
+from ember.launcher.scrape import http_get, scrape
 
 TOPIC = "bench-metrics"
 SCRAPES_TIMED = 50

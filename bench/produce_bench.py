@@ -27,8 +27,9 @@ from pathlib import Path
 import pyarrow as pa
 
 from ember.client import Admin, Producer
-from ember.cluster.local import LocalCluster
-from ember.log import Log, build_batch
+from ember.launcher.local import LocalCluster
+from ember.log import Log
+from ember.record import build_batch
 
 VALUE_SIZE = 100
 MB = 1_000_000

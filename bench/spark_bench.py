@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from spark_read_bench import CHUNK, records  # noqa: E402  (shared with the read bench)
 
 from ember.client import Admin, Consumer, Producer, TopicPartition  # noqa: E402
-from ember.cluster.local import LocalCluster  # noqa: E402
+from ember.launcher.local import LocalCluster  # noqa: E402
 from ember.sources import register  # noqa: E402
 from ember.spark_env import spark_session  # noqa: E402
 

@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ember.client import Admin, Producer
-from ember.cluster.local import LocalCluster
+from ember.launcher.local import LocalCluster
 from ember.sources import register
 from ember.spark_env import spark_session
 

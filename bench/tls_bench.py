@@ -37,8 +37,8 @@ sys.path[:0] = [str(HERE / "vs_kafka"), str(HERE)]
 from systems import EmberSystem, KafkaClients, KafkaSystem, ProduceSettings  # noqa: E402
 from workloads import PARTITIONS, best_time, latency_percentiles, latency_run, log   # noqa: E402
 
-from ember.cluster.cluster_sasl import ClusterSasl                            # noqa: E402
-from ember.cluster.cluster_tls import ClusterTls                              # noqa: E402
+from ember.launcher.cluster_sasl import ClusterSasl  # noqa: E402
+from ember.launcher.cluster_tls import ClusterTls  # noqa: E402
 
 
 @dataclass

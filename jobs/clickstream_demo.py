@@ -22,7 +22,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from ember.client import Admin, Producer
-from ember.cluster.local import LocalCluster
+from ember.launcher.local import LocalCluster
 from ember.spark_env import spark_session
 from stream_to_delta import parse_args as stream_args, start_stream
 

@@ -8,8 +8,8 @@ from typing import Callable, Iterator
 
 import pytest
 
-from ember.cluster.local import LocalCluster
-from ember.cluster.zookeeper_server import ZooKeeperServer, free_port
+from ember.launcher.local import LocalCluster
+from ember.launcher.zookeeper_server import ZooKeeperServer, free_port
 
 
 @pytest.fixture(scope="module")

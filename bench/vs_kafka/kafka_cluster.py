@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ember.cluster.cluster_sasl import ADMIN_USER, MECHANISM, ClusterSasl
-from ember.cluster.cluster_tls import ClusterTls
-from ember.cluster.zookeeper_server import free_port
+from ember.launcher.cluster_sasl import ADMIN_USER, MECHANISM, ClusterSasl
+from ember.launcher.cluster_tls import ClusterTls
+from ember.launcher.zookeeper_server import free_port
 from ember.jars import KAFKA_BROKER
 from ember.security.sasl.jaas import SCRAM_MODULE
 

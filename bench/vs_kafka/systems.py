@@ -29,10 +29,10 @@ from typing import Any, Callable, Iterator, Protocol
 import pyarrow as pa
 
 from ember.client import Admin, Consumer, Producer, TopicPartition
-from ember.cluster.cluster_sasl import ClusterSasl
-from ember.cluster.cluster_tls import ClusterTls
-from ember.cluster.local import LocalCluster
-from ember.cluster.zookeeper_server import read_pid
+from ember.launcher.cluster_sasl import ClusterSasl
+from ember.launcher.cluster_tls import ClusterTls
+from ember.launcher.local import LocalCluster
+from ember.launcher.zookeeper_server import read_pid
 
 from kafka_cluster import KafkaCluster
 

@@ -11,7 +11,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Callable, NamedTuple
 
 from ember.errors import KafkaTimeoutError
-from ember.client.types import RecordMetadata
+from ember.wire.types import RecordMetadata
 
 
 class ProduceResult(NamedTuple):

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from ember.errors import BrokerNotAvailable, EmberError, ErrorCode, KafkaTimeoutError, error_for_code
-from ember.client.connection import Address, Connection, ConnectionPool, parse_bootstrap
-from ember.protocol.ember.wire import ApiKey, Buffer, Response
+from ember.net.connection import Address, Connection, ConnectionPool, parse_bootstrap
+from ember.wire.api_keys import ApiKey
+from ember.wire.frame import Buffer, Response
 from ember.security.client import ClientSecurity
 
 #: Errors after which a client should refresh metadata before retrying.

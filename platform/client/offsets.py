@@ -12,9 +12,9 @@ from typing import Any, Mapping
 
 from ember.errors import (EmberError, KafkaTimeoutError, LeaderNotAvailable, UnknownTopicOrPartition,
                           error_for_code)
-from ember.client.types import TopicPartition
+from ember.wire.types import TopicPartition
 from ember.client.metadata import MetadataClient, response_error
-from ember.protocol.ember.wire import ApiKey
+from ember.wire.api_keys import ApiKey
 
 EARLIEST = -2
 LATEST = -1

@@ -21,13 +21,13 @@ import pyarrow.compute as pc
 
 from ember.errors import EmberError, KafkaTimeoutError, MessageTooLarge, UnknownTopicOrPartition
 from ember.client.accumulator import BATCH_OVERHEAD, RECORD_OVERHEAD, ProducerBatch, RecordAccumulator
-from ember.client.types import BatchMetadata, TopicPartition
+from ember.wire.types import BatchMetadata, TopicPartition
 from ember.client.futures import FutureRecordMetadata
 from ember.client.metadata import MetadataClient
 from ember.security.client import ClientSecurity
 from ember.client.partitioner import StickyPartitioner, partition_for_key, partitions_for_keys
 from ember.client.sender import Sender, SenderConfig
-from ember.log.batch import CODECS, RECORD_SCHEMA
+from ember.record.batch import CODECS, RECORD_SCHEMA
 
 Serializer = Optional[Callable[[Any], Optional[bytes]]]
 _ACKS = {0: 0, 1: 1, -1: -1, "all": -1, "0": 0, "1": 1, "-1": -1}

@@ -18,11 +18,11 @@ from typing import Any
 from ember.errors import (EmberError, ErrorCode, InvalidProducerEpoch, KafkaTimeoutError, OutOfOrderSequenceNumber,
                           UnknownProducerId, error_for_code)
 from ember.client.accumulator import RecordAccumulator, ProducerBatch
-from ember.client.types import TopicPartition
+from ember.wire.types import TopicPartition
 from ember.client.futures import ProduceResult
 from ember.client.metadata import STALE_METADATA, MetadataClient, response_error
-from ember.protocol.ember.wire import ApiKey
-from ember.log.batch import build_batch, increment_sequence
+from ember.wire.api_keys import ApiKey
+from ember.record.batch import build_batch, increment_sequence
 
 log = logging.getLogger(__name__)
 

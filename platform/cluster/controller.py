@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING, Callable, Mapping, NamedTuple, TypeVar
 from kazoo.exceptions import BadVersionError, NoNodeError
 from kazoo.recipe.watchers import DataWatch
 
-from ember.cluster import zk_paths
+from ember.zk import zk_paths
 from ember.cluster.election import failover_state, imbalanced_partitions, is_unclean, preferred_state, unclean_state
 from ember.cluster.metadata_cache import MetadataCache
 from ember.cluster.reassignment import (cancel_reassignment, completion_state, finish_reassignment,
                                         reassignment_complete, reassignment_ready, start_reassignment)
 from ember.cluster.records import ControllerInfo, PartitionState, TopicRecord
-from ember.cluster.zk_session import ZkSession, multi_failure
+from ember.zk.zk_session import ZkSession, multi_failure
 from ember.errors import ElectionNotNeeded, EmberError, NotController, PreferredLeaderNotAvailable, \
     UnknownTopicOrPartition
 from ember.log.config import LogConfig

@@ -15,9 +15,9 @@ from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.protocol.states import ZnodeStat
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
-from ember.cluster import zk_paths
+from ember.zk import zk_paths
 from ember.cluster.records import BrokerInfo, ControllerInfo, PartitionState, TopicRecord
-from ember.cluster.zk_session import ZkSession
+from ember.zk.zk_session import ZkSession
 
 log = logging.getLogger(__name__)
 

@@ -10,8 +10,8 @@ import threading
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-from ember.cluster import zk_paths
-from ember.cluster.zk_session import ZkSession
+from ember.zk import zk_paths
+from ember.zk.zk_session import ZkSession
 
 BLOCK_SIZE = 1000
 #: Without transactions a producer id keeps its first epoch; a producer that needs a fresh

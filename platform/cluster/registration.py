@@ -8,9 +8,9 @@ import time
 from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
-from ember.cluster import zk_paths
+from ember.zk import zk_paths
 from ember.cluster.records import BrokerInfo
-from ember.cluster.zk_session import ZkSession
+from ember.zk.zk_session import ZkSession
 from ember.errors import EmberError
 
 log = logging.getLogger(__name__)

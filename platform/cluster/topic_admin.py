@@ -15,10 +15,10 @@ from typing import Mapping, Protocol, Sequence
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-from ember.cluster import zk_paths
+from ember.zk import zk_paths
 from ember.cluster.assignment import assign_replicas, check_assignment, check_replicas
 from ember.cluster.records import PartitionState, TopicRecord
-from ember.cluster.zk_session import ZkSession, multi_failure
+from ember.zk.zk_session import ZkSession, multi_failure
 from ember.errors import (InvalidConfig, InvalidPartitions, InvalidReplicaAssignment, InvalidTopic, RequestTimedOut,
                           TopicAlreadyExists, UnknownTopicOrPartition)
 

@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 
 from ember.errors import InvalidConfig
-from ember.ingest.broker import Broker, BrokerOptions
+from ember.server.broker import Broker, BrokerOptions
 from ember.ingest.broker_config import BROKER_CONFIGS, BrokerConfig
 from ember.ingest.listeners import ListenerConfig
 

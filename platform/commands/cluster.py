@@ -6,11 +6,11 @@ import os
 import re
 from pathlib import Path
 
-from ember.cluster.cluster_sasl import ADMIN_USER, BROKER_USER, MECHANISM
-from ember.cluster.cluster_tls import certificate_file_principal
-from ember.cluster.local import LocalCluster, STATE_FILE
+from ember.launcher.cluster_sasl import ADMIN_USER, BROKER_USER, MECHANISM
+from ember.launcher.cluster_tls import certificate_file_principal
+from ember.launcher.local import LocalCluster, STATE_FILE
 from ember.errors import EmberError
-from ember.metrics.prometheus_config import write_prometheus_config
+from ember.launcher.prometheus_config import write_prometheus_config
 
 DEFAULT_DATA = os.environ.get("EMBER_DATA", "data/cluster")
 

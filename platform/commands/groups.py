@@ -6,7 +6,7 @@ import sys
 from datetime import datetime, timezone
 
 from ember.commands.topics import add_bootstrap, client_options
-from ember.groups.admin import GroupAdmin
+from ember.client.group_admin import GroupAdmin
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

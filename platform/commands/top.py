@@ -8,8 +8,8 @@ import sys
 import time
 from pathlib import Path
 
-from ember.cluster.local import LocalCluster
-from ember.metrics.top import Scrape, render
+from ember.launcher.local import LocalCluster
+from ember.launcher.top import Scrape, render
 
 DEFAULT_DATA = os.environ.get("EMBER_DATA", "data/cluster")
 CLEAR = "\x1b[H\x1b[2J"

@@ -58,7 +58,7 @@ from ember.errors import (CoordinatorNotAvailable, FencedInstanceId, GroupIdNotF
                           UnknownTopicOrPartition)
 from ember.groups.assignors import ASSIGNORS
 from ember.groups.store import CommittedOffset, GroupStore, MetadataConflict
-from ember.client.types import TopicPartition
+from ember.wire.types import TopicPartition
 
 log = logging.getLogger(__name__)
 

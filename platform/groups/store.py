@@ -17,9 +17,9 @@ from typing import Any, Callable, Iterable, Optional, TypeVar
 from kazoo.exceptions import (BadVersionError, ConnectionClosedError, ConnectionLoss, NodeExistsError, NoNodeError,
                               NotEmptyError, OperationTimeoutError, SessionExpiredError)
 
-from ember.cluster import zk_paths
-from ember.cluster.zk_session import ZkSession
-from ember.client.types import TopicPartition
+from ember.zk import zk_paths
+from ember.zk.zk_session import ZkSession
+from ember.wire.types import TopicPartition
 from ember.errors import CoordinatorNotAvailable, NonEmptyGroup
 
 F = TypeVar("F", bound=Callable[..., Any])

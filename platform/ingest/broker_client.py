@@ -1,6 +1,6 @@
 """Requests one broker sends another (follower fetches, leader-epoch queries), from asyncio.
 
-Wraps the client :class:`~ember.client.connection.Connection` (pipelined, correlation-matched,
+Wraps the client :class:`~ember.net.connection.Connection` (pipelined, correlation-matched,
 its own reader thread) so replica fetchers reuse the client network layer instead of a second
 protocol implementation: connecting runs on a thread, responses arrive as awaitable futures.
 :class:`InterBroker` says where and how: each broker's ``inter.broker.listener.name`` listener,
@@ -13,11 +13,12 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any
 
-from ember.client.connection import Address, Connection
+from ember.net.connection import Address, Connection
 from ember.cluster.records import BrokerInfo
 from ember.errors import raise_for_code
 from ember.ingest.listeners import EMBER_LISTENER
-from ember.protocol.ember.wire import ApiKey, Response
+from ember.wire.api_keys import ApiKey
+from ember.wire.frame import Response
 from ember.security.client import ClientSecurity
 
 

@@ -13,24 +13,23 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from ember.cluster.controller import ControllerConfig
-from ember.cluster.zk_session import ZooKeeperTls
+from ember.zk.zk_session import ZooKeeperTls
 from ember.errors import InvalidConfig
-from ember.log.config import TOPIC_CONFIGS, ConfigDef, LogConfig
+from ember.log.config import TOPIC_CONFIGS, LogConfig
+from ember.wire.config_def import INT32_MAX, INT64_MAX, ConfigDef
 from ember.security.sasl.config import SASL_CONFIGS, listener_setting
 from ember.security.tls import SSL_CONFIGS, TlsSettings
 
 log = logging.getLogger(__name__)
 
-_INT32_MAX = (1 << 31) - 1
-_INT64_MAX = (1 << 63) - 1
 
 
 def _long(name: str, default: Optional[int], doc: str, minimum: int, **kw: Any) -> ConfigDef:
-    return ConfigDef(name, "long", default, doc, minimum=minimum, maximum=_INT64_MAX, **kw)
+    return ConfigDef(name, "long", default, doc, minimum=minimum, maximum=INT64_MAX, **kw)
 
 
 def _int(name: str, default: Optional[int], doc: str, minimum: int, **kw: Any) -> ConfigDef:
-    return ConfigDef(name, "int", default, doc, minimum=minimum, maximum=_INT32_MAX, **kw)
+    return ConfigDef(name, "int", default, doc, minimum=minimum, maximum=INT32_MAX, **kw)
 
 
 def _bool(name: str, default: bool, doc: str) -> ConfigDef:

@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Awaitable, Callable, Iterable
 
 from kazoo.exceptions import BadVersionError, KazooException, NoNodeError
 
-from ember.cluster import zk_paths
+from ember.zk import zk_paths
 from ember.cluster.records import PartitionState
-from ember.cluster.zk_session import ZkSession
+from ember.zk.zk_session import ZkSession
 
 if TYPE_CHECKING:
     from ember.ingest.partition import Partition

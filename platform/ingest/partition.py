@@ -29,7 +29,7 @@ from ember.errors import (FencedLeaderEpoch, NotEnoughReplicas, NotEnoughReplica
                           OffsetNotAvailable, OffsetOutOfRange, RequestTimedOut, UnknownLeaderEpoch)
 from ember.ingest.isr import FollowerProgress, now_ms
 from ember.ingest.signals import Signal, wait_any
-from ember.log.batch import NO_EPOCH
+from ember.record.batch import NO_EPOCH
 from ember.log.config import LogConfig
 
 if TYPE_CHECKING:

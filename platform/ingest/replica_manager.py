@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, TypeVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Generic, Iterable, TypeVar
 
 from ember.security.authorizer.access import ALLOW_ALL, Access
 from ember.security.authorizer.model import Operation
@@ -22,13 +23,11 @@ from ember.cluster.metadata_cache import MetadataCache, TopicMetadata
 from ember.cluster.records import NO_LEADER, PartitionState
 from ember.errors import (InvalidConfig, LeaderNotAvailable, NotLeaderOrFollower,
                           UnknownTopicOrPartition)
-from ember.protocol.ember import fields
 from ember.ingest.broker_config import BrokerConfig
-from ember.client.connection import Address
+from ember.net.connection import Address
 from ember.ingest.isr import IsrManager, IsrWriter
 from ember.ingest.log_manager import LogManager
 from ember.ingest.partition import Partition
-from ember.protocol.ember.reply import OK, error_fields
 from ember.ingest.broker_client import InterBroker
 from ember.ingest.replica_fetcher import FetcherConfig, ReplicaFetchers
 from ember.ingest.signals import Signal
@@ -41,6 +40,26 @@ log = logging.getLogger(__name__)
 
 _ALL = "\0all"   # queue marker: reconcile every topic (start-up, new session)
 T = TypeVar("T")
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class LeaderQuery(Generic[T]):
+    """One partition's question for its leader (ListOffsets, OffsetForLeaderEpoch, DeleteRecords):
+    the epoch the asker last saw (None: any) and the request's argument for that partition."""
+    topic: str
+    partition: int
+    current_leader_epoch: int | None
+    argument: T
+
+
+@dataclass(frozen=True)
+class LeaderAnswer(Generic[R]):
+    """The leader's answer to one :class:`LeaderQuery`: its value, or the error to report."""
+    topic: str
+    partition: int
+    value: R | None
+    error: Exception | None = None
 
 
 class ReplicaManager:
@@ -69,28 +88,22 @@ class ReplicaManager:
 
     # -- lookups (event loop) ------------------------------------------------------------------
 
-    async def answer_at_leader(self, entries: list[dict[str, Any]], value: Callable[[dict[str, Any]], T],
-                               answer: Callable[[Partition, T], Awaitable[dict[str, Any]]],
-                               failed: dict[str, Any],
-                               operation: Operation | None = Operation.DESCRIBE) -> list[dict[str, Any]]:
-        """Per requested partition: ``answer(partition, value(entry))``'s fields when this broker
-        leads it at the request's ``current_leader_epoch`` and the principal may do ``operation`` on
-        its topic (None: checked by the caller), else the error's fields plus ``failed``.
-        Every entry is read before any is answered: a malformed one refuses the whole request."""
-        parsed = [(*fields.topic_partition(e), fields.integer(e, "current_leader_epoch", None), value(e))
-                  for e in entries]
-        results = []
-        for topic, index, leader_epoch, argument in parsed:
-            result: dict[str, Any] = {"topic": topic, "partition": index}
+    async def answer_at_leader(self, queries: list[LeaderQuery[T]], answer: Callable[[Partition, T], Awaitable[R]],
+                               operation: Operation | None = Operation.DESCRIBE) -> list[LeaderAnswer[R]]:
+        """Per query: ``answer(partition, query.argument)`` when this broker leads the partition at
+        the query's ``current_leader_epoch`` and the principal may do ``operation`` on its topic
+        (None: checked by the caller), else the error. Each protocol parses every query before
+        asking, so a malformed one refuses the whole request."""
+        results: list[LeaderAnswer[R]] = []
+        for query in queries:
             try:
                 if operation is not None:
-                    self.access.check_topic(operation, topic)
-                partition = self.leader_partition(topic, index)
-                partition.check_leader(leader_epoch)
-                result.update(OK, **await answer(partition, argument))
+                    self.access.check_topic(operation, query.topic)
+                partition = self.leader_partition(query.topic, query.partition)
+                partition.check_leader(query.current_leader_epoch)
+                results.append(LeaderAnswer(query.topic, query.partition, await answer(partition, query.argument)))
             except Exception as exc:
-                result.update(error_fields(exc), **failed)
-            results.append(result)
+                results.append(LeaderAnswer(query.topic, query.partition, None, exc))
         return results
 
     def leader_partition(self, topic: str, index: int) -> Partition:

@@ -10,101 +10,13 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
 from ember import errors
-
-_INT32_MAX = (1 << 31) - 1
-_INT64_MAX = (1 << 63) - 1
+from ember.wire.config_def import INT32_MAX, INT64_MAX, ConfigDef
 
 
-@dataclass(frozen=True)
-class ConfigDef:
-    """One known topic config: how to parse and validate it and how to describe it."""
-    name: str
-    # "int", "long", "boolean", "string" (free text when it has no choices) or "address"
-    # (HOST:PORT, parsed to a tuple)
-    type: str
-    default: Any
-    doc: str
-    minimum: Optional[int] = None
-    maximum: Optional[int] = None
-    choices: tuple[str, ...] = ()
-    unsupported: tuple[str, ...] = ()  # values Kafka knows that ember does not support yet
-    nullable: bool = False  # None (or "none") means "not set"
-    secret: bool = False  # a password or key: never quoted in errors
 
-    @property
-    def valid_values(self) -> str:
-        """Human-readable allowed values, quoted in errors and DescribeConfigs."""
-        if self.choices:
-            text = ", ".join(self.choices)
-        elif self.type == "address":
-            text = "HOST:PORT (port 0: any free port)"
-        elif self.type == "boolean":
-            text = "true, false"
-        elif self.type == "string":
-            text = "text"
-        else:
-            low = "..." if self.minimum is None else str(self.minimum)
-            high = "..." if self.maximum is None else str(self.maximum)
-            text = f"[{low}, {high}]"
-        return f"{text} or none" if self.nullable else text
-
-    def parse(self, raw: Any) -> Any:
-        """The typed value of ``raw`` (a string from the wire/CLI or a Python value)."""
-        if self.nullable and (raw is None or (isinstance(raw, str) and raw.strip().lower() in ("", "none"))):
-            return None
-        if self.type == "boolean":
-            return self._parse_bool(raw)
-        if self.type == "string":
-            return self._parse_choice(raw)
-        if self.type == "address":
-            return self._parse_address(raw)
-        return self._parse_int(raw)
-
-    def _invalid(self, raw: Any, why: str = "") -> errors.InvalidConfig:
-        reason = f": {why}" if why else ""
-        shown = "[hidden]" if self.secret else repr(raw)
-        return errors.InvalidConfig(
-            f"invalid value {shown} for {self.name}{reason}; allowed: {self.valid_values}")
-
-    def _parse_bool(self, raw: Any) -> bool:
-        if isinstance(raw, bool):
-            return raw
-        if isinstance(raw, str) and raw.strip().lower() in ("true", "false"):
-            return raw.strip().lower() == "true"
-        raise self._invalid(raw)
-
-    def _parse_choice(self, raw: Any) -> str:
-        value = str(raw).strip()
-        if value in self.unsupported:
-            raise self._invalid(raw, f"{value!r} is not supported yet")
-        if self.choices and value not in self.choices:
-            raise self._invalid(raw)
-        return value
-
-    def _parse_address(self, raw: Any) -> tuple[str, int]:
-        host, sep, port = str(raw).strip().rpartition(":")
-        if not sep or not host or not port.isdigit() or int(port) > 65535:
-            raise self._invalid(raw)
-        return host, int(port)
-
-    def _parse_int(self, raw: Any) -> int:
-        if isinstance(raw, bool):
-            raise self._invalid(raw)
-        try:
-            value = int(raw.strip()) if isinstance(raw, str) else int(raw)
-        except (TypeError, ValueError):
-            raise self._invalid(raw) from None
-        if value != raw and not isinstance(raw, str):
-            raise self._invalid(raw)
-        if (self.minimum is not None and value < self.minimum) or \
-                (self.maximum is not None and value > self.maximum):
-            raise self._invalid(raw)
-        return value
-
-
-def _int(name: str, default: Optional[int], doc: str, minimum: int, maximum: int = _INT32_MAX,
+def _int(name: str, default: Optional[int], doc: str, minimum: int, maximum: int = INT32_MAX,
          **kw: Any) -> ConfigDef:
-    return ConfigDef(name, "int" if maximum <= _INT32_MAX else "long", default, doc,
+    return ConfigDef(name, "int" if maximum <= INT32_MAX else "long", default, doc,
                      minimum=minimum, maximum=maximum, **kw)
 
 
@@ -112,25 +24,25 @@ _DAY_MS = 24 * 3600 * 1000
 TOPIC_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in (
     _int("segment.bytes", 1 << 30, "Roll a new segment once the active one would exceed this size.", 14),
     _int("segment.ms", 7 * _DAY_MS, "Roll a new segment once its records span this much time.", 1,
-         _INT64_MAX),
+         INT64_MAX),
     _int("segment.index.bytes", 10 * 1024 * 1024,
          "Maximum size of a segment's offset and time index; a full index rolls the segment.", 12),
     _int("index.interval.bytes", 4096, "Add an index entry after this many bytes of log.", 0),
     _int("retention.ms", 7 * _DAY_MS,
          "Delete sealed segments whose newest record is older than this; -1 keeps them forever.", -1,
-         _INT64_MAX),
+         INT64_MAX),
     _int("retention.bytes", -1,
          "Delete the oldest sealed segments while the partition is larger than this; -1 = no limit.",
-         -1, _INT64_MAX),
+         -1, INT64_MAX),
     _int("flush.messages", None,
          "fsync after this many appended records; none = only on segment roll and the flush.ms timer.",
-         1, _INT64_MAX, nullable=True),
+         1, INT64_MAX, nullable=True),
     _int("flush.ms", 1000, "fsync unflushed data when the broker's flush timer finds it this old.", 0,
-         _INT64_MAX),
+         INT64_MAX),
     _int("max.message.bytes", 1048588, "Largest record batch (header included) the topic accepts.", 0),
     _int("file.delete.delay.ms", 60000,
          "How long a deleted segment's files linger (renamed .deleted) for in-flight reads.", 0,
-         _INT64_MAX),
+         INT64_MAX),
     ConfigDef("message.timestamp.type", "string", "CreateTime",
               "CreateTime keeps the producer's timestamps; LogAppendTime stamps batches on append.",
               choices=("CreateTime", "LogAppendTime")),
@@ -142,7 +54,7 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in (
     _int("producer.id.expiration.ms", 86_400_000,
          "Forget an idempotent producer this long after its last batch's timestamp; later retries "
          "of its batches are no longer deduplicated (Kafka's broker setting, per topic here).",
-         1, _INT64_MAX),
+         1, INT64_MAX),
     ConfigDef("compression.type", "string", "producer",
               "Codec of stored batches; producer keeps what the producer sent (brokers never re-encode "
               "payloads, so broker-side recompression is not offered).",

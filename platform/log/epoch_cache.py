@@ -10,7 +10,7 @@ import bisect
 from pathlib import Path
 
 from ember.log import checkpoint
-from ember.log.batch import NO_EPOCH
+from ember.record.batch import NO_EPOCH
 
 UNDEFINED_OFFSET = -1
 

@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from ember import errors
 from ember.log import checkpoint
-from ember.log.batch import decode_payload
+from ember.record.batch import decode_payload
 from ember.log.index import OffsetIndex
 from ember.log.recovery import segment_bases
 from ember.log.segment import INDEX_SUFFIX, LOG_SUFFIX, scan_batches, segment_path

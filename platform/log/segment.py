@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
 from ember import errors
-from ember.log.batch import HEADER_SIZE, BatchHeader, Buffer, check_batch
+from ember.record.batch import HEADER_SIZE, BatchHeader, Buffer, check_batch
 from ember.log.index import OffsetIndex, TimeIndex
 
 LOG_SUFFIX = ".log"

@@ -22,13 +22,13 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from ember.errors import ErrorCode
-from ember.protocol.ember.wire import ApiKey
+from ember.wire.api_keys import ApiKey
 from ember.metrics.broker_metrics import LATENCY_BUCKETS
 
 if TYPE_CHECKING:
     from prometheus_client import Metric
 
-    from ember.protocol.ember.reply import Reply
+    from ember.wire.reply import Reply
 
 
 def request_name(api_key: int) -> str:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from ember.errors import InvalidConfig
-from ember.log.config import ConfigDef
+from ember.wire.config_def import ConfigDef
 
 #: TLS versions ember serves; older ones are insecure and refused.
 _VERSIONS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}

@@ -1,6 +1,6 @@
 """Spark-facing columns of the ``ember`` source and the Arrow conversion from decoded log batches.
 
-Log readers return ``ember.log.batch.DECODED_SCHEMA`` (offset, timestamp ms, key, value, headers);
+Log readers return ``ember.record.batch.DECODED_SCHEMA`` (offset, timestamp ms, key, value, headers);
 Spark wants its own Arrow layout (timestamps in microseconds, UTC; list items named ``element``;
 every field nullable). The conversion is columnar: a few Arrow casts per batch, no Python per row.
 """

@@ -22,7 +22,7 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadM
 
 from ember.client import TopicPartition
 from ember.errors import EmberError
-from ember.groups.admin import GroupAdmin
+from ember.client.group_admin import GroupAdmin
 from ember.sources.fetch import read_range
 from ember.sources.metadata import ClusterView, starting_offsets
 from ember.sources.offsets import PartitionOffsets, offsets_from_json, offsets_to_json

@@ -10,10 +10,10 @@ from typing import Optional
 import pyarrow as pa
 
 from ember.client import Admin, Consumer, TopicPartition
-from ember.cluster.local import LocalCluster
+from ember.launcher.local import LocalCluster
 from ember.errors import EmberError
 from ember.client.admin import PartitionDescription
-from ember.log.batch import DECODED_SCHEMA
+from ember.record.batch import DECODED_SCHEMA
 from ember.log.reader import read_offset_range
 
 from .history import FinalState, History

@@ -26,9 +26,9 @@ from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 
-from ember.cluster import zk_paths
-from ember.cluster.local import LocalCluster
-from ember.cluster.zk_session import RECONNECT_MAX_DELAY_S
+from ember.zk import zk_paths
+from ember.launcher.local import LocalCluster
+from ember.zk.zk_session import RECONNECT_MAX_DELAY_S
 from ember.errors import EmberError
 
 from .history import Fault, History

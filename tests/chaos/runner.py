@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Callable
 
 from ember.client import Admin
-from ember.cluster.local import LocalCluster
+from ember.launcher.local import LocalCluster
 
 from .checker import CheckResult, check
 from .final_state import committed_offsets, final_state, read_replicas, stop_cluster, wait_settled

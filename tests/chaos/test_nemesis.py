@@ -8,7 +8,7 @@ import threading
 import pytest
 from kazoo.client import KazooClient, KazooState
 
-from ember.cluster.zookeeper_server import ZooKeeperServer, free_port
+from ember.launcher.zookeeper_server import ZooKeeperServer, free_port
 
 from .nemesis import EXPIRE_ATTEMPTS, expire_session, session_password
 

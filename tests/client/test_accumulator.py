@@ -8,9 +8,9 @@ import pytest
 
 from ember.errors import KafkaTimeoutError, NotLeaderOrFollower
 from ember.client.accumulator import RecordAccumulator
-from ember.client.types import RecordMetadata, TopicPartition
+from ember.wire.types import RecordMetadata, TopicPartition
 from ember.client.futures import ProduceResult
-from ember.log.batch import RECORD_SCHEMA, build_batch, decode_batches
+from ember.record.batch import RECORD_SCHEMA, build_batch, decode_batches
 
 TP = TopicPartition("t", 0)
 

@@ -11,12 +11,13 @@ import pyarrow as pa
 import pytest
 
 from ember.client import Admin, Consumer, OffsetAndTimestamp, Producer, TopicPartition
-from ember.cluster.local import LocalCluster
+from ember.launcher.local import LocalCluster
 from ember.errors import (InvalidReplicationFactor, KafkaTimeoutError, MessageTooLarge, OffsetOutOfRange,
                           TopicAlreadyExists, UnknownTopicOrPartition)
-from ember.client.connection import Connection, parse_bootstrap
+from ember.net.connection import Connection, parse_bootstrap
 from ember.client.partitioner import partition_for_key
-from ember.protocol.ember.wire import ApiKey, decode_response
+from ember.wire.api_keys import ApiKey
+from ember.wire.frame import decode_response
 
 pytestmark = pytest.mark.integration
 

@@ -10,8 +10,8 @@ from concurrent.futures import Future
 import pytest
 
 from ember.errors import NetworkError, RequestTimedOut
-from ember.client.connection import Connection
-from ember.protocol.ember.wire import ApiKey
+from ember.net.connection import Connection
+from ember.wire.api_keys import ApiKey
 
 BOUND_S = 10.0
 

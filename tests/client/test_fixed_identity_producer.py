@@ -7,7 +7,7 @@ import pyarrow as pa
 import pytest
 
 from ember.client import Admin, Consumer, Producer, TopicPartition
-from ember.cluster.local import LocalCluster
+from ember.launcher.local import LocalCluster
 from ember.errors import OutOfOrderSequenceNumber, UnknownProducerId
 from ember.client.accumulator import RecordAccumulator
 from ember.client.producer import split_batches

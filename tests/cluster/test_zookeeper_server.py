@@ -1,7 +1,7 @@
 import pytest
 from kazoo.client import KazooClient
 
-from ember.cluster.zookeeper_server import ZooKeeperServer, free_port, is_healthy
+from ember.launcher.zookeeper_server import ZooKeeperServer, free_port, is_healthy
 
 
 @pytest.mark.integration

@@ -47,10 +47,11 @@ from kio.schema.api_versions.v3.response import ApiVersionsResponse
 from kio.serial import entity_reader
 
 from ember.client import Admin
-from ember.cluster.local import LocalCluster, broker_responds
+from ember.launcher.local import LocalCluster, broker_responds
 from ember.errors import EmberError, TopicAlreadyExists
 from ember.client.metadata import MetadataClient
-from ember.protocol.ember.wire import FRAME_LENGTH, ApiKey, decode_response, encode_request
+from ember.wire.frame import FRAME_LENGTH, decode_response, encode_request
+from ember.wire.api_keys import ApiKey
 
 from kafka_mutator import KafkaRequestTemplates, KafkaResponseReader, encode, mutate_kafka
 from log_audit import AuditResult, audit_logs

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ember.protocol.ember.wire import KAFKA_LISTENER_ONLY, ApiKey
+from ember.wire.api_keys import KAFKA_LISTENER_ONLY, ApiKey
 
 from broker_fuzz import FuzzConfig, run
 from wire_mutator import FuzzTargets, RequestTemplates, mutate

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from ember.groups.assignors import ASSIGNORS, range_assign, roundrobin_assign, sticky_assign
-from ember.client.types import TopicPartition as TP
+from ember.wire.types import TopicPartition as TP
 
 
 def owners(assignment: dict[str, list[TP]]) -> dict[TP, str]:

@@ -14,7 +14,7 @@ from ember.errors import (FencedInstanceId, GroupSubscribedToTopic, IllegalGener
 from ember.groups import coordinator as coordinator_module
 from ember.groups.coordinator import EMPTY, PREPARING, STABLE, GroupCoordinator, MemberIdRequired
 from ember.groups.store import MetadataConflict
-from ember.client.types import TopicPartition
+from ember.wire.types import TopicPartition
 
 
 class FakeCache:

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 from kazoo.exceptions import ConnectionLoss, NoAuthError, NotEmptyError, SessionExpiredError
 
-from ember.client.types import TopicPartition
+from ember.wire.types import TopicPartition
 from ember.errors import CoordinatorNotAvailable, NonEmptyGroup
 from ember.groups.store import DELETE_ATTEMPTS, GroupStore
 

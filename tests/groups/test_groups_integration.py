@@ -15,13 +15,13 @@ from typing import Callable, Iterator
 import pytest
 
 from ember.client import Admin, Consumer, OffsetAndMetadata, Producer, TopicPartition
-from ember.cluster.local import LocalCluster
+from ember.launcher.local import LocalCluster
 from ember.errors import (BrokerNotAvailable, CoordinatorNotAvailable, IllegalGeneration, KafkaTimeoutError,
                           NonEmptyGroup, UnknownMemberId)
-from ember.groups.admin import GroupAdmin
-from ember.groups.coordinator_client import MEMBER_ID_REQUIRED, CoordinatorClient
+from ember.client.group_admin import GroupAdmin
+from ember.client.coordinator_client import MEMBER_ID_REQUIRED, CoordinatorClient
 from ember.client.metadata import MetadataClient
-from ember.protocol.ember.wire import ApiKey
+from ember.wire.api_keys import ApiKey
 
 pytestmark = pytest.mark.integration
 

@@ -13,10 +13,11 @@ from typing import Any, Callable, Sequence
 import pytest
 from blocking_connection import BlockingConnection
 
-from ember.cluster.local import LocalCluster
+from ember.launcher.local import LocalCluster
 from ember.errors import ErrorCode
-from ember.protocol.ember.wire import FRAME_LENGTH, ApiKey, Response, decode_response, encode_request
-from ember.log import build_batch, to_table
+from ember.wire.frame import FRAME_LENGTH, Response, decode_response, encode_request
+from ember.wire.api_keys import ApiKey
+from ember.record import build_batch, to_table
 
 pytestmark = pytest.mark.integration
 

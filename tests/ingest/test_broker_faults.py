@@ -7,8 +7,8 @@ import signal
 import pytest
 
 from ember.errors import ErrorCode
-from ember.protocol.ember.wire import ApiKey
-from ember.log import build_batch
+from ember.wire.api_keys import ApiKey
+from ember.record import build_batch
 
 from test_broker_api import RawClient, create_topic, eventually, fetch_values, leader_address, partition_dirs, produce
 

@@ -10,9 +10,10 @@ from typing import Iterator
 import pytest
 
 from ember.client import Admin, Consumer, Producer, TopicPartition
-from ember.cluster.local import LocalCluster
-from ember.protocol.ember.wire import FRAME_LENGTH, REQUEST_HEADER, ApiKey, encode_request
-from ember.log import build_batch
+from ember.launcher.local import LocalCluster
+from ember.wire.frame import FRAME_LENGTH, REQUEST_HEADER, encode_request
+from ember.wire.api_keys import ApiKey
+from ember.record import build_batch
 
 from test_broker_api import RawClient, create_topic, eventually, fetch_body, produce
 

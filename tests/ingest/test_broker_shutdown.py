@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from ember.client import Admin, Producer
-from ember.cluster.local import STATE_FILE, LocalCluster
+from ember.launcher.local import STATE_FILE, LocalCluster
 from ember.log import checkpoint
 
 pytestmark = pytest.mark.integration

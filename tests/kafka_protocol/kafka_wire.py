@@ -10,7 +10,7 @@ from blocking_connection import BlockingConnection
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.serial import entity_reader, entity_writer
 
-from ember.protocol.ember.wire import ApiKey
+from ember.wire.api_keys import ApiKey
 from ember.protocol.kafka.codec import response_class
 
 WAIT_S = 30.0

@@ -18,7 +18,7 @@ from ember.client import Consumer as EmberConsumer
 from ember.client import OffsetAndMetadata
 from ember.client import TopicPartition as EmberTopicPartition
 from ember.commands.groups import describe_group
-from ember.groups.admin import GroupAdmin
+from ember.client.group_admin import GroupAdmin
 
 pytestmark = pytest.mark.integration
 

@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from kafka_helpers import WAIT_S, create_topic, produce, records
 
-from ember.groups.admin import GroupAdmin
+from ember.client.group_admin import GroupAdmin
 
 pytestmark = pytest.mark.integration
 

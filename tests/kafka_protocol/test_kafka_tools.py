@@ -14,7 +14,7 @@ from ember.client import Consumer as EmberConsumer
 from ember.client import OffsetAndMetadata
 from ember.client import Producer as EmberProducer
 from ember.client import TopicPartition as EmberTopicPartition
-from ember.groups.admin import GroupAdmin
+from ember.client.group_admin import GroupAdmin
 
 pytestmark = pytest.mark.integration
 

@@ -21,7 +21,7 @@ from kio.schema.list_offsets.v6.request import ListOffsetsPartition, ListOffsets
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 
 from ember.errors import ErrorCode
-from ember.protocol.ember.wire import ApiKey
+from ember.wire.api_keys import ApiKey
 
 pytestmark = pytest.mark.integration
 

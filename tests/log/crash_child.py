@@ -10,7 +10,8 @@ import sys
 
 import pyarrow as pa
 
-from ember.log import Log, LogConfig, build_batch
+from ember.log import Log, LogConfig
+from ember.record import build_batch
 
 CONFIG = LogConfig.from_properties({"segment.bytes": 64 * 1024, "index.interval.bytes": 1024})
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from ember.log import build_batch
+from ember.record import build_batch
 
 
 class FakeClock:

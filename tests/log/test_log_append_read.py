@@ -5,8 +5,9 @@ import pyarrow as pa
 import pytest
 
 from ember import errors
-from ember.log import HEADER_SIZE, Log, LogConfig, read_offset_range, to_table
-from ember.log.batch import BatchHeader
+from ember.record import HEADER_SIZE, to_table
+from ember.log import Log, LogConfig, read_offset_range
+from ember.record.batch import BatchHeader
 
 from log_helpers import numbered, values_batch
 

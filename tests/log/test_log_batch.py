@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 from ember import errors
-from ember.log import batch as b
+from ember.record import batch as b
 
 from log_helpers import values_batch
 

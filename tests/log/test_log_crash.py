@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from ember.log import DECODED_SCHEMA, Log, build_batch, read_offset_range
+from ember.record import DECODED_SCHEMA, build_batch
+from ember.log import Log, read_offset_range
 
 from crash_child import CONFIG, record_value
 

@@ -6,7 +6,7 @@ import random
 import pyarrow as pa
 import pytest
 
-from ember.log import build_batch
+from ember.record import build_batch
 from ember.log.index import OffsetIndex, TimeIndex
 
 

@@ -6,7 +6,8 @@ import os
 import pytest
 
 from ember import errors
-from ember.log import read_offset_range, to_table
+from ember.log import read_offset_range
+from ember.record import to_table
 from ember.log import checkpoint
 
 from log_helpers import numbered, values_batch

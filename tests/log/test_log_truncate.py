@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from ember import errors
-from ember.log import to_table
+from ember.record import to_table
 from ember.log.checkpoint import LEADER_EPOCH, read_entries
 
 from log_helpers import numbered, values_batch

@@ -4,8 +4,8 @@ from __future__ import annotations
 import time
 from typing import Callable, TypeVar
 
-from ember.cluster.local import LocalCluster
-from ember.metrics.scrape import Samples, scrape
+from ember.launcher.local import LocalCluster
+from ember.launcher.scrape import Samples, scrape
 
 T = TypeVar("T")
 WAIT_S = 60

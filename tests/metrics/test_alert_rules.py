@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ember.metrics.prometheus_config import ALERT_RULES, write_prometheus_config
+from ember.launcher.prometheus_config import ALERT_RULES, write_prometheus_config
 
 CONF = Path(__file__).resolve().parents[2] / "conf" / "prometheus"
 

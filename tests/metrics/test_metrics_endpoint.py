@@ -13,11 +13,11 @@ from typing import Iterator
 import pytest
 
 from ember.client import Admin, Consumer, Producer, TopicPartition
-from ember.cluster.local import LocalCluster
+from ember.launcher.local import LocalCluster
 from ember.commands.cluster import print_metrics
 from ember.errors import TopicAlreadyExists
-from ember.groups.admin import GroupAdmin
-from ember.metrics.scrape import http_get
+from ember.client.group_admin import GroupAdmin
+from ember.launcher.scrape import http_get
 
 from metrics_helpers import cluster_total, scrape_all, wait_for
 

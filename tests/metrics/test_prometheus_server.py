@@ -14,11 +14,11 @@ from typing import Iterator
 import pytest
 
 from ember.client import Admin, Consumer, Producer
-from ember.cluster.local import LocalCluster
-from ember.cluster.zookeeper_server import free_port
+from ember.launcher.local import LocalCluster
+from ember.launcher.zookeeper_server import free_port
 from ember.errors import KafkaTimeoutError
-from ember.metrics.prometheus_config import write_prometheus_config
-from ember.metrics.scrape import http_get
+from ember.launcher.prometheus_config import write_prometheus_config
+from ember.launcher.scrape import http_get
 
 from metrics_helpers import wait_for
 

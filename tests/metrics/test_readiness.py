@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from ember.cluster.metadata_cache import TopicMetadata
 from ember.cluster.records import BrokerInfo, PartitionState, TopicRecord
-from ember.metrics.health import check_readiness
+from ember.server.health import check_readiness
 
 ME = BrokerInfo(1, "127.0.0.1", 9092)
 

@@ -6,11 +6,11 @@ import time
 from typing import Any, Callable, Iterable
 
 from ember.client import Admin, Consumer
-from ember.cluster.local import LocalCluster
+from ember.launcher.local import LocalCluster
 from ember.errors import EmberError
-from ember.client.connection import Connection, parse_bootstrap
-from ember.protocol.ember.wire import ApiKey
-from ember.log import build_batch
+from ember.net.connection import Connection, parse_bootstrap
+from ember.wire.api_keys import ApiKey
+from ember.record import build_batch
 from ember.log.reader import read_offset_range
 
 WAIT_S = 60.0

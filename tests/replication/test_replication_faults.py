@@ -12,8 +12,8 @@ import signal
 import pytest
 
 from ember.errors import ErrorCode, OffsetOutOfRange
-from ember.protocol.ember.wire import ApiKey
-from ember.log import build_batch
+from ember.wire.api_keys import ApiKey
+from ember.record import build_batch
 from ember.log.reader import read_offset_range
 from ember.log.recovery import segment_bases
 

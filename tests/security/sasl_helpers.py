@@ -6,7 +6,7 @@ from __future__ import annotations
 import ssl
 
 from ember.client import Admin
-from ember.cluster.local import LocalCluster
+from ember.launcher.local import LocalCluster
 from ember.security.authorizer.model import (AccessControlEntry, AclBinding, Operation, Permission, ResourcePattern,
                                              ResourceType)
 

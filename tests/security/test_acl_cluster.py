@@ -21,10 +21,10 @@ from kafka_helpers import WAIT_S, run_tool
 
 from ember.cli import main as ember_cli
 from ember.client import Admin, Consumer, Producer, TopicPartition
-from ember.groups.admin import GroupAdmin
+from ember.client.group_admin import GroupAdmin
 from ember.client.metadata import MetadataClient
-from ember.cluster.cluster_tls import ClusterTls, certificate_file_principal
-from ember.cluster.local import LocalCluster
+from ember.launcher.cluster_tls import ClusterTls, certificate_file_principal
+from ember.launcher.local import LocalCluster
 from ember.errors import (ClusterAuthorizationFailed, GroupAuthorizationFailed, TopicAuthorizationFailed)
 from ember.security.authorizer.model import (AccessControlEntry, AclBinding, AclBindingFilter,
                                              Operation, PatternType, Permission, ResourcePattern, ResourceType)

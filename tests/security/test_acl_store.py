@@ -10,7 +10,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from ember.cluster.zk_session import ZkSession
+from ember.zk.zk_session import ZkSession
 from ember.security.authorizer.authorizer import Authorizer
 from ember.security.authorizer.model import (AccessControlEntry, AclBinding, AclBindingFilter, Operation,
                                              PatternType, Permission, Resource, ResourcePattern, ResourceType)

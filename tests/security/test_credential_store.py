@@ -12,7 +12,7 @@ import pytest
 from kazoo.exceptions import ConnectionLoss, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
-from ember.cluster import zk_paths
+from ember.zk import zk_paths
 from ember.errors import RequestTimedOut, SaslAuthenticationFailed
 from ember.security.sasl import credential_store, server
 from ember.security.sasl.credential_store import CredentialStore, _encode

@@ -14,12 +14,13 @@ from typing import Iterator
 
 import pytest
 
-from ember.client.connection import Connection
-from ember.cluster.zookeeper_server import free_port
+from ember.net.connection import Connection
+from ember.launcher.zookeeper_server import free_port
 from ember.errors import BrokerNotAvailable, SslAuthenticationFailed
-from ember.protocol.ember.reply import FileRegion, Reply
-from ember.protocol.ember.server import BrokerServer
-from ember.protocol.ember.wire import ApiKey, Request
+from ember.wire.reply import FileRegion, Reply
+from ember.net.server import BrokerServer
+from ember.wire.api_keys import ApiKey
+from ember.wire.frame import Request
 from ember.security.certificates import LOCAL_HOSTS, CertificateAuthority
 from ember.security.client import ClientSecurity
 from ember.security.listener import ListenerSecurity

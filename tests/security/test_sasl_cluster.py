@@ -32,10 +32,11 @@ from sasl_helpers import create, grant, kafka_config, login, tls_context
 from spark_logs import spark_log_file
 
 from ember.client import Admin, Consumer, Producer, TopicPartition
-from ember.client.connection import Connection
-from ember.cluster.local import LocalCluster
+from ember.net.connection import Connection
+from ember.launcher.local import LocalCluster
 from ember.errors import SaslAuthenticationFailed, TopicAuthorizationFailed, UnsupportedSaslMechanism
-from ember.protocol.ember.wire import FRAME_LENGTH, ApiKey, encode_request
+from ember.wire.frame import FRAME_LENGTH, encode_request
+from ember.wire.api_keys import ApiKey
 from ember.security.authorizer.model import Operation
 from ember.security.client import ClientSecurity
 

@@ -21,8 +21,8 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 from kafka_helpers import WAIT_S, run_tool
 
 from ember.client import Admin, Consumer, Producer, TopicPartition
-from ember.cluster.cluster_tls import ClusterTls
-from ember.cluster.local import LocalCluster
+from ember.launcher.cluster_tls import ClusterTls
+from ember.launcher.local import LocalCluster
 from ember.errors import SslAuthenticationFailed
 from ember.security.certificates import LOCAL_HOSTS, CertificateAuthority
 

@@ -9,7 +9,8 @@ from typing import Optional
 import pytest
 
 from ember.errors import EmberError, KafkaTimeoutError
-from ember.log import Log, LogConfig, build_batch, checkpoint
+from ember.log import Log, LogConfig, checkpoint
+from ember.record import build_batch
 from ember.sources.fetch import DirectReadError, FetchTimeout, read_range
 from ember.sources.options import reader_options
 from ember.sources.planning import OffsetRange

@@ -82,7 +82,7 @@ def test_max_bytes_per_trigger_is_turned_into_records(spark, shared_cluster, top
 def test_group_id_publishes_the_query_offsets_and_lag(spark, shared_cluster, topic_name, tmp_path) -> None:
     """Spark commits a micro-batch's offsets to its source when it starts the next one, so the group
     trails the checkpoint by at most one run; it never runs ahead of what the query wrote."""
-    from ember.groups.admin import GroupAdmin
+    from ember.client.group_admin import GroupAdmin
 
     create_topic(shared_cluster.bootstrap, topic_name, partitions=2)
     produce(shared_cluster.bootstrap, topic_name, {0: 6, 1: 4})

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from ember.protocol.ember.server import _Watchdog
+from ember.net.server import _Watchdog
 
 
 def test_a_step_done_in_time_survives_a_stalled_event_loop() -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from ember.errors import ErrorCode, InvalidConfig
 from ember.ingest.listeners import ListenerConfig
-from ember.protocol.ember.wire import ApiKey
+from ember.wire.api_keys import ApiKey
 from ember.protocol.kafka.codec import KafkaRequest, build, error_codes, request_class, response_class
 from ember.protocol.kafka.handlers_acls import AclHandlers
 from ember.protocol.kafka.listener import kafka_dispatcher

@@ -1,7 +1,7 @@
 import pytest
 
 from ember.errors import InvalidRequest, MessageTooLarge
-from ember.protocol.ember import wire as p
+from ember.wire import frame as p
 
 
 def _frame(buffers):

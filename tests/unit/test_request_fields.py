@@ -1,10 +1,10 @@
-"""ember.protocol.ember.fields: how the broker reads request fields (docs/protocol.md)."""
+"""ember.wire.fields: how the broker reads request fields (docs/protocol.md)."""
 from __future__ import annotations
 
 import pytest
 
 from ember.errors import InvalidRequest
-from ember.protocol.ember import fields
+from ember.wire import fields
 
 
 @pytest.mark.parametrize("value", [True, "5", [5], {"a": 5}, 5.5, float("nan"), float("inf"), None])

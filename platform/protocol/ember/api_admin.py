@@ -7,10 +7,11 @@ import asyncio
 
 from ember.cluster.metadata_cache import MetadataCache
 from ember.cluster.producer_ids import PRODUCER_EPOCH, ProducerIdAllocator
-from ember.protocol.ember import fields
+from ember.wire import fields
 from ember.protocol.ember.dispatcher import Handler
-from ember.protocol.ember.wire import ApiKey, Request
-from ember.protocol.ember.reply import OK, Reply, error_fields
+from ember.wire.api_keys import ApiKey
+from ember.wire.frame import Request
+from ember.wire.reply import OK, Reply, error_fields
 from ember.ingest.topic_changes import DEFAULT_TIMEOUT_MS, TopicChanges
 
 

@@ -8,12 +8,13 @@ from typing import Any, Iterable
 
 from ember.errors import InvalidRequest
 from ember.groups.coordinator import Group, GroupCoordinator, MemberIdRequired
-from ember.protocol.ember import fields
-from ember.client.types import TopicPartition
+from ember.wire import fields
+from ember.wire.types import TopicPartition
 from ember.protocol.ember.dispatcher import Handler
-from ember.protocol.ember.server import client_host
-from ember.protocol.ember.wire import ApiKey, Request
-from ember.protocol.ember.reply import OK, Reply, error_fields
+from ember.net.server import client_host
+from ember.wire.api_keys import ApiKey
+from ember.wire.frame import Request
+from ember.wire.reply import OK, Reply, error_fields
 
 
 def _tps(partitions: Iterable[TopicPartition]) -> list[dict[str, Any]]:

@@ -7,13 +7,15 @@ from __future__ import annotations
 from typing import Any
 
 from ember.errors import OffsetOutOfRange
-from ember.protocol.ember import fields
+from ember.wire import fields
 from ember.protocol.ember.dispatcher import Handler
+from ember.protocol.ember.leader_fields import answer_fields, leader_queries
 from ember.ingest.fetch import FetchResult, FetchTarget, fetch_at_leaders
 from ember.ingest.partition import CONSUMER_REPLICA_ID, Partition
 from ember.ingest.produce import ProduceEntry, Produced, append_at_leaders
-from ember.protocol.ember.wire import ApiKey, Request, split_payload
-from ember.protocol.ember.reply import OK, CloseConnection, FileRegion, Reply, error_fields
+from ember.wire.api_keys import ApiKey
+from ember.wire.frame import Request, split_payload
+from ember.wire.reply import OK, CloseConnection, FileRegion, Reply, error_fields
 from ember.ingest.replica_manager import ReplicaManager
 from ember.security.authorizer.model import Operation
 
@@ -90,19 +92,17 @@ class RecordApis:
     async def list_offsets(self, request: Request) -> Reply:
         replica_id = fields.integer(request.body, "replica_id", CONSUMER_REPLICA_ID)
 
-        async def offset(partition: Partition, timestamp: int) -> dict[str, Any]:
-            found, found_timestamp = await partition.offset_for_timestamp(timestamp, replica_id)
-            return {"offset": found, "timestamp": found_timestamp}
-        results = await self.replicas.answer_at_leader(
-            fields.partitions(request.body), lambda e: fields.integer(e, "timestamp", bits=fields.INT64), offset,
-            {"offset": -1, "timestamp": -1}, self.replicas.access.follower_or_topic(replica_id, Operation.DESCRIBE))
-        return Reply({**OK, "partitions": results})
+        async def offset(partition: Partition, timestamp: int) -> tuple[int, int]:
+            return await partition.offset_for_timestamp(timestamp, replica_id)
+        queries = leader_queries(request.body, lambda e: fields.integer(e, "timestamp", bits=fields.INT64))
+        answers = await self.replicas.answer_at_leader(
+            queries, offset, self.replicas.access.follower_or_topic(replica_id, Operation.DESCRIBE))
+        return Reply({**OK, "partitions": answer_fields(
+            answers, lambda found: {"offset": found[0], "timestamp": found[1]}, {"offset": -1, "timestamp": -1})})
 
     async def delete_records(self, request: Request) -> Reply:
         """Move each partition's log start up to ``offset`` (-1: the high watermark) at its leader."""
-        async def delete(partition: Partition, offset: int) -> dict[str, Any]:
-            return {"low_watermark": await partition.delete_records(offset)}
-        results = await self.replicas.answer_at_leader(
-            fields.partitions(request.body), lambda e: fields.integer(e, "offset", bits=fields.INT64), delete,
-            {"low_watermark": -1}, Operation.DELETE)
-        return Reply({**OK, "partitions": results})
+        queries = leader_queries(request.body, lambda e: fields.integer(e, "offset", bits=fields.INT64))
+        answers = await self.replicas.answer_at_leader(queries, Partition.delete_records, Operation.DELETE)
+        return Reply({**OK, "partitions": answer_fields(
+            answers, lambda low_watermark: {"low_watermark": low_watermark}, {"low_watermark": -1})})

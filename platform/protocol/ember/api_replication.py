@@ -5,22 +5,15 @@ the smaller of the answer and its own end of that epoch (see ``ember.ingest.repl
 """
 from __future__ import annotations
 
-from typing import Any
-
-from ember.protocol.ember import fields
+from ember.wire import fields
 from ember.protocol.ember.dispatcher import Handler
-from ember.protocol.ember.wire import ApiKey, Request
+from ember.protocol.ember.leader_fields import answer_fields, leader_queries
+from ember.wire.api_keys import ApiKey
+from ember.wire.frame import Request
 from ember.ingest.partition import CONSUMER_REPLICA_ID, Partition
-from ember.protocol.ember.reply import OK, Reply
+from ember.wire.reply import OK, Reply
 from ember.ingest.replica_manager import ReplicaManager
 from ember.security.authorizer.model import Operation
-
-
-async def epoch_end(partition: Partition, leader_epoch: int) -> dict[str, Any]:
-    """One partition's answer (both protocols' field names): the largest epoch ≤ ``leader_epoch``
-    in the leader's log and where it ended."""
-    epoch, end_offset = await partition.end_offset_for_epoch(leader_epoch)
-    return {"leader_epoch": epoch, "end_offset": end_offset}
 
 
 class ReplicationApis:
@@ -32,8 +25,9 @@ class ReplicationApis:
 
     async def offset_for_leader_epoch(self, request: Request) -> Reply:
         replica_id = fields.integer(request.body, "replica_id", CONSUMER_REPLICA_ID)
-        results = await self.replicas.answer_at_leader(
-            fields.partitions(request.body), lambda e: fields.integer(e, "leader_epoch"), epoch_end,
-            {"leader_epoch": -1, "end_offset": -1},
-            self.replicas.access.follower_or_topic(replica_id, Operation.DESCRIBE))
-        return Reply({**OK, "partitions": results})
+        queries = leader_queries(request.body, lambda e: fields.integer(e, "leader_epoch"))
+        answers = await self.replicas.answer_at_leader(
+            queries, Partition.end_offset_for_epoch, self.replicas.access.follower_or_topic(replica_id, Operation.DESCRIBE))
+        return Reply({**OK, "partitions": answer_fields(
+            answers, lambda found: {"leader_epoch": found[0], "end_offset": found[1]},
+            {"leader_epoch": -1, "end_offset": -1})})

@@ -19,10 +19,11 @@ import binascii
 from typing import Awaitable, Callable
 
 from ember.errors import EmberError, IllegalSaslState, InvalidRequest, SaslAuthenticationFailed
-from ember.protocol.ember import fields
+from ember.wire import fields
 from ember.protocol.ember.dispatcher import Handler
-from ember.protocol.ember.reply import OK, Reply, error_fields
-from ember.protocol.ember.wire import ApiKey, Request
+from ember.wire.reply import OK, Reply, error_fields
+from ember.wire.api_keys import ApiKey
+from ember.wire.frame import Request
 from ember.security.authorizer.access import Access
 from ember.security.authorizer.model import Operation
 from ember.security.sasl.server import SaslServer

@@ -1,7 +1,7 @@
 """Routes decoded requests to API handlers and turns every failure into a typed error response.
 
 Handlers raise ``ember.errors`` exceptions for request-level failures and read fields through
-``ember.protocol.ember.fields``, so malformed field values (missing keys, wrong types, out-of-range
+``ember.wire.fields``, so malformed field values (missing keys, wrong types, out-of-range
 numbers) are INVALID_REQUEST; unknown API keys or versions become UNSUPPORTED_VERSION. Any other
 exception is a broker bug: UNKNOWN_SERVER_ERROR, logged with its trace. A handler returns None
 when the protocol wants no response (acks=0).
@@ -11,8 +11,9 @@ from __future__ import annotations
 from typing import Any, Awaitable, Callable, Mapping
 
 from ember.errors import ErrorCode, UnsupportedVersion
-from ember.protocol.ember.wire import ApiKey, Request
-from ember.protocol.ember.reply import CloseConnection, Reply, error_fields
+from ember.wire.api_keys import ApiKey
+from ember.wire.frame import Request
+from ember.wire.reply import CloseConnection, Reply, error_fields
 
 Handler = Callable[[Request], Awaitable[Reply | None]]
 

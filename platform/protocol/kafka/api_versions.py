@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ember.protocol.ember.wire import ApiKey
-from ember.protocol.ember.reply import OK
+from ember.wire.api_keys import ApiKey
+from ember.wire.reply import OK
 from ember.protocol.kafka.codec import KafkaRequest, build, response_class
 from ember.protocol.kafka.dispatcher import Api
 

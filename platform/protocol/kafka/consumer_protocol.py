@@ -20,7 +20,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 from kio.static.protocol import Entity
 
-from ember.client.types import TopicPartition
+from ember.wire.types import TopicPartition
 from ember.errors import InvalidRequest
 
 #: The protocol type of consumer groups (Kafka's ``ConsumerProtocol.PROTOCOL_TYPE``).

@@ -7,8 +7,8 @@ from typing import Any, Optional
 
 from ember.errors import InvalidRequest
 from ember.ingest.core import BrokerCore
-from ember.protocol.ember.reply import OK, error_fields
-from ember.protocol.ember.wire import ApiKey
+from ember.wire.reply import OK, error_fields
+from ember.wire.api_keys import ApiKey
 from ember.protocol.kafka.codec import KafkaRequest, build, response_class
 from ember.protocol.kafka.dispatcher import Api
 from ember.security.authorizer.acl_admin import AclAdmin

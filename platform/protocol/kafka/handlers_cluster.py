@@ -12,8 +12,8 @@ from ember.cluster.records import BrokerInfo
 from ember.errors import InvalidRequest, UnsupportedEndpointType
 from ember.ingest.core import BrokerCore
 from ember.ingest.metadata_view import PartitionView
-from ember.protocol.ember.wire import ApiKey
-from ember.protocol.ember.reply import OK, error_fields
+from ember.wire.api_keys import ApiKey
+from ember.wire.reply import OK, error_fields
 from ember.protocol.kafka.codec import KafkaRequest, build, response_class
 from ember.protocol.kafka.dispatcher import Api
 from ember.security.authorizer.model import Operation

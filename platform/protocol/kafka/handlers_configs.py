@@ -16,8 +16,8 @@ from ember.errors import InvalidConfig, InvalidRequest
 from ember.ingest.core import BrokerCore
 from ember.ingest.topic_changes import DEFAULT_TIMEOUT_MS
 from ember.log.config import TOPIC_CONFIGS
-from ember.protocol.ember.reply import OK, error_fields
-from ember.protocol.ember.wire import ApiKey
+from ember.wire.reply import OK, error_fields
+from ember.wire.api_keys import ApiKey
 from ember.protocol.kafka.codec import KafkaRequest, build, response_class
 from ember.protocol.kafka.dispatcher import Api
 from ember.security.authorizer.model import Operation

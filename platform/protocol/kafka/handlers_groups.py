@@ -16,11 +16,11 @@ from __future__ import annotations
 from typing import Any
 
 from ember.errors import CoordinatorNotAvailable, InvalidRequest, MemberIdRequired
-from ember.client.types import TopicPartition
+from ember.wire.types import TopicPartition
 from ember.ingest.core import BrokerCore
-from ember.protocol.ember.server import client_host
-from ember.protocol.ember.wire import ApiKey
-from ember.protocol.ember.reply import OK, error_fields
+from ember.net.server import client_host
+from ember.wire.api_keys import ApiKey
+from ember.wire.reply import OK, error_fields
 from ember.protocol.kafka.codec import KafkaRequest, build, millis, response_class
 from ember.protocol.kafka.consumer_protocol import CONSUMER, assigned_partitions, subscribed_topics
 from ember.protocol.kafka.dispatcher import Api

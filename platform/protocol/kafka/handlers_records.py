@@ -7,22 +7,22 @@ from __future__ import annotations
 
 import asyncio
 import struct
-from typing import Any
+from typing import Any, cast
 
 from ember.errors import ErrorCode, FetchSessionIdNotFound, InvalidRecord, InvalidRequest, UnsupportedVersion
 from ember.ingest.core import BrokerCore
 from ember.ingest.fetch import FetchResult, FetchTarget, fetch_at_leaders
 from ember.ingest.partition import CONSUMER_REPLICA_ID, LATEST_TIERED_TIMESTAMP, Partition
 from ember.ingest.produce import ProduceEntry, Produced, append_at_leaders
-from ember.protocol.ember.api_replication import epoch_end
-from ember.protocol.ember.wire import ApiKey
-from ember.protocol.ember.reply import OK, CloseConnection, error_fields
+from ember.ingest.replica_manager import LeaderAnswer, LeaderQuery
+from ember.wire.api_keys import ApiKey
+from ember.wire.reply import OK, CloseConnection, error_fields
 from ember.protocol.kafka.codec import KafkaRequest, build, millis, response_class
 from ember.protocol.kafka.dispatcher import Api
 from ember.protocol.kafka.names import ZERO_UUID, TopicNames
 from ember.protocol.kafka.records import split_batches, to_ember_batch, to_kafka_batch
 from ember.log import FetchSlice
-from ember.log.batch import iter_batches
+from ember.record.batch import iter_batches
 from ember.security.authorizer.model import Operation
 
 #: Produce v0-2 (magic 0/1 message sets) are advertised, as Kafka 4 does because librdkafka before
@@ -146,20 +146,18 @@ class RecordHandlers:
     async def list_offsets(self, request: KafkaRequest) -> Any:
         body = request.body
 
-        async def offset(partition: Partition, wanted: int) -> dict[str, Any]:
+        async def offset(partition: Partition, wanted: int) -> tuple[int, int]:
             if wanted < LATEST_TIERED_TIMESTAMP:
                 raise UnsupportedVersion(f"ListOffsets timestamp {wanted} (a special offset of "
                                          f"ListOffsets v11+) is not supported")
-            found, timestamp = await partition.offset_for_timestamp(wanted, CONSUMER_REPLICA_ID)
-            return {"offset": found, "timestamp": timestamp}
+            return await partition.offset_for_timestamp(wanted, CONSUMER_REPLICA_ID)
         topics = []
         for topic in body.topics:
-            entries = [{"topic": topic.name, "partition": p.partition_index, "timestamp": p.timestamp,
-                        "current_leader_epoch": getattr(p, "current_leader_epoch", -1)} for p in topic.partitions]
-            answers = await self.core.replicas.answer_at_leader(entries, lambda e: e["timestamp"], offset,
-                                                                {"offset": -1, "timestamp": -1})
+            queries = [LeaderQuery(topic.name, p.partition_index, getattr(p, "current_leader_epoch", -1), p.timestamp)
+                       for p in topic.partitions]
+            answers = await self.core.replicas.answer_at_leader(queries, offset)
             topics.append({"name": topic.name, "partitions": [
-                {**a, "partition_index": a["partition"], "leader_epoch": -1}
+                {"partition_index": a.partition, **_answer_fields(a, ("offset", "timestamp")), "leader_epoch": -1}
                 for a in answers]})
         return build(response_class(ApiKey.LIST_OFFSETS, request.api_version), {"topics": topics})
 
@@ -179,12 +177,20 @@ class RecordHandlers:
                                                    "end_offset": -1} for p in t.partitions]}
                 for t in request.body.topics]})
         for topic in request.body.topics:
-            entries = [{"topic": topic.topic, "partition": p.partition, "leader_epoch": p.leader_epoch,
-                        "current_leader_epoch": p.current_leader_epoch} for p in topic.partitions]
-            answers = await self.core.replicas.answer_at_leader(entries, lambda e: e["leader_epoch"], epoch_end,
-                                                                {"leader_epoch": -1, "end_offset": -1}, operation)
-            topics.append({"topic": topic.topic, "partitions": answers})
+            queries = [LeaderQuery(topic.topic, p.partition, p.current_leader_epoch, p.leader_epoch)
+                       for p in topic.partitions]
+            answers = await self.core.replicas.answer_at_leader(queries, Partition.end_offset_for_epoch, operation)
+            topics.append({"topic": topic.topic, "partitions": [
+                {"partition": a.partition, **_answer_fields(a, ("leader_epoch", "end_offset"))} for a in answers]})
         return build(response_class(ApiKey.OFFSET_FOR_LEADER_EPOCH, request.api_version), {"topics": topics})
+
+
+def _answer_fields(answer: LeaderAnswer[tuple[int, int]], names: tuple[str, str]) -> dict[str, Any]:
+    """A leader's answer as Kafka's fields: the error code, then ``names`` (-1 each after an error)."""
+    if answer.error is not None:
+        return {**error_fields(answer.error), names[0]: -1, names[1]: -1}
+    first, second = cast(tuple[int, int], answer.value)
+    return {**OK, names[0]: first, names[1]: second}
 
 
 def _fetch_fields(index: int, error: Exception | None, offsets: dict[str, int],

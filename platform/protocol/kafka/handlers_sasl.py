@@ -20,8 +20,8 @@ from typing import Any, Awaitable, Callable
 
 from ember.errors import EmberError, ErrorCode
 from ember.ingest.core import BrokerCore
-from ember.protocol.ember.reply import CloseConnection, error_fields
-from ember.protocol.ember.wire import ApiKey
+from ember.wire.reply import CloseConnection, error_fields
+from ember.wire.api_keys import ApiKey
 from ember.protocol.kafka.codec import FRAME_LENGTH, KafkaRequest, build, encode_response, response_class
 from ember.protocol.kafka.dispatcher import Api
 from ember.security.authorizer.model import Operation

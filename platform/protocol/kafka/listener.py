@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from ember.ingest.core import BrokerCore
 from ember.ingest.listeners import Listener
-from ember.protocol.ember.server import BrokerServer
+from ember.net.server import BrokerServer
 from ember.protocol.kafka.api_versions import ApiVersionsHandler
 from ember.protocol.kafka.codec import decode_request
 from ember.protocol.kafka.dispatcher import KafkaDispatcher

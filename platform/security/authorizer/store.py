@@ -25,7 +25,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
-from ember.cluster.zk_session import ZkSession
+from ember.zk.zk_session import ZkSession
 from ember.errors import EmberError, RequestTimedOut
 from ember.security.authorizer.model import (AccessControlEntry, AclBinding, AclBindingFilter, PatternType,
                                              ResourcePattern, ResourceType)

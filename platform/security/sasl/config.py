@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from ember.errors import InvalidConfig
-from ember.log.config import ConfigDef
+from ember.wire.config_def import ConfigDef
 from ember.security.sasl.jaas import JaasLogin, parse_jaas
 from ember.security.sasl.scram import SCRAM_SHA_256, SCRAM_SHA_512, check_mechanism, parse_mechanisms
 

@@ -4,8 +4,8 @@ Used by ``ember cluster up|down|status``, the test fixtures and the benchmarks. 
 picked fresh from the OS, so two clusters on one machine never collide; a broker keeps its port
 across restarts so bootstrap lists stay valid. The cluster's layout (ports, pids) is written to
 ``<data>/cluster.json`` so a later ``ember cluster status|down`` can find it. A ``secure``
-cluster puts every listener on TLS with client certificates (:mod:`ember.cluster.cluster_tls`),
-and with ``sasl`` on SASL_SSL with SCRAM users (:mod:`ember.cluster.cluster_sasl`).
+cluster puts every listener on TLS with client certificates (:mod:`ember.launcher.cluster_tls`),
+and with ``sasl`` on SASL_SSL with SCRAM users (:mod:`ember.launcher.cluster_sasl`).
 """
 from __future__ import annotations
 
@@ -20,13 +20,14 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ember.cluster.cluster_sasl import ClusterSasl
-from ember.cluster.cluster_tls import ClusterTls
-from ember.cluster.zk_session import ZkSession, ZooKeeperTls
-from ember.cluster.zookeeper_server import ZooKeeperServer, free_port, is_healthy, read_pid, terminate
+from ember.launcher.cluster_sasl import ClusterSasl
+from ember.launcher.cluster_tls import ClusterTls
+from ember.zk.zk_session import ZkSession, ZooKeeperTls
+from ember.launcher.zookeeper_server import ZooKeeperServer, free_port, is_healthy, read_pid, terminate
 from ember.errors import BrokerNotAvailable, EmberError
-from ember.protocol.ember.wire import FRAME_LENGTH, ApiKey, decode_response, encode_request
-from ember.metrics.scrape import readiness
+from ember.wire.frame import FRAME_LENGTH, decode_response, encode_request
+from ember.wire.api_keys import ApiKey
+from ember.launcher.scrape import readiness
 from ember.security.private_files import write_private
 
 STATE_FILE = "cluster.json"

@@ -2,7 +2,7 @@
 
 ``GET /metrics``: Prometheus text (or OpenMetrics, as the scraper asks); ``GET /livez``: 200
 while the event loop answers; ``GET /readyz``: 200 when ready, 503 with the reasons otherwise
-(``ember.metrics.health``). Started right after the data directory is locked, so liveness and
+(``ember.server.health``). Started right after the data directory is locked, so liveness and
 "not ready: starting up" are visible during a long log recovery; closed last on shutdown.
 """
 from __future__ import annotations
@@ -16,13 +16,13 @@ from prometheus_client.exposition import choose_encoder
 
 from ember.metrics.broker_metrics import BrokerMetrics
 from ember.metrics.endpoint import HttpEndpoint
-from ember.metrics.lag import GroupLagCollector
+from ember.server.lag import GroupLagCollector
 from ember.metrics.probes import Probes
 from ember.metrics.requests import RequestMetrics
-from ember.metrics.state import BrokerStateCollector
+from ember.server.state import BrokerStateCollector
 
 if TYPE_CHECKING:
-    from ember.ingest.broker import Broker
+    from ember.server.broker import Broker
 
 log = logging.getLogger(__name__)
 

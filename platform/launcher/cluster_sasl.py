@@ -10,7 +10,7 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from ember.cluster.zk_session import ZkSession
+from ember.zk.zk_session import ZkSession
 from ember.security.private_files import write_private
 from ember.security.sasl.credential_store import CredentialStore
 from ember.security.sasl.jaas import login_config

@@ -16,12 +16,12 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from ember.cluster.records import BrokerInfo
-from ember.metrics.health import Readiness, check_readiness
+from ember.server.health import Readiness, check_readiness
 
 if TYPE_CHECKING:
     from prometheus_client import Metric
 
-    from ember.ingest.broker import Broker
+    from ember.server.broker import Broker
 
 SESSION_STATES = ("CONNECTED", "SUSPENDED", "LOST")
 

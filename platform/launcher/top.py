@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
-from ember.metrics.scrape import Samples, scrape
+from ember.launcher.scrape import Samples, scrape
 
 MB = 1_000_000
 BYTES_IN = "ember_server_brokertopicmetrics_bytesin_total"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ember.protocol.ember import fields
+from ember.wire import fields
 from ember.security.authorizer.model import (AccessControlEntry, AclBinding, AclBindingFilter, Operation,
                                              PatternType, Permission, ResourcePattern, ResourceType)
 

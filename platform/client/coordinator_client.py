@@ -15,9 +15,9 @@ from typing import Any, Collection, Optional
 
 from ember.errors import (BrokerNotAvailable, CoordinatorNotAvailable, ErrorCode, KafkaTimeoutError,
                           NetworkError, RequestTimedOut)
-from ember.client.connection import Address, ConnectionPool
+from ember.net.connection import Address, ConnectionPool
 from ember.client.metadata import MetadataClient, response_error
-from ember.protocol.ember.wire import ApiKey
+from ember.wire.api_keys import ApiKey
 
 # The answer to a first JoinGroup, which carries the member id to join with (read from the body).
 MEMBER_ID_REQUIRED = ErrorCode.MEMBER_ID_REQUIRED

@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ember import errors
-from ember.log.crc import crc32
+from ember.record.crc import crc32
 
 MAGIC = 1
 LOG_OVERHEAD = 12  # base_offset + batch_length: the bytes batch_length does not count

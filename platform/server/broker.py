@@ -28,7 +28,7 @@ from ember.cluster.producer_ids import ProducerIdAllocator
 from ember.cluster.records import BrokerInfo
 from ember.cluster.registration import BrokerRegistration
 from ember.cluster.topic_admin import TopicAdmin
-from ember.cluster.zk_session import ZkSession, ensure_cluster_id
+from ember.zk.zk_session import ZkSession, ensure_cluster_id
 from ember.groups.coordinator import GroupCoordinator
 from ember.groups.store import GroupStore
 from ember.protocol.ember.api_admin import AdminApis
@@ -47,10 +47,11 @@ from ember.ingest.listeners import EMBER_LISTENER, ListenerConfig
 from ember.ingest.log_manager import LogManager
 from ember.ingest.metadata_view import MetadataView
 from ember.ingest.replica_manager import ReplicaManager
-from ember.protocol.ember.server import BrokerServer
+from ember.net.server import BrokerServer
+from ember.protocol.ember.listener import EmberServer
 from ember.ingest.topic_changes import TopicChanges
 from ember.protocol.kafka.listener import kafka_server
-from ember.metrics.service import MetricsService
+from ember.server.metrics_service import MetricsService
 from ember.protocol.ember.api_acls import AclApis
 from ember.security.authorizer.access import Access
 from ember.security.authorizer.acl_admin import AclAdmin
@@ -187,9 +188,9 @@ class Broker:
         core = BrokerCore(options.broker_id, cluster_id, self.config, self.cache, self.replicas, view, topics,
                           producer_ids, self.groups, self.controller, scram, self.access, self.acls)
         max_bytes, max_idle_ms = self.config.socket_request_max_bytes, self.config.connections_max_idle_ms
-        self.servers = [(listener.name, BrokerServer(dispatcher, listener.host, listener.port, max_bytes, max_idle_ms,
-                                                     self._request_observer(listener.name),
-                                                     self.listener_security[listener.name]))
+        self.servers = [(listener.name, EmberServer(dispatcher, listener.host, listener.port, max_bytes, max_idle_ms,
+                                                    self._request_observer(listener.name),
+                                                    self.listener_security[listener.name]))
                         for listener in options.listeners.ember_protocol]
         self.servers += [(listener.name, kafka_server(core, listener, max_bytes, max_idle_ms,
                                                       self._request_observer(listener.name),

@@ -9,8 +9,8 @@ threads, and handing every request across an event-loop boundary would cost more
 A request that outlives its timeout closes the connection (responses come in order, so a lost one
 leaves the stream unusable) and every pending request fails with a retriable error. The
 :class:`ConnectionPool` reconnects on demand with exponential backoff. The bytes travel over a
-plain or TLS channel (:mod:`ember.client.channel`) as the client's ``security_protocol`` says,
-authenticated with SASL first on SASL_* (:mod:`ember.client.sasl`). When the broker announces a
+plain or TLS channel (:mod:`ember.net.channel`) as the client's ``security_protocol`` says,
+authenticated with SASL first on SASL_* (:mod:`ember.net.sasl`). When the broker announces a
 session lifetime (Kafka's ``connections.max.reauth.ms``), the first request sent past 85% of it
 re-authenticates on the same connection first, holding ``_send_lock`` so nothing else is sent in
 between (requests in flight are answered meanwhile); a refused re-authentication (user removed,
@@ -35,11 +35,11 @@ import time
 from concurrent.futures import Future, TimeoutError as FutureTimeout
 from typing import Any, Iterable, Sequence
 
-from ember.client.channel import Address, diagnose_refusal, open_channel
-from ember.client.sasl import authenticate, exchange
+from ember.net.channel import Address, diagnose_refusal, open_channel
+from ember.net.sasl import authenticate, exchange
 from ember.errors import BrokerNotAvailable, EmberError, NetworkError, RequestTimedOut
-from ember.protocol.ember.wire import (DEFAULT_MAX_FRAME_BYTES, FRAME_LENGTH, ApiKey, Buffer, Response,
-                                       check_frame_size, decode_response, encode_request)
+from ember.wire.frame import DEFAULT_MAX_FRAME_BYTES, FRAME_LENGTH, Buffer, Response, check_frame_size, decode_response, encode_request
+from ember.wire.api_keys import ApiKey
 from ember.security.client import ClientSecurity
 
 log = logging.getLogger(__name__)

@@ -22,9 +22,9 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from ember.ingest.broker_client import BrokerClient, InterBroker
-from ember.client.types import TopicPartition
+from ember.wire.types import TopicPartition
 from ember.client.offsets import LATEST
-from ember.protocol.ember.wire import ApiKey
+from ember.wire.api_keys import ApiKey
 
 if TYPE_CHECKING:
     from prometheus_client import Metric

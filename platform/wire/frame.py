@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 import struct
 from dataclasses import dataclass, field
-from enum import IntEnum
 from typing import Any, Sequence
 
 from ember.errors import InvalidRequest, MessageTooLarge
+from ember.wire.api_keys import ApiKey
 
 FRAME_LENGTH = struct.Struct(">I")
 REQUEST_HEADER = struct.Struct(">hhiI")   # api_key, api_version, correlation_id, json_length
@@ -24,54 +24,6 @@ RESPONSE_HEADER = struct.Struct(">iI")    # correlation_id, json_length
 DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024
 
 Buffer = bytes | bytearray | memoryview
-
-
-class ApiKey(IntEnum):
-    """API keys; numbers follow Kafka's where the API has a Kafka twin."""
-    PRODUCE = 0
-    FETCH = 1
-    LIST_OFFSETS = 2
-    METADATA = 3
-    OFFSET_COMMIT = 8
-    OFFSET_FETCH = 9
-    FIND_COORDINATOR = 10
-    JOIN_GROUP = 11
-    HEARTBEAT = 12
-    LEAVE_GROUP = 13
-    SYNC_GROUP = 14
-    DESCRIBE_GROUPS = 15
-    LIST_GROUPS = 16
-    SASL_HANDSHAKE = 17
-    API_VERSIONS = 18
-    CREATE_TOPICS = 19
-    DELETE_TOPICS = 20
-    DELETE_RECORDS = 21
-    INIT_PRODUCER_ID = 22
-    OFFSET_FOR_LEADER_EPOCH = 23
-    DESCRIBE_ACLS = 29
-    CREATE_ACLS = 30
-    DELETE_ACLS = 31
-    DESCRIBE_CONFIGS = 32
-    ALTER_CONFIGS = 33
-    DESCRIBE_LOG_DIRS = 35
-    SASL_AUTHENTICATE = 36
-    CREATE_PARTITIONS = 37
-    DELETE_GROUPS = 42
-    ELECT_LEADERS = 43
-    INCREMENTAL_ALTER_CONFIGS = 44
-    ALTER_PARTITION_REASSIGNMENTS = 45
-    LIST_PARTITION_REASSIGNMENTS = 46
-    OFFSET_DELETE = 47
-    DESCRIBE_USER_SCRAM_CREDENTIALS = 50
-    ALTER_USER_SCRAM_CREDENTIALS = 51
-    DESCRIBE_CLUSTER = 60
-    DESCRIBE_TOPIC_PARTITIONS = 75
-
-
-#: APIs only the Kafka listener serves: ember's own clients have no use for them.
-KAFKA_LISTENER_ONLY = frozenset({ApiKey.DESCRIBE_LOG_DIRS, ApiKey.INCREMENTAL_ALTER_CONFIGS,
-                                 ApiKey.LIST_PARTITION_REASSIGNMENTS, ApiKey.DESCRIBE_CLUSTER,
-                                 ApiKey.DESCRIBE_TOPIC_PARTITIONS, ApiKey.OFFSET_DELETE})
 
 
 @dataclass

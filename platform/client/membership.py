@@ -15,9 +15,9 @@ from typing import Sequence
 
 from ember.errors import (EmberError, IllegalGeneration, KafkaTimeoutError, RebalanceInProgress,
                           UnknownMemberId)
-from ember.groups.coordinator_client import MEMBER_ID_REQUIRED, CoordinatorClient
-from ember.client.types import TopicPartition
-from ember.protocol.ember.wire import ApiKey
+from ember.client.coordinator_client import MEMBER_ID_REQUIRED, CoordinatorClient
+from ember.wire.types import TopicPartition
+from ember.wire.api_keys import ApiKey
 
 log = logging.getLogger(__name__)
 

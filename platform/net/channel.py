@@ -1,4 +1,4 @@
-"""The byte stream under a :class:`~ember.client.connection.Connection`: plain TCP, or TLS.
+"""The byte stream under a :class:`~ember.net.connection.Connection`: plain TCP, or TLS.
 
 TLS runs over memory BIOs (:meth:`ssl.SSLContext.wrap_bio`) guarded by one lock, because a
 connection reads on its reader thread while other threads send, and one OpenSSL connection must
@@ -18,7 +18,7 @@ import time
 from typing import Sequence
 
 from ember.errors import BrokerNotAvailable, EmberError, SslAuthenticationFailed
-from ember.protocol.ember.wire import Buffer
+from ember.wire.frame import Buffer
 from ember.security.client import ClientSecurity
 
 Address = tuple[str, int]

@@ -13,8 +13,8 @@ from pathlib import Path
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from ember.cluster.cluster_sasl import ClusterSasl
-from ember.cluster.zookeeper_server import ZooKeeperServer
+from ember.launcher.cluster_sasl import ClusterSasl
+from ember.launcher.zookeeper_server import ZooKeeperServer
 from ember.security.certificates import LOCAL_HOSTS, CertificateAuthority, IssuedCertificate
 from ember.security.client import ClientSecurity
 from ember.security.private_files import write_private

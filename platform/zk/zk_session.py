@@ -26,7 +26,7 @@ from kazoo.exceptions import NodeExistsError, RolledBackError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 
-from ember.cluster import zk_paths
+from ember.zk import zk_paths
 from ember.errors import EmberError
 
 log = logging.getLogger(__name__)

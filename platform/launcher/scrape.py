@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from ember.metrics.health import Readiness
+from ember.server.health import Readiness
 
 LabelSet = tuple[tuple[str, str], ...]
 

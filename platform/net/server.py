@@ -1,4 +1,4 @@
-"""The broker's network loop: one asyncio TCP server speaking the framed protocol.
+"""The broker's network loop: one asyncio TCP server per listener, speaking a framed protocol.
 
 Each connection is served by one coroutine that reads a frame, hands the decoded request to the
 dispatcher and writes the reply before reading the next frame, so pipelined requests are
@@ -29,9 +29,9 @@ import os
 from typing import TYPE_CHECKING, Awaitable, Callable
 
 from ember.errors import EmberError
-from ember.protocol.ember.wire import FRAME_LENGTH, ApiKey, Request, check_frame_size, decode_request, response_prefix
-from ember.protocol.ember.reply import CloseConnection, FileRegion, Reply
-from ember.protocol.ember.api_sasl import authenticate as authenticate_ember
+from ember.wire.frame import FRAME_LENGTH, Request, check_frame_size, decode_request, response_prefix
+from ember.wire.api_keys import ApiKey
+from ember.wire.reply import CloseConnection, FileRegion, Reply
 from ember.security.listener import ListenerSecurity, establish
 from ember.security.sasl.server import RawSaslToken, SaslServer
 from ember.security.session import Session, current_session, enter_session
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Dispatch = Callable[[Request], Awaitable[Reply | None]]
+Authenticate = Callable[[Request, SaslServer, Dispatch], Awaitable[Reply | None]]
 
 
 #: While a request is handled, how often the broker looks whether its client is still there.
@@ -115,8 +116,9 @@ class _Watchdog:
 class BrokerServer:
     #: Turns a frame (without its length) into a request; the Kafka listener decodes its own.
     decode_frame = staticmethod(decode_request)
-    #: Answers a request on a SASL listener before the client has authenticated (Kafka's own).
-    authenticate = staticmethod(authenticate_ember)
+    #: Answers a request on a SASL listener before the client has authenticated: each protocol's
+    #: server says how (``ember.protocol.ember.listener``, ``ember.protocol.kafka.listener``).
+    authenticate: Authenticate
 
     def __init__(self, dispatch: Dispatch, host: str, port: int, max_frame_bytes: int,
                  max_idle_ms: int, observer: "RequestObserver | None" = None,

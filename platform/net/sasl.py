@@ -13,10 +13,11 @@ import select
 import time
 from typing import Any, Callable
 
-from ember.client.channel import Address, PlainChannel
+from ember.net.channel import Address, PlainChannel
 from ember.errors import (BrokerNotAvailable, ErrorCode, SaslAuthenticationFailed, UnsupportedSaslMechanism,
                           error_for_code)
-from ember.protocol.ember.wire import FRAME_LENGTH, ApiKey, Response, check_frame_size, decode_response, encode_request
+from ember.wire.frame import FRAME_LENGTH, Response, check_frame_size, decode_response, encode_request
+from ember.wire.api_keys import ApiKey
 from ember.security.client import ClientSecurity
 from ember.security.sasl.client import SaslClient
 

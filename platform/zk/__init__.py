@@ -1,0 +1,2 @@
+"""ember.zk — the ZooKeeper session (bounded calls, reconnects, TLS) and the znode layout every
+ZooKeeper user (cluster metadata, groups, security stores, metrics probes) shares."""
