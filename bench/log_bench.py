@@ -65,8 +65,9 @@ def bench_one(root: Path, record_size: int, batch_records: int, total_bytes: int
 
     config = LogConfig.from_properties({"segment.bytes": 256 * MB, "max.message.bytes": 64 * MB})
     append_s = raw_s = float("inf")
-    for attempt in range(REPEATS):  # interleaved, best of each: page-cache writeback is noisy
-        if attempt:
+    log: Log | None = None
+    for _ in range(REPEATS):  # interleaved, best of each: page-cache writeback is noisy
+        if log is not None:
             log.delete()
         directory = root / f"log-{record_size}-{batch_records}"
         log = Log.open(directory, config)

@@ -30,11 +30,11 @@ from produce_bench import bench_send
 
 from ember.client import Admin, Consumer, TopicPartition
 from ember.launcher.local import LocalCluster
-from ember.wire.api_keys import ApiKey
-from ember.wire.reply import Reply
+from ember.launcher.scrape import http_get, scrape
 from ember.metrics.broker_metrics import BrokerMetrics
 from ember.metrics.requests import RequestMetrics
-from ember.launcher.scrape import http_get, scrape
+from ember.wire.api_keys import ApiKey
+from ember.wire.reply import Reply
 
 TOPIC = "bench-metrics"
 SCRAPES_TIMED = 50

@@ -11,7 +11,8 @@ listener, the same PEM certificates, client certificates required; its brokers r
 PLAINTEXT, so Kafka's acks=all figures cover only the client's hop.
 
 Cases: end-to-end latency p50/p99/p99.9 at ``--latency-rate`` records/s (acks=all RF=3, the send time
-in each value, 100 B values, a consumer in its own process; ``bench/vs_kafka``'s latency case), producer records/s (``--records`` values of ``--value-size`` bytes, acks=1 RF=1 and acks=all
+in each value, 100 B values, a consumer in its own process; ``bench/vs_kafka``'s latency case), producer
+records/s (``--records`` values of ``--value-size`` bytes, acks=1 RF=1 and acks=all
 RF=3; ember ``Producer.send``, Kafka confluent-kafka ``produce``) and consumer records/s from the
 beginning of an RF=1 topic of ``--consume-records`` (ember ``poll_batches``, Kafka ``consume``). Plaintext and TLS runs
 alternate and the best of ``--repeats`` counts, as in ``bench/vs_kafka``. Writes ``--out``/tls_scram.md
@@ -35,7 +36,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE / "vs_kafka"), str(HERE)]
 
 from systems import EmberSystem, KafkaClients, KafkaSystem, ProduceSettings  # noqa: E402
-from workloads import PARTITIONS, best_time, latency_percentiles, latency_run, log   # noqa: E402
+from workloads import PARTITIONS, best_time, latency_percentiles, latency_run, log  # noqa: E402
 
 from ember.launcher.cluster_sasl import ClusterSasl  # noqa: E402
 from ember.launcher.cluster_tls import ClusterTls  # noqa: E402
@@ -125,7 +126,8 @@ def measure_latency(variants: tuple[Variant, ...], args: argparse.Namespace) -> 
 def report(results: dict[str, list[Row]], args: argparse.Namespace,
            latencies: dict[str, Latencies] | None = None) -> str:
     lines = [f"# TLS vs plaintext: throughput and latency ({args.value_size} B values, {args.records:,} records per producer "
-             f"run, {args.consume_records:,} per consumer run, best of {args.repeats})", "", f"Measured {time.strftime('%Y-%m-%d')} on {os.cpu_count()} cores "
+             f"run, {args.consume_records:,} per consumer run, best of {args.repeats})", "",
+             f"Measured {time.strftime('%Y-%m-%d')} on {os.cpu_count()} cores "
              f"with `bench/tls_bench.py`; the variants of a system ran side by side, alternating.", "",
              "ember's TLS cluster encrypts client connections, replication and ZooKeeper; its TLS+SCRAM "
              "cluster also authenticates every connection (clients and brokers) with SCRAM-SHA-512. Kafka's "
@@ -139,7 +141,8 @@ def report(results: dict[str, list[Row]], args: argparse.Namespace,
             scram_cells = f"{scram:,.0f} | {scram / plain:.2f}" if scram is not None else "— | —"
             lines.append(f"| {system} | {case} | {plain:,.0f} | {tls:,.0f} | {tls / plain:.2f} | {scram_cells} |")
     if latencies:
-        lines += ["", f"End-to-end latency at {args.latency_rate:,} records/s of 100 B values for {args.latency_seconds:.0f} s (acks=all, "
+        lines += ["", f"End-to-end latency at {args.latency_rate:,} records/s of 100 B values for "
+                  f"{args.latency_seconds:.0f} s (acks=all, "
                   f"RF=3, {PARTITIONS} partitions; the first second not counted; the run with the best p99 of "
                   f"{args.repeats}); the ratio is TLS (or TLS+SCRAM) latency / plaintext latency, lower is better:", "",
                   "| system | percentile | plaintext ms | TLS ms | TLS / plaintext | TLS+SCRAM ms | TLS+SCRAM / plaintext |",

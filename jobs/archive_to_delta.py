@@ -20,8 +20,16 @@ import json
 import sys
 from typing import TYPE_CHECKING, Mapping, Optional, Sequence
 
-from _common import (add_source_args, job_session, read_offsets, read_stream, resolve_offsets, run, source_options,
-                     write_delta_stream)
+from _common import (
+    add_source_args,
+    job_session,
+    read_offsets,
+    read_stream,
+    resolve_offsets,
+    run,
+    source_options,
+    write_delta_stream,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

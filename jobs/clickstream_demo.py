@@ -20,11 +20,12 @@ from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
+from stream_to_delta import parse_args as stream_args
+from stream_to_delta import start_stream
 
 from ember.client import Admin, Producer
 from ember.launcher.local import LocalCluster
 from ember.spark_env import spark_session
-from stream_to_delta import parse_args as stream_args, start_stream
 
 TOPIC = "clicks"
 PAGES = ["/", "/search", "/cart", "/checkout"] + [f"/products/{i}" for i in range(40)]
@@ -122,7 +123,8 @@ def report(spark, table: str, expected: Counter, events: int, rows: int) -> bool
     per_user.orderBy(F.desc("count"), "user").show(5, truncate=False)
     print("Clicks per minute of event time:")
     (clicks.withColumn("minute", F.date_format(F.timestamp_millis("ts"), "yyyy-MM-dd HH:mm"))
-     .groupBy("minute").agg(F.count("*").alias("clicks"), F.sum(F.when(F.col("action") == "purchase", 1).otherwise(0)).alias("purchases"))
+     .groupBy("minute").agg(F.count("*").alias("clicks"),
+                            F.sum(F.when(F.col("action") == "purchase", 1).otherwise(0)).alias("purchases"))
      .orderBy("minute").show(12, truncate=False))
     unique = clicks.select("partition", "offset").distinct().count()
     actual = {row["user"]: row["count"] for row in per_user.collect()}

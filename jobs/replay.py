@@ -20,9 +20,21 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Sequence
 
-from _common import (Offsets, add_decoding_args, add_source_args, check_decoding_args, decoded, job_session,
-                     parsed_value, partition_columns, read_offsets, resolve_offsets, run, security_options,
-                     source_options)
+from _common import (
+    Offsets,
+    add_decoding_args,
+    add_source_args,
+    check_decoding_args,
+    decoded,
+    job_session,
+    parsed_value,
+    partition_columns,
+    read_offsets,
+    resolve_offsets,
+    run,
+    security_options,
+    source_options,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

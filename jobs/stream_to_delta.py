@@ -15,8 +15,18 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Sequence
 
-from _common import (add_decoding_args, add_source_args, check_decoding_args, decoded, job_session, partition_columns,
-                     read_stream, run, source_options as common_source_options, write_delta_stream)
+from _common import (
+    add_decoding_args,
+    add_source_args,
+    check_decoding_args,
+    decoded,
+    job_session,
+    partition_columns,
+    read_stream,
+    run,
+    write_delta_stream,
+)
+from _common import source_options as common_source_options
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

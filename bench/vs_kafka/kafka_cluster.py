@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from ember.jars import KAFKA_BROKER
 from ember.launcher.cluster_sasl import ADMIN_USER, MECHANISM, ClusterSasl
 from ember.launcher.cluster_tls import ClusterTls
 from ember.launcher.zookeeper_server import free_port
-from ember.jars import KAFKA_BROKER
 from ember.security.sasl.jaas import SCRAM_MODULE
 
 BENCH_DIR = Path(__file__).resolve().parent

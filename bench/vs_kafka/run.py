@@ -33,10 +33,10 @@ from typing import Any, Callable
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]           # this folder's modules, then bench/'s
 
-import workloads                                      # noqa: E402
-from report import write                              # noqa: E402
+import workloads  # noqa: E402
+from report import write  # noqa: E402
 from systems import EmberSystem, KafkaSystem, System  # noqa: E402
-from workloads import Row, log                        # noqa: E402
+from workloads import Row, log  # noqa: E402
 
 ALL = ("produce", "latency", "consume", "spark-read", "spark-write", "footprint")
 READ_TOPIC = "read"

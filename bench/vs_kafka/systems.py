@@ -20,21 +20,19 @@ from __future__ import annotations
 import os
 import signal
 import time
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from contextlib import AbstractContextManager
 from typing import Any, Callable, Iterator, Protocol
 
 import pyarrow as pa
+from kafka_cluster import KafkaCluster
 
 from ember.client import Admin, Consumer, Producer, TopicPartition
 from ember.launcher.cluster_sasl import ClusterSasl
 from ember.launcher.cluster_tls import ClusterTls
 from ember.launcher.local import LocalCluster
 from ember.launcher.zookeeper_server import read_pid
-
-from kafka_cluster import KafkaCluster
 
 POLL_RECORDS = 10_000          # records per poll / consume call, both systems
 TOPIC_READY_TIMEOUT_S = 60.0
@@ -336,7 +334,8 @@ class KafkaClients:
         _flush(producer, 60)
 
     def _consumer(self, topic: str, partitions: int, offset: int) -> Any:
-        from confluent_kafka import Consumer as KafkaConsumer, TopicPartition as KafkaTopicPartition
+        from confluent_kafka import Consumer as KafkaConsumer
+        from confluent_kafka import TopicPartition as KafkaTopicPartition
         consumer = KafkaConsumer({
             "bootstrap.servers": self.bootstrap, "group.id": f"bench-{os.getpid()}", "enable.auto.commit": False,
             "auto.offset.reset": "earliest", "log_level": 3,
@@ -429,7 +428,8 @@ class KafkaSystem:
         wait_for(ready, f"Kafka topic {topic}")
 
     def record_count(self, topic: str) -> int:
-        from confluent_kafka import Consumer as KafkaConsumer, TopicPartition as KafkaTopicPartition
+        from confluent_kafka import Consumer as KafkaConsumer
+        from confluent_kafka import TopicPartition as KafkaTopicPartition
         consumer = KafkaConsumer({"bootstrap.servers": self.cluster.bootstrap, "group.id": "bench-count",
                                   "log_level": 3})
         try:

@@ -17,8 +17,7 @@ from typing import Any, Callable, Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-
-from produce_bench import percentile          # bench/ helpers (run.py puts bench/ on sys.path)
+from produce_bench import percentile  # bench/ helpers (run.py puts bench/ on sys.path)
 from spark_read_bench import records as keyed_records
 from systems import Clients, ProduceSettings, System, rss_mb
 

@@ -6,8 +6,7 @@ from ember.client.admin import Admin, ElectionResult, PartitionDescription, Topi
 from ember.client.consumer import Consumer, ConsumerRebalanceListener
 from ember.client.futures import FutureRecordMetadata
 from ember.client.producer import Producer
-from ember.wire.types import (BatchMetadata, ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, RecordMetadata,
-                              TopicPartition)
+from ember.wire.types import BatchMetadata, ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, RecordMetadata, TopicPartition
 
 __all__ = ["Admin", "Producer", "Consumer", "TopicPartition", "RecordMetadata", "ConsumerRecord",
            "OffsetAndTimestamp", "OffsetAndMetadata", "ConsumerRebalanceListener", "BatchMetadata",

@@ -19,10 +19,10 @@ from typing import Iterable, Optional
 
 import pyarrow as pa
 
-from ember.errors import KafkaTimeoutError
-from ember.wire.types import TopicPartition
 from ember.client.futures import FutureRecordMetadata, ProduceResult
+from ember.errors import KafkaTimeoutError
 from ember.record.batch import RECORD_SCHEMA
+from ember.wire.types import TopicPartition
 
 #: Per-record bytes on top of key and value in the Arrow payload (offsets, timestamp, validity; measured ~29).
 RECORD_OVERHEAD = 32

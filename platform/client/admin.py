@@ -8,16 +8,15 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Optional, TypeVar
 
-from ember.errors import BrokerNotAvailable, EmberError, NetworkError, RequestTimedOut, error_for_code
-from ember.wire.types import TopicPartition
 from ember.client.metadata import MetadataClient, response_error
-from ember.security.client import ClientSecurity
-from ember.security.sasl.scram import (DEFAULT_ITERATIONS, MECHANISM_TYPES, SCRAM_MECHANISMS, check_iterations,
-                                  salted_password)
 from ember.client.offsets import EARLIEST, LATEST, at_leaders, list_offsets
+from ember.errors import BrokerNotAvailable, EmberError, NetworkError, RequestTimedOut, error_for_code
 from ember.security.authorizer.acl_fields import binding_fields, binding_from_fields, filter_fields
-from ember.wire.api_keys import ApiKey
 from ember.security.authorizer.model import AclBinding, AclBindingFilter
+from ember.security.client import ClientSecurity
+from ember.security.sasl.scram import DEFAULT_ITERATIONS, MECHANISM_TYPES, SCRAM_MECHANISMS, check_iterations, salted_password
+from ember.wire.api_keys import ApiKey
+from ember.wire.types import TopicPartition
 
 _CONTROLLER_RETRY_S = 0.2
 T = TypeVar("T")

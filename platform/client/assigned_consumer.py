@@ -20,14 +20,14 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Optional
 
 import pyarrow as pa
 
-from ember.errors import EmberError, ErrorCode, OffsetOutOfRange, error_for_code
-from ember.wire.types import ConsumerRecord, OffsetAndTimestamp, TopicPartition
 from ember.client.metadata import STALE_METADATA, MetadataClient, response_error
-from ember.security.client import ClientSecurity
 from ember.client.offsets import EARLIEST, LATEST, list_offsets
+from ember.errors import EmberError, ErrorCode, OffsetOutOfRange, error_for_code
+from ember.record.batch import HEADER_SIZE, BatchHeader, check_batch, decode_payload
+from ember.security.client import ClientSecurity
 from ember.wire.api_keys import ApiKey
 from ember.wire.frame import split_payload
-from ember.record.batch import HEADER_SIZE, BatchHeader, check_batch, decode_payload
+from ember.wire.types import ConsumerRecord, OffsetAndTimestamp, TopicPartition
 
 Deserializer = Optional[Callable[[Optional[bytes]], Any]]
 _RESET = {"earliest": EARLIEST, "latest": LATEST, "none": None}

@@ -16,15 +16,22 @@ import time
 from concurrent.futures import Future
 from typing import Any, Callable, Iterable, Mapping, Optional, Protocol, Sequence
 
-from ember.errors import (CoordinatorNotAvailable, EmberError, IllegalGeneration, InvalidGroupId,
-                          NotCoordinator, UnknownMemberId, error_for_code)
-from ember.wire.group_protocol import ASSIGNOR_NAMES
+from ember.client.assigned_consumer import AssignedConsumer
 from ember.client.coordinator_client import CoordinatorClient
 from ember.client.membership import Membership
-from ember.wire.types import OffsetAndMetadata, TopicPartition
-from ember.client.assigned_consumer import AssignedConsumer
 from ember.client.metadata import response_error
+from ember.errors import (
+    CoordinatorNotAvailable,
+    EmberError,
+    IllegalGeneration,
+    InvalidGroupId,
+    NotCoordinator,
+    UnknownMemberId,
+    error_for_code,
+)
 from ember.wire.api_keys import ApiKey
+from ember.wire.group_protocol import ASSIGNOR_NAMES
+from ember.wire.types import OffsetAndMetadata, TopicPartition
 
 log = logging.getLogger(__name__)
 

@@ -10,13 +10,13 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional
 
-from ember.errors import EmberError, NonEmptyGroup, error_for_code
 from ember.client.coordinator_client import CoordinatorClient
-from ember.wire.types import TopicPartition
 from ember.client.metadata import MetadataClient, response_error
-from ember.security.client import ClientSecurity
 from ember.client.offsets import EARLIEST, LATEST, list_offsets
+from ember.errors import EmberError, NonEmptyGroup, error_for_code
+from ember.security.client import ClientSecurity
 from ember.wire.api_keys import ApiKey
+from ember.wire.types import TopicPartition
 
 
 @dataclass(frozen=True)

@@ -13,11 +13,10 @@ import threading
 import time
 from typing import Sequence
 
-from ember.errors import (EmberError, IllegalGeneration, KafkaTimeoutError, RebalanceInProgress,
-                          UnknownMemberId)
 from ember.client.coordinator_client import MEMBER_ID_REQUIRED, CoordinatorClient
-from ember.wire.types import TopicPartition
+from ember.errors import EmberError, IllegalGeneration, KafkaTimeoutError, RebalanceInProgress, UnknownMemberId
 from ember.wire.api_keys import ApiKey
+from ember.wire.types import TopicPartition
 
 log = logging.getLogger(__name__)
 

@@ -10,11 +10,10 @@ from __future__ import annotations
 import time
 from typing import Any, Mapping
 
-from ember.errors import (EmberError, KafkaTimeoutError, LeaderNotAvailable, UnknownTopicOrPartition,
-                          error_for_code)
-from ember.wire.types import TopicPartition
 from ember.client.metadata import MetadataClient, response_error
+from ember.errors import EmberError, KafkaTimeoutError, LeaderNotAvailable, UnknownTopicOrPartition, error_for_code
 from ember.wire.api_keys import ApiKey
+from ember.wire.types import TopicPartition
 
 EARLIEST = -2
 LATEST = -1

@@ -19,15 +19,15 @@ from typing import Any, Callable, Iterable, Optional
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ember.errors import EmberError, KafkaTimeoutError, MessageTooLarge, UnknownTopicOrPartition
 from ember.client.accumulator import BATCH_OVERHEAD, RECORD_OVERHEAD, ProducerBatch, RecordAccumulator
-from ember.wire.types import BatchMetadata, TopicPartition
 from ember.client.futures import FutureRecordMetadata
 from ember.client.metadata import MetadataClient
-from ember.security.client import ClientSecurity
 from ember.client.partitioner import StickyPartitioner, partition_for_key, partitions_for_keys
 from ember.client.sender import Sender, SenderConfig
+from ember.errors import EmberError, KafkaTimeoutError, MessageTooLarge, UnknownTopicOrPartition
 from ember.record.batch import CODECS, RECORD_SCHEMA
+from ember.security.client import ClientSecurity
+from ember.wire.types import BatchMetadata, TopicPartition
 
 Serializer = Optional[Callable[[Any], Optional[bytes]]]
 _ACKS = {0: 0, 1: 1, -1: -1, "all": -1, "0": 0, "1": 1, "-1": -1}

@@ -15,14 +15,21 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
-from ember.errors import (EmberError, ErrorCode, InvalidProducerEpoch, KafkaTimeoutError, OutOfOrderSequenceNumber,
-                          UnknownProducerId, error_for_code)
-from ember.client.accumulator import RecordAccumulator, ProducerBatch
-from ember.wire.types import TopicPartition
+from ember.client.accumulator import ProducerBatch, RecordAccumulator
 from ember.client.futures import ProduceResult
 from ember.client.metadata import STALE_METADATA, MetadataClient, response_error
-from ember.wire.api_keys import ApiKey
+from ember.errors import (
+    EmberError,
+    ErrorCode,
+    InvalidProducerEpoch,
+    KafkaTimeoutError,
+    OutOfOrderSequenceNumber,
+    UnknownProducerId,
+    error_for_code,
+)
 from ember.record.batch import build_batch, increment_sequence
+from ember.wire.api_keys import ApiKey
+from ember.wire.types import TopicPartition
 
 log = logging.getLogger(__name__)
 

@@ -14,24 +14,29 @@ from __future__ import annotations
 
 import logging
 import threading
-from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Mapping, NamedTuple, TypeVar
 
 from kazoo.exceptions import BadVersionError, NoNodeError
 from kazoo.recipe.watchers import DataWatch
 
-from ember.zk import zk_paths
 from ember.cluster.election import failover_state, imbalanced_partitions, is_unclean, preferred_state, unclean_state
 from ember.cluster.metadata_cache import MetadataCache
-from ember.cluster.reassignment import (cancel_reassignment, completion_state, finish_reassignment,
-                                        reassignment_complete, reassignment_ready, start_reassignment)
+from ember.cluster.reassignment import (
+    cancel_reassignment,
+    completion_state,
+    finish_reassignment,
+    reassignment_complete,
+    reassignment_ready,
+    start_reassignment,
+)
 from ember.cluster.records import ControllerInfo, PartitionState, TopicRecord
-from ember.zk.zk_session import ZkSession, multi_failure
-from ember.errors import ElectionNotNeeded, EmberError, NotController, PreferredLeaderNotAvailable, \
-    UnknownTopicOrPartition
+from ember.errors import ElectionNotNeeded, EmberError, NotController, PreferredLeaderNotAvailable, UnknownTopicOrPartition
 from ember.log.config import LogConfig
+from ember.zk import zk_paths
+from ember.zk.zk_session import ZkSession, multi_failure
 
 if TYPE_CHECKING:
     from ember.metrics.broker_metrics import BrokerMetrics
@@ -312,7 +317,7 @@ class Controller:
             state = meta.states.get(index)
             leader = state.leader if state is not None else -1
             try:
-                moved = self._transition(name, index, why, lambda s: election(s, replicas, live, self.epoch))
+                moved = self._transition(name, index, why, lambda s, replicas=replicas: election(s, replicas, live, self.epoch))
                 if moved is None:
                     raise NotController(f"broker {self.broker_id} stopped being the controller")
                 results.append(ElectionResult(name, index, moved[0].leader, moved[1].leader))
@@ -341,7 +346,7 @@ class Controller:
             replicas = leadership[(name, index)][0]
             try:
                 self._transition(name, index, "preferred leader",
-                                 lambda s: preferred_state(s, replicas, live, self.epoch))
+                                 lambda s, replicas=replicas: preferred_state(s, replicas, live, self.epoch))
             except (ElectionNotNeeded, PreferredLeaderNotAvailable):
                 pass   # back already, or not caught up yet: the next check looks again
 

@@ -15,8 +15,8 @@ from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.protocol.states import ZnodeStat
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
-from ember.zk import zk_paths
 from ember.cluster.records import BrokerInfo, ControllerInfo, PartitionState, TopicRecord
+from ember.zk import zk_paths
 from ember.zk.zk_session import ZkSession
 
 log = logging.getLogger(__name__)

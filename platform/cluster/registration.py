@@ -8,10 +8,10 @@ import time
 from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
-from ember.zk import zk_paths
 from ember.cluster.records import BrokerInfo
-from ember.zk.zk_session import ZkSession
 from ember.errors import EmberError
+from ember.zk import zk_paths
+from ember.zk.zk_session import ZkSession
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ class BrokerRegistration:
                 return
             except NodeExistsError:
                 gone = threading.Event()
-                stat = client.exists(self.path, watch=lambda _event: gone.set())
+                stat = client.exists(self.path, watch=lambda _event, gone=gone: gone.set())
                 if stat is None:
                     continue
                 if stat.ephemeralOwner == self.session.session_id:

@@ -15,12 +15,19 @@ from typing import Mapping, Protocol, Sequence
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-from ember.zk import zk_paths
 from ember.cluster.assignment import assign_replicas, check_assignment, check_replicas
 from ember.cluster.records import PartitionState, TopicRecord
+from ember.errors import (
+    InvalidConfig,
+    InvalidPartitions,
+    InvalidReplicaAssignment,
+    InvalidTopic,
+    RequestTimedOut,
+    TopicAlreadyExists,
+    UnknownTopicOrPartition,
+)
+from ember.zk import zk_paths
 from ember.zk.zk_session import ZkSession, multi_failure
-from ember.errors import (InvalidConfig, InvalidPartitions, InvalidReplicaAssignment, InvalidTopic, RequestTimedOut,
-                          TopicAlreadyExists, UnknownTopicOrPartition)
 
 _LEGAL_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 MAX_NAME_LENGTH = 249

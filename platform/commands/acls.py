@@ -9,9 +9,18 @@ import itertools
 from ember.client.admin import Admin
 from ember.commands.topics import add_bootstrap, client_options
 from ember.errors import InvalidConfig
-from ember.security.authorizer.model import (CLUSTER_NAME, WILDCARD, AccessControlEntry, AclBinding,
-                                             AclBindingFilter, Operation, PatternType, Permission,
-                                             ResourcePattern, ResourceType)
+from ember.security.authorizer.model import (
+    CLUSTER_NAME,
+    WILDCARD,
+    AccessControlEntry,
+    AclBinding,
+    AclBindingFilter,
+    Operation,
+    PatternType,
+    Permission,
+    ResourcePattern,
+    ResourceType,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

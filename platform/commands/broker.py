@@ -10,9 +10,9 @@ import threading
 from pathlib import Path
 
 from ember.errors import InvalidConfig
-from ember.server.broker import Broker, BrokerOptions
 from ember.ingest.broker_config import BROKER_CONFIGS, BrokerConfig
 from ember.ingest.listeners import ListenerConfig
+from ember.server.broker import Broker, BrokerOptions
 
 #: How long a stopped broker waits for worker threads before it exits anyway.
 EXECUTOR_SHUTDOWN_S = 3.0

@@ -6,10 +6,10 @@ import os
 import re
 from pathlib import Path
 
+from ember.errors import EmberError
 from ember.launcher.cluster_sasl import ADMIN_USER, BROKER_USER, MECHANISM
 from ember.launcher.cluster_tls import certificate_file_principal
-from ember.launcher.local import LocalCluster, STATE_FILE
-from ember.errors import EmberError
+from ember.launcher.local import STATE_FILE, LocalCluster
 from ember.launcher.prometheus_config import write_prometheus_config
 
 DEFAULT_DATA = os.environ.get("EMBER_DATA", "data/cluster")

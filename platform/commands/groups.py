@@ -5,8 +5,8 @@ import argparse
 import sys
 from datetime import datetime, timezone
 
-from ember.commands.topics import add_bootstrap, client_options
 from ember.client.group_admin import GroupAdmin
+from ember.commands.topics import add_bootstrap, client_options
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -47,17 +47,29 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
-from ember.security.authorizer.access import ALLOW_ALL, Access
-from ember.security.authorizer.model import CLUSTER, Operation, Resource, ResourceType
 from ember.cluster.metadata_cache import MetadataCache
-from ember.cluster.topic_admin import is_legal_topic_name
 from ember.cluster.records import BrokerInfo
-from ember.errors import (CoordinatorNotAvailable, FencedInstanceId, GroupIdNotFound, GroupSubscribedToTopic,
-                          IllegalGeneration, InconsistentGroupProtocol, InvalidGroupId, InvalidSessionTimeout,
-                          MemberIdRequired, NonEmptyGroup, NotCoordinator, RebalanceInProgress, UnknownMemberId,
-                          UnknownTopicOrPartition)
+from ember.cluster.topic_admin import is_legal_topic_name
+from ember.errors import (
+    CoordinatorNotAvailable,
+    FencedInstanceId,
+    GroupIdNotFound,
+    GroupSubscribedToTopic,
+    IllegalGeneration,
+    InconsistentGroupProtocol,
+    InvalidGroupId,
+    InvalidSessionTimeout,
+    MemberIdRequired,
+    NonEmptyGroup,
+    NotCoordinator,
+    RebalanceInProgress,
+    UnknownMemberId,
+    UnknownTopicOrPartition,
+)
 from ember.groups.assignors import ASSIGNORS
 from ember.groups.store import CommittedOffset, GroupStore, MetadataConflict
+from ember.security.authorizer.access import ALLOW_ALL, Access
+from ember.security.authorizer.model import CLUSTER, Operation, Resource, ResourceType
 from ember.wire.types import TopicPartition
 
 log = logging.getLogger(__name__)

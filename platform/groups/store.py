@@ -14,13 +14,21 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional, TypeVar
 
-from kazoo.exceptions import (BadVersionError, ConnectionClosedError, ConnectionLoss, NodeExistsError, NoNodeError,
-                              NotEmptyError, OperationTimeoutError, SessionExpiredError)
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionClosedError,
+    ConnectionLoss,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    OperationTimeoutError,
+    SessionExpiredError,
+)
 
+from ember.errors import CoordinatorNotAvailable, NonEmptyGroup
+from ember.wire.types import TopicPartition
 from ember.zk import zk_paths
 from ember.zk.zk_session import ZkSession
-from ember.wire.types import TopicPartition
-from ember.errors import CoordinatorNotAvailable, NonEmptyGroup
 
 F = TypeVar("F", bound=Callable[..., Any])
 

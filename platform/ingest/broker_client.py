@@ -13,13 +13,13 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any
 
-from ember.net.connection import Address, Connection
 from ember.cluster.records import BrokerInfo
 from ember.errors import raise_for_code
 from ember.ingest.listeners import EMBER_LISTENER
+from ember.net.connection import Address, Connection
+from ember.security.client import ClientSecurity
 from ember.wire.api_keys import ApiKey
 from ember.wire.frame import Response
-from ember.security.client import ClientSecurity
 
 
 class BrokerClient:

@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from ember.cluster.controller import ControllerConfig
-from ember.zk.zk_session import ZooKeeperTls
 from ember.errors import InvalidConfig
 from ember.log.config import TOPIC_CONFIGS, LogConfig
-from ember.wire.config_def import INT32_MAX, INT64_MAX, ConfigDef
 from ember.security.sasl.config import SASL_CONFIGS, listener_setting
 from ember.security.tls import SSL_CONFIGS, TlsSettings
+from ember.wire.config_def import INT32_MAX, INT64_MAX, ConfigDef
+from ember.zk.zk_session import ZooKeeperTls
 
 log = logging.getLogger(__name__)
 
@@ -233,7 +233,8 @@ class BrokerConfig:
     sasl_server_max_receive_size: int
     connections_max_reauth_ms: int
     #: ``listener.name.<name>.ssl.*`` and SASL overrides (``sasl.enabled.mechanisms``,
-    #: ``connections.max.reauth.ms``, ``<MECHANISM>.sasl.jaas.config``): {LISTENER: {property: value}}; not in the repr (passwords).
+    #: ``connections.max.reauth.ms``, ``<MECHANISM>.sasl.jaas.config``): {LISTENER: {property: value}}; not in
+    #: the repr (passwords).
     listener_overrides: dict[str, dict[str, Any]] = field(default_factory=dict, hash=False, repr=False)
 
     @classmethod

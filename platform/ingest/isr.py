@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Awaitable, Callable, Iterable
 
 from kazoo.exceptions import BadVersionError, KazooException, NoNodeError
 
-from ember.zk import zk_paths
 from ember.cluster.records import PartitionState
+from ember.zk import zk_paths
 from ember.zk.zk_session import ZkSession
 
 if TYPE_CHECKING:

@@ -25,12 +25,20 @@ from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from ember.cluster.records import PartitionState
-from ember.errors import (FencedLeaderEpoch, NotEnoughReplicas, NotEnoughReplicasAfterAppend, NotLeaderOrFollower,
-                          OffsetNotAvailable, OffsetOutOfRange, RequestTimedOut, UnknownLeaderEpoch)
+from ember.errors import (
+    FencedLeaderEpoch,
+    NotEnoughReplicas,
+    NotEnoughReplicasAfterAppend,
+    NotLeaderOrFollower,
+    OffsetNotAvailable,
+    OffsetOutOfRange,
+    RequestTimedOut,
+    UnknownLeaderEpoch,
+)
 from ember.ingest.isr import FollowerProgress, now_ms
 from ember.ingest.signals import Signal, wait_any
-from ember.record.batch import NO_EPOCH
 from ember.log.config import LogConfig
+from ember.record.batch import NO_EPOCH
 
 if TYPE_CHECKING:
     from ember.log import AppendResult, FetchSlice, Log

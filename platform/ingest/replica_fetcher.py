@@ -17,15 +17,14 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ember.errors import (EmberError, ErrorCode, NotLeaderOrFollower, OffsetOutOfRange, UnexpectedAppendOffset,
-                          error_for_code)
+from ember.errors import EmberError, ErrorCode, NotLeaderOrFollower, OffsetOutOfRange, UnexpectedAppendOffset, error_for_code
 from ember.ingest.broker_client import BrokerClient, InterBroker
 from ember.ingest.broker_config import BrokerConfig
-from ember.net.connection import Address
 from ember.ingest.partition import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Partition
+from ember.net.connection import Address
+from ember.record.batch import NO_EPOCH
 from ember.wire.api_keys import ApiKey
 from ember.wire.frame import split_payload
-from ember.record.batch import NO_EPOCH
 
 log = logging.getLogger(__name__)
 

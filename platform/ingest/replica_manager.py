@@ -14,24 +14,23 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Generic, Iterable, TypeVar
+from typing import TYPE_CHECKING, Awaitable, Callable, Generic, Iterable, TypeVar
 
-from ember.security.authorizer.access import ALLOW_ALL, Access
-from ember.security.authorizer.model import Operation
 from ember.cluster.election import offline_reason
 from ember.cluster.metadata_cache import MetadataCache, TopicMetadata
 from ember.cluster.records import NO_LEADER, PartitionState
-from ember.errors import (InvalidConfig, LeaderNotAvailable, NotLeaderOrFollower,
-                          UnknownTopicOrPartition)
+from ember.errors import InvalidConfig, LeaderNotAvailable, NotLeaderOrFollower, UnknownTopicOrPartition
+from ember.ingest.broker_client import InterBroker
 from ember.ingest.broker_config import BrokerConfig
-from ember.net.connection import Address
 from ember.ingest.isr import IsrManager, IsrWriter
 from ember.ingest.log_manager import LogManager
 from ember.ingest.partition import Partition
-from ember.ingest.broker_client import InterBroker
 from ember.ingest.replica_fetcher import FetcherConfig, ReplicaFetchers
 from ember.ingest.signals import Signal
 from ember.log.config import LogConfig
+from ember.net.connection import Address
+from ember.security.authorizer.access import ALLOW_ALL, Access
+from ember.security.authorizer.model import Operation
 
 if TYPE_CHECKING:
     from ember.metrics.broker_metrics import BrokerMetrics

@@ -10,12 +10,12 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from ember.zk.zk_session import ZkSession
 from ember.security.private_files import write_private
+from ember.security.sasl.config import DEFAULT_MECHANISMS
 from ember.security.sasl.credential_store import CredentialStore
 from ember.security.sasl.jaas import login_config
-from ember.security.sasl.config import DEFAULT_MECHANISMS
 from ember.security.sasl.scram import SCRAM_MECHANISMS, SCRAM_SHA_512, make_credential
+from ember.zk.zk_session import ZkSession
 
 ADMIN_USER = "admin"
 BROKER_USER = "broker"

@@ -20,15 +20,15 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ember.errors import BrokerNotAvailable, EmberError
 from ember.launcher.cluster_sasl import ClusterSasl
 from ember.launcher.cluster_tls import ClusterTls
-from ember.zk.zk_session import ZkSession, ZooKeeperTls
-from ember.launcher.zookeeper_server import ZooKeeperServer, free_port, is_healthy, read_pid, terminate
-from ember.errors import BrokerNotAvailable, EmberError
-from ember.wire.frame import FRAME_LENGTH, decode_response, encode_request
-from ember.wire.api_keys import ApiKey
 from ember.launcher.scrape import readiness
+from ember.launcher.zookeeper_server import ZooKeeperServer, free_port, is_healthy, read_pid, terminate
 from ember.security.private_files import write_private
+from ember.wire.api_keys import ApiKey
+from ember.wire.frame import FRAME_LENGTH, decode_response, encode_request
+from ember.zk.zk_session import ZkSession, ZooKeeperTls
 
 STATE_FILE = "cluster.json"
 

@@ -13,7 +13,6 @@ from ember import errors
 from ember.wire.config_def import INT32_MAX, INT64_MAX, ConfigDef
 
 
-
 def _int(name: str, default: Optional[int], doc: str, minimum: int, maximum: int = INT32_MAX,
          **kw: Any) -> ConfigDef:
     return ConfigDef(name, "int" if maximum <= INT32_MAX else "long", default, doc,

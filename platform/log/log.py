@@ -22,11 +22,20 @@ import pyarrow.compute as pc
 
 from ember import errors
 from ember.log import checkpoint, recovery, retention
-from ember.record.batch import HEADER_SIZE, BatchHeader, Buffer, decode_payload, iter_batches, patch_base_offset, patch_leader_epoch, stamp_log_append_time
 from ember.log.config import LogConfig
 from ember.log.epoch_cache import LeaderEpochCache
 from ember.log.producer_state import ProducerStateManager
 from ember.log.segment import DELETED_SUFFIX, LogSegment
+from ember.record.batch import (
+    HEADER_SIZE,
+    BatchHeader,
+    Buffer,
+    decode_payload,
+    iter_batches,
+    patch_base_offset,
+    patch_leader_epoch,
+    stamp_log_append_time,
+)
 
 _log = logging.getLogger(__name__)
 

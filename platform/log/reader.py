@@ -17,10 +17,10 @@ import pyarrow as pa
 
 from ember import errors
 from ember.log import checkpoint
-from ember.record.batch import decode_payload
 from ember.log.index import OffsetIndex
 from ember.log.recovery import segment_bases
 from ember.log.segment import INDEX_SUFFIX, LOG_SUFFIX, scan_batches, segment_path
+from ember.record.batch import decode_payload
 
 
 def read_offset_range(partition_dir: os.PathLike | str, start_offset: int, end_offset: int, *,

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
 from ember import errors
-from ember.record.batch import HEADER_SIZE, BatchHeader, Buffer, check_batch
 from ember.log.index import OffsetIndex, TimeIndex
+from ember.record.batch import HEADER_SIZE, BatchHeader, Buffer, check_batch
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -136,9 +136,9 @@ class LogSegment:
         self.max_timestamp = self.time_index.max_timestamp
         self._max_timestamp_offset = self.time_index.lookup(self.max_timestamp)
         self._bytes_since_entry = 0
-        entry_offset, position = self.offset_index.last()
+        entry_offset, entry_position = self.offset_index.last()
         self.next_offset = entry_offset
-        for position, header in self.iter_headers(position):
+        for position, header in self.iter_headers(entry_position):
             if stop_offset is not None and header.base_offset >= stop_offset:
                 return position
             self._index_batch(position, header)
@@ -229,8 +229,8 @@ class LogSegment:
 
     def find_batch(self, offset: int) -> Optional[tuple[int, BatchHeader]]:
         """(position, header) of the batch holding ``offset`` (or the first one after it)."""
-        _, position = self.offset_index.lookup(offset)
-        for position, header in self.iter_headers(position):
+        _, entry_position = self.offset_index.lookup(offset)
+        for position, header in self.iter_headers(entry_position):
             if header.last_offset >= offset:
                 return position, header
         return None
@@ -259,8 +259,8 @@ class LogSegment:
         """(position, header) of the batches at/after ``min_offset`` whose max timestamp is
         ≥ ``timestamp``, in order, starting where the time index proves earlier ones older."""
         start = max(self.time_index.lookup(timestamp), min_offset)
-        _, position = self.offset_index.lookup(start)
-        for position, header in self.iter_headers(position):
+        _, entry_position = self.offset_index.lookup(start)
+        for position, header in self.iter_headers(entry_position):
             if header.last_offset >= min_offset and header.max_timestamp >= timestamp:
                 yield position, header
 

@@ -7,7 +7,8 @@ Kafka's JMX names become Prometheus names the way the JMX exporter spells them
 
 They are updated where things happen, once per batch or event, never per record: a topic's
 children are looked up once (:class:`TopicStats`), so a produced batch costs two ``inc`` calls.
-Request metrics, the busiest, are kept lock-free on the event loop (``ember.metrics.requests``). State (partitions, logs, controller, ZooKeeper, lag) is read at scrape time by the
+Request metrics, the busiest, are kept lock-free on the event loop (``ember.metrics.requests``). State
+(partitions, logs, controller, ZooKeeper, lag) is read at scrape time by the
 collectors in ``ember.server.state`` and ``ember.server.lag``, so it costs nothing between
 scrapes. A broker without ``metrics.listen`` creates none of this (its code paths hold ``None``).
 """

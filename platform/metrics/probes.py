@@ -14,9 +14,9 @@ import time
 from kazoo.client import KazooState
 from kazoo.exceptions import KazooException
 
+from ember.metrics.broker_metrics import BrokerMetrics
 from ember.zk import zk_paths
 from ember.zk.zk_session import ZkSession
-from ember.metrics.broker_metrics import BrokerMetrics
 
 log = logging.getLogger(__name__)
 

@@ -22,8 +22,8 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from ember.errors import ErrorCode
-from ember.wire.api_keys import ApiKey
 from ember.metrics.broker_metrics import LATENCY_BUCKETS
+from ember.wire.api_keys import ApiKey
 
 if TYPE_CHECKING:
     from prometheus_client import Metric

@@ -32,15 +32,24 @@ import socket
 import ssl
 import threading
 import time
-from concurrent.futures import Future, TimeoutError as FutureTimeout
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Iterable, Sequence
 
+from ember.errors import BrokerNotAvailable, EmberError, NetworkError, RequestTimedOut
 from ember.net.channel import Address, diagnose_refusal, open_channel
 from ember.net.sasl import authenticate, exchange
-from ember.errors import BrokerNotAvailable, EmberError, NetworkError, RequestTimedOut
-from ember.wire.frame import DEFAULT_MAX_FRAME_BYTES, FRAME_LENGTH, Buffer, Response, check_frame_size, decode_response, encode_request
-from ember.wire.api_keys import ApiKey
 from ember.security.client import ClientSecurity
+from ember.wire.api_keys import ApiKey
+from ember.wire.frame import (
+    DEFAULT_MAX_FRAME_BYTES,
+    FRAME_LENGTH,
+    Buffer,
+    Response,
+    check_frame_size,
+    decode_response,
+    encode_request,
+)
 
 log = logging.getLogger(__name__)
 

@@ -13,13 +13,12 @@ import select
 import time
 from typing import Any, Callable
 
+from ember.errors import BrokerNotAvailable, ErrorCode, SaslAuthenticationFailed, UnsupportedSaslMechanism, error_for_code
 from ember.net.channel import Address, PlainChannel
-from ember.errors import (BrokerNotAvailable, ErrorCode, SaslAuthenticationFailed, UnsupportedSaslMechanism,
-                          error_for_code)
-from ember.wire.frame import FRAME_LENGTH, Response, check_frame_size, decode_response, encode_request
-from ember.wire.api_keys import ApiKey
 from ember.security.client import ClientSecurity
 from ember.security.sasl.client import SaslClient
+from ember.wire.api_keys import ApiKey
+from ember.wire.frame import FRAME_LENGTH, Response, check_frame_size, decode_response, encode_request
 
 _CHUNK = 64 * 1024
 #: A SASL answer is small; anything bigger is not an answer to it.

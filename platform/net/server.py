@@ -29,12 +29,12 @@ import os
 from typing import TYPE_CHECKING, Awaitable, Callable
 
 from ember.errors import EmberError
-from ember.wire.frame import FRAME_LENGTH, Request, check_frame_size, decode_request, response_prefix
-from ember.wire.api_keys import ApiKey
-from ember.wire.reply import CloseConnection, FileRegion, Reply
 from ember.security.listener import ListenerSecurity, establish
 from ember.security.sasl.server import RawSaslToken, SaslServer
 from ember.security.session import Session, current_session, enter_session
+from ember.wire.api_keys import ApiKey
+from ember.wire.frame import FRAME_LENGTH, Request, check_frame_size, decode_request, response_prefix
+from ember.wire.reply import CloseConnection, FileRegion, Reply
 
 if TYPE_CHECKING:
     from ember.metrics.requests import RequestObserver

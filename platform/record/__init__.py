@@ -3,8 +3,17 @@ build and decode batches and the log that stores them; it imports nothing of eit
 
 See docs/log.md ("Batch format").
 """
-from ember.record.batch import (DECODED_SCHEMA, HEADER_SIZE, RECORD_SCHEMA, BatchHeader, Record, build_batch,
-                                decode_batches, iter_batches, to_table)
+from ember.record.batch import (
+                                DECODED_SCHEMA,
+                                HEADER_SIZE,
+                                RECORD_SCHEMA,
+                                BatchHeader,
+                                Record,
+                                build_batch,
+                                decode_batches,
+                                iter_batches,
+                                to_table,
+)
 
 __all__ = ["DECODED_SCHEMA", "HEADER_SIZE", "RECORD_SCHEMA", "BatchHeader", "Record", "build_batch",
            "decode_batches", "iter_batches", "to_table"]

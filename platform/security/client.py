@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, TypedDict
 
 from ember.errors import InvalidConfig
-from ember.security.sasl.jaas import parse_jaas
 from ember.security.protocol import SecurityProtocol, parse_protocol
+from ember.security.sasl.jaas import parse_jaas
 from ember.security.sasl.scram import SCRAM_SHA_512, check_mechanism
 from ember.security.tls import client_context
 

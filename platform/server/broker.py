@@ -28,42 +28,42 @@ from ember.cluster.producer_ids import ProducerIdAllocator
 from ember.cluster.records import BrokerInfo
 from ember.cluster.registration import BrokerRegistration
 from ember.cluster.topic_admin import TopicAdmin
-from ember.zk.zk_session import ZkSession, ensure_cluster_id
 from ember.groups.coordinator import GroupCoordinator
 from ember.groups.store import GroupStore
-from ember.protocol.ember.api_admin import AdminApis
-from ember.protocol.ember.api_cluster import ClusterApis
-from ember.protocol.ember.api_groups import GroupApis
-from ember.protocol.ember.api_leadership import LeadershipApis
-from ember.protocol.ember.api_records import RecordApis
-from ember.protocol.ember.api_sasl import SaslApis, ScramCredentialApis
-from ember.ingest.broker_config import BrokerConfig, TopicConfigPolicy
-from ember.protocol.ember.api_replication import ReplicationApis
-from ember.protocol.ember.dispatcher import Dispatcher
 from ember.ingest.broker_client import InterBroker
+from ember.ingest.broker_config import BrokerConfig, TopicConfigPolicy
 from ember.ingest.core import BrokerCore
 from ember.ingest.isr import IsrWriter
 from ember.ingest.listeners import EMBER_LISTENER, ListenerConfig
 from ember.ingest.log_manager import LogManager
 from ember.ingest.metadata_view import MetadataView
 from ember.ingest.replica_manager import ReplicaManager
-from ember.net.server import BrokerServer
-from ember.protocol.ember.listener import EmberServer
 from ember.ingest.topic_changes import TopicChanges
-from ember.protocol.kafka.listener import kafka_server
-from ember.server.metrics_service import MetricsService
+from ember.net.server import BrokerServer
 from ember.protocol.ember.api_acls import AclApis
+from ember.protocol.ember.api_admin import AdminApis
+from ember.protocol.ember.api_cluster import ClusterApis
+from ember.protocol.ember.api_groups import GroupApis
+from ember.protocol.ember.api_leadership import LeadershipApis
+from ember.protocol.ember.api_records import RecordApis
+from ember.protocol.ember.api_replication import ReplicationApis
+from ember.protocol.ember.api_sasl import SaslApis, ScramCredentialApis
+from ember.protocol.ember.dispatcher import Dispatcher
+from ember.protocol.ember.listener import EmberServer
+from ember.protocol.kafka.listener import kafka_server
 from ember.security.authorizer.access import Access
 from ember.security.authorizer.acl_admin import AclAdmin
 from ember.security.authorizer.authorizer import Authorizer, authorizer_enabled, parse_super_users
 from ember.security.authorizer.store import AclStore
 from ember.security.client import ClientSecurity
-from ember.security.sasl.credential_store import CredentialStore
 from ember.security.listener import ListenerSecurity
 from ember.security.sasl.config import enabled_mechanisms, inter_broker_login
-from ember.security.sasl.server import SaslServerSettings
+from ember.security.sasl.credential_store import CredentialStore
 from ember.security.sasl.scram import PLAIN, check_mechanism
 from ember.security.sasl.scram_admin import ScramAdmin
+from ember.security.sasl.server import SaslServerSettings
+from ember.server.metrics_service import MetricsService
+from ember.zk.zk_session import ZkSession, ensure_cluster_id
 
 if TYPE_CHECKING:
     from ember.metrics.requests import RequestObserver

@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Callable, Iterator, Mapping
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from ember.ingest.broker_client import BrokerClient, InterBroker
-from ember.wire.types import TopicPartition
 from ember.client.offsets import LATEST
+from ember.ingest.broker_client import BrokerClient, InterBroker
 from ember.wire.api_keys import ApiKey
+from ember.wire.types import TopicPartition
 
 if TYPE_CHECKING:
     from prometheus_client import Metric

@@ -16,9 +16,9 @@ from prometheus_client.exposition import choose_encoder
 
 from ember.metrics.broker_metrics import BrokerMetrics
 from ember.metrics.endpoint import HttpEndpoint
-from ember.server.lag import GroupLagCollector
 from ember.metrics.probes import Probes
 from ember.metrics.requests import RequestMetrics
+from ember.server.lag import GroupLagCollector
 from ember.server.state import BrokerStateCollector
 
 if TYPE_CHECKING:

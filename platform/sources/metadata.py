@@ -8,7 +8,8 @@ from __future__ import annotations
 from typing import Collection, Iterable
 
 from ember.client import Admin, Consumer, TopicPartition
-from ember.sources.offsets import EARLIEST, LATEST, PartitionOffsets, TopicPartition as TP
+from ember.sources.offsets import EARLIEST, LATEST, PartitionOffsets
+from ember.sources.offsets import TopicPartition as TP
 from ember.sources.options import OffsetSpec, OptionError, ReaderOptions
 
 UNKNOWN_RECORD_BYTES = 1024.0  # size assumed when no record could be sampled

@@ -17,12 +17,11 @@ from typing import Iterator, Optional, Sequence
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader
-from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxBytes, ReadMaxRows,
-                                              SupportsTriggerAvailableNow)
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxBytes, ReadMaxRows, SupportsTriggerAvailableNow
 
 from ember.client import TopicPartition
-from ember.errors import EmberError
 from ember.client.group_admin import GroupAdmin
+from ember.errors import EmberError
 from ember.sources.fetch import read_range
 from ember.sources.metadata import ClusterView, starting_offsets
 from ember.sources.offsets import PartitionOffsets, offsets_from_json, offsets_to_json

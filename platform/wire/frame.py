@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from ember.errors import InvalidRequest, MessageTooLarge
-from ember.wire.api_keys import ApiKey
 
 FRAME_LENGTH = struct.Struct(">I")
 REQUEST_HEADER = struct.Struct(">hhiI")   # api_key, api_version, correlation_id, json_length

@@ -26,8 +26,8 @@ from kazoo.exceptions import NodeExistsError, RolledBackError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 
-from ember.zk import zk_paths
 from ember.errors import EmberError
+from ember.zk import zk_paths
 
 log = logging.getLogger(__name__)
 

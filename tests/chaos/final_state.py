@@ -10,11 +10,11 @@ from typing import Optional
 import pyarrow as pa
 
 from ember.client import Admin, Consumer, TopicPartition
-from ember.launcher.local import LocalCluster
-from ember.errors import EmberError
 from ember.client.admin import PartitionDescription
-from ember.record.batch import DECODED_SCHEMA
+from ember.errors import EmberError
+from ember.launcher.local import LocalCluster
 from ember.log.reader import read_offset_range
+from ember.record.batch import DECODED_SCHEMA
 
 from .history import FinalState, History
 

@@ -26,10 +26,10 @@ from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 
-from ember.zk import zk_paths
-from ember.launcher.local import LocalCluster
-from ember.zk.zk_session import RECONNECT_MAX_DELAY_S
 from ember.errors import EmberError
+from ember.launcher.local import LocalCluster
+from ember.zk import zk_paths
+from ember.zk.zk_session import RECONNECT_MAX_DELAY_S
 
 from .history import Fault, History
 
@@ -258,7 +258,7 @@ class Nemesis(threading.Thread):
         # Taking the session over makes the broker reconnect at once; if it gets in between our
         # connect and close, it wins the session back. Expire again while the old session still
         # owns the registration (bounded).
-        for attempt in range(1, EXPIRE_ATTEMPTS + 1):
+        for attempt in range(1, EXPIRE_ATTEMPTS + 1):  # noqa: B007 (reported after the loop)
             expire_session(self.cluster.zk_connect, owner)
             if self._wait_for_owner(broker_id, lambda now: now != owner, 2 * self.bounds.session_timeout_s):
                 break

@@ -6,11 +6,11 @@ import time
 
 import pytest
 
-from ember.errors import KafkaTimeoutError, NotLeaderOrFollower
 from ember.client.accumulator import RecordAccumulator
-from ember.wire.types import RecordMetadata, TopicPartition
 from ember.client.futures import ProduceResult
+from ember.errors import KafkaTimeoutError, NotLeaderOrFollower
 from ember.record.batch import RECORD_SCHEMA, build_batch, decode_batches
+from ember.wire.types import RecordMetadata, TopicPartition
 
 TP = TopicPartition("t", 0)
 

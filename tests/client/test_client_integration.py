@@ -11,11 +11,17 @@ import pyarrow as pa
 import pytest
 
 from ember.client import Admin, Consumer, OffsetAndTimestamp, Producer, TopicPartition
-from ember.launcher.local import LocalCluster
-from ember.errors import (InvalidReplicationFactor, KafkaTimeoutError, MessageTooLarge, OffsetOutOfRange,
-                          TopicAlreadyExists, UnknownTopicOrPartition)
-from ember.net.connection import Connection, parse_bootstrap
 from ember.client.partitioner import partition_for_key
+from ember.errors import (
+    InvalidReplicationFactor,
+    KafkaTimeoutError,
+    MessageTooLarge,
+    OffsetOutOfRange,
+    TopicAlreadyExists,
+    UnknownTopicOrPartition,
+)
+from ember.launcher.local import LocalCluster
+from ember.net.connection import Connection, parse_bootstrap
 from ember.wire.api_keys import ApiKey
 from ember.wire.frame import decode_response
 

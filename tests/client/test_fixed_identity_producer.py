@@ -7,11 +7,11 @@ import pyarrow as pa
 import pytest
 
 from ember.client import Admin, Consumer, Producer, TopicPartition
-from ember.launcher.local import LocalCluster
-from ember.errors import OutOfOrderSequenceNumber, UnknownProducerId
 from ember.client.accumulator import RecordAccumulator
 from ember.client.producer import split_batches
 from ember.client.sender import Sender, SenderConfig
+from ember.errors import OutOfOrderSequenceNumber, UnknownProducerId
+from ember.launcher.local import LocalCluster
 
 PRODUCER_ID = (1 << 62) + 12345
 MAX_REQUEST_SIZE = 4096   # ~34 rows of table() per batch

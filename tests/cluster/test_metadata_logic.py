@@ -8,14 +8,33 @@ from collections import Counter
 import pytest
 
 from ember.cluster.assignment import assign_replicas
-from ember.cluster.election import (failover_state, imbalanced_partitions, is_unclean, offline_reason,
-                                    preferred_state, unclean_state)
-from ember.cluster.reassignment import (cancel_reassignment, completion_state, finish_reassignment,
-                                        reassignment_complete, reassignment_ready, start_reassignment)
+from ember.cluster.election import (
+    failover_state,
+    imbalanced_partitions,
+    is_unclean,
+    offline_reason,
+    preferred_state,
+    unclean_state,
+)
+from ember.cluster.reassignment import (
+    cancel_reassignment,
+    completion_state,
+    finish_reassignment,
+    reassignment_complete,
+    reassignment_ready,
+    start_reassignment,
+)
 from ember.cluster.records import NO_LEADER, PartitionState, Reassignment, TopicRecord
-from ember.errors import (ElectionNotNeeded, EligibleLeadersNotAvailable, InvalidPartitions, InvalidReplicaAssignment,
-                          InvalidReplicationFactor, NoReassignmentInProgress, PreferredLeaderNotAvailable,
-                          ReassignmentInProgress)
+from ember.errors import (
+    ElectionNotNeeded,
+    EligibleLeadersNotAvailable,
+    InvalidPartitions,
+    InvalidReplicaAssignment,
+    InvalidReplicationFactor,
+    NoReassignmentInProgress,
+    PreferredLeaderNotAvailable,
+    ReassignmentInProgress,
+)
 
 
 @pytest.mark.parametrize("brokers, partitions, rf", [([1, 2, 3], 6, 3), ([1, 2, 3, 4, 5], 10, 2), ([7], 4, 1)])

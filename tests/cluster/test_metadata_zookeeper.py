@@ -9,16 +9,16 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
 
-from ember.zk import zk_paths
 from ember.cluster.controller import Controller
 from ember.cluster.metadata_cache import MetadataCache
 from ember.cluster.producer_ids import ProducerIdAllocator
 from ember.cluster.records import BrokerInfo
 from ember.cluster.registration import BrokerRegistration
 from ember.cluster.topic_admin import TopicAdmin
-from ember.zk.zk_session import ZkSession
 from ember.errors import InvalidConfig, TopicAlreadyExists, UnknownTopicOrPartition
 from ember.ingest.broker_config import BrokerConfig, TopicConfigPolicy
+from ember.zk import zk_paths
+from ember.zk.zk_session import ZkSession
 
 pytestmark = pytest.mark.integration
 

@@ -7,8 +7,8 @@ import time
 import pytest
 from kazoo.client import KazooState
 
-from ember.zk.zk_session import ZkSession
 from ember.launcher.zookeeper_server import ZooKeeperServer, free_port
+from ember.zk.zk_session import ZkSession
 
 pytestmark = pytest.mark.integration
 

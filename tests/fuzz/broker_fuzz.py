@@ -42,21 +42,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from kafka_mutator import KafkaRequestTemplates, KafkaResponseReader, encode, mutate_kafka
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.api_versions.v3.response import ApiVersionsResponse
 from kio.serial import entity_reader
-
-from ember.client import Admin
-from ember.launcher.local import LocalCluster, broker_responds
-from ember.errors import EmberError, TopicAlreadyExists
-from ember.client.metadata import MetadataClient
-from ember.wire.frame import FRAME_LENGTH, decode_response, encode_request
-from ember.wire.api_keys import ApiKey
-
-from kafka_mutator import KafkaRequestTemplates, KafkaResponseReader, encode, mutate_kafka
 from log_audit import AuditResult, audit_logs
 from well_behaved import WellBehavedClient
 from wire_mutator import FuzzTargets, Mutant, RequestTemplates, mutate
+
+from ember.client import Admin
+from ember.client.metadata import MetadataClient
+from ember.errors import EmberError, TopicAlreadyExists
+from ember.launcher.local import LocalCluster, broker_responds
+from ember.wire.api_keys import ApiKey
+from ember.wire.frame import FRAME_LENGTH, decode_response, encode_request
 
 FUZZ_TOPICS = {"fz-a": 3, "fz-b": 1, "fz-c": 2}
 FUZZ_GROUPS = ("fzg-1", "fzg-2", "fzg-3")
@@ -397,7 +396,7 @@ def log_findings(cluster: LocalCluster) -> list[str]:
                 if " ERROR " in line and not (number + 1 < len(lines) and lines[number + 1].startswith("Traceback")):
                     findings[f"broker {broker.broker_id}: {message}"] += 1
             elif line.startswith("Traceback"):
-                error = next((l for l in lines[number + 1:] if not l.startswith((" ", "Traceback", "\n"))), "?")
+                error = next((ln for ln in lines[number + 1:] if not ln.startswith((" ", "Traceback", "\n"))), "?")
                 findings[f"broker {broker.broker_id}: {message} -> {error[:160]}"] += 1
     return [f"{text} (x{count})" for text, count in findings.items()]
 

@@ -31,9 +31,9 @@ from typing import Any
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from aiokafka.record.util import calc_crc32c
 from kio.serial import entity_reader, entity_writer
+from wire_mutator import FuzzTargets, Mutant
 
 from ember.protocol.kafka.codec import HEADER_START, request_class, response_class
-from wire_mutator import FuzzTargets, Mutant
 
 #: Largest hostile structure built (bytes), so a run stays fast and bounded.
 HUGE_BYTES = 512 * 1024

@@ -13,12 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from ember.errors import CorruptRecord, EmberError
-from ember.wire.types import TopicPartition
 from ember.client.metadata import MetadataClient
 from ember.client.offsets import EARLIEST, list_offsets
-from ember.wire.api_keys import ApiKey
+from ember.errors import CorruptRecord, EmberError
 from ember.record.batch import decode_payload, iter_batches
+from ember.wire.api_keys import ApiKey
+from ember.wire.types import TopicPartition
 
 FETCH_BYTES = 8 * 1024 * 1024
 MAX_FETCHES_PER_PARTITION = 10_000

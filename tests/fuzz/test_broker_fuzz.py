@@ -7,11 +7,10 @@ import random
 from pathlib import Path
 
 import pytest
-
-from ember.wire.api_keys import KAFKA_LISTENER_ONLY, ApiKey
-
 from broker_fuzz import FuzzConfig, run
 from wire_mutator import FuzzTargets, RequestTemplates, mutate
+
+from ember.wire.api_keys import KAFKA_LISTENER_ONLY, ApiKey
 
 pytestmark = pytest.mark.integration
 

@@ -23,11 +23,11 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ember.wire.frame import FRAME_LENGTH, REQUEST_HEADER
-from ember.wire.api_keys import ApiKey
 from ember.record import HEADER_SIZE, BatchHeader, build_batch
 from ember.record.batch import CRC_START
 from ember.record.crc import crc32
+from ember.wire.api_keys import ApiKey
+from ember.wire.frame import FRAME_LENGTH, REQUEST_HEADER
 
 #: Largest hostile structure the fuzzer builds (bytes of JSON), so a run stays fast and bounded.
 HUGE_BYTES = 512 * 1024

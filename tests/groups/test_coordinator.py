@@ -9,8 +9,17 @@ from typing import Any, Optional
 
 import pytest
 
-from ember.errors import (FencedInstanceId, GroupSubscribedToTopic, IllegalGeneration, InvalidSessionTimeout,
-                          NonEmptyGroup, NotCoordinator, RebalanceInProgress, UnknownMemberId, UnknownTopicOrPartition)
+from ember.errors import (
+    FencedInstanceId,
+    GroupSubscribedToTopic,
+    IllegalGeneration,
+    InvalidSessionTimeout,
+    NonEmptyGroup,
+    NotCoordinator,
+    RebalanceInProgress,
+    UnknownMemberId,
+    UnknownTopicOrPartition,
+)
 from ember.groups import coordinator as coordinator_module
 from ember.groups.coordinator import EMPTY, PREPARING, STABLE, GroupCoordinator, MemberIdRequired
 from ember.groups.store import MetadataConflict

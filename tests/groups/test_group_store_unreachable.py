@@ -9,9 +9,9 @@ from types import SimpleNamespace
 import pytest
 from kazoo.exceptions import ConnectionLoss, NoAuthError, NotEmptyError, SessionExpiredError
 
-from ember.wire.types import TopicPartition
 from ember.errors import CoordinatorNotAvailable, NonEmptyGroup
 from ember.groups.store import DELETE_ATTEMPTS, GroupStore
+from ember.wire.types import TopicPartition
 
 
 class _Failing:

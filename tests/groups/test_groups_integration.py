@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -15,12 +14,18 @@ from typing import Callable, Iterator
 import pytest
 
 from ember.client import Admin, Consumer, OffsetAndMetadata, Producer, TopicPartition
-from ember.launcher.local import LocalCluster
-from ember.errors import (BrokerNotAvailable, CoordinatorNotAvailable, IllegalGeneration, KafkaTimeoutError,
-                          NonEmptyGroup, UnknownMemberId)
-from ember.client.group_admin import GroupAdmin
 from ember.client.coordinator_client import MEMBER_ID_REQUIRED, CoordinatorClient
+from ember.client.group_admin import GroupAdmin
 from ember.client.metadata import MetadataClient
+from ember.errors import (
+    BrokerNotAvailable,
+    CoordinatorNotAvailable,
+    IllegalGeneration,
+    KafkaTimeoutError,
+    NonEmptyGroup,
+    UnknownMemberId,
+)
+from ember.launcher.local import LocalCluster
 from ember.wire.api_keys import ApiKey
 
 pytestmark = pytest.mark.integration

@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import pytest
-from blocking_connection import BlockingConnection
 
-from ember.launcher.local import LocalCluster
+from blocking_connection import BlockingConnection
 from ember.errors import ErrorCode
-from ember.wire.frame import FRAME_LENGTH, Response, decode_response, encode_request
-from ember.wire.api_keys import ApiKey
+from ember.launcher.local import LocalCluster
 from ember.record import build_batch, to_table
+from ember.wire.api_keys import ApiKey
+from ember.wire.frame import FRAME_LENGTH, Response, decode_response, encode_request
 
 pytestmark = pytest.mark.integration
 

@@ -5,12 +5,11 @@ from __future__ import annotations
 import signal
 
 import pytest
+from test_broker_api import RawClient, create_topic, eventually, fetch_values, leader_address, partition_dirs, produce
 
 from ember.errors import ErrorCode
-from ember.wire.api_keys import ApiKey
 from ember.record import build_batch
-
-from test_broker_api import RawClient, create_topic, eventually, fetch_values, leader_address, partition_dirs, produce
+from ember.wire.api_keys import ApiKey
 
 pytestmark = pytest.mark.integration
 
@@ -104,7 +103,7 @@ def test_retention_deletes_old_segments_on_schedule(make_cluster, topic_name):
         created = create_topic(client, topic_name, config={"segment.bytes": "2048", "file.delete.delay.ms": "0"})
         assert created["error_code"] == 0
         with RawClient(leader_address(cluster, topic_name)) as leader:
-            for i in range(6):
+            for _i in range(6):
                 assert produce(leader, topic_name, build_batch([(None, bytes(1500))]))["error_code"] == 0
             directory = cluster.brokers[1].data_dir / f"{topic_name}-0"
             assert len(list(directory.glob("*.log"))) > 1

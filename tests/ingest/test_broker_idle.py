@@ -8,14 +8,13 @@ import socket
 from typing import Iterator
 
 import pytest
+from test_broker_api import RawClient, create_topic, eventually, fetch_body, produce
 
 from ember.client import Admin, Consumer, Producer, TopicPartition
 from ember.launcher.local import LocalCluster
-from ember.wire.frame import FRAME_LENGTH, REQUEST_HEADER, encode_request
-from ember.wire.api_keys import ApiKey
 from ember.record import build_batch
-
-from test_broker_api import RawClient, create_topic, eventually, fetch_body, produce
+from ember.wire.api_keys import ApiKey
+from ember.wire.frame import FRAME_LENGTH, REQUEST_HEADER, encode_request
 
 pytestmark = pytest.mark.integration
 

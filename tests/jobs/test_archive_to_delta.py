@@ -5,10 +5,10 @@ from __future__ import annotations
 import time
 
 import pytest
-
 from archive_to_delta import parse_args, read_archive_and_live, start_archive
-from ember.client import Admin, Consumer, TopicPartition
 from spark_helpers import create_topic, expected, produce, rows
+
+from ember.client import Admin, Consumer, TopicPartition
 
 pytestmark = pytest.mark.spark
 

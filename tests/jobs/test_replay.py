@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from _common import JobError
 from job_helpers import BASE_MS, SCHEMA, decoded_rows, expected_decoded, produce_json
 from replay import parse_args, replay, resolve_range

@@ -6,12 +6,12 @@ import io
 import struct
 from typing import Any
 
-from blocking_connection import BlockingConnection
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.serial import entity_reader, entity_writer
 
-from ember.wire.api_keys import ApiKey
+from blocking_connection import BlockingConnection
 from ember.protocol.kafka.codec import response_class
+from ember.wire.api_keys import ApiKey
 
 WAIT_S = 30.0
 _LENGTH = struct.Struct(">i")

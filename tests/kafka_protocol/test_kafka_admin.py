@@ -11,8 +11,16 @@ from typing import Any
 
 import pytest
 from confluent_kafka import ElectionType, KafkaError, KafkaException, TopicCollection, TopicPartition
-from confluent_kafka.admin import (AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, NewPartitions,
-                                   NewTopic, OffsetSpec, ResourceType)
+from confluent_kafka.admin import (
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    NewPartitions,
+    NewTopic,
+    OffsetSpec,
+    ResourceType,
+)
 from kafka import KafkaAdminClient
 from kafka import TopicPartition as KafkaPythonTopicPartition
 from kafka.admin import ConfigResource as KafkaConfigResource
@@ -21,8 +29,8 @@ from kafka.errors import InvalidReplicationAssignmentError
 from kafka_helpers import WAIT_S, admin, create_topic, eventually, produce
 
 from ember.client import Admin
-from ember.client.admin import PartitionDescription
 from ember.client import TopicPartition as EmberTopicPartition
+from ember.client.admin import PartitionDescription
 from ember.client.metadata import MetadataClient
 from ember.errors import EmberError, InvalidPartitions
 

@@ -6,14 +6,13 @@ from __future__ import annotations
 import time
 
 import pytest
-from confluent_kafka import (TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, Consumer, KafkaError,
-                             KafkaException, TopicPartition)
+from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import NewTopic, OffsetSpec
 from kafka_helpers import BASE_MS, WAIT_S, admin, consume, create_topic, ember_read, produce, records
 
 from ember.client import Consumer as EmberConsumer
-from ember.client import Producer as EmberProducer
 from ember.client import OffsetAndMetadata
+from ember.client import Producer as EmberProducer
 from ember.client import TopicPartition as EmberTopicPartition
 
 pytestmark = pytest.mark.integration

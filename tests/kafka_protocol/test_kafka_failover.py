@@ -12,8 +12,11 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 from kafka_helpers import WAIT_S, admin, consume, create_topic, produce, records
 from kafka_wire import KafkaWire, partition_leader
-from kio.schema.offset_for_leader_epoch.v4.request import (OffsetForLeaderEpochRequest, OffsetForLeaderPartition,
-                                                           OffsetForLeaderTopic)
+from kio.schema.offset_for_leader_epoch.v4.request import (
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderPartition,
+    OffsetForLeaderTopic,
+)
 
 from ember.errors import ErrorCode
 

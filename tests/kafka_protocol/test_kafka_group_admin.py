@@ -10,15 +10,22 @@ import argparse
 import time
 
 import pytest
-from confluent_kafka import (ConsumerGroupState, ConsumerGroupTopicPartitions, ConsumerGroupType, Consumer,
-                             KafkaError, KafkaException, TopicPartition)
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupState,
+    ConsumerGroupTopicPartitions,
+    ConsumerGroupType,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
 from kafka_helpers import WAIT_S, admin, create_topic, produce, records
 
 from ember.client import Consumer as EmberConsumer
 from ember.client import OffsetAndMetadata
 from ember.client import TopicPartition as EmberTopicPartition
-from ember.commands.groups import describe_group
 from ember.client.group_admin import GroupAdmin
+from ember.commands.groups import describe_group
 
 pytestmark = pytest.mark.integration
 

@@ -5,10 +5,9 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
+from log_helpers import FakeClock
 
 from ember.log import Log, LogConfig
-
-from log_helpers import FakeClock
 
 
 @pytest.fixture

@@ -3,13 +3,12 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
+from log_helpers import numbered, values_batch
 
 from ember import errors
-from ember.record import HEADER_SIZE, to_table
 from ember.log import Log, LogConfig, read_offset_range
+from ember.record import HEADER_SIZE, to_table
 from ember.record.batch import BatchHeader
-
-from log_helpers import numbered, values_batch
 
 
 def test_offsets_are_assigned_by_the_leader(open_log):
@@ -150,7 +149,7 @@ def test_closed_log_refuses_work(open_log):
 
 def test_fetch_slice_survives_rename_for_delayed_delete(open_log, clock):
     log = open_log(segment_bytes=2000, retention_ms=1000, file_delete_delay_ms=60_000)
-    for i in range(10):
+    for _i in range(10):
         log.append_as_leader(values_batch([b"x" * 300], timestamp=clock.now), 0)
     log.update_high_watermark(log.log_end_offset)
     fetched = log.read(0, 1 << 20)

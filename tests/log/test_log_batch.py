@@ -6,11 +6,10 @@ import zlib
 
 import pyarrow as pa
 import pytest
+from log_helpers import values_batch
 
 from ember import errors
 from ember.record import batch as b
-
-from log_helpers import values_batch
 
 
 def test_header_is_61_bytes_and_round_trips():

@@ -10,11 +10,10 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
-
-from ember.record import DECODED_SCHEMA, build_batch
-from ember.log import Log, read_offset_range
-
 from crash_child import CONFIG, record_value
+
+from ember.log import Log, read_offset_range
+from ember.record import DECODED_SCHEMA, build_batch
 
 CHILD = Path(__file__).with_name("crash_child.py")
 ROUNDS = 5

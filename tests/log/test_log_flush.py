@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import threading
 
+from log_helpers import numbered, values_batch
+
 from ember.log import read_offset_range
 from ember.log.checkpoint import RECOVERY_POINT, read_offset
-
-from log_helpers import numbered, values_batch
 
 
 def test_flush_messages_fsyncs_every_n_records(open_log):

@@ -2,10 +2,9 @@
 from __future__ import annotations
 
 import pytest
+from log_helpers import numbered, values_batch
 
 from ember import errors
-
-from log_helpers import numbered, values_batch
 
 
 def produce(log, pid, epoch, seq, n, start=0):

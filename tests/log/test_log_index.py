@@ -6,8 +6,8 @@ import random
 import pyarrow as pa
 import pytest
 
-from ember.record import build_batch
 from ember.log.index import OffsetIndex, TimeIndex
+from ember.record import build_batch
 
 
 def test_offset_index_matches_linear_scan(tmp_path):

@@ -4,17 +4,15 @@ from __future__ import annotations
 import os
 
 import pytest
+from log_helpers import numbered, values_batch
 
 from ember import errors
-from ember.log import read_offset_range
+from ember.log import checkpoint, read_offset_range
 from ember.record import to_table
-from ember.log import checkpoint
-
-from log_helpers import numbered, values_batch
 
 
 def write_batches(log, count, per_batch=4):
-    for i in range(count):
+    for _i in range(count):
         log.append_as_leader(values_batch(numbered(log.log_end_offset, per_batch)), 0)
 
 

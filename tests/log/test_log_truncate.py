@@ -2,12 +2,11 @@
 from __future__ import annotations
 
 import pytest
+from log_helpers import numbered, values_batch
 
 from ember import errors
-from ember.record import to_table
 from ember.log.checkpoint import LEADER_EPOCH, read_entries
-
-from log_helpers import numbered, values_batch
+from ember.record import to_table
 
 
 def fill(log, epochs):
@@ -91,8 +90,9 @@ def test_delete_records_before(open_log):
 
 def test_a_stale_leader_epoch_append_is_fenced(tmp_path):
     """An append racing a leadership change must not write an old epoch after a newer one."""
-    from ember.log import Log
     from log_helpers import values_batch
+
+    from ember.log import Log
 
     log = Log.open(tmp_path / "t-0")
     log.append_as_leader(values_batch([b"a"]), leader_epoch=1)

@@ -11,15 +11,14 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+from metrics_helpers import cluster_total, scrape_all
 
 from ember.client import Admin, Consumer, Producer, TopicPartition
-from ember.launcher.local import LocalCluster
+from ember.client.group_admin import GroupAdmin
 from ember.commands.cluster import print_metrics
 from ember.errors import TopicAlreadyExists
-from ember.client.group_admin import GroupAdmin
+from ember.launcher.local import LocalCluster
 from ember.launcher.scrape import http_get
-
-from metrics_helpers import cluster_total, scrape_all, wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -12,15 +12,14 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+from metrics_helpers import wait_for
 
 from ember.client import Admin, Consumer, Producer
-from ember.launcher.local import LocalCluster
-from ember.launcher.zookeeper_server import free_port
 from ember.errors import KafkaTimeoutError
+from ember.launcher.local import LocalCluster
 from ember.launcher.prometheus_config import write_prometheus_config
 from ember.launcher.scrape import http_get
-
-from metrics_helpers import wait_for
+from ember.launcher.zookeeper_server import free_port
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(shutil.which("prometheus") is None,

@@ -6,10 +6,10 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from ember.errors import ErrorCode
-from ember.wire.api_keys import ApiKey
-from ember.wire.reply import Reply
 from ember.metrics.broker_metrics import BrokerMetrics
 from ember.metrics.requests import RequestMetrics, request_name
+from ember.wire.api_keys import ApiKey
+from ember.wire.reply import Reply
 
 
 class Metrics:

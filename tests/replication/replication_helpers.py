@@ -6,12 +6,12 @@ import time
 from typing import Any, Callable, Iterable
 
 from ember.client import Admin, Consumer
-from ember.launcher.local import LocalCluster
 from ember.errors import EmberError
-from ember.net.connection import Connection, parse_bootstrap
-from ember.wire.api_keys import ApiKey
-from ember.record import build_batch
+from ember.launcher.local import LocalCluster
 from ember.log.reader import read_offset_range
+from ember.net.connection import Connection, parse_bootstrap
+from ember.record import build_batch
+from ember.wire.api_keys import ApiKey
 
 WAIT_S = 60.0
 #: Dead brokers leave ZooKeeper within 2 s; followers retry a not-yet-ready leader after 200 ms.

@@ -13,14 +13,23 @@ import signal
 from typing import Any
 
 import pytest
+from replication_helpers import (
+    FAST,
+    BackgroundLoop,
+    call,
+    consume_values,
+    create_topic,
+    disk_values,
+    eventually,
+    partition_meta,
+    produce,
+    wait_for_isr,
+)
 
 from ember.cli import main
 from ember.client import Admin, Producer, TopicPartition
 from ember.errors import ErrorCode, LeaderNotAvailable, PreferredLeaderNotAvailable
 from ember.wire.api_keys import ApiKey
-
-from replication_helpers import (FAST, BackgroundLoop, call, consume_values, create_topic, disk_values, eventually,
-                                 partition_meta, produce, wait_for_isr)
 
 pytestmark = pytest.mark.integration
 

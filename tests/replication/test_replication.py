@@ -11,13 +11,21 @@ import signal
 import time
 
 import pytest
+from replication_helpers import (
+    FAST,
+    HighWatermarkWatch,
+    consume_values,
+    create_topic,
+    disk_values,
+    eventually,
+    partition_meta,
+    produce,
+    wait_for_isr,
+)
 
 from ember.client import Producer
 from ember.errors import ErrorCode, OffsetOutOfRange
 from ember.log.reader import read_offset_range
-
-from replication_helpers import (FAST, HighWatermarkWatch, consume_values, create_topic, disk_values, eventually,
-                                 partition_meta, produce, wait_for_isr)
 
 pytestmark = pytest.mark.integration
 

@@ -10,15 +10,23 @@ from __future__ import annotations
 import signal
 
 import pytest
+from replication_helpers import (
+    FAST,
+    call,
+    create_topic,
+    disk_values,
+    eventually,
+    partition_meta,
+    produce,
+    produce_batch,
+    wait_for_isr,
+)
 
 from ember.errors import ErrorCode, OffsetOutOfRange
-from ember.wire.api_keys import ApiKey
-from ember.record import build_batch
 from ember.log.reader import read_offset_range
 from ember.log.recovery import segment_bases
-
-from replication_helpers import (FAST, call, create_topic, disk_values, eventually, partition_meta, produce,
-                                 produce_batch, wait_for_isr)
+from ember.record import build_batch
+from ember.wire.api_keys import ApiKey
 
 pytestmark = pytest.mark.integration
 

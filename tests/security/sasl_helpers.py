@@ -7,8 +7,7 @@ import ssl
 
 from ember.client import Admin
 from ember.launcher.local import LocalCluster
-from ember.security.authorizer.model import (AccessControlEntry, AclBinding, Operation, Permission, ResourcePattern,
-                                             ResourceType)
+from ember.security.authorizer.model import AccessControlEntry, AclBinding, Operation, Permission, ResourcePattern, ResourceType
 
 
 def login(cluster: LocalCluster, user: str, password: str, mechanism: str = "SCRAM-SHA-512") -> dict[str, object]:

@@ -1,19 +1,33 @@
 """The authorization decision (Kafka's rules), the ACL model and the checks' errors and logging, without a broker."""
 from __future__ import annotations
 
-import json
-
 import contextvars
+import json
 import logging
 
 import pytest
 
-from ember.errors import (ClusterAuthorizationFailed, GroupAuthorizationFailed, InvalidConfig, InvalidRequest,
-                          TopicAuthorizationFailed)
+from ember.errors import (
+    ClusterAuthorizationFailed,
+    GroupAuthorizationFailed,
+    InvalidConfig,
+    InvalidRequest,
+    TopicAuthorizationFailed,
+)
 from ember.security.authorizer.access import Access
 from ember.security.authorizer.authorizer import Authorizer, authorizer_enabled, parse_super_users
-from ember.security.authorizer.model import (CLUSTER, AccessControlEntry, AclBinding, AclBindingFilter, Operation,
-                                             PatternType, Permission, Resource, ResourcePattern, ResourceType)
+from ember.security.authorizer.model import (
+    CLUSTER,
+    AccessControlEntry,
+    AclBinding,
+    AclBindingFilter,
+    Operation,
+    PatternType,
+    Permission,
+    Resource,
+    ResourcePattern,
+    ResourceType,
+)
 from ember.security.authorizer.store import acl_path, decode, decode_readable, encode
 from ember.security.protocol import SecurityProtocol
 from ember.security.session import Session, enter_session

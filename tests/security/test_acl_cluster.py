@@ -10,24 +10,32 @@ import time
 import uuid
 
 import pytest
+from confluent_kafka import Consumer as KafkaConsumer
 from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import Producer as KafkaProducer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient as KafkaAdminClient
 from confluent_kafka.admin import NewPartitions, NewTopic
 from kafka.admin import KafkaAdminClient as KafkaPythonAdmin
-from confluent_kafka import Consumer as KafkaConsumer
-from confluent_kafka import Producer as KafkaProducer
 from kafka_helpers import WAIT_S, run_tool
 
 from ember.cli import main as ember_cli
 from ember.client import Admin, Consumer, Producer, TopicPartition
 from ember.client.group_admin import GroupAdmin
 from ember.client.metadata import MetadataClient
+from ember.errors import ClusterAuthorizationFailed, GroupAuthorizationFailed, TopicAuthorizationFailed
 from ember.launcher.cluster_tls import ClusterTls, certificate_file_principal
 from ember.launcher.local import LocalCluster
-from ember.errors import (ClusterAuthorizationFailed, GroupAuthorizationFailed, TopicAuthorizationFailed)
-from ember.security.authorizer.model import (AccessControlEntry, AclBinding, AclBindingFilter,
-                                             Operation, PatternType, Permission, ResourcePattern, ResourceType)
+from ember.security.authorizer.model import (
+    AccessControlEntry,
+    AclBinding,
+    AclBindingFilter,
+    Operation,
+    PatternType,
+    Permission,
+    ResourcePattern,
+    ResourceType,
+)
 from ember.security.certificates import CertificateAuthority
 from ember.security.client import ClientSecurity
 

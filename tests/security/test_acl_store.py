@@ -10,11 +10,20 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from ember.zk.zk_session import ZkSession
 from ember.security.authorizer.authorizer import Authorizer
-from ember.security.authorizer.model import (AccessControlEntry, AclBinding, AclBindingFilter, Operation,
-                                             PatternType, Permission, Resource, ResourcePattern, ResourceType)
+from ember.security.authorizer.model import (
+    AccessControlEntry,
+    AclBinding,
+    AclBindingFilter,
+    Operation,
+    PatternType,
+    Permission,
+    Resource,
+    ResourcePattern,
+    ResourceType,
+)
 from ember.security.authorizer.store import AclStore
+from ember.zk.zk_session import ZkSession
 
 pytestmark = pytest.mark.integration
 

@@ -12,11 +12,11 @@ import pytest
 from kazoo.exceptions import ConnectionLoss, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
-from ember.zk import zk_paths
 from ember.errors import RequestTimedOut, SaslAuthenticationFailed
 from ember.security.sasl import credential_store, server
 from ember.security.sasl.credential_store import CredentialStore, _encode
 from ember.security.sasl.scram import SCRAM_SHA_512, ScramCredential
+from ember.zk import zk_paths
 
 
 class _Answer:

@@ -14,19 +14,19 @@ from typing import Iterator
 
 import pytest
 
-from ember.net.connection import Connection
-from ember.launcher.zookeeper_server import free_port
 from ember.errors import BrokerNotAvailable, SslAuthenticationFailed
-from ember.wire.reply import FileRegion, Reply
+from ember.launcher.zookeeper_server import free_port
+from ember.net.connection import Connection
 from ember.net.server import BrokerServer
-from ember.wire.api_keys import ApiKey
-from ember.wire.frame import Request
 from ember.security.certificates import LOCAL_HOSTS, CertificateAuthority
 from ember.security.client import ClientSecurity
 from ember.security.listener import ListenerSecurity
 from ember.security.protocol import SecurityProtocol
 from ember.security.session import ANONYMOUS, current_session
 from ember.security.tls import TlsSettings
+from ember.wire.api_keys import ApiKey
+from ember.wire.frame import Request
+from ember.wire.reply import FileRegion, Reply
 
 BOUND_S = 15.0
 LARGE = 6 * 1024 * 1024 + 12345   # several MB, not a multiple of the server's chunk size

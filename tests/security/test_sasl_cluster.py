@@ -3,7 +3,8 @@
 listener only. Clients that authenticate work (ember's and confluent-kafka, replication between
 brokers authenticated as User:broker); every other client is refused with a clear, typed error:
 no credentials, a wrong password, an unknown user (shown the same salt by every broker, as a
-real user is), a removed user (on every broker, within seconds), PLAIN where it is not enabled, a client that stalls mid-authentication. An old Kafka
+real user is), a removed user (on every broker, within seconds), PLAIN where it is not enabled, a client that
+stalls mid-authentication. An old Kafka
 client's SaslHandshake v0 (bare SASL tokens) authenticates too. Users added with
 ``ember users`` or Kafka's ``kafka-configs`` authenticate at once, and ACLs (on, as in ``cluster up
 --secure``: admin and broker are super users) see them as ``User:<name>``; no password reaches a
@@ -29,16 +30,16 @@ from kafka_wire import KafkaWire
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.sasl_handshake.v0.request import SaslHandshakeRequest
 from sasl_helpers import create, grant, kafka_config, login, tls_context
-from spark_logs import spark_log_file
 
 from ember.client import Admin, Consumer, Producer, TopicPartition
-from ember.net.connection import Connection
-from ember.launcher.local import LocalCluster
 from ember.errors import SaslAuthenticationFailed, TopicAuthorizationFailed, UnsupportedSaslMechanism
-from ember.wire.frame import FRAME_LENGTH, encode_request
-from ember.wire.api_keys import ApiKey
+from ember.launcher.local import LocalCluster
+from ember.net.connection import Connection
 from ember.security.authorizer.model import Operation
 from ember.security.client import ClientSecurity
+from ember.wire.api_keys import ApiKey
+from ember.wire.frame import FRAME_LENGTH, encode_request
+from spark_logs import spark_log_file
 
 pytestmark = pytest.mark.integration
 

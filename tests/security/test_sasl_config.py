@@ -11,11 +11,10 @@ from ember.errors import InvalidConfig, UnacceptableCredential
 from ember.ingest.broker_config import BrokerConfig
 from ember.ingest.listeners import ListenerConfig
 from ember.security.client import ClientSecurity, options_from_properties
-from ember.security.sasl.jaas import login_config, parse_jaas
 from ember.security.protocol import SecurityProtocol
 from ember.security.sasl.config import inter_broker_login
-from ember.security.sasl.scram import (ScramCredential, credential_from_salted, make_credential, password_matches,
-                                  salted_password)
+from ember.security.sasl.jaas import login_config, parse_jaas
+from ember.security.sasl.scram import ScramCredential, credential_from_salted, make_credential, password_matches, salted_password
 
 SECRET = "s3cret \"quoted\" ;pass"
 LISTEN = ("127.0.0.1", 9092)

@@ -25,11 +25,11 @@ from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 from sasl_helpers import create, grant, kafka_config, login, tls_context
 
 from ember.client import Admin, Consumer, Producer, TopicPartition
-from ember.launcher.local import LocalCluster
 from ember.errors import ErrorCode, SaslAuthenticationFailed
-from ember.wire.frame import FRAME_LENGTH, Response, decode_response, encode_request
-from ember.wire.api_keys import ApiKey
+from ember.launcher.local import LocalCluster
 from ember.security.authorizer.model import Operation
+from ember.wire.api_keys import ApiKey
+from ember.wire.frame import FRAME_LENGTH, Response, decode_response, encode_request
 
 pytestmark = pytest.mark.integration
 

@@ -21,9 +21,9 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 from kafka_helpers import WAIT_S, run_tool
 
 from ember.client import Admin, Consumer, Producer, TopicPartition
+from ember.errors import SslAuthenticationFailed
 from ember.launcher.cluster_tls import ClusterTls
 from ember.launcher.local import LocalCluster
-from ember.errors import SslAuthenticationFailed
 from ember.security.certificates import LOCAL_HOSTS, CertificateAuthority
 
 pytestmark = pytest.mark.integration

@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from spark_helpers import create_topic, expected, produce, rows
 
 pytestmark = pytest.mark.spark

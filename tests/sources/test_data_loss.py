@@ -5,9 +5,9 @@ import json
 import time
 
 import pytest
+from spark_helpers import create_topic, produce, rows
 
 from ember.client import Consumer, TopicPartition
-from spark_helpers import create_topic, produce, rows
 
 pytestmark = pytest.mark.spark
 

@@ -1,9 +1,9 @@
 """Unit tests of the source's pure parts: options, checkpoint offsets, planning, Arrow conversion."""
 from __future__ import annotations
 
+import pyarrow as pa
 import pytest
 
-import pyarrow as pa
 from ember.errors import EmberError
 from ember.sources.offsets import offsets_from_json, offsets_to_json
 from ember.sources.options import OptionError, reader_options

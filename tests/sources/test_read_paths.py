@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Optional
 
 import pytest
+from spark_helpers import create_topic, produce
 
 from ember.errors import EmberError, KafkaTimeoutError
 from ember.log import Log, LogConfig, checkpoint
@@ -15,7 +16,6 @@ from ember.sources.fetch import DirectReadError, FetchTimeout, read_range
 from ember.sources.options import reader_options
 from ember.sources.planning import OffsetRange
 from ember.sources.schema import arrow_schema
-from spark_helpers import create_topic, produce
 
 TOPIC = "direct"
 NO_BROKER = "127.0.0.1:1"  # the direct path must never need it

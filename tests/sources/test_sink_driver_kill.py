@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from spark_helpers import create_topic, produce
 from test_sink_exactly_once import stored_partitions
 

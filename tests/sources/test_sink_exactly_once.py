@@ -16,14 +16,14 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, StructField, StructType
+from spark_helpers import create_topic, produce
 
 from ember.client import Consumer, TopicPartition
-from ember.errors import OutOfOrderSequenceNumber
 from ember.client.partitioner import partition_for_key
+from ember.errors import OutOfOrderSequenceNumber
 from ember.sources import writer
 from ember.sources.options import OptionError, WriterOptions, writer_options
 from ember.sources.writer import EmberStreamWriter, ExactlyOnceWrite, TaskIdentity
-from spark_helpers import create_topic, produce
 
 IDENTITY = TaskIdentity("query-under-test", batch_id=7, partition_id=1)
 SMALL_REQUESTS = 4096   # ~40 rows of task_input() per batch: many batches (and producer ids) per partition

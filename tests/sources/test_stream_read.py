@@ -4,9 +4,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from spark_helpers import create_topic, expected, produce, rows
 
 from ember.sources.progress import offsets_behind_latest
-from spark_helpers import create_topic, expected, produce, rows
 
 pytestmark = pytest.mark.spark
 

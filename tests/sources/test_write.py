@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import pytest
 from pyspark.sql import functions as F
-
 from spark_helpers import create_topic, expected, produce, rows
 
 pytestmark = pytest.mark.spark

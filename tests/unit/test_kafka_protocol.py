@@ -9,11 +9,11 @@ import pytest
 
 from ember.errors import ErrorCode, InvalidConfig
 from ember.ingest.listeners import ListenerConfig
-from ember.wire.api_keys import ApiKey
 from ember.protocol.kafka.codec import KafkaRequest, build, error_codes, request_class, response_class
 from ember.protocol.kafka.handlers_acls import AclHandlers
 from ember.protocol.kafka.listener import kafka_dispatcher
 from ember.security.authorizer.access import ALLOW_ALL
+from ember.wire.api_keys import ApiKey
 
 
 def test_listen_is_the_ember_listener_and_advertised_listeners_override_by_name():

@@ -26,7 +26,8 @@ def test_response_round_trip():
     assert bytes(response.payload) == b"xyz"
 
 
-@pytest.mark.parametrize("garbage", [b"", b"\x00\x01", b"\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x09{", b"\x00" * 12 + b"[1]"])
+@pytest.mark.parametrize("garbage", [b"", b"\x00\x01", b"\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x09{",
+                                     b"\x00" * 12 + b"[1]"])
 def test_garbage_requests_raise_invalid_request(garbage):
     with pytest.raises(InvalidRequest):
         p.decode_request(garbage)

@@ -6,13 +6,13 @@ filter has the same fields, each optional (absent: any; ``pattern_type`` ``MATCH
 that apply to ``resource_name``)."""
 from __future__ import annotations
 
-from ember.wire import fields
-from ember.security.authorizer.acl_fields import binding_fields, binding_from_fields, filter_from_fields
 from ember.protocol.ember.dispatcher import Handler
-from ember.wire.reply import OK, Reply, error_fields
+from ember.security.authorizer.acl_admin import AclAdmin
+from ember.security.authorizer.acl_fields import binding_fields, binding_from_fields, filter_from_fields
+from ember.wire import fields
 from ember.wire.api_keys import ApiKey
 from ember.wire.frame import Request
-from ember.security.authorizer.acl_admin import AclAdmin
+from ember.wire.reply import OK, Reply, error_fields
 
 
 class AclApis:

@@ -7,12 +7,12 @@ import asyncio
 
 from ember.cluster.metadata_cache import MetadataCache
 from ember.cluster.producer_ids import PRODUCER_EPOCH, ProducerIdAllocator
-from ember.wire import fields
+from ember.ingest.topic_changes import DEFAULT_TIMEOUT_MS, TopicChanges
 from ember.protocol.ember.dispatcher import Handler
+from ember.wire import fields
 from ember.wire.api_keys import ApiKey
 from ember.wire.frame import Request
 from ember.wire.reply import OK, Reply, error_fields
-from ember.ingest.topic_changes import DEFAULT_TIMEOUT_MS, TopicChanges
 
 
 class AdminApis:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ember.wire import fields
-from ember.protocol.ember.dispatcher import Handler
 from ember.ingest.metadata_view import MetadataView, PartitionView
+from ember.protocol.ember.dispatcher import Handler
+from ember.wire import fields
 from ember.wire.api_keys import ApiKey
 from ember.wire.frame import Request
 from ember.wire.reply import OK, Reply, error_fields

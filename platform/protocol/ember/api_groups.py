@@ -8,13 +8,13 @@ from typing import Any, Iterable
 
 from ember.errors import InvalidRequest
 from ember.groups.coordinator import Group, GroupCoordinator, MemberIdRequired
-from ember.wire import fields
-from ember.wire.types import TopicPartition
-from ember.protocol.ember.dispatcher import Handler
 from ember.net.server import client_host
+from ember.protocol.ember.dispatcher import Handler
+from ember.wire import fields
 from ember.wire.api_keys import ApiKey
 from ember.wire.frame import Request
 from ember.wire.reply import OK, Reply, error_fields
+from ember.wire.types import TopicPartition
 
 
 def _tps(partitions: Iterable[TopicPartition]) -> list[dict[str, Any]]:

@@ -11,13 +11,13 @@ from typing import Any
 
 from ember.cluster.controller import PREFERRED, UNCLEAN, Controller
 from ember.errors import InvalidRequest
-from ember.wire import fields
 from ember.protocol.ember.dispatcher import Handler
+from ember.security.authorizer.access import ALLOW_ALL, Access
+from ember.security.authorizer.model import Operation
+from ember.wire import fields
 from ember.wire.api_keys import ApiKey
 from ember.wire.frame import Request
 from ember.wire.reply import OK, Reply, error_fields
-from ember.security.authorizer.access import ALLOW_ALL, Access
-from ember.security.authorizer.model import Operation
 
 
 class LeadershipApis:

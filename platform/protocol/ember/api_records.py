@@ -7,17 +7,17 @@ from __future__ import annotations
 from typing import Any
 
 from ember.errors import OffsetOutOfRange
-from ember.wire import fields
-from ember.protocol.ember.dispatcher import Handler
-from ember.protocol.ember.leader_fields import answer_fields, leader_queries
 from ember.ingest.fetch import FetchResult, FetchTarget, fetch_at_leaders
 from ember.ingest.partition import CONSUMER_REPLICA_ID, Partition
-from ember.ingest.produce import ProduceEntry, Produced, append_at_leaders
+from ember.ingest.produce import Produced, ProduceEntry, append_at_leaders
+from ember.ingest.replica_manager import ReplicaManager
+from ember.protocol.ember.dispatcher import Handler
+from ember.protocol.ember.leader_fields import answer_fields, leader_queries
+from ember.security.authorizer.model import Operation
+from ember.wire import fields
 from ember.wire.api_keys import ApiKey
 from ember.wire.frame import Request, split_payload
 from ember.wire.reply import OK, CloseConnection, FileRegion, Reply, error_fields
-from ember.ingest.replica_manager import ReplicaManager
-from ember.security.authorizer.model import Operation
 
 DEFAULT_PRODUCE_TIMEOUT_MS = 30000
 DEFAULT_FETCH_MAX_BYTES = 50 * 1024 * 1024

@@ -5,15 +5,15 @@ the smaller of the answer and its own end of that epoch (see ``ember.ingest.repl
 """
 from __future__ import annotations
 
-from ember.wire import fields
+from ember.ingest.partition import CONSUMER_REPLICA_ID, Partition
+from ember.ingest.replica_manager import ReplicaManager
 from ember.protocol.ember.dispatcher import Handler
 from ember.protocol.ember.leader_fields import answer_fields, leader_queries
+from ember.security.authorizer.model import Operation
+from ember.wire import fields
 from ember.wire.api_keys import ApiKey
 from ember.wire.frame import Request
-from ember.ingest.partition import CONSUMER_REPLICA_ID, Partition
 from ember.wire.reply import OK, Reply
-from ember.ingest.replica_manager import ReplicaManager
-from ember.security.authorizer.model import Operation
 
 
 class ReplicationApis:

@@ -19,16 +19,16 @@ import binascii
 from typing import Awaitable, Callable
 
 from ember.errors import EmberError, IllegalSaslState, InvalidRequest, SaslAuthenticationFailed
-from ember.wire import fields
 from ember.protocol.ember.dispatcher import Handler
-from ember.wire.reply import OK, Reply, error_fields
-from ember.wire.api_keys import ApiKey
-from ember.wire.frame import Request
 from ember.security.authorizer.access import Access
 from ember.security.authorizer.model import Operation
-from ember.security.sasl.server import SaslServer
 from ember.security.sasl.scram_admin import ScramAdmin, Upsertion
+from ember.security.sasl.server import SaslServer
 from ember.security.session import current_session
+from ember.wire import fields
+from ember.wire.api_keys import ApiKey
+from ember.wire.frame import Request
+from ember.wire.reply import OK, Reply, error_fields
 
 
 async def authenticate(request: Request, sasl: SaslServer,

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ember.wire.api_keys import ApiKey
-from ember.wire.reply import OK
 from ember.protocol.kafka.codec import KafkaRequest, build, response_class
 from ember.protocol.kafka.dispatcher import Api
+from ember.wire.api_keys import ApiKey
+from ember.wire.reply import OK
 
 Supported = Callable[[], list[tuple[int, int, int]]]
 

@@ -20,8 +20,8 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 from kio.static.protocol import Entity
 
-from ember.wire.types import TopicPartition
 from ember.errors import InvalidRequest
+from ember.wire.types import TopicPartition
 
 #: The protocol type of consumer groups (Kafka's ``ConsumerProtocol.PROTOCOL_TYPE``).
 CONSUMER = "consumer"

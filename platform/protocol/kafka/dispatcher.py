@@ -15,10 +15,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping
 
 from ember.errors import ErrorCode
+from ember.protocol.kafka.codec import (
+    KafkaRequest,
+    build,
+    encode_error_only,
+    encode_response,
+    error_codes,
+    frame_v0,
+    response_class,
+)
 from ember.wire.api_keys import ApiKey
 from ember.wire.reply import CloseConnection
-from ember.protocol.kafka.codec import (KafkaRequest, build, encode_error_only, encode_response, error_codes, frame_v0,
-                                        response_class)
 
 if TYPE_CHECKING:
     from ember.metrics.requests import RequestObserver

@@ -7,13 +7,21 @@ from typing import Any, Optional
 
 from ember.errors import InvalidRequest
 from ember.ingest.core import BrokerCore
-from ember.wire.reply import OK, error_fields
-from ember.wire.api_keys import ApiKey
 from ember.protocol.kafka.codec import KafkaRequest, build, response_class
 from ember.protocol.kafka.dispatcher import Api
 from ember.security.authorizer.acl_admin import AclAdmin
-from ember.security.authorizer.model import (AccessControlEntry, AclBinding, AclBindingFilter, Operation,
-                                             PatternType, Permission, ResourcePattern, ResourceType)
+from ember.security.authorizer.model import (
+    AccessControlEntry,
+    AclBinding,
+    AclBindingFilter,
+    Operation,
+    PatternType,
+    Permission,
+    ResourcePattern,
+    ResourceType,
+)
+from ember.wire.api_keys import ApiKey
+from ember.wire.reply import OK, error_fields
 
 
 def _filter(item: Any) -> AclBindingFilter:

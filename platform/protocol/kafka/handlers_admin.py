@@ -10,13 +10,13 @@ from typing import Any
 from ember.cluster.producer_ids import PRODUCER_EPOCH
 from ember.errors import InvalidRequest
 from ember.ingest.core import BrokerCore
-from ember.wire.api_keys import ApiKey
-from ember.wire.reply import OK, error_fields
 from ember.protocol.kafka.codec import KafkaRequest, build, millis, response_class
 from ember.protocol.kafka.dispatcher import Api
 from ember.protocol.kafka.handlers_configs import kafka_config
 from ember.protocol.kafka.names import ZERO_UUID, TopicNames
 from ember.security.authorizer.model import Operation, Resource, ResourceType
+from ember.wire.api_keys import ApiKey
+from ember.wire.reply import OK, error_fields
 
 
 class AdminHandlers:

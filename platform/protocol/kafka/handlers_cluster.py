@@ -12,12 +12,12 @@ from ember.cluster.records import BrokerInfo
 from ember.errors import InvalidRequest, UnsupportedEndpointType
 from ember.ingest.core import BrokerCore
 from ember.ingest.metadata_view import PartitionView
-from ember.wire.api_keys import ApiKey
-from ember.wire.reply import OK, error_fields
 from ember.protocol.kafka.codec import KafkaRequest, build, response_class
 from ember.protocol.kafka.dispatcher import Api
-from ember.security.authorizer.model import Operation
 from ember.protocol.kafka.names import ZERO_UUID, TopicNames
+from ember.security.authorizer.model import Operation
+from ember.wire.api_keys import ApiKey
+from ember.wire.reply import OK, error_fields
 
 #: Kafka's "authorized operations not requested" value
 NO_OPERATIONS = -(1 << 31)

@@ -16,11 +16,11 @@ from ember.errors import InvalidConfig, InvalidRequest
 from ember.ingest.core import BrokerCore
 from ember.ingest.topic_changes import DEFAULT_TIMEOUT_MS
 from ember.log.config import TOPIC_CONFIGS
-from ember.wire.reply import OK, error_fields
-from ember.wire.api_keys import ApiKey
 from ember.protocol.kafka.codec import KafkaRequest, build, response_class
 from ember.protocol.kafka.dispatcher import Api
 from ember.security.authorizer.model import Operation
+from ember.wire.api_keys import ApiKey
+from ember.wire.reply import OK, error_fields
 
 #: Kafka's ConfigResource types
 TOPIC, BROKER = 2, 4

@@ -12,15 +12,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from ember.wire.types import TopicPartition
 from ember.errors import GroupIdNotFound, UnknownTopicOrPartition
 from ember.groups.coordinator import STABLE, Group, Member
 from ember.ingest.core import BrokerCore
-from ember.wire.reply import OK, error_fields
-from ember.wire.api_keys import ApiKey
 from ember.protocol.kafka import consumer_protocol
 from ember.protocol.kafka.codec import KafkaRequest, build, response_class
 from ember.protocol.kafka.dispatcher import Api
+from ember.wire.api_keys import ApiKey
+from ember.wire.reply import OK, error_fields
+from ember.wire.types import TopicPartition
 
 DEAD = "Dead"
 CLASSIC = "classic"

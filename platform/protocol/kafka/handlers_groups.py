@@ -16,17 +16,17 @@ from __future__ import annotations
 from typing import Any
 
 from ember.errors import CoordinatorNotAvailable, InvalidRequest, MemberIdRequired
-from ember.wire.types import TopicPartition
 from ember.ingest.core import BrokerCore
 from ember.net.server import client_host
-from ember.wire.api_keys import ApiKey
-from ember.wire.reply import OK, error_fields
 from ember.protocol.kafka.codec import KafkaRequest, build, millis, response_class
 from ember.protocol.kafka.consumer_protocol import CONSUMER, assigned_partitions, subscribed_topics
 from ember.protocol.kafka.dispatcher import Api
 from ember.protocol.kafka.names import TopicNames
 from ember.security.authorizer.access import refusal
 from ember.security.authorizer.model import Operation, Resource, ResourceType
+from ember.wire.api_keys import ApiKey
+from ember.wire.reply import OK, error_fields
+from ember.wire.types import TopicPartition
 
 GROUP_KEY = 0
 NO_OFFSET = -1

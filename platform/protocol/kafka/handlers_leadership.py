@@ -13,11 +13,11 @@ from typing import Any, Callable, TypeVar
 from ember.cluster.controller import PREFERRED, UNCLEAN
 from ember.errors import ElectionNotNeeded, EmberError, InvalidRequest
 from ember.ingest.core import BrokerCore
-from ember.wire.reply import OK, error_fields
-from ember.wire.api_keys import ApiKey
 from ember.protocol.kafka.codec import KafkaRequest, build, response_class
 from ember.protocol.kafka.dispatcher import Api
 from ember.security.authorizer.model import Operation
+from ember.wire.api_keys import ApiKey
+from ember.wire.reply import OK, error_fields
 
 T = TypeVar("T")
 

@@ -13,17 +13,17 @@ from ember.errors import ErrorCode, FetchSessionIdNotFound, InvalidRecord, Inval
 from ember.ingest.core import BrokerCore
 from ember.ingest.fetch import FetchResult, FetchTarget, fetch_at_leaders
 from ember.ingest.partition import CONSUMER_REPLICA_ID, LATEST_TIERED_TIMESTAMP, Partition
-from ember.ingest.produce import ProduceEntry, Produced, append_at_leaders
+from ember.ingest.produce import Produced, ProduceEntry, append_at_leaders
 from ember.ingest.replica_manager import LeaderAnswer, LeaderQuery
-from ember.wire.api_keys import ApiKey
-from ember.wire.reply import OK, CloseConnection, error_fields
+from ember.log import FetchSlice
 from ember.protocol.kafka.codec import KafkaRequest, build, millis, response_class
 from ember.protocol.kafka.dispatcher import Api
 from ember.protocol.kafka.names import ZERO_UUID, TopicNames
 from ember.protocol.kafka.records import split_batches, to_ember_batch, to_kafka_batch
-from ember.log import FetchSlice
 from ember.record.batch import iter_batches
 from ember.security.authorizer.model import Operation
+from ember.wire.api_keys import ApiKey
+from ember.wire.reply import OK, CloseConnection, error_fields
 
 #: Produce v0-2 (magic 0/1 message sets) are advertised, as Kafka 4 does because librdkafka before
 #: 2.11.1 turns compression off when Produce starts at v3, and rejected per request.

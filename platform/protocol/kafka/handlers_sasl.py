@@ -20,13 +20,13 @@ from typing import Any, Awaitable, Callable
 
 from ember.errors import EmberError, ErrorCode
 from ember.ingest.core import BrokerCore
-from ember.wire.reply import CloseConnection, error_fields
-from ember.wire.api_keys import ApiKey
 from ember.protocol.kafka.codec import FRAME_LENGTH, KafkaRequest, build, encode_response, response_class
 from ember.protocol.kafka.dispatcher import Api
 from ember.security.authorizer.model import Operation
-from ember.security.sasl.server import RawSaslToken, SaslServer
 from ember.security.sasl.scram_admin import Upsertion
+from ember.security.sasl.server import RawSaslToken, SaslServer
+from ember.wire.api_keys import ApiKey
+from ember.wire.reply import CloseConnection, error_fields
 
 #: Kafka's DescribeClientQuotas (ember's protocol has no such API).
 DESCRIBE_CLIENT_QUOTAS = 48

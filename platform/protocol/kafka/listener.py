@@ -17,12 +17,13 @@ from ember.protocol.kafka.dispatcher import KafkaDispatcher
 from ember.protocol.kafka.handlers_acls import AclHandlers
 from ember.protocol.kafka.handlers_admin import AdminHandlers
 from ember.protocol.kafka.handlers_cluster import ClusterHandlers
-from ember.protocol.kafka.handlers_group_admin import GroupAdminHandlers
 from ember.protocol.kafka.handlers_configs import ConfigHandlers
+from ember.protocol.kafka.handlers_group_admin import GroupAdminHandlers
 from ember.protocol.kafka.handlers_groups import GroupHandlers
 from ember.protocol.kafka.handlers_leadership import LeadershipHandlers
 from ember.protocol.kafka.handlers_records import RecordHandlers
-from ember.protocol.kafka.handlers_sasl import ScramCredentialHandlers, SaslHandlers, authenticate as authenticate_kafka
+from ember.protocol.kafka.handlers_sasl import SaslHandlers, ScramCredentialHandlers
+from ember.protocol.kafka.handlers_sasl import authenticate as authenticate_kafka
 from ember.security.listener import ListenerSecurity
 
 if TYPE_CHECKING:

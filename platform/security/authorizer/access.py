@@ -14,8 +14,13 @@ import shlex
 import time
 from typing import Optional
 
-from ember.errors import (ClusterAuthorizationFailed, EmberError, GroupAuthorizationFailed,
-                          TopicAuthorizationFailed, TransactionalIdAuthorizationFailed)
+from ember.errors import (
+    ClusterAuthorizationFailed,
+    EmberError,
+    GroupAuthorizationFailed,
+    TopicAuthorizationFailed,
+    TransactionalIdAuthorizationFailed,
+)
 from ember.security.authorizer.authorizer import Authorizer
 from ember.security.authorizer.model import CLUSTER, Operation, Resource, ResourceType
 from ember.security.session import current_session

@@ -5,9 +5,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from ember.security.authorizer.model import (
+    AccessControlEntry,
+    AclBinding,
+    AclBindingFilter,
+    Operation,
+    PatternType,
+    Permission,
+    ResourcePattern,
+    ResourceType,
+)
 from ember.wire import fields
-from ember.security.authorizer.model import (AccessControlEntry, AclBinding, AclBindingFilter, Operation,
-                                             PatternType, Permission, ResourcePattern, ResourceType)
 
 
 def binding_fields(binding: AclBinding) -> dict[str, Any]:

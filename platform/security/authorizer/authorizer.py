@@ -12,8 +12,16 @@ from __future__ import annotations
 from typing import Iterable
 
 from ember.errors import InvalidConfig
-from ember.security.authorizer.model import (IMPLIED_BY, WILDCARD, WILDCARD_PRINCIPAL, AclBinding,
-                                             Operation, Permission, Resource, ResourceType)
+from ember.security.authorizer.model import (
+    IMPLIED_BY,
+    WILDCARD,
+    WILDCARD_PRINCIPAL,
+    AclBinding,
+    Operation,
+    Permission,
+    Resource,
+    ResourceType,
+)
 
 #: Values of ``authorizer.class.name`` that turn ember's ZooKeeper-backed authorizer on: its own
 #: name and Kafka's two (ZooKeeper's AclAuthorizer, KRaft's StandardAuthorizer), so a Kafka

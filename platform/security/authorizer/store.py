@@ -25,10 +25,16 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
-from ember.zk.zk_session import ZkSession
 from ember.errors import EmberError, RequestTimedOut
-from ember.security.authorizer.model import (AccessControlEntry, AclBinding, AclBindingFilter, PatternType,
-                                             ResourcePattern, ResourceType)
+from ember.security.authorizer.model import (
+    AccessControlEntry,
+    AclBinding,
+    AclBindingFilter,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+)
+from ember.zk.zk_session import ZkSession
 
 log = logging.getLogger(__name__)
 
@@ -174,11 +180,13 @@ class AclStore:
             if time.monotonic() > deadline:
                 raise RequestTimedOut(f"removing ACLs took over {REMOVE_BOUND_S:.0f}s: {len(removed)} removed from "
                                       f"{done} of {len(patterns)} resources; retry to remove the rest")
-            def drop(current: frozenset[AccessControlEntry], pattern: ResourcePattern = pattern) -> frozenset:
+            dropped: list[AclBinding] = []
+
+            def drop(current: frozenset[AccessControlEntry], pattern: ResourcePattern = pattern,
+                     dropped: list[AclBinding] = dropped) -> frozenset:
                 gone = {e for e in current if acl_filter.matches(AclBinding(pattern, e))}
                 dropped[:] = [AclBinding(pattern, e) for e in gone]
                 return current - gone
-            dropped: list[AclBinding] = []
             self._update(pattern, drop)
             removed += dropped
         self.wait_cached(lambda: not any(b.entry in self._nodes.get(b.pattern, ()) for b in removed), ZK_TIMEOUT_S)

@@ -12,9 +12,9 @@ import re
 from typing import Any
 
 from ember.errors import InvalidConfig
-from ember.wire.config_def import ConfigDef
 from ember.security.sasl.jaas import JaasLogin, parse_jaas
 from ember.security.sasl.scram import SCRAM_SHA_256, SCRAM_SHA_512, check_mechanism, parse_mechanisms
+from ember.wire.config_def import ConfigDef
 
 DEFAULT_MECHANISMS = f"{SCRAM_SHA_512},{SCRAM_SHA_256}"
 

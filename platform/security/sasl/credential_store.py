@@ -20,10 +20,10 @@ from typing import Any, Callable, Iterable, Mapping, Optional
 from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError, NotEmptyError
 from kazoo.handlers.threading import KazooTimeoutError
 
-from ember.zk import zk_paths
-from ember.zk.zk_session import ZkSession
 from ember.errors import RequestTimedOut
 from ember.security.sasl.scram import SCRAM_MECHANISMS, ScramCredential
+from ember.zk import zk_paths
+from ember.zk.zk_session import ZkSession
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional
 
-from ember.errors import EmberError, ErrorCode, ResourceNotFound, UnacceptableCredential, UnsupportedSaslMechanism
+from ember.errors import EmberError, ResourceNotFound, UnacceptableCredential, UnsupportedSaslMechanism
 from ember.security.sasl.credential_store import CredentialStore
 from ember.security.sasl.scram import MECHANISM_TYPES, ScramCredential, credential_from_salted
 
