@@ -2,6 +2,7 @@ import pytest
 
 from ember.errors import InvalidRequest, MessageTooLarge
 from ember.wire import frame as p
+from ember.wire.api_keys import ApiKey
 
 
 def _frame(buffers):
@@ -12,7 +13,7 @@ def _frame(buffers):
 
 
 def test_request_round_trip_keeps_payload_bytes():
-    frame = _frame(p.encode_request(p.ApiKey.PRODUCE, 0, 42, {"acks": 1}, [b"abc", b"de"]))
+    frame = _frame(p.encode_request(ApiKey.PRODUCE, 0, 42, {"acks": 1}, [b"abc", b"de"]))
     request = p.decode_request(frame)
     assert (request.api_key, request.api_version, request.correlation_id) == (0, 0, 42)
     assert request.body == {"acks": 1}
