@@ -1,9 +1,11 @@
 # ember — the two commands in the README.
 #   make demo   set up, then run the main job (see README)
-#   make test   set up, then run the whole test suite
+#   make test   set up, then the checks of `make lint`, then the whole test suite
+#   make lint   the layering contracts (import-linter), lint and import order (ruff), types (mypy)
 PYTHON := .venv/bin/python
+VENV_BIN := .venv/bin
 
-.PHONY: setup demo test bench
+.PHONY: setup demo lint test bench
 
 setup:
 	@bash scripts/setup.sh
@@ -11,7 +13,11 @@ setup:
 demo: setup
 	cd jobs && ../$(PYTHON) clickstream_demo.py --data ../data/demo
 
-test: setup
+lint: setup
+	$(VENV_BIN)/lint-imports
+	$(VENV_BIN)/ruff check platform tests jobs bench
+
+test: lint
 	$(PYTHON) -m pytest -q -p no:cacheprovider
 
 bench: setup

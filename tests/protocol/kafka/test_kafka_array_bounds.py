@@ -19,7 +19,7 @@ from ember.protocol.kafka.array_bounds import check_array_lengths
 from ember.protocol.kafka.codec import decode_request
 from ember.protocol.kafka.listener import kafka_dispatcher
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fuzz"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "fuzz"))
 from kafka_mutator import KafkaRequestTemplates  # noqa: E402
 from wire_mutator import FuzzTargets  # noqa: E402
 
