@@ -66,8 +66,8 @@ def security_options(args: argparse.Namespace) -> dict[str, str]:
     """The security properties of ``--command-config`` as ember source/sink options (the source takes
     Kafka's client property names), checked here so a mistake stops the job before Spark starts."""
     from ember.errors import InvalidConfig
-    from ember.ingest.broker_config import read_properties
     from ember.security.client import ClientSecurity, options_from_properties
+    from ember.wire.config_def import read_properties
 
     if not args.command_config:
         return {}

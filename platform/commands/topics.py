@@ -9,8 +9,8 @@ from pathlib import Path
 
 from ember.client import Admin, TopicPartition
 from ember.errors import ElectionNotNeeded, InvalidConfig
-from ember.ingest.broker_config import read_properties
 from ember.security.client import SecurityOptions, options_from_properties
+from ember.wire.config_def import read_properties
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 

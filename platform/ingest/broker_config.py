@@ -13,11 +13,10 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from ember.cluster.controller import ControllerConfig
-from ember.errors import InvalidConfig
 from ember.log.config import TOPIC_CONFIGS, LogConfig
 from ember.security.sasl.config import SASL_CONFIGS, listener_setting
 from ember.security.tls import SSL_CONFIGS, TlsSettings
-from ember.wire.config_def import INT32_MAX, INT64_MAX, ConfigDef
+from ember.wire.config_def import INT32_MAX, INT64_MAX, ConfigDef, read_properties
 from ember.zk.zk_session import ZooKeeperTls
 
 log = logging.getLogger(__name__)
@@ -143,26 +142,6 @@ _LISTENER_PREFIX = "listener.name."
 
 def _field(name: str) -> str:
     return name.replace(".", "_")
-
-
-def read_properties(path: Path) -> dict[str, str]:
-    """A Java-style ``.properties`` file (``key=value``, ``#``/``!`` comments, a trailing ``\\``
-    continues the value on the next line, as inline PEM certificates are written) as a dict."""
-    result: dict[str, str] = {}
-    pending = ""
-    for number, raw in enumerate(path.read_text().splitlines(), 1):
-        line = pending + raw.strip()
-        if pending == "" and (not line or line[0] in "#!"):
-            continue
-        if line.endswith("\\") and not line.endswith("\\\\"):
-            pending = line[:-1]
-            continue
-        pending = ""
-        sep = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
-        if sep < 0:
-            raise InvalidConfig(f"{path}:{number}: expected key=value, got {raw!r}")
-        result[line[:sep].strip()] = line[sep + 1:].strip()
-    return result
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Awaitable, Callable, Iterable
 
 from ember.errors import EmberError
-from ember.ingest.broker_config import read_properties
 from ember.log.config import LogConfig
+from ember.log.data_dir import read_meta, write_meta
 
 if TYPE_CHECKING:
     from ember.ingest.partition import Partition
@@ -32,7 +32,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-META_FILE = "meta.properties"
 LOCK_FILE = ".lock"
 PARTITION_METADATA = "partition.metadata"
 IO_THREADS = 4
@@ -75,9 +74,8 @@ class LogManager:
 
     def claim(self, cluster_id: str) -> None:
         """Bind the directory to this broker and cluster, or refuse a directory of another."""
-        path = self.data_dir / META_FILE
-        if path.exists():
-            meta = read_properties(path)
+        meta = read_meta(self.data_dir)
+        if meta is not None:
             if meta.get("broker.id") != str(self.broker_id):
                 raise DataDirUnusable(f"{self.data_dir} belongs to broker {meta.get('broker.id')}, "
                                       f"not {self.broker_id}")
@@ -86,9 +84,7 @@ class LogManager:
                     f"{self.data_dir} belongs to cluster {meta.get('cluster.id')} but ZooKeeper "
                     f"holds cluster {cluster_id}; point --zookeeper at the right ensemble")
             return
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(f"broker.id={self.broker_id}\ncluster.id={cluster_id}\n")
-        tmp.replace(path)
+        write_meta(self.data_dir, self.broker_id, cluster_id)
 
     def close(self) -> None:
         self.io_pool.shutdown(wait=True)

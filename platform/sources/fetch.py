@@ -12,20 +12,20 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Generator, Iterator, Optional
+from typing import Generator, Iterator
 
 import pyarrow as pa
 
 from ember.client import Consumer, TopicPartition
 from ember.errors import CorruptRecord, CorruptSegment, EmberError, ErrorCode, KafkaTimeoutError, OffsetOutOfRange
 from ember.log import checkpoint
+from ember.log.data_dir import META_FILE, broker_id_of
 from ember.log.reader import read_offset_range
 from ember.log.recovery import segment_bases
 from ember.sources.options import ReaderOptions
 from ember.sources.planning import OffsetRange, check_data_loss
 from ember.sources.schema import slice_offsets, to_spark_batch
 
-BROKER_META_FILE = "meta.properties"
 FETCH_BYTES = 16 * 1024 * 1024  # per fetch: a task reads one partition, so large fetches pay off
 FLUSH_POLL_S = 0.2  # readPath=direct: how often to look again for a copy's broker to flush the rest
 # what a damaged or vanishing copy raises: try the next copy (or the brokers) instead
@@ -145,22 +145,10 @@ def find_copies(root: Path, topic: str, partition: int, replicas: tuple[int, ...
     candidates = [d for d in [root / name, *sorted(root.glob(f"*/{name}"))] if d.is_dir()]
     owners = {d: broker_id_of(d.parent) for d in candidates}
     copies = [d for broker in replicas for d in candidates if owners[d] == broker]
-    problems = [f"{d} not read: its owner is unknown (no {BROKER_META_FILE} with broker.id, no broker-<id> name)"
+    problems = [f"{d} not read: its owner is unknown (no {META_FILE} with broker.id, no broker-<id> name)"
                 if owners[d] is None else f"{d} not read: broker {owners[d]} is not in the ISR"
                 for d in candidates if d not in copies]
     return copies, problems
-
-
-def broker_id_of(data_dir: Path) -> Optional[int]:
-    """The broker id a data dir belongs to, or None when it cannot tell."""
-    meta = data_dir / BROKER_META_FILE
-    if meta.is_file():
-        for line in meta.read_text().splitlines():
-            key, _, value = line.partition("=")
-            if key.strip() == "broker.id" and value.strip().isdigit():
-                return int(value)
-    prefix, _, suffix = data_dir.name.rpartition("-")
-    return int(suffix) if prefix == "broker" and suffix.isdigit() else None
 
 
 def _read_broker(task: OffsetRange, position: int, options: ReaderOptions,

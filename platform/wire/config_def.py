@@ -1,8 +1,10 @@
 """How one configuration is parsed, validated and described: Kafka's ConfigDef, shared by topic,
-broker, TLS and SASL settings and by DescribeConfigs, so a name, type or range is defined once."""
+broker, TLS and SASL settings and by DescribeConfigs, so a name, type or range is defined once; and
+the Java ``.properties`` files such settings come in (broker, client and data-dir files)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Optional
 
 from ember import errors
@@ -96,3 +98,23 @@ class ConfigDef:
                 (self.maximum is not None and value > self.maximum):
             raise self._invalid(raw)
         return value
+
+
+def read_properties(path: Path) -> dict[str, str]:
+    """A Java-style ``.properties`` file (``key=value``, ``#``/``!`` comments, a trailing ``\\``
+    continues the value on the next line, as inline PEM certificates are written) as a dict."""
+    result: dict[str, str] = {}
+    pending = ""
+    for number, raw in enumerate(path.read_text().splitlines(), 1):
+        line = pending + raw.strip()
+        if pending == "" and (not line or line[0] in "#!"):
+            continue
+        if line.endswith("\\") and not line.endswith("\\\\"):
+            pending = line[:-1]
+            continue
+        pending = ""
+        sep = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+        if sep < 0:
+            raise errors.InvalidConfig(f"{path}:{number}: expected key=value, got {raw!r}")
+        result[line[:sep].strip()] = line[sep + 1:].strip()
+    return result

@@ -9,13 +9,14 @@ import pickle
 import pytest
 
 from ember.errors import InvalidConfig
-from ember.ingest.broker_config import BrokerConfig, read_properties
+from ember.ingest.broker_config import BrokerConfig
 from ember.ingest.listeners import ListenerConfig
 from ember.security.certificates import LOCAL_HOSTS, CertificateAuthority
 from ember.security.client import ClientSecurity, options_from_properties
 from ember.security.protocol import SecurityProtocol
 from ember.security.session import certificate_principal
 from ember.sources.options import OptionError, reader_options
+from ember.wire.config_def import read_properties
 
 SECRET = "s3cret-key-password"
 LISTEN = ("127.0.0.1", 9092)
