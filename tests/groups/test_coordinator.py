@@ -13,7 +13,9 @@ from ember.errors import (
     FencedInstanceId,
     GroupSubscribedToTopic,
     IllegalGeneration,
+    InconsistentGroupProtocol,
     InvalidSessionTimeout,
+    MemberIdRequired,
     NonEmptyGroup,
     NotCoordinator,
     RebalanceInProgress,
@@ -21,7 +23,8 @@ from ember.errors import (
     UnknownTopicOrPartition,
 )
 from ember.groups import coordinator as coordinator_module
-from ember.groups.coordinator import EMPTY, PREPARING, STABLE, GroupCoordinator, MemberIdRequired
+from ember.groups.coordinator import GroupCoordinator
+from ember.groups.group import AWAITING_SYNC, EMPTY, PREPARING, STABLE
 from ember.groups.store import MetadataConflict
 from ember.wire.types import TopicPartition
 
@@ -277,7 +280,7 @@ def test_kafka_members_get_their_leaders_assignment_through_sync() -> None:
         leader, follower = (a, b) if a.member_id == a.leader else (b, a)
         assert {m for m, _, _ in leader.members} == {a.member_id, b.member_id} and follower.members == []
         assert {m: data for m, _, data in leader.members}[follower.member_id] == f"sub-{follower.member_id}".encode()
-        assert coord.groups["g"].state == coordinator_module.AWAITING_SYNC and leader.assignment == []
+        assert coord.groups["g"].state == AWAITING_SYNC and leader.assignment == []
         waiting = asyncio.ensure_future(coord.sync("g", follower.member_id, follower.generation, {}))
         await asyncio.sleep(0.1)
         assert not waiting.done()                            # the follower waits for the leader's SyncGroup
@@ -312,7 +315,7 @@ def test_ember_and_kafka_consumers_never_share_a_group() -> None:
     async def scenario() -> None:
         coord = coordinator(FakeStore())
         await kafka_join(coord)
-        with pytest.raises(coordinator_module.InconsistentGroupProtocol, match="cannot share a group"):
+        with pytest.raises(InconsistentGroupProtocol, match="cannot share a group"):
             await join(coord)
         await coord.close()
     run(scenario)

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from ember.errors import InvalidRequest
-from ember.groups.coordinator import Group, GroupCoordinator, MemberIdRequired
+from ember.errors import InvalidRequest, MemberIdRequired
+from ember.groups.coordinator import GroupCoordinator
+from ember.groups.group import Group
 from ember.net.server import client_host
 from ember.protocol.ember.dispatcher import Handler
 from ember.wire import fields

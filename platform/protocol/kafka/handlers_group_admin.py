@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ember.errors import GroupIdNotFound, UnknownTopicOrPartition
-from ember.groups.coordinator import STABLE, Group, Member
+from ember.groups.group import STABLE, Group, Member
 from ember.ingest.core import BrokerCore
 from ember.protocol.kafka import consumer_protocol
 from ember.protocol.kafka.codec import KafkaRequest, build, response_class
