@@ -1,5 +1,6 @@
 """``ember.client.Admin``: create, grow, delete, list, describe and configure topics; delete
-records; elect leaders and reassign partitions."""
+records; elect leaders and reassign partitions; ACLs and SCRAM users; and, inherited from
+:class:`ember.client.group_admin.GroupOperations`, consumer groups."""
 from __future__ import annotations
 
 import base64
@@ -8,6 +9,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Optional, TypeVar
 
+from ember.client.group_admin import GroupOperations
 from ember.client.metadata import MetadataClient, response_error
 from ember.client.offsets import EARLIEST, LATEST, at_leaders, list_offsets
 from ember.errors import BrokerNotAvailable, EmberError, NetworkError, RequestTimedOut, error_for_code
@@ -57,12 +59,14 @@ class TopicDescription:
     config: dict[str, str]   # configs set on the topic (not defaults)
 
 
-class Admin:
-    """Topic (and SCRAM user) administration against any broker of the cluster."""
+class Admin(GroupOperations):
+    """Cluster administration against any broker: topics, configs, ACLs, SCRAM users, leadership,
+    and consumer groups (list, describe, delete, reset and commit offsets: :class:`GroupOperations`)."""
 
     def __init__(self, bootstrap_servers: str | Iterable[str] = "127.0.0.1:9092", *,
                  request_timeout_ms: int = 30000, **security: Any) -> None:
         """``security``: the TLS and SASL keywords of :class:`ember.security.client.SecurityOptions`."""
+        super().__init__()
         self.request_timeout_s = request_timeout_ms / 1000
         self._metadata = MetadataClient(bootstrap_servers, request_timeout_ms=request_timeout_ms,
                                         security=ClientSecurity.from_options(security, "Admin"))
@@ -299,6 +303,8 @@ class Admin:
         return [binding_from_fields(item) for result in response.get("results", []) for item in result["acls"]]
 
     def close(self) -> None:
+        """Close every connection: the groups' coordinator connections and the brokers' pool."""
+        self._close_coordinators()
         self._metadata.close()
 
     def __enter__(self) -> "Admin":

@@ -1,20 +1,21 @@
-"""``GroupAdmin``: list, describe, delete consumer groups and reset their committed offsets.
+"""Consumer-group operations of ``ember.client.Admin``: list, describe and delete groups, reset
+and commit their offsets.
 
-Used by ``ember groups``. Describe joins three sources: the coordinator's view (state, members,
-assignment), the committed offsets (OffsetFetch) and each partition's high watermark
-(ListOffsets), so lag = high watermark - committed offset, exactly what the group has left to read.
+Used by ``ember groups`` and the Spark source. Describe joins three sources: the coordinator's view
+(state, members, assignment), the committed offsets (OffsetFetch) and each partition's high
+watermark (ListOffsets), so lag = high watermark - committed offset, exactly what the group has left
+to read.
 """
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Any, Iterable, Optional
+from typing import Iterable, Optional
 
 from ember.client.coordinator_client import CoordinatorClient
 from ember.client.metadata import MetadataClient, response_error
 from ember.client.offsets import EARLIEST, LATEST, list_offsets
 from ember.errors import EmberError, NonEmptyGroup, error_for_code
-from ember.security.client import ClientSecurity
 from ember.wire.api_keys import ApiKey
 from ember.wire.types import TopicPartition
 
@@ -55,15 +56,17 @@ class GroupListing(dict):
         self.unreachable = unreachable
 
 
-class GroupAdmin:
-    def __init__(self, bootstrap_servers: str | Iterable[str] = "127.0.0.1:9092", *,
-                 request_timeout_ms: int = 30000, **security: Any) -> None:
-        """``security``: the TLS and SASL keywords of :class:`ember.security.client.SecurityOptions`."""
-        self.request_timeout_s = request_timeout_ms / 1000
-        self._metadata = MetadataClient(bootstrap_servers, request_timeout_ms=request_timeout_ms,
-                                        security=ClientSecurity.from_options(security, "GroupAdmin"))
+class GroupOperations:
+    """The group half of :class:`ember.client.admin.Admin`, which inherits it: requests go through
+    the Admin's metadata client (its brokers, security settings and request timeout), plus one
+    coordinator client per group, kept until :meth:`_close_coordinators` (``Admin.close``)."""
+
+    _metadata: MetadataClient
+    request_timeout_s: float
+
+    def __init__(self) -> None:
         self._coordinators: dict[str, CoordinatorClient] = {}
-        self._lock = threading.Lock()
+        self._coordinators_lock = threading.Lock()
 
     def list_groups(self) -> GroupListing:
         """``{group id: state}`` over the whole cluster (each broker lists the groups it
@@ -88,7 +91,7 @@ class GroupAdmin:
         (doc,) = coordinator.request(ApiKey.DESCRIBE_GROUPS, {"groups": [group_id]})["groups"]
         if doc.get("error_code"):
             raise error_for_code(doc["error_code"], doc.get("error_message", ""))
-        committed = self._committed(coordinator, None)
+        committed = self._committed(coordinator)
         members = tuple(MemberDescription(m["member_id"], m["client_id"],
                                           tuple(TopicPartition(a["topic"], a["partition"]) for a in m["assignment"]))
                         for m in doc["members"])
@@ -115,7 +118,7 @@ class GroupAdmin:
         group has committed offsets for when empty) ``to`` "earliest", "latest", "offset" (value,
         clamped to the log) or "timestamp" (value in ms: the first record at or after it, else
         the log end)."""
-        committed = self._committed(self._coordinator(group_id), None)
+        committed = self._committed(self._coordinator(group_id))
         names = list(topics) or sorted({tp.topic for tp in committed})
         tps = []
         for name in names:
@@ -152,7 +155,7 @@ class GroupAdmin:
     def _coordinator(self, group_id: str) -> CoordinatorClient:
         """The group's coordinator client, kept (with its connection) until ``close``: a Spark
         query commits every micro-batch through the same one."""
-        with self._lock:
+        with self._coordinators_lock:
             client = self._coordinators.get(group_id)
             if client is None:
                 client = self._coordinators[group_id] = CoordinatorClient(self._metadata, group_id,
@@ -160,8 +163,9 @@ class GroupAdmin:
             return client
 
     @staticmethod
-    def _committed(coordinator: CoordinatorClient, tps: Optional[list[TopicPartition]]) -> dict[TopicPartition, int]:
-        body = coordinator.request(ApiKey.OFFSET_FETCH, {"group_id": coordinator.group_id, "partitions": tps})
+    def _committed(coordinator: CoordinatorClient) -> dict[TopicPartition, int]:
+        """Every offset the group has committed."""
+        body = coordinator.request(ApiKey.OFFSET_FETCH, {"group_id": coordinator.group_id, "partitions": None})
         return {TopicPartition(p["topic"], p["partition"]): p["offset"] for p in body["partitions"] if p["offset"] >= 0}
 
     def _offsets(self, tps: list[TopicPartition], where: int) -> dict[TopicPartition, int]:
@@ -170,18 +174,11 @@ class GroupAdmin:
         return {tp: offset for tp, (offset, _) in
                 list_offsets(self._metadata, {tp: where for tp in tps}, self.request_timeout_s).items()}
 
-    def close(self) -> None:
-        with self._lock:
+    def _close_coordinators(self) -> None:
+        with self._coordinators_lock:
             clients, self._coordinators = list(self._coordinators.values()), {}
         for client in clients:
             client.close()
-        self._metadata.close()
-
-    def __enter__(self) -> "GroupAdmin":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def _commit_standalone(coordinator: CoordinatorClient, offsets: dict[TopicPartition, int], metadata: str = "") -> None:

@@ -5,7 +5,7 @@ import argparse
 import sys
 from datetime import datetime, timezone
 
-from ember.client.group_admin import GroupAdmin
+from ember.client import Admin
 from ember.commands.topics import add_bootstrap, client_options
 
 
@@ -45,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def list_groups(args: argparse.Namespace) -> int:
-    with GroupAdmin(args.bootstrap, **client_options(args)) as admin:
+    with Admin(args.bootstrap, **client_options(args)) as admin:
         listing = admin.list_groups()
     for group_id, state in listing.items():
         print(f"{group_id}\t{state}")
@@ -56,7 +56,7 @@ def list_groups(args: argparse.Namespace) -> int:
 
 
 def describe_group(args: argparse.Namespace) -> int:
-    with GroupAdmin(args.bootstrap, **client_options(args)) as admin:
+    with Admin(args.bootstrap, **client_options(args)) as admin:
         d = admin.describe_group(args.group)
     print(f"group {d.group_id}  state {d.state}  generation {d.generation}  assignor {d.protocol or '-'}  "
           f"members {len(d.members)}")
@@ -71,7 +71,7 @@ def describe_group(args: argparse.Namespace) -> int:
 
 def reset_offsets(args: argparse.Namespace) -> int:
     to, value = _target(args)
-    with GroupAdmin(args.bootstrap, **client_options(args)) as admin:
+    with Admin(args.bootstrap, **client_options(args)) as admin:
         plan = admin.plan_reset(args.group, args.topic, to, value)
         if args.execute:
             admin.reset_offsets(args.group, {tp: new for tp, (_, new) in plan.items()})
@@ -84,7 +84,7 @@ def reset_offsets(args: argparse.Namespace) -> int:
 
 
 def delete_group(args: argparse.Namespace) -> int:
-    with GroupAdmin(args.bootstrap, **client_options(args)) as admin:
+    with Admin(args.bootstrap, **client_options(args)) as admin:
         admin.delete_group(args.group)
     print(f"deleted group {args.group}")
     return 0

@@ -1,6 +1,6 @@
 """How a client secures its connections, from kafka-python's keyword names.
 
-Producer, Consumer, Admin and GroupAdmin take ``security_protocol`` ("PLAINTEXT", "SSL",
+Producer, Consumer and Admin take ``security_protocol`` ("PLAINTEXT", "SSL",
 "SASL_PLAINTEXT" or "SASL_SSL"), ``ssl_cafile``, ``ssl_certfile``, ``ssl_keyfile``,
 ``ssl_password``, ``ssl_check_hostname`` (default True), ``ssl_context`` (a ready
 :class:`ssl.SSLContext`, used as given), ``sasl_mechanism`` (default SCRAM-SHA-512),

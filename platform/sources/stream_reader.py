@@ -19,8 +19,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxBytes, ReadMaxRows, SupportsTriggerAvailableNow
 
-from ember.client import TopicPartition
-from ember.client.group_admin import GroupAdmin
+from ember.client import Admin, TopicPartition
 from ember.errors import EmberError
 from ember.sources.fetch import read_range
 from ember.sources.metadata import ClusterView, starting_offsets
@@ -51,10 +50,10 @@ class EmberStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._cluster: Optional[ClusterView] = None
         self._available_now_end: Optional[PartitionOffsets] = None
         self._latest: Optional[PartitionOffsets] = None
-        self._group_admin: Optional[GroupAdmin] = None
+        self._admin: Optional[Admin] = None
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_cluster": None, "_group_admin": None}
+        return {**self.__dict__, "_cluster": None, "_admin": None}
 
     @property
     def cluster(self) -> ClusterView:
@@ -162,24 +161,24 @@ class EmberStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         offsets = {TopicPartition(topic, partition): offset
                    for (topic, partition), offset in offsets_from_json(end).items()}
         try:
-            self.group_admin.commit_offsets(self._options.group_id, offsets, metadata="spark")
+            self.admin.commit_offsets(self._options.group_id, offsets, metadata="spark")
         except EmberError as exc:
             log.warning("could not commit offsets of group %r (lag shown by `ember groups` may be stale): %s",
                         self._options.group_id, exc)
 
     @property
-    def group_admin(self) -> GroupAdmin:
-        if self._group_admin is None:
-            self._group_admin = GroupAdmin(bootstrap_servers=self._options.bootstrap, **self._options.security.options())
-        return self._group_admin
+    def admin(self) -> Admin:
+        if self._admin is None:
+            self._admin = Admin(bootstrap_servers=self._options.bootstrap, **self._options.security.options())
+        return self._admin
 
     def stop(self) -> None:
         if self._cluster is not None:
             self._cluster.close()
             self._cluster = None
-        if self._group_admin is not None:
-            self._group_admin.close()
-            self._group_admin = None
+        if self._admin is not None:
+            self._admin.close()
+            self._admin = None
 
     # -- data (executors) --------------------------------------------------------------------
 

@@ -216,6 +216,36 @@ def test_admin_topics(shared_cluster: LocalCluster, topic_name: str) -> None:
             admin.describe_topic(topic_name)
 
 
+def test_admin_groups(shared_cluster: LocalCluster, topic_name: str) -> None:
+    """The one Admin also lists and describes consumer groups, and ``close`` closes the group
+    coordinator's connection along with the brokers' pool."""
+    group = f"g-{topic_name}"
+    with Admin(shared_cluster.bootstrap) as admin:
+        admin.create_topic(topic_name, partitions=2, replication_factor=2)
+        with Producer(shared_cluster.bootstrap, acks="all") as producer:
+            for i in range(10):
+                producer.send(topic_name, b"%d" % i, partition=i % 2)
+        with Consumer(topic_name, bootstrap_servers=shared_cluster.bootstrap, group_id=group,
+                      auto_offset_reset="earliest", enable_auto_commit=False, client_id="admin-test") as consumer:
+            read = 0
+            deadline = time.monotonic() + 60
+            while read < 10 and time.monotonic() < deadline:
+                read += sum(len(batch) for batch in consumer.poll(200).values())
+            consumer.commit()
+            assert admin.list_groups()[group] == "Stable"
+            described = admin.describe_group(group)
+            assert (described.state, len(described.members), described.members[0].client_id) == ("Stable", 1, "admin-test")
+            assert sorted(described.members[0].assignment) == [TopicPartition(topic_name, 0), TopicPartition(topic_name, 1)]
+            assert {p.partition.partition: (p.committed, p.log_end, p.lag) for p in described.partitions} == {
+                0: (5, 5, 0), 1: (5, 5, 0)}
+        admin.commit_offsets(group, {TopicPartition(topic_name, 0): 2})      # the member has left
+        assert admin.list_groups()[group] == "Empty"
+        assert [p.lag for p in admin.describe_group(group).partitions] == [3, 0]
+        coordinator = admin._coordinator(group)
+        connections = [coordinator._pool.get(coordinator.coordinator()), *admin._metadata.pool._connections.values()]
+    assert connections and all(conn.closed for conn in connections)
+
+
 def test_broker_down_retries_then_times_out(make_cluster, topic_name: str) -> None:
     cluster = make_cluster(brokers=1)
     with Admin(cluster.bootstrap) as admin:

@@ -15,7 +15,6 @@ import pytest
 
 from ember.client import Admin, Consumer, OffsetAndMetadata, Producer, TopicPartition
 from ember.client.coordinator_client import MEMBER_ID_REQUIRED, CoordinatorClient
-from ember.client.group_admin import GroupAdmin
 from ember.client.metadata import MetadataClient
 from ember.errors import (
     BrokerNotAvailable,
@@ -201,7 +200,7 @@ def test_commit_with_a_stale_generation_is_rejected(cluster: LocalCluster, topic
         with pytest.raises(NonEmptyGroup):                                  # a member is active
             commit("", -1)
     metadata.close()
-    with GroupAdmin(cluster.bootstrap) as admin:
+    with Admin(cluster.bootstrap) as admin:
         assert {p.partition: p.committed for p in admin.describe_group("g-stale").partitions}[
             TopicPartition(topic_name, 0)] == 5
 
@@ -229,11 +228,10 @@ def test_describe_lag_is_exact_and_reset_offsets_replays(cluster: LocalCluster, 
     produce(cluster, topic_name, 0, 100)
     assert len(drain(cluster, topic_name, "g-reset", 100)) == 100
     produce(cluster, topic_name, 100, 30)
-    with GroupAdmin(cluster.bootstrap) as admin:
+    with Admin(cluster.bootstrap) as admin:
         description = admin.describe_group("g-reset")
         assert description.state == "Empty" and not description.members
-        with Admin(cluster.bootstrap) as topics:
-            hw = {p.partition: p.high_watermark for p in topics.describe_topic(topic_name).partitions}
+        hw = {p.partition: p.high_watermark for p in admin.describe_topic(topic_name).partitions}
         assert sum(hw.values()) == 130
         for p in description.partitions:
             assert p.log_end == hw[p.partition.partition]
@@ -244,7 +242,7 @@ def test_describe_lag_is_exact_and_reset_offsets_replays(cluster: LocalCluster, 
     dry = ember(cluster, "groups", "reset-offsets", "g-reset", "--topic", topic_name, "--to-earliest")
     assert dry.returncode == 0, dry.stderr
     assert "dry run" in dry.stdout
-    with GroupAdmin(cluster.bootstrap) as admin:
+    with Admin(cluster.bootstrap) as admin:
         assert sum(p.lag for p in admin.describe_group("g-reset").partitions) == 30      # unchanged
     done = ember(cluster, "groups", "reset-offsets", "g-reset", "--topic", topic_name, "--to-earliest", "--execute")
     assert done.returncode == 0, done.stderr
@@ -253,11 +251,11 @@ def test_describe_lag_is_exact_and_reset_offsets_replays(cluster: LocalCluster, 
 
     to_offset = ember(cluster, "groups", "reset-offsets", "g-reset", "--to-offset", "10", "--execute")
     assert to_offset.returncode == 0, to_offset.stderr
-    with GroupAdmin(cluster.bootstrap) as admin:
+    with Admin(cluster.bootstrap) as admin:
         assert {p.committed for p in admin.describe_group("g-reset").partitions} == {10}
     future = ember(cluster, "groups", "reset-offsets", "g-reset", "--to-datetime", "2999-01-01T00:00:00Z", "--execute")
     assert future.returncode == 0, future.stderr
-    with GroupAdmin(cluster.bootstrap) as admin:
+    with Admin(cluster.bootstrap) as admin:
         assert sum(p.lag for p in admin.describe_group("g-reset").partitions) == 0
 
     deleted = ember(cluster, "groups", "delete", "g-reset")
@@ -415,7 +413,7 @@ def test_commit_timeout_is_kafka_timeout_and_close_still_leaves(cluster: LocalCl
     consumer._positions[TopicPartition(topic_name, 0)] = 0
     with pytest.raises(RuntimeError):
         consumer.close()
-    with GroupAdmin(cluster.bootstrap) as admin:
+    with Admin(cluster.bootstrap) as admin:
         assert admin.describe_group("g-timeout").members == ()                # left despite the failure
 
 
@@ -431,7 +429,7 @@ def test_manually_assigned_consumer_commits_on_close(cluster: LocalCluster, topi
     while len(got) < 10 and time.monotonic() < deadline:
         got += [r for batch in consumer.poll(200).values() for r in batch]
     consumer.close()
-    with GroupAdmin(cluster.bootstrap) as admin:
+    with Admin(cluster.bootstrap) as admin:
         assert {p.partition: p.committed for p in admin.describe_group("g-manual").partitions}[tp] == 10
 
 
@@ -440,13 +438,12 @@ def test_describe_with_a_deleted_topic_and_list_with_a_broker_down(cluster: Loca
     kept = topic_name + "-kept"
     create(cluster, kept, 1)
     produce(cluster, kept, 0, 3)
-    with GroupAdmin(cluster.bootstrap) as admin:
+    with Admin(cluster.bootstrap) as admin:
         admin.commit_offsets("g-deleted", {TopicPartition(topic_name, 0): 0, TopicPartition(kept, 0): 1})
         assert admin._coordinator("g-deleted") is admin._coordinator("g-deleted")   # one client per group
-    with Admin(cluster.bootstrap) as topics:
-        topics.delete_topic(topic_name)
+        admin.delete_topic(topic_name)
     wait_for(lambda: ember(cluster, "groups", "describe", "g-deleted").returncode == 0, "describe works")
-    with GroupAdmin(cluster.bootstrap) as admin:
+    with Admin(cluster.bootstrap) as admin:
         by_tp = {p.partition: p for p in admin.describe_group("g-deleted").partitions}
         assert by_tp[TopicPartition(topic_name, 0)].log_end is None and by_tp[TopicPartition(topic_name, 0)].lag is None
         assert by_tp[TopicPartition(kept, 0)].lag == 2

@@ -14,7 +14,6 @@ import pytest
 from metrics_helpers import cluster_total, scrape_all
 
 from ember.client import Admin, Consumer, Producer, TopicPartition
-from ember.client.group_admin import GroupAdmin
 from ember.commands.cluster import print_metrics
 from ember.errors import TopicAlreadyExists
 from ember.launcher.local import LocalCluster
@@ -42,7 +41,7 @@ def read_all(bootstrap: str, count: int) -> None:
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """3 brokers serving metrics; topic ``metered`` (3 partitions, RF 3) got 100 records per
     partition, all read back once, and group ``behind`` committed 10, 0 and 100 of them the way a
-    Spark query reading with ``groupId`` commits (``GroupAdmin.commit_offsets``)."""
+    Spark query reading with ``groupId`` commits (``Admin.commit_offsets``)."""
     with LocalCluster(tmp_path_factory.mktemp("metrics"), broker_count=3, metrics=True) as running:
         with Admin(running.bootstrap) as admin:
             admin.create_topic(TOPIC, partitions=3, replication_factor=3)
@@ -51,8 +50,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
                 producer.send(TOPIC, b"v%d" % i, partition=i % 3)
             producer.flush(30)
         read_all(running.bootstrap, 3 * PER_PARTITION)
-        with GroupAdmin(running.bootstrap) as groups:
-            groups.commit_offsets(GROUP, {TopicPartition(TOPIC, p): offset for p, offset in COMMITTED.items()})
+        with Admin(running.bootstrap) as admin:
+            admin.commit_offsets(GROUP, {TopicPartition(TOPIC, p): offset for p, offset in COMMITTED.items()})
         yield running
 
 

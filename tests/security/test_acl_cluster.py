@@ -21,7 +21,6 @@ from kafka_helpers import WAIT_S, run_tool
 
 from ember.cli import main as ember_cli
 from ember.client import Admin, Consumer, Producer, TopicPartition
-from ember.client.group_admin import GroupAdmin
 from ember.client.metadata import MetadataClient
 from ember.errors import ClusterAuthorizationFailed, GroupAuthorizationFailed, TopicAuthorizationFailed
 from ember.launcher.cluster_tls import ClusterTls, certificate_file_principal
@@ -308,8 +307,8 @@ def test_a_kafka_commit_fails_only_for_topics_the_user_may_not_read(cluster, use
     finally:
         consumer.close()
     assert codes.get(refused_topic) == KafkaError.TOPIC_AUTHORIZATION_FAILED, codes
-    with GroupAdmin(cluster.bootstrap, **cluster.client_options) as groups:
-        committed = {p.partition: p.committed for p in groups.describe_group(group).partitions}
+    with admin(cluster) as a:
+        committed = {p.partition: p.committed for p in a.describe_group(group).partitions}
     assert committed == {TopicPartition(allowed_topic, 0): 0}
 
 

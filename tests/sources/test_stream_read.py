@@ -82,7 +82,7 @@ def test_max_bytes_per_trigger_is_turned_into_records(spark, shared_cluster, top
 def test_group_id_publishes_the_query_offsets_and_lag(spark, shared_cluster, topic_name, tmp_path) -> None:
     """Spark commits a micro-batch's offsets to its source when it starts the next one, so the group
     trails the checkpoint by at most one run; it never runs ahead of what the query wrote."""
-    from ember.client.group_admin import GroupAdmin
+    from ember.client import Admin
 
     create_topic(shared_cluster.bootstrap, topic_name, partitions=2)
     produce(shared_cluster.bootstrap, topic_name, {0: 6, 1: 4})
@@ -92,7 +92,7 @@ def test_group_id_publishes_the_query_offsets_and_lag(spark, shared_cluster, top
     produce(shared_cluster.bootstrap, topic_name, {0: 3}, first=6)
     run_available_now(spark, shared_cluster, tmp_path, options)
     produce(shared_cluster.bootstrap, topic_name, {1: 2}, first=4)
-    with GroupAdmin(bootstrap_servers=shared_cluster.bootstrap) as admin:
+    with Admin(bootstrap_servers=shared_cluster.bootstrap) as admin:
         described = admin.describe_group(group)
     lag = {p.partition.partition: (p.committed, p.log_end, p.lag) for p in described.partitions}
     # run 2's start (= run 1's end) is committed; run 2's own end (0: 9) waits for the next run

@@ -21,10 +21,10 @@ from confluent_kafka import (
 )
 from kafka_helpers import WAIT_S, admin, create_topic, produce, records
 
+from ember.client import Admin as EmberAdmin
 from ember.client import Consumer as EmberConsumer
 from ember.client import OffsetAndMetadata
 from ember.client import TopicPartition as EmberTopicPartition
-from ember.client.group_admin import GroupAdmin
 from ember.commands.groups import describe_group
 
 pytestmark = pytest.mark.integration
@@ -127,8 +127,8 @@ def test_a_restarted_static_member_fences_the_old_one_and_keeps_the_generation(s
         other.subscribe([topic_name], on_revoke=lambda _, parts: revoked.append([p.partition for p in parts]))
         poll_until([first, other], lambda: len(first.assignment()) == 1 and len(other.assignment()) == 1,
                    "the static members' assignment")
-        with GroupAdmin(shared_cluster.bootstrap) as group_admin:
-            before = group_admin.describe_group(group)
+        with EmberAdmin(shared_cluster.bootstrap) as ember_admin:
+            before = ember_admin.describe_group(group)
         owned = first.assignment()
 
         replacement = Consumer({**config, "group.instance.id": "first"})   # same instance id: a restart
@@ -148,8 +148,8 @@ def test_a_restarted_static_member_fences_the_old_one_and_keeps_the_generation(s
         # librdkafka raises FENCED_INSTANCE_ID as a fatal error: "Static consumer fenced by other consumer ..."
         assert "static consumer fenced" in fenced[0].str().lower(), fenced[0]
 
-        with GroupAdmin(shared_cluster.bootstrap) as group_admin:
-            after = group_admin.describe_group(group)
+        with EmberAdmin(shared_cluster.bootstrap) as ember_admin:
+            after = ember_admin.describe_group(group)
         assert after.generation == before.generation and after.state == "Stable"
         assert {m.member_id for m in after.members} != {m.member_id for m in before.members}
         assert sorted(tp.partition for m in after.members for tp in m.assignment) == [0, 1]

@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from kafka_helpers import WAIT_S, create_topic, produce, records
 
-from ember.client.group_admin import GroupAdmin
+from ember.client import Admin
 
 pytestmark = pytest.mark.integration
 
@@ -45,7 +45,7 @@ def test_subscribed_consumers_share_partitions_and_take_over_when_one_leaves(sha
         # itself depends on how the reads raced the rebalance)
         first.commit(offsets=[TopicPartition(topic_name, tp.partition, 10) for tp in first.assignment()],
                      asynchronous=False)
-        with GroupAdmin(shared_cluster.bootstrap) as admin:
+        with Admin(shared_cluster.bootstrap) as admin:
             described = admin.describe_group(group)
         assert described.state == "Stable" and len(described.members) == 2
         assert sorted(tp.partition for m in described.members for tp in m.assignment) == [0, 1, 2, 3]

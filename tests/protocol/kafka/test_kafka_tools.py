@@ -10,11 +10,11 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from kafka_helpers import BASE_MS, WAIT_S, admin, create_topic, produce, run_tool, tool_events
 
+from ember.client import Admin as EmberAdmin
 from ember.client import Consumer as EmberConsumer
 from ember.client import OffsetAndMetadata
 from ember.client import Producer as EmberProducer
 from ember.client import TopicPartition as EmberTopicPartition
-from ember.client.group_admin import GroupAdmin
 
 pytestmark = pytest.mark.integration
 
@@ -145,7 +145,7 @@ def group_rows(stdout: str, group: str) -> list[tuple]:
 def test_consumer_group_command_describes_every_kind_of_group_and_resets_offsets(shared_cluster, bootstrap, topic_name):
     """kafka-consumer-groups lists and describes, with lag, a live group of Kafka consumers, a live
     group of ember's consumers and a group holding only the offsets a Spark query commits with
-    ``groupId`` (GroupAdmin.commit_offsets, what ``stream_reader.commit`` calls); once the Kafka
+    ``groupId`` (Admin.commit_offsets, what ``stream_reader.commit`` calls); once the Kafka
     consumer has left, ``--reset-offsets --to-earliest --execute`` moves its group back and a
     consumer of the group re-reads everything from offset 0."""
     create_topic(bootstrap, topic_name, partitions=3)
@@ -167,8 +167,8 @@ def test_consumer_group_command_describes_every_kind_of_group_and_resets_offsets
             ember_consumer.poll(timeout_ms=100)
         consumer.commit(offsets=[TopicPartition(topic_name, p, 10 - 2 * p) for p in range(3)], asynchronous=False)
         ember_consumer.commit({EmberTopicPartition(topic_name, 0): OffsetAndMetadata(5, "")})
-        with GroupAdmin(shared_cluster.bootstrap) as group_admin:
-            group_admin.commit_offsets(spark_group, {EmberTopicPartition(topic_name, p): 3 for p in range(3)},
+        with EmberAdmin(shared_cluster.bootstrap) as ember_admin:
+            ember_admin.commit_offsets(spark_group, {EmberTopicPartition(topic_name, p): 3 for p in range(3)},
                                        metadata="spark")
 
         listed = run_tool(groups, "--bootstrap-server", bootstrap, "--list").stdout.split()
