@@ -16,6 +16,7 @@ demo: setup
 lint: setup
 	$(VENV_BIN)/lint-imports
 	$(VENV_BIN)/ruff check platform tests jobs bench
+	$(VENV_BIN)/mypy
 
 test: lint
 	$(PYTHON) -m pytest -q -p no:cacheprovider

@@ -12,6 +12,7 @@ changes from the metadata cache, the imbalance timer, and admin requests (:meth:
 """
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -26,10 +27,9 @@ from ember.cluster.election import failover_state, imbalanced_partitions, is_unc
 from ember.cluster.metadata_cache import MetadataCache
 from ember.cluster.reassignment import (
     cancel_reassignment,
-    completion_state,
+    completion_if_ready,
     finish_reassignment,
     reassignment_complete,
-    reassignment_ready,
     start_reassignment,
 )
 from ember.cluster.records import ControllerInfo, PartitionState, TopicRecord
@@ -227,8 +227,8 @@ class Controller:
             log.error("topic %s has an invalid config (%s); unclean election stays off", name, exc)
             unclean = False
         for index, replicas in meta.partitions.items():
-            self._transition(name, index, "failover", lambda s, r=replicas: failover_state(
-                s, r, live, self.epoch, unclean))
+            self._transition(name, index, "failover", functools.partial(
+                failover_state, replicas=replicas, live=live, controller_epoch=self.epoch, unclean=unclean))
         if meta.record.reassignments:
             self._advance_reassignments(name, live)
 
@@ -317,7 +317,8 @@ class Controller:
             state = meta.states.get(index)
             leader = state.leader if state is not None else -1
             try:
-                moved = self._transition(name, index, why, lambda s, replicas=replicas: election(s, replicas, live, self.epoch))
+                moved = self._transition(name, index, why, functools.partial(
+                    election, replicas=replicas, live=live, controller_epoch=self.epoch))
                 if moved is None:
                     raise NotController(f"broker {self.broker_id} stopped being the controller")
                 results.append(ElectionResult(name, index, moved[0].leader, moved[1].leader))
@@ -345,8 +346,8 @@ class Controller:
         for name, index in moves:
             replicas = leadership[(name, index)][0]
             try:
-                self._transition(name, index, "preferred leader",
-                                 lambda s, replicas=replicas: preferred_state(s, replicas, live, self.epoch))
+                self._transition(name, index, "preferred leader", functools.partial(
+                    preferred_state, replicas=replicas, live=live, controller_epoch=self.epoch))
             except (ElectionNotNeeded, PreferredLeaderNotAvailable):
                 pass   # back already, or not caught up yet: the next check looks again
 
@@ -398,8 +399,8 @@ class Controller:
             updated = record
             for index, move in record.reassignments.items():
                 target = move.target(record.assignment[index])
-                moved = self._transition(name, index, "reassignment", lambda s, t=target: completion_state(
-                    s, t, live, self.epoch) if reassignment_ready(s, t, live) else None)
+                moved = self._transition(name, index, "reassignment", functools.partial(
+                    completion_if_ready, target=target, live=live, controller_epoch=self.epoch))
                 if moved is not None and reassignment_complete(moved[1], target):
                     updated = finish_reassignment(updated, index)
             return updated

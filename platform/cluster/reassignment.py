@@ -88,6 +88,12 @@ def completion_state(state: PartitionState, target: list[int], live: Collection[
     return PartitionState(leader, state.leader_epoch + 1, isr, controller_epoch)
 
 
+def completion_if_ready(state: PartitionState, target: list[int], live: Collection[int],
+                        controller_epoch: int) -> PartitionState | None:
+    """:func:`completion_state` once the move is ready (:func:`reassignment_ready`), else None."""
+    return completion_state(state, target, live, controller_epoch) if reassignment_ready(state, target, live) else None
+
+
 def finish_reassignment(record: TopicRecord, index: int) -> TopicRecord:
     """The record with partition ``index`` on its target replicas only."""
     move = record.reassignments[index]

@@ -101,10 +101,10 @@ class TopicAdmin:
         tx = client.transaction()
         tx.create(zk_paths.topic(name), record.to_bytes())
         tx.create(zk_paths.partitions(name))
-        for index, replicas in record.assignment.items():
+        for index, brokers in record.assignment.items():
             tx.create(zk_paths.partition(name, index))
             tx.create(zk_paths.partition_state(name, index),
-                      PartitionState(replicas[0], 0, list(replicas), epoch).to_bytes())
+                      PartitionState(brokers[0], 0, list(brokers), epoch).to_bytes())
         failure = multi_failure(tx.commit())
         if isinstance(failure, NodeExistsError):
             raise TopicAlreadyExists(f"topic {name!r} already exists")

@@ -16,7 +16,8 @@ from typing import Any
 from ember.cluster.records import BrokerInfo
 from ember.errors import raise_for_code
 from ember.ingest.listeners import EMBER_LISTENER
-from ember.net.connection import Address, Connection
+from ember.net.channel import Address
+from ember.net.connection import Connection
 from ember.security.client import ClientSecurity
 from ember.wire.api_keys import ApiKey
 from ember.wire.frame import Response

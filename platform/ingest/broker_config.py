@@ -297,9 +297,10 @@ class BrokerConfig:
         its default supplies it, "default": built in) and ``synonyms``, every setting that
         could supply it, most specific first (Kafka's DescribeConfigs synonyms)."""
         effective = self.log_config(overrides).to_properties()
-        entries = []
+        entries: list[dict[str, Any]] = []
         for name, definition in TOPIC_CONFIGS.items():
-            synonyms = [{"name": name, "value": str(overrides[name]), "source": "topic"}] if name in overrides else []
+            synonyms: list[dict[str, Optional[str]]] = (
+                [{"name": name, "value": str(overrides[name]), "source": "topic"}] if name in overrides else [])
             broker_names = _BROKER_SYNONYMS.get(name, ())
             synonyms += [{"name": b, "value": _text(self.get(b)), "source": "broker"} for b in broker_names
                          if self.get(b) != BROKER_CONFIGS[b].default]
@@ -317,7 +318,7 @@ class BrokerConfig:
         (``source`` "broker" for a value other than the default: one set to its default reads as
         a default; ``sensitive``: a password or key, whose value is never sent, as Kafka does).
         They are static: read from the properties file at start."""
-        entries = []
+        entries: list[dict[str, Any]] = []
         for name, definition in BROKER_CONFIGS.items():
             value = self.get(name)
             source = "broker" if value != definition.default else "default"

@@ -15,6 +15,7 @@ made: the caller applies the state it found, so a stale leader stops leading.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from dataclasses import dataclass, field, replace
@@ -142,7 +143,7 @@ class IsrManager:
             if out:
                 log.warning("%s: followers %s not caught up for %d ms; removing them from the ISR",
                             partition, out, self.lag_max_ms)
-                self._write(partition, lambda isr, out=out: [b for b in isr if b not in out])
+                self._write(partition, functools.partial(_without, out))
 
     async def _shrink_periodically(self) -> None:
         while True:
@@ -172,3 +173,9 @@ class IsrManager:
         finally:
             partition.joining_isr.clear()
             self._writing.discard(partition)
+
+
+def _without(removed: Iterable[int], isr: list[int]) -> list[int]:
+    """``isr`` less the ``removed`` followers (an ISR change, run when the write happens)."""
+    gone = set(removed)
+    return [broker for broker in isr if broker not in gone]

@@ -21,7 +21,7 @@ from ember.errors import EmberError, ErrorCode, NotLeaderOrFollower, OffsetOutOf
 from ember.ingest.broker_client import BrokerClient, InterBroker
 from ember.ingest.broker_config import BrokerConfig
 from ember.ingest.partition import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Partition
-from ember.net.connection import Address
+from ember.net.channel import Address
 from ember.record.batch import NO_EPOCH
 from ember.wire.api_keys import ApiKey
 from ember.wire.frame import split_payload

@@ -28,7 +28,7 @@ from ember.ingest.partition import Partition
 from ember.ingest.replica_fetcher import FetcherConfig, ReplicaFetchers
 from ember.ingest.signals import Signal
 from ember.log.config import LogConfig
-from ember.net.connection import Address
+from ember.net.channel import Address
 from ember.security.authorizer.access import ALLOW_ALL, Access
 from ember.security.authorizer.model import Operation
 

@@ -202,7 +202,7 @@ class TimeIndex(_Index):
         return b"".join(self.entry.pack(t, o) for t, o in zip(self.timestamps, self.offsets))
 
 
-def _increasing(values: array, strict: bool = True) -> bool:
+def _increasing(values: array[int], strict: bool = True) -> bool:
     if strict:
         return all(a < b for a, b in zip(values, values[1:]))
     return all(a <= b for a, b in zip(values, values[1:]))

@@ -104,7 +104,7 @@ class Log:
         self._closed = False
 
     @classmethod
-    def open(cls, directory: os.PathLike | str, config: Optional[LogConfig] = None, *,
+    def open(cls, directory: os.PathLike[str] | str, config: Optional[LogConfig] = None, *,
              now_ms: Callable[[], int] = _wall_clock_ms) -> "Log":
         """Open (creating if needed) and recover the log in ``directory``."""
         directory = Path(directory)
@@ -115,7 +115,9 @@ class Log:
         return log
 
     def _load(self) -> None:
-        read = lambda name: checkpoint.read_offset(self.directory / name)  # noqa: E731
+        def read(name: str) -> Optional[int]:
+            return checkpoint.read_offset(self.directory / name)
+
         self._recovery_point = read(checkpoint.RECOVERY_POINT) or 0
         self._written[checkpoint.RECOVERY_POINT] = self._recovery_point
         self._set_segments(recovery.load_segments(self.directory, self._config, self._recovery_point))

@@ -32,7 +32,7 @@ class BatchMetadata(NamedTuple):
 @dataclass
 class ProducerEntry:
     epoch: int
-    batches: deque = field(default_factory=lambda: deque(maxlen=MAX_CACHED_BATCHES))
+    batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=MAX_CACHED_BATCHES))
 
     @property
     def last_sequence(self) -> int:

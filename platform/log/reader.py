@@ -23,7 +23,7 @@ from ember.log.segment import INDEX_SUFFIX, LOG_SUFFIX, scan_batches, segment_pa
 from ember.record.batch import decode_payload
 
 
-def read_offset_range(partition_dir: os.PathLike | str, start_offset: int, end_offset: int, *,
+def read_offset_range(partition_dir: os.PathLike[str] | str, start_offset: int, end_offset: int, *,
                       verify_crc: bool = True) -> Iterator[pa.RecordBatch]:
     """Records with offsets in [start_offset, end_offset), as record batches of
     ``batch.DECODED_SCHEMA``, trimmed exactly to the range."""

@@ -70,7 +70,8 @@ class LatencyHistogram:
         self.sum += seconds
 
     def cumulative(self) -> list[tuple[str, float]]:
-        buckets, running = [], 0
+        buckets: list[tuple[str, float]] = []
+        running = 0
         for bound, count in zip((*(floatToGoString(b) for b in LATENCY_BUCKETS), "+Inf"), self.counts):
             running += count
             buckets.append((bound, running))

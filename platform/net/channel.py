@@ -117,7 +117,7 @@ class TlsChannel(PlainChannel):
                 try:
                     count = self._tls.read(len(view), view)
                     self._readable = True   # the record may hold more
-                    return count
+                    return count   # type: ignore[return-value]  # into a buffer, read() returns a count; typeshed: bytes
                 except ssl.SSLWantReadError:
                     self._readable = False
                 except ssl.SSLZeroReturnError:

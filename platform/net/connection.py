@@ -79,7 +79,7 @@ def parse_bootstrap(servers: str | Iterable[str]) -> list[Address]:
 class _Pending:
     __slots__ = ("future", "deadline", "api_key")
 
-    def __init__(self, future: Future, deadline: float, api_key: int) -> None:
+    def __init__(self, future: Future[Any], deadline: float, api_key: int) -> None:
         self.future, self.deadline, self.api_key = future, deadline, api_key
 
 
@@ -135,7 +135,7 @@ class Connection:
         """Send a request; the future resolves to the :class:`Response` (or to ``None`` at once
         when ``expect_response`` is false, as for acks=0 produce requests). ``may_renew=False``: never
         re-authenticate first (a caller on an event loop, which must not wait for the SASL answers)."""
-        future: Future = Future()
+        future: Future[Any] = Future()
         deadline = time.monotonic() + (self.request_timeout_s if timeout_s is None else timeout_s)
         self._acquire_send_lock(deadline)
         try:
@@ -174,7 +174,7 @@ class Connection:
                 raise RequestTimedOut(f"request to broker {self.name} could not be sent within its timeout: "
                                       f"other requests kept the connection busy; retry")
 
-    def _send(self, future: Future, api_key: int, body: dict[str, Any], payload: Sequence[Buffer],
+    def _send(self, future: Future[Any], api_key: int, body: dict[str, Any], payload: Sequence[Buffer],
               expect_response: bool, deadline: float) -> OSError | None:
         """Write one request (the caller holds ``_send_lock``); the send's error, if any."""
         with self._state_lock:
@@ -216,7 +216,7 @@ class Connection:
         deadline = max(queued, started) + self.connect_timeout_s
 
         def call(api_key: ApiKey, body: dict[str, Any], payload: bytes) -> Response:
-            future: Future = Future()
+            future: Future[Response] = Future()
             error = self._send(future, api_key, body, [payload] if payload else [], True, deadline)
             if error is not None:
                 raise NetworkError(f"re-authenticating with broker {self.name} failed: {error}")

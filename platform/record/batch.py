@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import struct
 import time
-from typing import Iterable, Iterator, NamedTuple, Optional, Sequence, Union
+from typing import Any, Iterable, Iterator, NamedTuple, Optional, Sequence, Union
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -211,7 +211,7 @@ class Record(NamedTuple):
     headers: Optional[Sequence[tuple[str, Optional[bytes]]]] = None
 
 
-RecordsLike = Union[pa.Table, pa.RecordBatch, Iterable[Union[Record, tuple]]]
+RecordsLike = Union[pa.Table, pa.RecordBatch, Iterable[Union[Record, tuple[Any, ...]]]]
 
 
 def build_batch(records: RecordsLike, *, compression: str = "none", producer_id: int = NO_PRODUCER_ID,
@@ -273,7 +273,7 @@ def _to_record_batch(records: RecordsLike) -> pa.RecordBatch:
     return batches[0] if batches else pa.RecordBatch.from_pylist([], schema=RECORD_SCHEMA)
 
 
-def _table_from_python(records: Iterable[Union[Record, tuple]]) -> pa.Table:
+def _table_from_python(records: Iterable[Union[Record, tuple[Any, ...]]]) -> pa.Table:
     rows = [Record(*r) for r in records]
     headers = [None if r.headers is None else [{"key": k, "value": v} for k, v in r.headers]
                for r in rows]

@@ -9,7 +9,7 @@ instead of echoing them, so a hostile request cannot blow up the broker's log or
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Hashable, Mapping, Optional, TypeVar
+from typing import Any, Callable, Hashable, Mapping, TypeVar
 
 from ember.errors import InvalidRequest
 
@@ -141,7 +141,7 @@ def topic_partition(entry: Body) -> tuple[str, int]:
 
 def partitions(body: Body, name: str = "partitions", default: Any = _REQUIRED) -> Any:
     """Per-partition entries, each naming a distinct ``topic``/``partition``."""
-    entries: Optional[list[dict[str, Any]]] = objects(body, name, default)
+    entries = objects(body, name, default)
     if entries is default:
         return entries
     return unique(entries, topic_partition, name)

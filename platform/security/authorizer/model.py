@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Optional
+from typing import Optional, Self
 
 from ember.errors import InvalidRequest
 
@@ -25,7 +25,7 @@ class _Named(IntEnum):
         return "".join(part.capitalize() for part in self.name.split("_"))
 
     @classmethod
-    def parse(cls, text: str) -> "_Named":
+    def parse(cls, text: str) -> Self:
         """From Kafka's spelling in any case and with or without ``-``/``_`` (``describe-configs``,
         ``DescribeConfigs``, ``DESCRIBE_CONFIGS``)."""
         key = text.replace("-", "").replace("_", "").lower()

@@ -14,6 +14,7 @@ force; every ZooKeeper wait here is bounded.
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
@@ -163,7 +164,7 @@ class AclStore:
             binding.validate()
             by_pattern.setdefault(binding.pattern, set()).add(binding.entry)
         for pattern, entries in by_pattern.items():
-            self._update(pattern, lambda current, added=entries: current | added)
+            self._update(pattern, functools.partial(frozenset.union, frozenset(entries)))
         self.wait_cached(lambda: all(e in self._nodes.get(p, ()) for p, es in by_pattern.items() for e in es),
                          ZK_TIMEOUT_S)
 
@@ -183,7 +184,7 @@ class AclStore:
             dropped: list[AclBinding] = []
 
             def drop(current: frozenset[AccessControlEntry], pattern: ResourcePattern = pattern,
-                     dropped: list[AclBinding] = dropped) -> frozenset:
+                     dropped: list[AclBinding] = dropped) -> frozenset[AccessControlEntry]:
                 gone = {e for e in current if acl_filter.matches(AclBinding(pattern, e))}
                 dropped[:] = [AclBinding(pattern, e) for e in gone]
                 return current - gone

@@ -16,9 +16,12 @@ import hashlib
 import hmac
 import secrets
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from ember.errors import InvalidConfig, UnacceptableCredential
+
+if TYPE_CHECKING:
+    from _hashlib import HASH
 
 SCRAM_SHA_256 = "SCRAM-SHA-256"
 SCRAM_SHA_512 = "SCRAM-SHA-512"
@@ -101,7 +104,7 @@ def make_credential(mechanism: str, password: str, iterations: int = DEFAULT_ITE
     return credential_from_salted(mechanism, salted_password(mechanism, password, salt, iterations), salt, iterations)
 
 
-def _hash(mechanism: str):   # noqa: ANN202 - a hashlib constructor
+def _hash(mechanism: str) -> Callable[..., HASH]:   # a hashlib constructor
     return hashlib.sha256 if mechanism == SCRAM_SHA_256 else hashlib.sha512
 
 

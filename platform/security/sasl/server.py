@@ -252,8 +252,9 @@ class SaslServer:
             reason = exc.__cause__ or exc
             self.close_reason = f"SASL authentication failed ({self.mechanism}, user {mechanism.user!r}: {reason})"
             raise
+        # mypy keeps ``complete`` narrowed to False from the check above, but step() sets it
         if mechanism.complete:
-            self._completed(f"User:{mechanism.user}", expiring, session)
+            self._completed(f"User:{mechanism.user}", expiring, session)   # type: ignore[unreachable]
         return answer
 
     def _completed(self, principal: str, expiring: bool, session: Optional[Session]) -> None:
