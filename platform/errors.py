@@ -496,9 +496,3 @@ def error_for_code(code: int, message: str = "") -> EmberError:
     """The exception a client raises for an error code received from a broker."""
     cls = _ERRORS_BY_CODE.get(code, UnknownServerError)
     return cls(message)
-
-
-def raise_for_code(code: int, message: str = "") -> None:
-    """Raise the matching error unless ``code`` is NONE."""
-    if code != ErrorCode.NONE:
-        raise error_for_code(code, message)

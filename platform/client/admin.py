@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Optional, TypeVar
 
 from ember.client.group_admin import GroupOperations
-from ember.client.metadata import MetadataClient, response_error
+from ember.client.metadata import MetadataClient
 from ember.client.offsets import EARLIEST, LATEST, at_leaders, list_offsets
 from ember.errors import BrokerNotAvailable, EmberError, NetworkError, RequestTimedOut, error_for_code
 from ember.security.authorizer.acl_fields import binding_fields, binding_from_fields, filter_fields
@@ -18,6 +18,7 @@ from ember.security.authorizer.model import AclBinding, AclBindingFilter
 from ember.security.client import ClientSecurity
 from ember.security.sasl.scram import DEFAULT_ITERATIONS, MECHANISM_TYPES, SCRAM_MECHANISMS, check_iterations, salted_password
 from ember.wire.api_keys import ApiKey
+from ember.wire.frame import response_error
 from ember.wire.types import TopicPartition
 
 _CONTROLLER_RETRY_S = 0.2

@@ -20,13 +20,13 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Optional
 
 import pyarrow as pa
 
-from ember.client.metadata import STALE_METADATA, MetadataClient, response_error
+from ember.client.metadata import STALE_METADATA, MetadataClient
 from ember.client.offsets import EARLIEST, LATEST, list_offsets
 from ember.errors import EmberError, ErrorCode, OffsetOutOfRange, error_for_code
 from ember.record.batch import HEADER_SIZE, BatchHeader, check_batch, decode_payload
 from ember.security.client import ClientSecurity
 from ember.wire.api_keys import ApiKey
-from ember.wire.frame import split_payload
+from ember.wire.frame import response_error, split_payload
 from ember.wire.types import ConsumerRecord, OffsetAndTimestamp, TopicPartition
 
 Deserializer = Optional[Callable[[Optional[bytes]], Any]]

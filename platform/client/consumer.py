@@ -19,7 +19,6 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Protocol, Sequenc
 from ember.client.assigned_consumer import AssignedConsumer
 from ember.client.coordinator_client import CoordinatorClient
 from ember.client.membership import Membership
-from ember.client.metadata import response_error
 from ember.errors import (
     CoordinatorNotAvailable,
     EmberError,
@@ -30,6 +29,7 @@ from ember.errors import (
     error_for_code,
 )
 from ember.wire.api_keys import ApiKey
+from ember.wire.frame import response_error
 from ember.wire.group_protocol import ASSIGNOR_NAMES
 from ember.wire.types import OffsetAndMetadata, TopicPartition
 

@@ -13,10 +13,11 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Collection, Optional
 
-from ember.client.metadata import MetadataClient, response_error
+from ember.client.metadata import MetadataClient
 from ember.errors import BrokerNotAvailable, CoordinatorNotAvailable, ErrorCode, KafkaTimeoutError, NetworkError, RequestTimedOut
 from ember.net.connection import Address, ConnectionPool
 from ember.wire.api_keys import ApiKey
+from ember.wire.frame import response_error
 
 # The answer to a first JoinGroup, which carries the member id to join with (read from the body).
 MEMBER_ID_REQUIRED = ErrorCode.MEMBER_ID_REQUIRED

@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from typing import Iterable, Optional
 
 from ember.client.coordinator_client import CoordinatorClient
-from ember.client.metadata import MetadataClient, response_error
+from ember.client.metadata import MetadataClient
 from ember.client.offsets import EARLIEST, LATEST, list_offsets
 from ember.errors import EmberError, NonEmptyGroup, error_for_code
 from ember.wire.api_keys import ApiKey
+from ember.wire.frame import response_error
 from ember.wire.types import TopicPartition
 
 

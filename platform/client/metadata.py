@@ -18,7 +18,7 @@ from ember.errors import BrokerNotAvailable, EmberError, ErrorCode, KafkaTimeout
 from ember.net.connection import Address, Connection, ConnectionPool, parse_bootstrap
 from ember.security.client import ClientSecurity
 from ember.wire.api_keys import ApiKey
-from ember.wire.frame import Buffer, Response
+from ember.wire.frame import Buffer, Response, response_error
 
 #: Errors after which a client should refresh metadata before retrying.
 STALE_METADATA = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
@@ -46,12 +46,6 @@ class TopicInfo:
     error_code: int
     partitions: tuple[PartitionInfo, ...]
     error_message: str = ""     # the broker's reason (e.g. which ACL is missing)
-
-
-def response_error(body: dict[str, Any]) -> EmberError | None:
-    """The exception for a response's top-level error code, if any."""
-    code = body.get("error_code", 0)
-    return error_for_code(code, body.get("error_message", "")) if code else None
 
 
 class MetadataClient:

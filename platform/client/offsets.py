@@ -10,9 +10,10 @@ from __future__ import annotations
 import time
 from typing import Any, Mapping
 
-from ember.client.metadata import MetadataClient, response_error
+from ember.client.metadata import MetadataClient
 from ember.errors import EmberError, KafkaTimeoutError, LeaderNotAvailable, UnknownTopicOrPartition, error_for_code
 from ember.wire.api_keys import ApiKey
+from ember.wire.frame import response_error
 from ember.wire.types import TopicPartition
 
 EARLIEST = -2

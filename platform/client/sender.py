@@ -17,7 +17,7 @@ from typing import Any
 
 from ember.client.accumulator import ProducerBatch, RecordAccumulator
 from ember.client.futures import ProduceResult
-from ember.client.metadata import STALE_METADATA, MetadataClient, response_error
+from ember.client.metadata import STALE_METADATA, MetadataClient
 from ember.errors import (
     EmberError,
     ErrorCode,
@@ -29,6 +29,7 @@ from ember.errors import (
 )
 from ember.record.batch import build_batch, increment_sequence
 from ember.wire.api_keys import ApiKey
+from ember.wire.frame import response_error
 from ember.wire.types import TopicPartition
 
 log = logging.getLogger(__name__)

@@ -11,16 +11,15 @@ from __future__ import annotations
 import asyncio
 import functools
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 from ember.cluster.records import BrokerInfo
-from ember.errors import raise_for_code
 from ember.ingest.listeners import EMBER_LISTENER
 from ember.net.channel import Address
 from ember.net.connection import Connection
 from ember.security.client import ClientSecurity
 from ember.wire.api_keys import ApiKey
-from ember.wire.frame import Response
+from ember.wire.frame import Response, response_error
 
 
 class BrokerClient:
@@ -31,7 +30,7 @@ class BrokerClient:
     def closed(self) -> bool:
         return self._connection.closed
 
-    async def call(self, api_key: ApiKey, body: dict[str, Any], timeout_s: float | None = None) -> Response:
+    async def call(self, api_key: ApiKey, body: Mapping[str, Any], timeout_s: float | None = None) -> Response:
         """Send a request and await its response; a request-level error code raises. A request
         that first re-authenticates (``connections.max.reauth.ms``) is sent from a worker thread,
         so waiting for the SASL answers never holds up the broker's event loop."""
@@ -39,7 +38,9 @@ class BrokerClient:
         send = functools.partial(self._connection.request, api_key, body, timeout_s=timeout_s, may_renew=renew)
         sent = await asyncio.to_thread(send) if renew else send()
         response = await asyncio.wrap_future(sent)
-        raise_for_code(int(response.body.get("error_code", 0)), str(response.body.get("error_message", "")))
+        error = response_error(response.body)
+        if error is not None:
+            raise error
         return response
 
     def close(self) -> None:

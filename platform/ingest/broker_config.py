@@ -16,7 +16,7 @@ from ember.cluster.controller import ControllerConfig
 from ember.log.config import TOPIC_CONFIGS, LogConfig
 from ember.security.sasl.config import SASL_CONFIGS, listener_setting
 from ember.security.tls import SSL_CONFIGS, TlsSettings
-from ember.wire.config_def import INT32_MAX, INT64_MAX, ConfigDef, read_properties
+from ember.wire.config_def import INT32_MAX, INT64_MAX, ConfigDef, ConfigEntry, ConfigSynonym, read_properties
 from ember.zk.zk_session import ZooKeeperTls
 
 log = logging.getLogger(__name__)
@@ -290,43 +290,39 @@ class BrokerConfig:
                                 float(self.leader_imbalance_check_interval_seconds),
                                 self.leader_imbalance_per_broker_percentage)
 
-    def describe_topic_config(self, overrides: Mapping[str, str]) -> list[dict[str, Any]]:
+    def describe_topic_config(self, overrides: Mapping[str, str]) -> list[ConfigEntry]:
         """DescribeConfigs entries of a topic with these ``overrides``: every known topic config
         with its effective ``value``, ``default`` (False for an override), ``doc``, ``type``,
         ``source`` ("topic": the topic's override, "broker": a broker property set to other than
         its default supplies it, "default": built in) and ``synonyms``, every setting that
         could supply it, most specific first (Kafka's DescribeConfigs synonyms)."""
         effective = self.log_config(overrides).to_properties()
-        entries: list[dict[str, Any]] = []
+        entries: list[ConfigEntry] = []
         for name, definition in TOPIC_CONFIGS.items():
-            synonyms: list[dict[str, Optional[str]]] = (
-                [{"name": name, "value": str(overrides[name]), "source": "topic"}] if name in overrides else [])
+            synonyms = [ConfigSynonym(name, str(overrides[name]), "topic")] if name in overrides else []
             broker_names = _BROKER_SYNONYMS.get(name, ())
-            synonyms += [{"name": b, "value": _text(self.get(b)), "source": "broker"} for b in broker_names
+            synonyms += [ConfigSynonym(b, _text(self.get(b)), "broker") for b in broker_names
                          if self.get(b) != BROKER_CONFIGS[b].default]
             default_name, default = name, definition.default
             if broker_names and BROKER_CONFIGS[broker_names[-1]].default is not None:
                 default_name, default = broker_names[-1], BROKER_CONFIGS[broker_names[-1]].default
-            synonyms.append({"name": default_name, "value": _text(default), "source": "default"})
-            entries.append({"name": name, "value": _text(effective[name]), "default": name not in overrides,
-                            "doc": definition.doc, "type": definition.type, "source": synonyms[0]["source"],
-                            "synonyms": synonyms})
+            synonyms.append(ConfigSynonym(default_name, _text(default), "default"))
+            entries.append(ConfigEntry(name, _text(effective[name]), name not in overrides, definition.doc,
+                                       definition.type, synonyms[0].source, tuple(synonyms)))
         return entries
 
-    def describe(self) -> list[dict[str, Any]]:
+    def describe(self) -> list[ConfigEntry]:
         """DescribeConfigs entries of this broker's properties, as :meth:`describe_topic_config`
         (``source`` "broker" for a value other than the default: one set to its default reads as
         a default; ``sensitive``: a password or key, whose value is never sent, as Kafka does).
         They are static: read from the properties file at start."""
-        entries: list[dict[str, Any]] = []
+        entries: list[ConfigEntry] = []
         for name, definition in BROKER_CONFIGS.items():
             value = self.get(name)
             source = "broker" if value != definition.default else "default"
             shown = None if definition.secret else _text(value)
-            entries.append({"name": name, "value": shown, "default": source == "default",
-                            "doc": definition.doc, "type": definition.type, "source": source,
-                            "sensitive": definition.secret,
-                            "synonyms": [{"name": name, "value": shown, "source": source}]})
+            entries.append(ConfigEntry(name, shown, source == "default", definition.doc, definition.type, source,
+                                       (ConfigSynonym(name, shown, source),), sensitive=definition.secret))
         return entries
 
 

@@ -8,16 +8,14 @@ Kafka protocol converts the batches they hold into Kafka record batches.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Sequence
 
-from ember.ingest.partition import Partition
+from ember.ingest.partition import LogOffsets, Partition
 from ember.ingest.replica_manager import ReplicaManager
 from ember.ingest.signals import wait_any
 from ember.log import FetchSlice
 from ember.security.authorizer.model import Operation
-
-NO_OFFSETS = {"high_watermark": -1, "log_start_offset": -1, "log_end_offset": -1}
 
 
 @dataclass(frozen=True)
@@ -35,8 +33,7 @@ class FetchResult:
     error: Exception | None = None
     slice: FetchSlice | None = None
     leader: Partition | None = None
-    #: high_watermark, log_start_offset, log_end_offset (all -1 on an error)
-    offsets: dict[str, int] = field(default_factory=lambda: dict(NO_OFFSETS))
+    offsets: LogOffsets = LogOffsets()   # all -1 on an error
 
     @property
     def size(self) -> int:

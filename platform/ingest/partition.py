@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from concurrent.futures import Executor
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from ember.cluster.records import PartitionState
@@ -56,6 +57,14 @@ LATEST_TIERED_TIMESTAMP = -5     # v9+: -1, as Kafka answers for a topic without
 CONSUMER_REPLICA_ID = -1
 #: DeleteRecords' offset meaning "up to the high watermark" (Kafka's DeleteRecordsRequest.HIGH_WATERMARK)
 DELETE_TO_HIGH_WATERMARK = -1
+
+
+@dataclass(frozen=True)
+class LogOffsets:
+    """A partition's offsets as a fetch reports them; -1 each when unknown (a failed fetch)."""
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    log_end_offset: int = -1
 
 
 class Partition:
@@ -239,28 +248,27 @@ class Partition:
         return result
 
     async def read(self, fetch_offset: int, max_bytes: int, min_one_batch: bool,
-                   replica_id: int) -> tuple["FetchSlice | None", dict[str, int]]:
+                   replica_id: int) -> tuple["FetchSlice | None", LogOffsets]:
         """Batches from ``fetch_offset``: below the high watermark for consumers, up to the log
         end for followers. Returns the slice (None when nothing is readable yet) and offsets."""
         if replica_id < 0:
             self._check_high_watermark_known()
         offsets = self._offsets()
-        if fetch_offset == (offsets["log_end_offset"] if replica_id >= 0 else offsets["high_watermark"]):
+        if fetch_offset == (offsets.log_end_offset if replica_id >= 0 else offsets.high_watermark):
             # Caught up: answer on the event loop. An I/O-pool round trip per idle partition would
             # serialize every follower fetch round, and the high watermark (so every acks=all
             # reply) only advances once per round.
             return None, offsets
         return await self.run(self._read, fetch_offset, max_bytes, min_one_batch, replica_id)
 
-    def _offsets(self) -> dict[str, int]:
+    def _offsets(self) -> LogOffsets:
         log = self.log
-        return {"high_watermark": log.high_watermark, "log_start_offset": log.log_start_offset,
-                "log_end_offset": log.log_end_offset}
+        return LogOffsets(log.high_watermark, log.log_start_offset, log.log_end_offset)
 
     def _read(self, fetch_offset: int, max_bytes: int, min_one_batch: bool,
-              replica_id: int) -> tuple["FetchSlice | None", dict[str, int]]:
+              replica_id: int) -> tuple["FetchSlice | None", LogOffsets]:
         offsets = self._offsets()
-        limit = None if replica_id >= 0 else offsets["high_watermark"]
+        limit = None if replica_id >= 0 else offsets.high_watermark
         piece = self.log.read(fetch_offset, max_bytes, max_offset=limit, min_one_batch=min_one_batch)
         return (piece if piece.size > 0 else None), offsets
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable
 
 from ember.errors import EmberError, ErrorCode, NotLeaderOrFollower, OffsetOutOfRange, UnexpectedAppendOffset, error_for_code
 from ember.ingest.broker_client import BrokerClient, InterBroker
@@ -25,6 +25,16 @@ from ember.net.channel import Address
 from ember.record.batch import NO_EPOCH
 from ember.wire.api_keys import ApiKey
 from ember.wire.frame import split_payload
+from ember.wire.replication import (
+    FetchedPartition,
+    FetchRequest,
+    ListOffsetsRequest,
+    OffsetForLeaderEpochRequest,
+    PartitionTarget,
+    epoch_ends,
+    fetched_partitions,
+    offset_answers,
+)
 
 log = logging.getLogger(__name__)
 
@@ -76,9 +86,9 @@ class _Follow:
     def key(self) -> tuple[str, int]:
         return self.partition.topic, self.partition.index
 
-    def target(self, **fields: Any) -> dict[str, Any]:
+    def target(self) -> PartitionTarget:
         return {"topic": self.partition.topic, "partition": self.partition.index,
-                "current_leader_epoch": self.leader_epoch, **fields}
+                "current_leader_epoch": self.leader_epoch}
 
 
 class ReplicaFetcher:
@@ -169,10 +179,11 @@ class ReplicaFetcher:
         asked = [(f, e) for f, e in asked if e != NO_EPOCH]
         if not asked:
             return
-        body = {"replica_id": self.broker_id,
-                "partitions": [f.target(leader_epoch=epoch) for f, epoch in asked]}
+        body: OffsetForLeaderEpochRequest = {
+            "replica_id": self.broker_id,
+            "partitions": [{**f.target(), "leader_epoch": epoch} for f, epoch in asked]}
         response = await client.call(ApiKey.OFFSET_FOR_LEADER_EPOCH, body)
-        for (follow, _), item in zip(asked, response.body["partitions"]):
+        for (follow, _), item in zip(asked, epoch_ends(response.body)):
             if not self._current(follow):
                 continue
             if item["error_code"]:
@@ -180,7 +191,7 @@ class ReplicaFetcher:
                          self.leader_id, item.get("error_message"))
                 continue
             partition = follow.partition
-            offset, done = truncation_point(int(item["leader_epoch"]), int(item["end_offset"]),
+            offset, done = truncation_point(item["leader_epoch"], item["end_offset"],
                                             partition.log.log_end_offset, partition.log.end_offset_for_epoch)
             if offset < partition.log.log_end_offset:
                 log.info("%s: truncating to %d (log end %d) before following leader %d at epoch %d", partition,
@@ -196,32 +207,33 @@ class ReplicaFetcher:
         if not follows:
             return False
         config = self.config
-        body = {"replica_id": self.broker_id, "max_wait_ms": config.wait_max_ms, "min_bytes": config.min_bytes,
-                "max_bytes": config.response_max_bytes,
-                "partitions": [f.target(fetch_offset=f.partition.log.log_end_offset,
-                                        max_bytes=config.partition_max_bytes) for f in follows]}
+        body: FetchRequest = {
+            "replica_id": self.broker_id, "max_wait_ms": config.wait_max_ms, "min_bytes": config.min_bytes,
+            "max_bytes": config.response_max_bytes,
+            "partitions": [{**f.target(), "fetch_offset": f.partition.log.log_end_offset,
+                            "max_bytes": config.partition_max_bytes} for f in follows]}
         timeout_s = (config.socket_timeout_ms + config.wait_max_ms) / 1000
         response = await client.call(ApiKey.FETCH, body, timeout_s=timeout_s)
-        items = response.body["partitions"]
-        pieces = split_payload(response.payload, [int(item["size"]) for item in items])
+        items = fetched_partitions(response.body)
+        pieces = split_payload(response.payload, [item["size"] for item in items])
         outcomes = await asyncio.gather(*(self._apply(client, f, item, raw)
                                           for f, item, raw in zip(follows, items, pieces)))
         return any(outcomes)
 
-    async def _apply(self, client: BrokerClient, follow: _Follow, item: dict[str, Any], raw: memoryview) -> bool:
+    async def _apply(self, client: BrokerClient, follow: _Follow, item: FetchedPartition, raw: memoryview) -> bool:
         """Append one partition's fetched batches; False if it failed (the loop backs off)."""
         if not self._current(follow):
             return True
         partition = follow.partition
-        code = int(item["error_code"])
+        code = item["error_code"]
         try:
             if code == ErrorCode.OFFSET_OUT_OF_RANGE:
                 await self._reset_out_of_range(client, follow)
                 return True
             if code:
                 raise error_for_code(code, item.get("error_message", ""))
-            await partition.append_as_follower(raw, follow.leader_epoch, int(item["high_watermark"]),
-                                               int(item.get("log_start_offset", 0)))
+            await partition.append_as_follower(raw, follow.leader_epoch, item["high_watermark"],
+                                               item["log_start_offset"])
             return True
         except UnexpectedAppendOffset as exc:
             log.warning("%s: %s; checking for divergence again", partition, exc)
@@ -254,11 +266,12 @@ class ReplicaFetcher:
 
     async def _leader_offset(self, client: BrokerClient, follow: _Follow, timestamp: int) -> int:
         """One ListOffsets answer of the leader (a request names each partition once)."""
-        body = {"replica_id": self.broker_id, "partitions": [follow.target(timestamp=timestamp)]}
-        item = (await client.call(ApiKey.LIST_OFFSETS, body)).body["partitions"][0]
+        body: ListOffsetsRequest = {"replica_id": self.broker_id,
+                                     "partitions": [{**follow.target(), "timestamp": timestamp}]}
+        item = offset_answers((await client.call(ApiKey.LIST_OFFSETS, body)).body)[0]
         if item["error_code"]:
-            raise error_for_code(int(item["error_code"]), item.get("error_message", ""))
-        return int(item["offset"])
+            raise error_for_code(item["error_code"], item.get("error_message", ""))
+        return item["offset"]
 
 
 class ReplicaFetchers:

@@ -8,7 +8,7 @@ broker applies it soon.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from ember.cluster.metadata_cache import MetadataCache
 from ember.cluster.records import TopicRecord
@@ -19,6 +19,7 @@ from ember.ingest.replica_manager import ReplicaManager
 from ember.ingest.signals import wait_any
 from ember.security.authorizer.access import ALLOW_ALL, Access
 from ember.security.authorizer.model import Operation
+from ember.wire.config_def import ConfigEntry
 
 DEFAULT_TIMEOUT_MS = 10000
 
@@ -66,7 +67,7 @@ class TopicChanges:
         await asyncio.to_thread(self.admin.delete_topic, name)
         await self.until(lambda: not any(t == name for t, _ in self.replicas.partitions), timeout_s)
 
-    def describe_config(self, name: str) -> list[dict[str, Any]]:
+    def describe_config(self, name: str) -> list[ConfigEntry]:
         """Topic ``name``'s DescribeConfigs entries (:meth:`BrokerConfig.describe_topic_config`)."""
         validate_topic_name(name)
         self.access.check_topic(Operation.DESCRIBE_CONFIGS, name)

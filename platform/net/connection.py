@@ -34,7 +34,7 @@ import threading
 import time
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from ember.errors import BrokerNotAvailable, EmberError, NetworkError, RequestTimedOut
 from ember.net.channel import Address, diagnose_refusal, open_channel
@@ -129,7 +129,7 @@ class Connection:
     def in_flight(self) -> int:
         return len(self._pending)
 
-    def request(self, api_key: int, body: dict[str, Any], payload: Sequence[Buffer] = (), *,
+    def request(self, api_key: int, body: Mapping[str, Any], payload: Sequence[Buffer] = (), *,
                 expect_response: bool = True, timeout_s: float | None = None,
                 may_renew: bool = True) -> "Future[Response]":
         """Send a request; the future resolves to the :class:`Response` (or to ``None`` at once
@@ -174,7 +174,7 @@ class Connection:
                 raise RequestTimedOut(f"request to broker {self.name} could not be sent within its timeout: "
                                       f"other requests kept the connection busy; retry")
 
-    def _send(self, future: Future[Any], api_key: int, body: dict[str, Any], payload: Sequence[Buffer],
+    def _send(self, future: Future[Any], api_key: int, body: Mapping[str, Any], payload: Sequence[Buffer],
               expect_response: bool, deadline: float) -> OSError | None:
         """Write one request (the caller holds ``_send_lock``); the send's error, if any."""
         with self._state_lock:

@@ -100,6 +100,28 @@ class ConfigDef:
         return value
 
 
+@dataclass(frozen=True)
+class ConfigSynonym:
+    """A setting that could supply a config's value, and where it is set (Kafka's synonyms)."""
+    name: str
+    value: Optional[str]
+    source: str   # "topic", "broker" or "default"
+
+
+@dataclass(frozen=True)
+class ConfigEntry:
+    """One DescribeConfigs entry: a config's effective value (None: unset, or secret) and where
+    it comes from; ``synonyms`` lists every setting that could supply it, most specific first."""
+    name: str
+    value: Optional[str]
+    default: bool
+    doc: str
+    type: str
+    source: str
+    synonyms: tuple[ConfigSynonym, ...]
+    sensitive: bool = False   # a password or key: its value is never sent, as Kafka does
+
+
 def read_properties(path: Path) -> dict[str, str]:
     """A Java-style ``.properties`` file (``key=value``, ``#``/``!`` comments, a trailing ``\\``
     continues the value on the next line, as inline PEM certificates are written) as a dict."""

@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 import struct
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
-from ember.errors import InvalidRequest, MessageTooLarge
+from ember.errors import EmberError, InvalidRequest, MessageTooLarge, error_for_code
 
 FRAME_LENGTH = struct.Struct(">I")
 REQUEST_HEADER = struct.Struct(">hhiI")   # api_key, api_version, correlation_id, json_length
@@ -41,11 +41,11 @@ class Response:
     payload: memoryview = field(default_factory=lambda: memoryview(b""))
 
 
-def _dump(body: dict[str, Any]) -> bytes:
+def _dump(body: Mapping[str, Any]) -> bytes:
     return json.dumps(body, separators=(",", ":")).encode()
 
 
-def encode_request(api_key: int, api_version: int, correlation_id: int, body: dict[str, Any],
+def encode_request(api_key: int, api_version: int, correlation_id: int, body: Mapping[str, Any],
                    payload: Sequence[Buffer] = ()) -> list[Buffer]:
     """Frame a request as a list of buffers for ``writelines``/``sendmsg`` (payload not copied)."""
     doc = _dump(body)
@@ -108,6 +108,12 @@ def decode_response(frame: Buffer) -> Response:
     if end > len(view):
         raise InvalidRequest("response JSON length runs past the frame")
     return Response(correlation_id, _load(view[RESPONSE_HEADER.size:end]), view[end:])
+
+
+def response_error(body: dict[str, Any]) -> EmberError | None:
+    """The exception for a response's top-level error code, if any."""
+    code = body.get("error_code", 0)
+    return error_for_code(code, body.get("error_message", "")) if code else None
 
 
 def split_payload(payload: memoryview, sizes: Sequence[int]) -> list[memoryview]:

@@ -1,6 +1,6 @@
-import pytest
 
 from ember import errors
+from ember.wire.frame import response_error
 
 
 def test_every_code_maps_back_to_its_exception():
@@ -16,10 +16,10 @@ def test_unknown_code_is_unknown_server_error():
     assert isinstance(errors.error_for_code(9999), errors.UnknownServerError)
 
 
-def test_raise_for_code_none_is_silent_and_errors_raise():
-    errors.raise_for_code(0)
-    with pytest.raises(errors.UnknownTopicOrPartition, match="ember topics create"):
-        errors.raise_for_code(int(errors.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+def test_a_response_without_an_error_code_has_no_error_and_one_with_a_code_names_the_fix():
+    assert response_error({"topics": []}) is None and response_error({"error_code": 0}) is None
+    error = response_error({"error_code": int(errors.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), "error_message": "x-0"})
+    assert isinstance(error, errors.UnknownTopicOrPartition) and "ember topics create" in str(error)
 
 
 def test_retriable_flags_follow_kafka():

@@ -106,7 +106,7 @@ def test_java_properties_give_the_login_through_sasl_jaas_config():
 def test_describe_configs_marks_the_jaas_login_sensitive_and_leaves_its_value_out():
     config = BrokerConfig.from_properties({"sasl.jaas.config": login_config("broker", SECRET),
                                            "ssl.key.password": SECRET})
-    entries = {e["name"]: e for e in config.describe()}
+    entries = {e.name: e for e in config.describe()}
     for name in ("sasl.jaas.config", "ssl.key.password"):
-        assert entries[name]["sensitive"] and entries[name]["value"] is None
+        assert entries[name].sensitive and entries[name].value is None
     assert SECRET not in repr(config) and SECRET not in str(config.describe())

@@ -4,6 +4,7 @@ DeleteTopics, DescribeConfigs, AlterConfigs, InitProducerId. Any broker serves t
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from ember.cluster.metadata_cache import MetadataCache
 from ember.cluster.producer_ids import PRODUCER_EPOCH, ProducerIdAllocator
@@ -11,6 +12,7 @@ from ember.ingest.topic_changes import DEFAULT_TIMEOUT_MS, TopicChanges
 from ember.protocol.ember.dispatcher import Handler
 from ember.wire import fields
 from ember.wire.api_keys import ApiKey
+from ember.wire.config_def import ConfigEntry
 from ember.wire.frame import Request
 from ember.wire.reply import OK, Reply, error_fields
 
@@ -78,7 +80,8 @@ class AdminApis:
         results = []
         for name in (self.topics.access.visible_topics(sorted(self.cache.topics())) if names is None else names):
             try:
-                results.append({"topic": name, **OK, "configs": self.topics.describe_config(name)})
+                results.append({"topic": name, **OK,
+                                "configs": [config_fields(e) for e in self.topics.describe_config(name)]})
             except Exception as exc:
                 results.append({"topic": name, **error_fields(exc), "configs": []})
         return Reply({**OK, "topics": results})
@@ -94,3 +97,13 @@ class AdminApis:
         self.topics.access.check_idempotent_write()
         producer_id = await asyncio.to_thread(self.producer_ids.next_id)
         return Reply({**OK, "producer_id": producer_id, "producer_epoch": PRODUCER_EPOCH})
+
+
+def config_fields(entry: ConfigEntry) -> dict[str, Any]:
+    """One DescribeConfigs entry in ember's JSON (``sensitive`` only for a secret)."""
+    out: dict[str, Any] = {"name": entry.name, "value": entry.value, "default": entry.default, "doc": entry.doc,
+                           "type": entry.type, "source": entry.source,
+                           "synonyms": [{"name": s.name, "value": s.value, "source": s.source} for s in entry.synonyms]}
+    if entry.sensitive:
+        out["sensitive"] = True
+    return out

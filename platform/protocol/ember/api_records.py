@@ -76,8 +76,12 @@ class RecordApis:
         payload: list[bytes | memoryview | FileRegion] = []
         partitions = []
         for result in results:
+            offsets = result.offsets
             fields: dict[str, Any] = {"topic": result.target.topic, "partition": result.target.partition,
-                                      **(error_fields(result.error) if result.error else OK), **result.offsets}
+                                      **(error_fields(result.error) if result.error else OK),
+                                      "high_watermark": offsets.high_watermark,
+                                      "log_start_offset": offsets.log_start_offset,
+                                      "log_end_offset": offsets.log_end_offset}
             size = 0
             if result.slice is not None:
                 try:

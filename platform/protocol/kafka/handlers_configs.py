@@ -20,6 +20,7 @@ from ember.protocol.kafka.codec import KafkaRequest, build, response_class
 from ember.protocol.kafka.dispatcher import Api
 from ember.security.authorizer.model import Operation
 from ember.wire.api_keys import ApiKey
+from ember.wire.config_def import ConfigEntry
 from ember.wire.reply import OK, error_fields
 
 #: Kafka's ConfigResource types
@@ -32,13 +33,13 @@ _TYPES = {"boolean": 1, "string": 2, "address": 2, "int": 3, "long": 5}
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 
-def kafka_config(entry: dict[str, Any], read_only: bool, synonyms: bool, documentation: bool) -> dict[str, Any]:
+def kafka_config(entry: ConfigEntry, read_only: bool, synonyms: bool, documentation: bool) -> dict[str, Any]:
     """One DescribeConfigs (and CreateTopics v5+) config entry from the core's description."""
-    return {"name": entry["name"], "value": entry["value"], "read_only": read_only,
-            "is_sensitive": entry.get("sensitive", False),
-            "config_source": SOURCES[entry["source"]],
-            "synonyms": [{**s, "source": SOURCES[s["source"]]} for s in entry["synonyms"]] if synonyms else [],
-            "config_type": _TYPES.get(entry["type"], 0), "documentation": entry["doc"] if documentation else None}
+    return {"name": entry.name, "value": entry.value, "read_only": read_only, "is_sensitive": entry.sensitive,
+            "config_source": SOURCES[entry.source],
+            "synonyms": [{"name": s.name, "value": s.value, "source": SOURCES[s.source]} for s in entry.synonyms]
+            if synonyms else [],
+            "config_type": _TYPES.get(entry.type, 0), "documentation": entry.doc if documentation else None}
 
 
 class ConfigHandlers:
@@ -64,12 +65,12 @@ class ConfigHandlers:
                 keys = set(resource.configuration_keys or ())
                 results.append({**OK, **result, "configs": [
                     kafka_config(e, read_only, body.include_synonyms, documentation)
-                    for e in entries if not keys or e["name"] in keys]})
+                    for e in entries if not keys or e.name in keys]})
             except Exception as exc:
                 results.append({**error_fields(exc), **result, "configs": []})
         return build(response_class(ApiKey.DESCRIBE_CONFIGS, request.api_version), {"results": results})
 
-    def _broker_configs(self, resource_type: int, name: str) -> list[dict[str, Any]]:
+    def _broker_configs(self, resource_type: int, name: str) -> list[ConfigEntry]:
         """This broker's config entries; "" (the cluster-wide dynamic defaults) has none."""
         self._check_broker(resource_type, name)
         self.core.access.check_cluster(Operation.DESCRIBE_CONFIGS)

@@ -12,7 +12,7 @@ from typing import Any, cast
 from ember.errors import ErrorCode, FetchSessionIdNotFound, InvalidRecord, InvalidRequest, UnsupportedVersion
 from ember.ingest.core import BrokerCore
 from ember.ingest.fetch import FetchResult, FetchTarget, fetch_at_leaders
-from ember.ingest.partition import CONSUMER_REPLICA_ID, LATEST_TIERED_TIMESTAMP, Partition
+from ember.ingest.partition import CONSUMER_REPLICA_ID, LATEST_TIERED_TIMESTAMP, LogOffsets, Partition
 from ember.ingest.produce import Produced, ProduceEntry, append_at_leaders
 from ember.ingest.replica_manager import LeaderAnswer, LeaderQuery
 from ember.log import FetchSlice
@@ -125,20 +125,20 @@ class RecordHandlers:
         converted = await asyncio.gather(*(self._fetch_partition(r, request.api_version) for r in results))
         topics: dict[int, dict[str, Any]] = {}
         for ref, index, slot in slots:
-            fields = _fetch_fields(index, slot, {}) if isinstance(slot, Exception) else converted[slot]
+            fields = _fetch_fields(index, slot) if isinstance(slot, Exception) else converted[slot]
             topics.setdefault(id(ref), {**ref, "partitions": []})["partitions"].append(fields)
         return build(cls, {**OK, "session_id": 0, "responses": list(topics.values())})
 
     async def _fetch_partition(self, result: FetchResult, version: int) -> dict[str, Any]:
         index = result.target.partition
         if result.error is not None:
-            return _fetch_fields(index, result.error, {})
+            return _fetch_fields(index, result.error)
         records = _NO_RECORDS
         if result.slice is not None and result.leader is not None:
             try:
                 records = await result.leader.run(_kafka_batches, result.slice, version)
             except Exception as exc:   # retention removed the segment meanwhile, or it is corrupt
-                return _fetch_fields(index, exc, {})
+                return _fetch_fields(index, exc)
         return _fetch_fields(index, None, result.offsets, records)
 
     # -- ListOffsets ---------------------------------------------------------------------------
@@ -193,12 +193,11 @@ def _answer_fields(answer: LeaderAnswer[tuple[int, int]], names: tuple[str, str]
     return {**OK, names[0]: first, names[1]: second}
 
 
-def _fetch_fields(index: int, error: Exception | None, offsets: dict[str, int],
+def _fetch_fields(index: int, error: Exception | None, offsets: LogOffsets = LogOffsets(),
                   records: bytes | None = _NO_RECORDS) -> dict[str, Any]:
-    high_watermark = offsets.get("high_watermark", -1)
     return {"partition_index": index, **(error_fields(error) if error is not None else OK),
-            "high_watermark": high_watermark, "last_stable_offset": high_watermark,
-            "log_start_offset": offsets.get("log_start_offset", -1), "aborted_transactions": [],
+            "high_watermark": offsets.high_watermark, "last_stable_offset": offsets.high_watermark,
+            "log_start_offset": offsets.log_start_offset, "aborted_transactions": [],
             "preferred_read_replica": -1, "records": records}
 
 
