@@ -316,8 +316,17 @@ class Partition:
         return await self.run(self._end_offset_for_epoch, epoch)
 
     def _end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
-        found, end = self.log.end_offset_for_epoch(epoch)
-        return (found, end) if found != NO_EPOCH else (NO_EPOCH, self.log.log_end_offset)
+        log = self.log
+        found, end = log.end_offset_for_epoch(epoch)
+        if found != NO_EPOCH:
+            return found, end
+        latest = log.latest_epoch
+        if latest != NO_EPOCH and latest < epoch <= self.leader_epoch:
+            # This leader's epoch began at its log end, though nothing is written in it yet (Kafka
+            # records that start on becoming leader): every epoch in between ended there too. A
+            # follower that wrote in such an epoch under a former leader must drop those records.
+            return latest, log.log_end_offset
+        return NO_EPOCH, log.log_end_offset
 
     # -- follower ------------------------------------------------------------------------------
 

@@ -409,6 +409,26 @@ def test_end_offset_for_epoch_answers_where_each_epoch_ended(make_partition: Mak
     run(scenario())
 
 
+def test_a_new_leader_with_nothing_written_in_its_epoch_tells_where_a_newer_epoch_of_a_follower_began(
+        make_partition: MakePartition) -> None:
+    """A follower that wrote offset 10 in epoch 4 under a former leader asks this leader (epoch 5,
+    whose log ends at 11 with offset 10 from epoch 3) where epoch 4 ended: at 11 after epoch 3,
+    so the follower truncates below its offset 10 (never (-1, 11), which would let it keep a
+    record this leader does not have: diverged replicas)."""
+    async def scenario() -> None:
+        partition = make_partition()
+        follow(partition, FOLLOWER_2, epoch=3)
+        await partition.append_as_follower(memoryview(batch(10, partition_leader_epoch=0)), 3, 0)
+        await partition.append_as_follower(memoryview(batch(1, base_offset=10, partition_leader_epoch=3)), 3, 0)
+        lead(partition, [LEADER], epoch=5, version=1)
+        assert await partition.end_offset_for_epoch(4) == (3, 11)
+        assert await partition.end_offset_for_epoch(5) == (3, 11)
+        assert await partition.end_offset_for_epoch(6) == (-1, 11)   # newer than this leader: unknown
+        assert await partition.end_offset_for_epoch(3) == (3, 11)
+
+    run(scenario())
+
+
 def test_delete_records_moves_the_log_start_at_most_to_the_high_watermark(make_partition: MakePartition) -> None:
     async def scenario() -> None:
         partition = make_partition(replicas=(1, 2))
