@@ -27,11 +27,14 @@ def _lint_copy(tmp_path: Path, edit: tuple[str, str] | None = None) -> subproces
     """lint-imports with the repository's contracts over a copy of ``platform/`` (``edit``: a module
     path inside it and a line appended to it)."""
     shutil.copytree(REPO / "platform", tmp_path / "ember", ignore=shutil.ignore_patterns("__pycache__"))
+    # A regular package: found first on PYTHONPATH. Left a namespace package, like platform/, it
+    # would merge with the editable install's portion and the analysis would pick either.
+    (tmp_path / "ember" / "__init__.py").write_text("")
     if edit is not None:
         with open(tmp_path / "ember" / edit[0], "a") as module:
             module.write(edit[1] + "\n")
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}   # the copy shadows the installed package
-    return subprocess.run([str(LINT_IMPORTS), "--config", str(REPO / "pyproject.toml"), "--no-cache"],
+    return subprocess.run([str(LINT_IMPORTS), str(REPO / "pyproject.toml"), "--no-cache"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
 
 

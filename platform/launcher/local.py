@@ -19,6 +19,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from ember.errors import BrokerNotAvailable, EmberError
 from ember.launcher.cluster_sasl import ClusterSasl
@@ -73,7 +74,7 @@ class LocalCluster:
     sasl: bool = False      # with secure: every listener on SASL_SSL (SCRAM users admin and broker)
     zookeeper: ZooKeeperServer | None = None
     brokers: dict[int, BrokerProcess] = field(default_factory=dict)
-    _processes: dict[int, subprocess.Popen] = field(default_factory=dict, repr=False)
+    _processes: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
     _started: bool = field(default=False, repr=False)
     _context: ssl.SSLContext | None = field(default=None, repr=False)
 
@@ -134,7 +135,8 @@ class LocalCluster:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    def start(self, timeout_s: float = 60.0, progress=lambda message: None) -> "LocalCluster":
+    def start(self, timeout_s: float = 60.0,
+              progress: Callable[[str], object] = lambda message: None) -> "LocalCluster":
         """Start ZooKeeper and the brokers; on a cluster this object already started, do nothing
         (so ``with LocalCluster(...).start() as c`` starts it once)."""
         if self._started:
@@ -188,7 +190,7 @@ class LocalCluster:
     def __enter__(self) -> "LocalCluster":
         return self.start()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
     # -- brokers -----------------------------------------------------------------------------
@@ -322,7 +324,7 @@ def _recv_exact(sock: socket.socket, size: int) -> bytes:
     return b"".join(chunks)
 
 
-def wait_for_broker(broker: BrokerProcess, timeout_s: float, process: subprocess.Popen | None = None,
+def wait_for_broker(broker: BrokerProcess, timeout_s: float, process: subprocess.Popen[bytes] | None = None,
                     context: ssl.SSLContext | None = None) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

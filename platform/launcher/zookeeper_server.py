@@ -37,7 +37,7 @@ class ZooKeeperServer:
     data_dir: Path
     port: int
     host: str = "127.0.0.1"
-    process: subprocess.Popen | None = None
+    process: subprocess.Popen[bytes] | None = None
     #: PEM files of a TLS-only server: its key + certificate chain, and the CA clients' certificates need.
     keystore: Path | None = None
     truststore: Path | None = None

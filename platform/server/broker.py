@@ -162,6 +162,7 @@ class Broker:
         self.logs.claim(cluster_id)
         await asyncio.to_thread(self.cache.start)
         if self.acls is not None:
+            assert self.authorizer is not None   # an ACL store exists only with an authorizer
             await asyncio.to_thread(self.acls.start)
             log.info("authorizer on: %d ACL(s), super.users %s, allow.everyone.if.no.acl.found=%s",
                      len(self.acls.bindings()), ";".join(sorted(self.authorizer.super_users)) or "(none)",

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Callable, Iterator, Mapping
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from ember.client.offsets import LATEST
 from ember.ingest.broker_client import BrokerClient, InterBroker
+from ember.ingest.partition import LATEST_TIMESTAMP
 from ember.wire.api_keys import ApiKey
 from ember.wire.types import TopicPartition
 
@@ -91,7 +91,7 @@ class GroupLagCollector(Collector):
 
     async def _list_offsets(self, leader: int, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
         """High watermarks from ``leader``; {} when it does not answer in time."""
-        body = {"partitions": [{"topic": tp.topic, "partition": tp.partition, "timestamp": LATEST} for tp in tps]}
+        body = {"partitions": [{"topic": tp.topic, "partition": tp.partition, "timestamp": LATEST_TIMESTAMP} for tp in tps]}
         try:
             client = self._clients.get(leader)
             if client is None or client.closed:

@@ -22,6 +22,7 @@ from ember.server.lag import GroupLagCollector
 from ember.server.state import BrokerStateCollector
 
 if TYPE_CHECKING:
+    from ember.ingest.partition import Partition
     from ember.server.broker import Broker
 
 log = logging.getLogger(__name__)
@@ -46,7 +47,7 @@ class MetricsService:
         self.endpoint = HttpEndpoint(host, port, {"/metrics": self._metrics, "/livez": self._live,
                                                   "/readyz": self._ready})
 
-    def _partitions(self) -> Mapping:
+    def _partitions(self) -> Mapping[tuple[str, int], "Partition"]:
         return self.broker.replicas.partitions if self.broker.replicas is not None else {}
 
     async def start(self) -> None:

@@ -49,8 +49,8 @@ class LeadershipApis:
     async def alter_partition_reassignments(self, request: Request) -> Reply:
         """Start moving partitions to new replica lists; progress shows in Metadata."""
         self.access.check_cluster(Operation.ALTER)
-        moves = [(*fields.topic_partition(p), fields.integers(p, "replicas"))
-                 for p in fields.partitions(request.body)]
+        moves: list[tuple[str, int, list[int] | None]] = [
+            (*fields.topic_partition(p), fields.integers(p, "replicas")) for p in fields.partitions(request.body)]
         errors = await asyncio.wrap_future(self.controller.call(lambda: self.controller.reassign(moves)))
         results: list[dict[str, Any]] = [
             {"topic": topic, "partition": index, **(error_fields(error) if error is not None else OK)}

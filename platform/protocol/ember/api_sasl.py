@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-from typing import Awaitable, Callable
+from typing import Any, Awaitable, Callable
 
 from ember.errors import EmberError, IllegalSaslState, InvalidRequest, SaslAuthenticationFailed
 from ember.protocol.ember.dispatcher import Handler
@@ -93,7 +93,7 @@ class ScramCredentialApis:
         return Reply({**OK, "results": await asyncio.to_thread(self.admin.alter, upsertions, deletions)})
 
 
-def _b64(entry: dict, name: str) -> bytes:
+def _b64(entry: dict[str, Any], name: str) -> bytes:
     try:
         return base64.b64decode(fields.string(entry, name), validate=True)
     except binascii.Error:

@@ -24,7 +24,7 @@ class Dispatcher:
     def __init__(self, *families: Mapping[ApiKey, Handler]) -> None:
         self.handlers: dict[int, Handler] = {ApiKey.API_VERSIONS: self.api_versions}
         for family in families:
-            self.handlers.update(family)
+            self.handlers.update(family.items())
 
     async def __call__(self, request: Request) -> Reply | None:
         handler = self.handlers.get(request.api_key)

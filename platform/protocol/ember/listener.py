@@ -2,9 +2,9 @@
 exchange before authentication (``api_sasl``)."""
 from __future__ import annotations
 
-from ember.net.server import BrokerServer
+from ember.net.server import Authenticate, BrokerServer
 from ember.protocol.ember.api_sasl import authenticate
 
 
 class EmberServer(BrokerServer):
-    authenticate = staticmethod(authenticate)
+    authenticate: Authenticate = staticmethod(authenticate)

@@ -17,7 +17,7 @@ import struct
 import types
 import typing
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 from ember.errors import InvalidRequest
 
@@ -172,7 +172,7 @@ def _plan(cls: type) -> _Plan:
     return _Plan(cls.__name__, tuple(steps), dict(tagged), flexible, min_size)
 
 
-def _field_step(f: dataclasses.Field, hint: object, flexible: bool) -> _Step:
+def _field_step(f: dataclasses.Field[Any], hint: object, flexible: bool) -> _Step:
     kafka_type = f.metadata.get("kafka_type")
     inner = _without_none(hint)
     if typing.get_origin(inner) is tuple:

@@ -24,7 +24,7 @@ from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_re
 from kio.schema.errors import ErrorCode as KafkaErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.serial.readers import tz_aware_from_i64
-from kio.static.protocol import Entity
+from kio.static.protocol import Entity, RequestPayload
 
 from ember.errors import InvalidRequest
 from ember.protocol.kafka.array_bounds import check_array_lengths
@@ -48,7 +48,7 @@ class KafkaRequest:
 
 
 @functools.cache
-def request_class(api_key: int, api_version: int) -> type[Entity] | None:
+def request_class(api_key: int, api_version: int) -> type[RequestPayload] | None:
     """kio's class of the request, None when kio (Kafka 4.x's schemas) has no such version."""
     try:
         return load_request_schema(api_key, api_version)
@@ -123,7 +123,8 @@ def error_codes(entity: Any) -> Iterator[int]:
     """The non-zero error codes of a response entity: its own and those of the entries of its
     arrays at any depth (Produce's are per partition inside per topic), as Kafka counts them.
     Only the fields that can lead to an error code are visited (:func:`_error_paths`)."""
-    for name, nested in _error_paths(type(entity)):
+    cls: type = type(entity)   # not type[Any], which mypy does not see as Hashable (mypy#11470)
+    for name, nested in _error_paths(cls):
         value = getattr(entity, name)
         if nested is None:
             if value:
@@ -148,7 +149,7 @@ def _error_paths(cls: type) -> tuple[tuple[str, type | None], ...]:
         inner = hints[f.name]
         while typing.get_origin(inner) in (tuple, typing.Union, types.UnionType):
             inner = next(a for a in typing.get_args(inner) if a is not type(None) and a is not Ellipsis)
-        if dataclasses.is_dataclass(inner) and _error_paths(inner):
+        if isinstance(inner, type) and dataclasses.is_dataclass(inner) and _error_paths(inner):
             paths.append((f.name, inner))
     return tuple(paths)
 
@@ -183,7 +184,8 @@ def refuse_nulls(entity: Any) -> None:
     """InvalidRequest when a field the schema does not let be null is null. kio reads a length of
     -1 as None even where Kafka's schema forbids it (Kafka's own parser refuses such a request),
     and handlers rely on the schema: an array is iterable, a string is a string."""
-    for field in _fields(type(entity)):
+    cls: type = type(entity)   # not type[Any], which mypy does not see as Hashable (mypy#11470)
+    for field in _fields(cls):
         value = getattr(entity, field.name)
         if value is None:
             if not field.nullable:
@@ -210,7 +212,8 @@ def _convert(field: _Field, value: Any) -> Any:
     if kafka_type in ("timedelta_i32", "timedelta_i64") and isinstance(value, int):
         return datetime.timedelta(milliseconds=value)
     if kafka_type == "datetime_i64" and isinstance(value, int):
-        return None if value < 0 else tz_aware_from_i64(value)
+        # ignore: kio's i64 is an int bounded at run time only (a phantom type), which an int does not narrow to
+        return None if value < 0 else tz_aware_from_i64(value)   # type: ignore[arg-type]
     if kafka_type == "uuid" and isinstance(value, str):
         return uuid.UUID(hex=value)
     if isinstance(value, list):

@@ -73,6 +73,8 @@ def subscription(topics: Iterable[str]) -> bytes:
 
 def assignment(partitions: Iterable[TopicPartition]) -> bytes:
     by_topic = itertools.groupby(sorted(partitions), key=lambda tp: tp.topic)
+    # ignore: kio's i32 is an int bounded at run time only (a phantom type), which an int does not narrow to
     return _write(ConsumerProtocolAssignment(assigned_partitions=tuple(
-        AssignedTopic(topic=topic, partitions=tuple(tp.partition for tp in tps)) for topic, tps in by_topic),
+        AssignedTopic(topic=topic, partitions=tuple(tp.partition for tp in tps))   # type: ignore[misc]
+        for topic, tps in by_topic),
         user_data=None))

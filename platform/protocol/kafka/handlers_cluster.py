@@ -67,8 +67,8 @@ class ClusterHandlers:
             try:
                 name = item if isinstance(item, str) else names.name_of(item)
             except Exception as exc:
-                name = getattr(item, "name", None)      # None: asked by id; v10-11 answer a name, never null
-                results.append({**error_fields(exc), "name": "" if name is None and request.api_version < 12 else name,
+                given = getattr(item, "name", None)      # None: asked by id; v10-11 answer a name, never null
+                results.append({**error_fields(exc), "name": "" if given is None and request.api_version < 12 else given,
                                 "topic_id": getattr(item, "topic_id", ZERO_UUID), "partitions": []})
                 continue
             try:
@@ -85,8 +85,9 @@ class ClusterHandlers:
 
     def _addresses(self, live: dict[int, BrokerInfo]) -> list[dict[str, Any]]:
         """Each broker's address on this listener (both ways Kafka's responses name a broker id)."""
-        return [{"node_id": b.id, "broker_id": b.id, "host": host, "port": port, "rack": None, "is_fenced": False}
-                for b in sorted(live.values(), key=lambda b: b.id) for host, port in [b.endpoint(self.listener)]]
+        return [  # type: ignore[misc]  # b.endpoint() is never None: brokers() keeps only the brokers with this listener
+            {"node_id": b.id, "broker_id": b.id, "host": host, "port": port, "rack": None, "is_fenced": False}
+            for b in sorted(live.values(), key=lambda b: b.id) for host, port in [b.endpoint(self.listener)]]
 
     async def describe_cluster(self, request: KafkaRequest) -> Any:
         cls = response_class(ApiKey.DESCRIBE_CLUSTER, request.api_version)

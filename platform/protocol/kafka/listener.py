@@ -38,7 +38,8 @@ class KafkaServer(BrokerServer):
                  security: ListenerSecurity | None = None) -> None:
         super().__init__(dispatcher, host, port, max_frame_bytes, max_idle_ms, observer,   # type: ignore[arg-type]
                          security or ListenerSecurity("KAFKA"))
-        self.decode_frame = lambda frame: decode_request(memoryview(frame), dispatcher.serves)  # type: ignore[assignment]
+        self.decode_frame = (
+            lambda frame: decode_request(memoryview(frame), dispatcher.serves))  # type: ignore[assignment, return-value]
 
     async def _write(self, writer: asyncio.StreamWriter, correlation_id: int,  # type: ignore[override]
                      reply: bytes) -> None:
