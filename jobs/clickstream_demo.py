@@ -20,12 +20,12 @@ from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
-from stream_to_delta import parse_args as stream_args
-from stream_to_delta import start_stream
 
 from ember.client import Admin, Producer
 from ember.launcher.local import LocalCluster
 from ember.spark_env import spark_session
+from stream_to_delta import parse_args as stream_args
+from stream_to_delta import start_stream
 
 TOPIC = "clicks"
 PAGES = ["/", "/search", "/cart", "/checkout"] + [f"/products/{i}" for i in range(40)]

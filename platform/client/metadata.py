@@ -16,9 +16,10 @@ from typing import Any, Iterable, Sequence
 
 from ember.errors import BrokerNotAvailable, EmberError, ErrorCode, KafkaTimeoutError, error_for_code
 from ember.net.connection import Address, Connection, ConnectionPool, parse_bootstrap
+from ember.record.batch import Buffer
 from ember.security.client import ClientSecurity
 from ember.wire.api_keys import ApiKey
-from ember.wire.frame import Buffer, Response, response_error
+from ember.wire.frame import Response, response_error
 
 #: Errors after which a client should refresh metadata before retrying.
 STALE_METADATA = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,

@@ -233,7 +233,7 @@ class ReplicaFetcher:
             if code:
                 raise error_for_code(code, item.get("error_message", ""))
             await partition.append_as_follower(raw, follow.leader_epoch, item["high_watermark"],
-                                               item["log_start_offset"])
+                                               item.get("log_start_offset", 0))
             return True
         except UnexpectedAppendOffset as exc:
             log.warning("%s: %s; checking for divergence again", partition, exc)

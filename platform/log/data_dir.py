@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from ember.errors import InvalidConfig
 from ember.wire.config_def import read_properties
 
 META_FILE = "meta.properties"
@@ -27,11 +26,12 @@ def write_meta(data_dir: Path, broker_id: int, cluster_id: str) -> None:
 
 
 def broker_id_of(data_dir: Path) -> Optional[int]:
-    """The broker id a data dir belongs to, from its ``meta.properties`` or a ``broker-<id>`` name;
-    None when it cannot tell (an unreadable file tells nothing)."""
+    """The broker id a data dir belongs to, from its ``meta.properties`` (lines that are no
+    ``key=value`` skipped) or a ``broker-<id>`` name; None when it cannot tell."""
+    path = data_dir / META_FILE
     try:
-        meta = read_meta(data_dir) or {}
-    except (OSError, InvalidConfig):
+        meta = read_properties(path, strict=False) if path.is_file() else {}
+    except OSError:
         meta = {}
     broker_id = meta.get("broker.id", "")
     if broker_id.isdigit():

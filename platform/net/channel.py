@@ -18,8 +18,8 @@ import time
 from typing import Sequence
 
 from ember.errors import BrokerNotAvailable, EmberError, SslAuthenticationFailed
+from ember.record.batch import Buffer
 from ember.security.client import ClientSecurity
-from ember.wire.frame import Buffer
 
 Address = tuple[str, int]
 

@@ -39,12 +39,12 @@ from typing import Any, Iterable, Mapping, Sequence
 from ember.errors import BrokerNotAvailable, EmberError, NetworkError, RequestTimedOut
 from ember.net.channel import Address, diagnose_refusal, open_channel
 from ember.net.sasl import authenticate, exchange
+from ember.record.batch import Buffer
 from ember.security.client import ClientSecurity
 from ember.wire.api_keys import ApiKey
 from ember.wire.frame import (
     DEFAULT_MAX_FRAME_BYTES,
     FRAME_LENGTH,
-    Buffer,
     Response,
     check_frame_size,
     decode_response,

@@ -125,6 +125,9 @@ class BrokerServer:
                  security: ListenerSecurity | None = None) -> None:
         self.dispatch = dispatch
         self.security = security or ListenerSecurity("EMBER")
+        if self.security.sasl is not None and not hasattr(self, "authenticate"):
+            raise TypeError(f"{type(self).__name__} cannot serve the SASL listener {self.security.listener}: "
+                            f"it has no authenticate (use the protocol's server, e.g. EmberServer)")
         self.observer = observer
         self.host, self.port = host, port
         self.max_frame_bytes = max_frame_bytes

@@ -122,9 +122,10 @@ class ConfigEntry:
     sensitive: bool = False   # a password or key: its value is never sent, as Kafka does
 
 
-def read_properties(path: Path) -> dict[str, str]:
+def read_properties(path: Path, *, strict: bool = True) -> dict[str, str]:
     """A Java-style ``.properties`` file (``key=value``, ``#``/``!`` comments, a trailing ``\\``
-    continues the value on the next line, as inline PEM certificates are written) as a dict."""
+    continues the value on the next line, as inline PEM certificates are written) as a dict; a
+    line that is no ``key=value`` raises InvalidConfig, or is skipped when not ``strict``."""
     result: dict[str, str] = {}
     pending = ""
     for number, raw in enumerate(path.read_text().splitlines(), 1):
@@ -137,6 +138,8 @@ def read_properties(path: Path) -> dict[str, str]:
         pending = ""
         sep = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
         if sep < 0:
+            if not strict:
+                continue
             raise errors.InvalidConfig(f"{path}:{number}: expected key=value, got {raw!r}")
         result[line[:sep].strip()] = line[sep + 1:].strip()
     return result

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from ember.errors import EmberError, InvalidRequest, MessageTooLarge, error_for_code
+from ember.record.batch import Buffer
 
 FRAME_LENGTH = struct.Struct(">I")
 REQUEST_HEADER = struct.Struct(">hhiI")   # api_key, api_version, correlation_id, json_length
@@ -22,7 +23,6 @@ RESPONSE_HEADER = struct.Struct(">iI")    # correlation_id, json_length
 #: Kafka's socket.request.max.bytes default; brokers may lower or raise it by config.
 DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024
 
-Buffer = bytes | bytearray | memoryview
 
 
 @dataclass

@@ -25,6 +25,7 @@ from .workload import ClientSettings, ProducerWorker
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "tests" / "jobs"), str(ROOT / "jobs")]
 from job_helpers import spark_submit  # noqa: E402  (runs a job exactly as the docs say)
+
 from stream_to_delta import parse_args, start_stream  # noqa: E402
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(900)]

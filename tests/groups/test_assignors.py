@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 from ember.groups.assignors import ASSIGNORS, range_assign, roundrobin_assign, sticky_assign
+from ember.wire.group_protocol import ASSIGNOR_NAMES
 from ember.wire.types import TopicPartition as TP
 
 
@@ -66,3 +67,7 @@ def test_sticky_keeps_partitions_when_a_member_joins_or_leaves() -> None:
 def test_sticky_drops_partitions_of_unsubscribed_topics() -> None:
     previous = {"m1": [TP("a", 0), TP("b", 0)]}
     assert sticky_assign({"m1": ["a"]}, {"a": 1, "b": 1}, previous) == {"m1": [TP("a", 0)]}
+
+
+def test_the_coordinator_serves_exactly_the_assignors_a_consumer_may_list():
+    assert ASSIGNORS.keys() == ASSIGNOR_NAMES

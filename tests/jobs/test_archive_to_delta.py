@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 
 import pytest
-from archive_to_delta import parse_args, read_archive_and_live, start_archive
 from spark_helpers import create_topic, expected, produce, rows
 
+from archive_to_delta import parse_args, read_archive_and_live, start_archive
 from ember.client import Admin, Consumer, TopicPartition
 
 pytestmark = pytest.mark.spark

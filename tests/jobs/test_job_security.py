@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from _common import JobError
-from stream_to_delta import parse_args, source_options
 
+from _common import JobError
 from ember.security.certificates import CertificateAuthority
+from stream_to_delta import parse_args, source_options
 
 BASE = ["--bootstrap", "127.0.0.1:1", "--topic", "t", "--table", "tbl", "--checkpoint", "ckpt"]
 

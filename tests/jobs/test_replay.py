@@ -4,10 +4,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from _common import JobError
 from job_helpers import BASE_MS, SCHEMA, decoded_rows, expected_decoded, produce_json
-from replay import parse_args, replay, resolve_range
 from spark_helpers import create_topic
+
+from _common import JobError
+from replay import parse_args, replay, resolve_range
 
 pytestmark = pytest.mark.spark
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from job_helpers import SCHEMA, decoded_rows, expected_decoded, produce_json, spark_submit
 from spark_helpers import create_topic, expected, produce, rows
+
 from stream_to_delta import parse_args, start_stream
 
 pytestmark = pytest.mark.spark

@@ -16,8 +16,11 @@ def test_the_owner_of_an_unclaimed_directory_comes_from_a_broker_dash_id_name(tm
     assert broker_id_of(tmp_path / "data") is None
 
 
-def test_an_unreadable_meta_file_tells_no_owner(tmp_path):
-    (tmp_path / META_FILE).write_text("no separator on this line\n")
-    assert broker_id_of(tmp_path) is None
+def test_a_meta_file_with_stray_lines_still_names_its_broker(tmp_path):
+    (tmp_path / META_FILE).write_text("written by hand, no separator\nbroker.id=4\n")
+    assert broker_id_of(tmp_path) == 4
+
+
+def test_a_meta_file_without_a_numeric_broker_id_tells_no_owner(tmp_path):
     (tmp_path / META_FILE).write_text("broker.id=not-a-number\n")
     assert broker_id_of(tmp_path) is None

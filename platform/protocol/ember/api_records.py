@@ -98,9 +98,9 @@ class RecordApis:
 
         async def offset(partition: Partition, timestamp: int) -> tuple[int, int]:
             return await partition.offset_for_timestamp(timestamp, replica_id)
+        operation = self.replicas.access.follower_or_topic(replica_id, Operation.DESCRIBE)
         queries = leader_queries(request.body, lambda e: fields.integer(e, "timestamp", bits=fields.INT64))
-        answers = await self.replicas.answer_at_leader(
-            queries, offset, self.replicas.access.follower_or_topic(replica_id, Operation.DESCRIBE))
+        answers = await self.replicas.answer_at_leader(queries, offset, operation)
         return Reply({**OK, "partitions": answer_fields(
             answers, lambda found: {"offset": found[0], "timestamp": found[1]}, {"offset": -1, "timestamp": -1})})
 

@@ -25,9 +25,9 @@ class ReplicationApis:
 
     async def offset_for_leader_epoch(self, request: Request) -> Reply:
         replica_id = fields.integer(request.body, "replica_id", CONSUMER_REPLICA_ID)
+        operation = self.replicas.access.follower_or_topic(replica_id, Operation.DESCRIBE)
         queries = leader_queries(request.body, lambda e: fields.integer(e, "leader_epoch"))
-        answers = await self.replicas.answer_at_leader(
-            queries, Partition.end_offset_for_epoch, self.replicas.access.follower_or_topic(replica_id, Operation.DESCRIBE))
+        answers = await self.replicas.answer_at_leader(queries, Partition.end_offset_for_epoch, operation)
         return Reply({**OK, "partitions": answer_fields(
             answers, lambda found: {"leader_epoch": found[0], "end_offset": found[1]},
             {"leader_epoch": -1, "end_offset": -1})})
