@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from ember.jars import DELTA, SPARK_KAFKA
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 def configure_local_environment() -> None:
@@ -20,7 +24,8 @@ def configure_local_environment() -> None:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 
-def spark_session(app_name: str = "ember", master: str = "local[2]", extra: dict[str, str] | None = None):
+def spark_session(app_name: str = "ember", master: str = "local[2]",
+                  extra: dict[str, str] | None = None) -> SparkSession:
     """A local SparkSession with Delta and Spark's Kafka connector (``format("kafka")``, so Spark
     jobs written for Kafka read and write ember unchanged); ``ember.sources.register`` adds ember's."""
     configure_local_environment()

@@ -15,7 +15,7 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import Future
-from typing import Iterable, Optional
+from typing import Iterable, Literal, Optional, overload
 
 import pyarrow as pa
 
@@ -31,8 +31,11 @@ BATCH_OVERHEAD = 1024
 
 _HEADERS_TYPE = RECORD_SCHEMA.field("headers").type
 
+#: A record's headers: (key, value) pairs, a value may be None.
+Headers = list[tuple[str, Optional[bytes]]]
 
-def record_size(key: Optional[bytes], value: Optional[bytes], headers: Optional[list]) -> int:
+
+def record_size(key: Optional[bytes], value: Optional[bytes], headers: Optional[Headers]) -> int:
     """Estimated encoded size of one record, used for batch.size and buffer.memory accounting."""
     size = RECORD_OVERHEAD + (len(key) if key is not None else 0) + (len(value) if value is not None else 0)
     if headers:
@@ -48,10 +51,10 @@ class ProducerBatch:
 
     def __init__(self, tp: TopicPartition, now: float, table: Optional[pa.Table] = None, size: int = 0) -> None:
         self.tp = tp
-        self.keys: list = []
-        self.values: list = []
+        self.keys: list[Optional[bytes]] = []
+        self.values: list[Optional[bytes]] = []
         self.timestamps: list[int] = []
-        self.headers: list = []
+        self.headers: list[Optional[Headers]] = []
         self.table = table
         self.size = size
         self.count = 0 if table is None else table.num_rows
@@ -78,7 +81,7 @@ class ProducerBatch:
                     [None if h is None else [{"key": k, "value": v} for k, v in h] for h in headers],
                     _HEADERS_TYPE),
             ], schema=RECORD_SCHEMA)
-            self.keys = self.values = self.timestamps = self.headers = []
+            self.keys, self.values, self.timestamps, self.headers = [], [], [], []
         return self.table
 
 
@@ -101,8 +104,17 @@ class RecordAccumulator:
 
     # -- producer side -----------------------------------------------------------------------
 
+    @overload
     def append(self, tp: TopicPartition, timestamp: int, key: Optional[bytes], value: Optional[bytes],
-               headers: Optional[list], size: int, max_block_s: float,
+               headers: Optional[Headers], size: int, max_block_s: float,
+               abort_on_new_batch: Literal[False] = False) -> FutureRecordMetadata: ...
+    @overload
+    def append(self, tp: TopicPartition, timestamp: int, key: Optional[bytes], value: Optional[bytes],
+               headers: Optional[Headers], size: int, max_block_s: float,
+               abort_on_new_batch: bool) -> Optional[FutureRecordMetadata]: ...
+
+    def append(self, tp: TopicPartition, timestamp: int, key: Optional[bytes], value: Optional[bytes],
+               headers: Optional[Headers], size: int, max_block_s: float,
                abort_on_new_batch: bool = False) -> Optional[FutureRecordMetadata]:
         """Add a record to the partition's open batch; None if ``abort_on_new_batch`` and the
         record would start a new batch (the sticky partitioner then picks another partition)."""
@@ -256,7 +268,7 @@ class RecordAccumulator:
         with self._lock:
             return sum(len(batches) for batches in self._in_flight.values())
 
-    def unfinished(self) -> list[Future]:
+    def unfinished(self) -> list[Future[None]]:
         """``settled`` futures of every batch queued or in flight now (what ``flush`` waits for)."""
         with self._lock:
             return [b.settled for group in (*self._queues.values(), *self._in_flight.values()) for b in group]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, wait
-from typing import Any, Callable, Iterable, Iterator, Mapping, Optional
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, TypeVar, cast
 
 import pyarrow as pa
 
@@ -26,11 +26,13 @@ from ember.errors import EmberError, ErrorCode, OffsetOutOfRange, error_for_code
 from ember.record.batch import HEADER_SIZE, BatchHeader, check_batch, decode_payload
 from ember.security.client import ClientSecurity
 from ember.wire.api_keys import ApiKey
-from ember.wire.frame import response_error, split_payload
+from ember.wire.frame import Response, response_error, split_payload
 from ember.wire.types import ConsumerRecord, OffsetAndTimestamp, TopicPartition
 
 Deserializer = Optional[Callable[[Optional[bytes]], Any]]
 _RESET = {"earliest": EARLIEST, "latest": LATEST, "none": None}
+#: What a poll returns: records or record batches per partition.
+Polled = TypeVar("Polled", bound=dict[TopicPartition, Any])
 
 
 class AssignedConsumer:
@@ -67,7 +69,7 @@ class AssignedConsumer:
         self._positions: dict[TopicPartition, Optional[int]] = {}
         self._pending_reset: dict[TopicPartition, Optional[int]] = {}
         self._buffers: dict[TopicPartition, deque[pa.RecordBatch]] = {}
-        self._fetches: dict[int, tuple[Future, dict[TopicPartition, int]]] = {}
+        self._fetches: dict[int, tuple[Future[Response], dict[TopicPartition, int]]] = {}
         self._subscription: list[str] = []
         self._closed = False
         if topics:
@@ -142,7 +144,7 @@ class AssignedConsumer:
         """The offset of the next record ``poll`` returns for ``partition``."""
         tp = self._assigned(partition)
         self._reset_positions()
-        return self._positions[tp]
+        return cast(int, self._positions[tp])   # _reset_positions() gave it one (or raised)
 
     def _assigned(self, partition: TopicPartition) -> TopicPartition:
         tp = TopicPartition(*partition)
@@ -163,7 +165,8 @@ class AssignedConsumer:
         if unresettable:
             raise OffsetOutOfRange(f"no position for {_names(unresettable)} and auto_offset_reset='none'; "
                                    f"call seek() or seek_to_beginning() first")
-        for tp, (offset, _) in list_offsets(self._metadata, pending, self.request_timeout_s).items():
+        resets = {tp: where for tp, where in pending.items() if where is not None}   # all of pending: None raised above
+        for tp, (offset, _) in list_offsets(self._metadata, resets, self.request_timeout_s).items():
             self._positions[tp] = offset
             self._pending_reset.pop(tp, None)
 
@@ -205,7 +208,7 @@ class AssignedConsumer:
         timestamp, key, value, headers), with no per-record Python work."""
         return self._poll(timeout_ms, self._drain_batches)
 
-    def _poll(self, timeout_ms: float, drain: Callable[[], dict]) -> dict:
+    def _poll(self, timeout_ms: float, drain: Callable[[], Polled]) -> Polled:
         if self._closed:
             raise RuntimeError("poll() on a closed Consumer")
         deadline = time.monotonic() + timeout_ms / 1000
@@ -261,7 +264,7 @@ class AssignedConsumer:
             values = [self._value_deserializer(v) for v in values]
         headers_col = batch.column("headers")
         if headers_col.null_count == len(headers_col):
-            headers: list = [[]] * batch.num_rows
+            headers: list[list[tuple[str, bytes]]] = [[]] * batch.num_rows
         else:
             headers = [[(h["key"], h["value"]) for h in row] if row else [] for row in headers_col.to_pylist()]
         topic, partition = tp

@@ -16,7 +16,7 @@ import time
 from concurrent.futures import Future
 from typing import Any, Callable, Iterable, Mapping, Optional, Protocol, Sequence
 
-from ember.client.assigned_consumer import AssignedConsumer
+from ember.client.assigned_consumer import AssignedConsumer, Polled
 from ember.client.coordinator_client import CoordinatorClient
 from ember.client.membership import Membership
 from ember.errors import (
@@ -29,7 +29,7 @@ from ember.errors import (
     error_for_code,
 )
 from ember.wire.api_keys import ApiKey
-from ember.wire.frame import response_error
+from ember.wire.frame import Response, response_error
 from ember.wire.group_protocol import ASSIGNOR_NAMES
 from ember.wire.types import OffsetAndMetadata, TopicPartition
 
@@ -85,7 +85,7 @@ class Consumer(AssignedConsumer):
             raise ValueError("subscribe() takes topics or pattern, not both and not neither")
         self._listener = listener
         self._pattern = re.compile(pattern) if pattern is not None else None
-        super().subscribe(self._matching_topics() if self._pattern else topics)
+        super().subscribe(topics if topics is not None else self._matching_topics())
 
     def generation(self) -> int:
         """The generation of the group this consumer is a member of; -1 when it is not a member
@@ -97,6 +97,7 @@ class Consumer(AssignedConsumer):
         return self._membership.generation_info()[0] if self._membership is not None else ""
 
     def _matching_topics(self) -> list[str]:
+        assert self._pattern is not None   # a pattern subscription
         self._pattern_checked = time.monotonic()
         return sorted(t for t in self.topics() if self._pattern.fullmatch(t))
 
@@ -131,20 +132,20 @@ class Consumer(AssignedConsumer):
 
     # -- the group's part of poll ------------------------------------------------------------
 
-    def _poll(self, timeout_ms: float, drain: Callable[[], dict]) -> dict:
-        if self._membership is None:
+    def _poll(self, timeout_ms: float, drain: Callable[[], Polled]) -> Polled:
+        membership = self._membership
+        if membership is None:
             return super()._poll(timeout_ms, drain)
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
-            self._coordinate()
-            step = min(max(deadline - time.monotonic(), 0), self._membership.heartbeat_interval_s)
+            self._coordinate(membership)
+            step = min(max(deadline - time.monotonic(), 0), membership.heartbeat_interval_s)
             out = super()._poll(step * 1000, drain)
             if out or time.monotonic() >= deadline:
                 return out
 
-    def _coordinate(self) -> None:
+    def _coordinate(self, membership: Membership) -> None:
         """Rejoin when the group rebalances or the subscription changed; auto-commit when due."""
-        membership = self._membership
         membership.polled()
         if self._pattern is not None and time.monotonic() - self._pattern_checked > PATTERN_CHECK_S:
             topics = self._matching_topics()
@@ -152,18 +153,18 @@ class Consumer(AssignedConsumer):
                 self._subscription = topics
                 membership.rejoin_needed.set()
         if self._subscription and (membership.rejoin_needed.is_set() or not membership.active):
-            self._rejoin()
+            self._rejoin(membership)
         if self.enable_auto_commit and time.monotonic() - self._last_commit >= self.auto_commit_interval_s:
             self.commit_async(callback=_log_failed_auto_commit)
 
-    def _rejoin(self) -> None:
-        if self._membership.active or self._positions:
+    def _rejoin(self, membership: Membership) -> None:
+        if membership.active or self._positions:
             self._revoke()
-        assigned = self._membership.join(self._subscription, self.partition_assignment_strategy)
+        assigned = membership.join(self._subscription, self.partition_assignment_strategy)
         try:
             self._set_assignment(assigned)      # fetches the committed offsets: may fail
         except BaseException:
-            self._membership.rejoin_needed.set()    # retried on the next poll, not left unconsumed
+            membership.rejoin_needed.set()    # retried on the next poll, not left unconsumed
             raise
         if self._listener is not None:
             self._listener.on_partitions_assigned(set(assigned))
@@ -189,44 +190,43 @@ class Consumer(AssignedConsumer):
         if not offsets:
             return
         try:
-            self._coordinator.request(ApiKey.OFFSET_COMMIT, body)
+            self._require_group().request(ApiKey.OFFSET_COMMIT, body)
         except EmberError as exc:
             self._commit_failed(exc)
             raise
 
     def commit_async(self, offsets: Optional[Offsets] = None,
-                     callback: Optional[CommitCallback] = None) -> Future:
+                     callback: Optional[CommitCallback] = None) -> Future[None]:
         """Commit without waiting (one attempt); ``callback(offsets, error_or_None)`` runs on a
         client thread. The returned future resolves to None or raises the commit's error."""
-        done: Future = Future()
+        done: Future[None] = Future()
 
-        def finish(error: Optional[Exception]) -> None:
+        def finish(committed: Offsets, error: Optional[Exception]) -> None:
             if error is None:
                 done.set_result(None)
             else:
                 done.set_exception(error)
             if callback is not None:
-                callback(offsets, error)
+                callback(committed, error)
 
         try:
             offsets, body = self._commit_request(offsets)
             if not offsets:
-                finish(None)
+                finish(offsets, None)
                 return done
-            sent = self._coordinator.send(ApiKey.OFFSET_COMMIT, body)
+            sent = self._require_group().send(ApiKey.OFFSET_COMMIT, body)
         except EmberError as exc:
-            offsets = offsets or {}
-            finish(exc)
+            finish(offsets or {}, exc)
             return done
 
-        def answered(response_future: Future) -> None:
+        def answered(response_future: Future[Response]) -> None:
             try:
-                error = response_error(response_future.result().body)
+                error: Optional[Exception] = response_error(response_future.result().body)
             except Exception as exc:
                 error = exc
             if error is not None:
                 self._commit_failed(error)
-            finish(error)
+            finish(offsets, error)
         sent.add_done_callback(answered)
         return done
 
@@ -239,6 +239,7 @@ class Consumer(AssignedConsumer):
         if offsets is None:
             offsets = {tp: OffsetAndMetadata(pos, "") for tp, pos in self._positions.items() if pos is not None}
         if self._subscription:
+            assert self._membership is not None   # a consumer with a group has one
             member_id, generation = self._membership.last_generation_info()
             if not member_id and offsets:
                 raise UnknownMemberId(f"not a member of group {self.group_id!r} yet (poll() joins it); "
@@ -254,9 +255,10 @@ class Consumer(AssignedConsumer):
     def _commit_failed(self, error: BaseException) -> None:
         if isinstance(error, (IllegalGeneration, UnknownMemberId)):
             if self._subscription:
+                assert self._membership is not None   # a consumer with a group has one
                 self._membership.rejoin_needed.set()
         elif isinstance(error, (NotCoordinator, CoordinatorNotAvailable)):
-            self._coordinator.forget()
+            self._require_group().forget()
         # NonEmptyGroup (a manually assigned consumer while members run) and others: just raise
 
     def _commit_quietly(self) -> None:
@@ -299,7 +301,7 @@ class Consumer(AssignedConsumer):
         if self._closed:
             return
         try:
-            if self._membership is not None:
+            if self._membership is not None and self._coordinator is not None:   # both or neither (group_id)
                 try:
                     if autocommit and self.enable_auto_commit and self._positions:
                         self._commit_quietly()      # members and manually assigned consumers alike

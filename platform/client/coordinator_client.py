@@ -15,9 +15,10 @@ from typing import Any, Collection, Optional
 
 from ember.client.metadata import MetadataClient
 from ember.errors import BrokerNotAvailable, CoordinatorNotAvailable, ErrorCode, KafkaTimeoutError, NetworkError, RequestTimedOut
-from ember.net.connection import Address, ConnectionPool
+from ember.net.channel import Address
+from ember.net.connection import ConnectionPool
 from ember.wire.api_keys import ApiKey
-from ember.wire.frame import response_error
+from ember.wire.frame import Response, response_error
 
 # The answer to a first JoinGroup, which carries the member id to join with (read from the body).
 MEMBER_ID_REQUIRED = ErrorCode.MEMBER_ID_REQUIRED
@@ -42,7 +43,7 @@ class CoordinatorClient:
             self._address = (body["host"], int(body["port"]))
         return self._address
 
-    def send(self, api_key: int, body: dict[str, Any], timeout_s: Optional[float] = None) -> Future:
+    def send(self, api_key: int, body: dict[str, Any], timeout_s: Optional[float] = None) -> Future[Response]:
         """Send once to the coordinator; the future holds the response (errors not raised)."""
         timeout = self.request_timeout_s if timeout_s is None else timeout_s
         return self._pool.get(self.coordinator()).request(api_key, body, timeout_s=timeout)

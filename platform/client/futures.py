@@ -56,7 +56,7 @@ class FutureRecordMetadata:
 
     def add_callback(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> "FutureRecordMetadata":
         """Call ``fn(*args, record_metadata, **kwargs)`` on success (in a client thread)."""
-        def on_done(batch: Future) -> None:
+        def on_done(batch: Future[ProduceResult]) -> None:
             if batch.exception() is None:
                 fn(*args, self._metadata(batch.result()), **kwargs)
         self._batch.add_done_callback(on_done)
@@ -64,7 +64,7 @@ class FutureRecordMetadata:
 
     def add_errback(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> "FutureRecordMetadata":
         """Call ``fn(*args, exception, **kwargs)`` on failure (in a client thread)."""
-        def on_done(batch: Future) -> None:
+        def on_done(batch: Future[ProduceResult]) -> None:
             error = batch.exception()
             if error is not None:
                 fn(*args, error, **kwargs)

@@ -48,7 +48,7 @@ class GroupDescription:
     partitions: tuple[PartitionLag, ...]
 
 
-class GroupListing(dict):
+class GroupListing(dict[str, str]):
     """``{group id: state}``; ``unreachable`` maps the brokers that did not answer to why (the
     groups they coordinate are missing from the listing)."""
 
@@ -100,7 +100,7 @@ class GroupOperations:
         tps = sorted(set(committed) | set(owner))
         self._metadata.refresh()    # every topic (never auto-creates a deleted one)
         existing = [tp for tp in tps if tp.partition < (self._metadata.partition_count(tp.topic) or 0)]
-        ends: dict[TopicPartition, Optional[int]] = dict(self._offsets(existing, LATEST))
+        ends: dict[TopicPartition, int] = dict(self._offsets(existing, LATEST))
         partitions = tuple(PartitionLag(tp, committed.get(tp), ends.get(tp),
                                         ends[tp] - committed[tp] if tp in committed and ends.get(tp) is not None
                                         else None, owner.get(tp))
@@ -130,10 +130,11 @@ class GroupOperations:
             targets = starts
         elif to == "latest":
             targets = ends
+        # "offset" and "timestamp" need ``value``: int(None) raises TypeError (hence the ignores).
         elif to == "offset":
-            targets = {tp: min(max(int(value), starts[tp]), ends[tp]) for tp in tps}
+            targets = {tp: min(max(int(value), starts[tp]), ends[tp]) for tp in tps}   # type: ignore[arg-type]
         elif to == "timestamp":
-            found = list_offsets(self._metadata, {tp: int(value) for tp in tps}, self.request_timeout_s)
+            found = list_offsets(self._metadata, {tp: int(value) for tp in tps}, self.request_timeout_s)  # type: ignore[arg-type]
             targets = {tp: found[tp][0] if found[tp][0] >= 0 else ends[tp] for tp in tps}
         else:
             raise ValueError(f"reset target must be earliest, latest, offset or timestamp, not {to!r}")

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from ember.errors import BrokerNotAvailable, EmberError, ErrorCode, KafkaTimeoutError, error_for_code
-from ember.net.connection import Address, Connection, ConnectionPool, parse_bootstrap
+from ember.net.channel import Address
+from ember.net.connection import Connection, ConnectionPool, parse_bootstrap
 from ember.record.batch import Buffer
 from ember.security.client import ClientSecurity
 from ember.wire.api_keys import ApiKey
@@ -122,7 +123,7 @@ class MetadataClient:
         """Send one request (to ``broker_id`` or any broker) and wait for its response."""
         conn = self.any_connection() if broker_id is None else self.connection(broker_id)
         timeout = self.request_timeout_s if timeout_s is None else timeout_s
-        future: Future = conn.request(api_key, body, payload, timeout_s=timeout)
+        future: Future[Response] = conn.request(api_key, body, payload, timeout_s=timeout)
         try:
             return future.result(timeout + 1.0)
         except FutureTimeout:
@@ -160,7 +161,7 @@ class MetadataClient:
             try:
                 info = self.refresh([topic]).get(topic)
                 code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if info is None else info.error_code
-                if code:
+                if code or info is None:
                     error: EmberError = error_for_code(code, (info.error_message if info else "")
                                                        or _topic_message(topic, code))
                 else:

@@ -19,8 +19,8 @@ from typing import Any, Callable, Iterable, Optional
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ember.client.accumulator import BATCH_OVERHEAD, RECORD_OVERHEAD, ProducerBatch, RecordAccumulator
-from ember.client.futures import FutureRecordMetadata
+from ember.client.accumulator import BATCH_OVERHEAD, RECORD_OVERHEAD, Headers, ProducerBatch, RecordAccumulator
+from ember.client.futures import FutureRecordMetadata, ProduceResult
 from ember.client.metadata import MetadataClient
 from ember.client.partitioner import StickyPartitioner, partition_for_key, partitions_for_keys
 from ember.client.sender import Sender, SenderConfig
@@ -84,7 +84,7 @@ class Producer:
 
     # -- single records ----------------------------------------------------------------------
 
-    def send(self, topic: str, value: Any = None, key: Any = None, headers: Optional[list[tuple[str, bytes]]] = None,
+    def send(self, topic: str, value: Any = None, key: Any = None, headers: Optional[Headers] = None,
              partition: Optional[int] = None, timestamp_ms: Optional[int] = None) -> FutureRecordMetadata:
         """Queue one record; the future resolves to its RecordMetadata once the leader acknowledges it.
 
@@ -299,11 +299,11 @@ def _check_identity(producer_id: int, producer_epoch: int, idempotent: bool) -> 
 
 def _gather(batches: list[ProducerBatch]) -> "Future[dict[TopicPartition, list[BatchMetadata]]]":
     """One future for many batches: the metadata per partition, or the first error."""
-    result: Future = Future()
+    result: Future[dict[TopicPartition, list[BatchMetadata]]] = Future()
     remaining = [len(batches)]
     lock = threading.Lock()
 
-    def on_done(_: Future) -> None:
+    def on_done(_: Future[ProduceResult]) -> None:
         with lock:
             remaining[0] -= 1
             if remaining[0]:

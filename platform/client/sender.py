@@ -13,7 +13,7 @@ import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from ember.client.accumulator import ProducerBatch, RecordAccumulator
 from ember.client.futures import ProduceResult
@@ -29,7 +29,7 @@ from ember.errors import (
 )
 from ember.record.batch import build_batch, increment_sequence
 from ember.wire.api_keys import ApiKey
-from ember.wire.frame import response_error
+from ember.wire.frame import Response, response_error
 from ember.wire.types import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -111,7 +111,7 @@ class Sender(threading.Thread):
                 log.debug("metadata refresh failed: %s", exc)
                 return self.config.retry_backoff_s
         ready, wait = self.acc.next_ready(now)
-        if ready and self.idempotence is not None and not self._ensure_producer_id():
+        if ready and self.idempotence is not None and not self._ensure_producer_id(self.idempotence):
             return self.config.retry_backoff_s
         by_leader: dict[int, list[TopicPartition]] = {}
         for tp in ready:
@@ -130,8 +130,7 @@ class Sender(threading.Thread):
         # Nothing could go (connections busy or down): answers and appends set the wakeup event.
         return wait or self.config.retry_backoff_s
 
-    def _ensure_producer_id(self) -> bool:
-        state = self.idempotence
+    def _ensure_producer_id(self, state: IdempotenceState) -> bool:
         if state.reset_requested:
             if self.acc.in_flight_count():
                 return False   # hold new batches until the old producer id has no requests out
@@ -171,30 +170,32 @@ class Sender(threading.Thread):
         if conn.in_flight >= config.max_in_flight:
             return False
         batches: list[ProducerBatch] = []
+        payload: list[bytes] = []   # the batches' encoded bytes
         size = 0
         for tp in tps:
             while size < config.max_request_size:
                 batch = self.acc.pop(tp, config.max_in_flight)
                 if batch is None:
                     break
-                self._encode(batch)
+                payload.append(self._encode(batch))
                 batches.append(batch)
-                size += len(batch.encoded)
+                size += len(payload[-1])
                 if self.acc.peek(tp) is None or not self._sealed(tp):
                     break
         if not batches:
             return False
         body: dict[str, Any] = {"acks": config.acks, "timeout_ms": config.request_timeout_ms,
                                 "partitions": [{"topic": b.tp.topic, "partition": b.tp.partition,
-                                                "size": len(b.encoded)} for b in batches]}
+                                                "size": len(encoded)} for b, encoded in zip(batches, payload)]}
         if self.idempotence is not None:
             body["producer_id"] = self.idempotence.producer_id
         # Never wait for an answer past a batch's delivery timeout: every send resolves within it.
         first_deadline = min(b.created for b in batches) + config.delivery_timeout_s
         timeout_s = min(config.request_timeout_ms / 1000, max(first_deadline - time.monotonic(), _MIN_REQUEST_TIMEOUT_S))
         try:
-            future = conn.request(ApiKey.PRODUCE, body, [b.encoded for b in batches],
-                                  expect_response=config.acks != 0, timeout_s=timeout_s)
+            # With acks=0 (expect_response=False) the future resolves to None, though request() says Future[Response].
+            future = cast("Future[Response | None]", conn.request(
+                ApiKey.PRODUCE, body, payload, expect_response=config.acks != 0, timeout_s=timeout_s))
         except EmberError as exc:
             self.metadata.mark_stale()
             for batch in batches:
@@ -207,21 +208,23 @@ class Sender(threading.Thread):
         head = self.acc.peek(tp)
         return head is not None and (head.table is not None or head.size >= self.acc.batch_size)
 
-    def _encode(self, batch: ProducerBatch) -> None:
+    def _encode(self, batch: ProducerBatch) -> bytes:
+        """The batch's payload, built on first use and kept for retries."""
         if batch.encoded is not None:
-            return
+            return batch.encoded
         state = self.idempotence
         if state is None:
             batch.encoded = build_batch(batch.records(), compression=self.config.compression)
-            return
+            return batch.encoded
         state.assign(batch)
         batch.encoded = build_batch(batch.records(), compression=self.config.compression,
                                     producer_id=state.producer_id, producer_epoch=state.producer_epoch,
                                     base_sequence=batch.base_sequence)
+        return batch.encoded
 
     # -- responses ---------------------------------------------------------------------------
 
-    def _on_response(self, batches: list[ProducerBatch], future: Future) -> None:
+    def _on_response(self, batches: list[ProducerBatch], future: Future[Response | None]) -> None:
         error = future.exception()
         if error is not None:
             self.metadata.mark_stale()

@@ -23,7 +23,7 @@ from ember.security.authorizer.model import (
 )
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("acls", help="add, list and remove ACLs (needs an authorizer on the brokers)")
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     add = actions.add_parser("add", help="allow or deny principals operations on resources")

@@ -19,7 +19,7 @@ EXECUTOR_SHUTDOWN_S = 3.0
 LOG_FORMAT = "%(asctime)s %(levelname)s [%(name)s] %(message)s"
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     broker = subparsers.add_parser("broker", help="run a broker")
     actions = broker.add_subparsers(dest="action", required=True, metavar="ACTION")
     start = actions.add_parser("start", help="run a broker in the foreground until SIGTERM")

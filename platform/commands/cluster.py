@@ -5,6 +5,7 @@ import argparse
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 from ember.errors import EmberError
 from ember.launcher.cluster_sasl import ADMIN_USER, BROKER_USER, MECHANISM
@@ -15,7 +16,7 @@ from ember.launcher.prometheus_config import write_prometheus_config
 DEFAULT_DATA = os.environ.get("EMBER_DATA", "data/cluster")
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("cluster", help="run a local cluster: ZooKeeper + N brokers")
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
 
@@ -53,8 +54,7 @@ def _parse_overrides(pairs: list[str]) -> dict[str, str]:
 def cluster_up(args: argparse.Namespace) -> int:
     if args.brokers < 1:
         raise SystemExit("error: --brokers must be at least 1")
-    if (args.data / STATE_FILE).exists() and any(
-            b["healthy"] for b in LocalCluster.load(args.data).status()["brokers"]):
+    if (args.data / STATE_FILE).exists() and any(b["healthy"] for b in _status(args.data)["brokers"]):
         print(f"a cluster is already running under {args.data}; `ember cluster down --data {args.data}` first")
         return 1
     cluster = LocalCluster(args.data, broker_count=args.brokers, broker_config=_parse_overrides(args.config),
@@ -118,8 +118,13 @@ def cluster_down(args: argparse.Namespace) -> int:
     return 0
 
 
+def _status(data: Path) -> dict[str, Any]:
+    """``LocalCluster.status()`` of the cluster under ``data``: plain dicts and lists, read by key."""
+    return LocalCluster.load(data).status()
+
+
 def cluster_status(args: argparse.Namespace) -> int:
-    status = LocalCluster.load(args.data).status()
+    status = _status(args.data)
     zk = status["zookeeper"]
     print(f"zookeeper  {zk['address']:<22} {'up' if zk['healthy'] else 'DOWN'}")
     for broker in status["brokers"]:

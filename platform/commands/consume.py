@@ -4,12 +4,13 @@ from __future__ import annotations
 import argparse
 import sys
 from datetime import datetime, timezone
+from typing import cast
 
 from ember.client import Consumer, ConsumerRecord, TopicPartition
 from ember.commands.topics import add_bootstrap, client_options
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("consume", help="print a topic's records")
     parser.add_argument("topic")
     add_bootstrap(parser)
@@ -66,9 +67,10 @@ def _format(record: ConsumerRecord, args: argparse.Namespace) -> bytes:
     if args.print_timestamp:
         when = datetime.fromtimestamp(record.timestamp / 1000, timezone.utc)
         fields.append(when.isoformat(timespec="milliseconds").replace("+00:00", "Z").encode())
+    # The consumer has no deserializers: keys and values are bytes (ConsumerRecord says object).
     if args.print_key:
-        fields.append(b"null" if record.key is None else record.key)
-    fields.append(b"null" if record.value is None else record.value)
+        fields.append(b"null" if record.key is None else cast(bytes, record.key))
+    fields.append(b"null" if record.value is None else cast(bytes, record.value))
     if args.print_headers:
         fields.append(b",".join(k.encode() + b"=" + (v or b"") for k, v in record.headers))
     return sep.join(fields) + b"\n"

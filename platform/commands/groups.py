@@ -4,12 +4,13 @@ from __future__ import annotations
 import argparse
 import sys
 from datetime import datetime, timezone
+from typing import Sequence
 
-from ember.client import Admin
+from ember.client import Admin, TopicPartition
 from ember.commands.topics import add_bootstrap, client_options
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("groups", help="list, describe, reset and delete consumer groups")
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
 
@@ -106,7 +107,7 @@ def _target(args: argparse.Namespace) -> tuple[str, int | None]:
     return "timestamp", int(when.timestamp() * 1000)
 
 
-def _partitions(tps: tuple) -> str:
+def _partitions(tps: tuple[TopicPartition, ...]) -> str:
     return ", ".join(f"{tp.topic}-{tp.partition}" for tp in tps)
 
 
@@ -114,7 +115,7 @@ def _opt(value: int | None) -> str:
     return "-" if value is None else str(value)
 
 
-def _table(rows: list[tuple[str, ...]]) -> None:
+def _table(rows: Sequence[tuple[str, ...]]) -> None:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  " + "  ".join(cell.rjust(width) for cell, width in zip(row, widths)))

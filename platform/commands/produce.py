@@ -8,7 +8,7 @@ from ember.client import Producer
 from ember.commands.topics import add_bootstrap, client_options
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("produce", help="send stdin lines to a topic, one record per line")
     parser.add_argument("topic")
     add_bootstrap(parser)

@@ -15,7 +15,7 @@ DEFAULT_DATA = os.environ.get("EMBER_DATA", "data/cluster")
 CLEAR = "\x1b[H\x1b[2J"
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     top = subparsers.add_parser("top", help="live per-broker and per-topic rates and consumer lag")
     top.add_argument("--data", type=Path, default=Path(DEFAULT_DATA),
                      help=f"data directory of a cluster started with `ember cluster up --metrics` (default {DEFAULT_DATA})")

@@ -48,7 +48,7 @@ def parse_configs(pairs: list[str]) -> dict[str, str]:
     return configs
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("topics", help="create, list, describe, delete and configure topics")
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
 

@@ -20,7 +20,7 @@ from ember.security.sasl.scram import DEFAULT_ITERATIONS, SCRAM_MECHANISMS
 PASSWORD_ENV = "EMBER_USER_PASSWORD"
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("users", help="add, list and remove SCRAM users (SASL)")
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
 

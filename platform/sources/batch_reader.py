@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Iterator, Sequence
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceReader
+from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from ember.sources.fetch import read_range
 from ember.sources.metadata import ClusterView, ending_offsets, starting_offsets
@@ -31,7 +31,7 @@ class EmberBatchReader(DataSourceReader):
                  for tp, offset in start.items()}
         return plan_ranges(start, end, replicas, options.min_partitions)
 
-    def read(self, partition: OffsetRange) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         # With no range planned (nothing to read), Spark still runs one task with a bare
         # InputPartition: it reads nothing.
         if not isinstance(partition, OffsetRange):

@@ -47,7 +47,8 @@ class FetchTimeout(KafkaTimeoutError):
 
 def read_range(task: OffsetRange, options: ReaderOptions, target: pa.Schema) -> Iterator[pa.RecordBatch]:
     """Yield the range's records in offset order, each batch already in Spark's Arrow layout."""
-    position, problems = task.start, []
+    position = task.start
+    problems: list[str] = []
     if options.read_path != "broker" and options.storage_root:
         root = Path(options.storage_root)
         deadline = time.monotonic() + options.fetch_timeout_ms / 1000

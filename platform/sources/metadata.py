@@ -5,7 +5,7 @@ planned offsets are the ones consumers see: high watermark as the end, log start
 """
 from __future__ import annotations
 
-from typing import Collection, Iterable
+from typing import Collection, Iterable, Mapping
 
 from ember.client import Admin, Consumer, TopicPartition
 from ember.sources.offsets import EARLIEST, LATEST, PartitionOffsets
@@ -65,8 +65,7 @@ class ClusterView:
         partitions = list(partitions)
         found = self._consumer.offsets_for_times({TopicPartition(*tp): timestamp_ms for tp in partitions})
         latest = self.latest(partitions)
-        return {tp: found[TopicPartition(*tp)].offset if found.get(TopicPartition(*tp)) else latest[tp]
-                for tp in partitions}
+        return {tp: at.offset if (at := found.get(TopicPartition(*tp))) else latest[tp] for tp in partitions}
 
     def average_record_bytes(self, positions: dict[TP, int], timeout_ms: int = 2000) -> float:
         """Mean key + value bytes of the records at ``positions`` (one fetch of each partition):
@@ -86,7 +85,7 @@ class ClusterView:
         return size / records if records else UNKNOWN_RECORD_BYTES
 
 
-def _plain(offsets: dict) -> PartitionOffsets:
+def _plain(offsets: Mapping[TopicPartition, int]) -> PartitionOffsets:
     return {(tp.topic, tp.partition): int(offset) for tp, offset in offsets.items()}
 
 

@@ -9,14 +9,16 @@ from typing import Mapping
 
 TopicPartition = tuple[str, int]
 PartitionOffsets = dict[TopicPartition, int]
+#: The checkpoint form, ``{"topic": {"partition": next_offset}}``: what Spark's stream reader API passes around.
+JsonOffsets = dict[str, dict[str, int]]
 
 EARLIEST = -2
 LATEST = -1
 
 
-def offsets_to_json(offsets: Mapping[TopicPartition, int]) -> dict[str, dict[str, int]]:
+def offsets_to_json(offsets: Mapping[TopicPartition, int]) -> JsonOffsets:
     """The checkpoint form: topics and partitions sorted so equal offsets serialise equally."""
-    result: dict[str, dict[str, int]] = {}
+    result: JsonOffsets = {}
     for (topic, partition), offset in sorted(offsets.items()):
         result.setdefault(topic, {})[str(partition)] = int(offset)
     return result

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Iterator, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader
@@ -23,7 +23,7 @@ from ember.client import Admin, TopicPartition
 from ember.errors import EmberError
 from ember.sources.fetch import read_range
 from ember.sources.metadata import ClusterView, starting_offsets
-from ember.sources.offsets import PartitionOffsets, offsets_from_json, offsets_to_json
+from ember.sources.offsets import JsonOffsets, PartitionOffsets, offsets_from_json, offsets_to_json
 from ember.sources.options import ReaderOptions
 from ember.sources.planning import DataLossError, OffsetRange, check_data_loss, limit_records, plan_ranges
 from ember.sources.schema import arrow_schema
@@ -52,7 +52,7 @@ class EmberStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._latest: Optional[PartitionOffsets] = None
         self._admin: Optional[Admin] = None
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_cluster": None, "_admin": None}
 
     @property
@@ -63,7 +63,7 @@ class EmberStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- offsets (driver) --------------------------------------------------------------------
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> JsonOffsets:
         partitions = self.cluster.replicas()
         return offsets_to_json(starting_offsets(self.cluster, self._options, partitions))
 
@@ -78,7 +78,7 @@ class EmberStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Fix the end of an availableNow run: today's high watermarks, today's partitions."""
         self._available_now_end = self.cluster.latest(self.cluster.replicas())
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: JsonOffsets, limit: ReadLimit) -> JsonOffsets:
         begin = offsets_from_json(start)
         if self._available_now_end is not None:
             available = dict(self._available_now_end)
@@ -130,10 +130,10 @@ class EmberStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         average = self.cluster.average_record_bytes({tp: begin[tp] for tp in pending})
         return max(1, int(max_bytes // max(average, 1.0)))
 
-    def reportLatestOffset(self) -> Optional[dict]:
+    def reportLatestOffset(self) -> Optional[JsonOffsets]:
         return None if self._latest is None else offsets_to_json(self._latest)
 
-    def partitions(self, start: dict, end: dict) -> Sequence[OffsetRange]:
+    def partitions(self, start: JsonOffsets, end: JsonOffsets) -> Sequence[OffsetRange]:
         begin, stop = offsets_from_json(start), offsets_from_json(end)
         for tp in stop:
             begin.setdefault(tp, NEW_PARTITION_START)
@@ -152,7 +152,7 @@ class EmberStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             begin[tp] = check_data_loss(*tp, begin[tp], log_start[tp], self._options.fail_on_data_loss)
         return plan_ranges(begin, stop, self.cluster.replicas(), self._options.min_partitions)
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: JsonOffsets) -> None:
         """Spark's checkpoint stays the source of truth; with ``groupId`` the finished offsets are
         also committed to that consumer group, so ``ember groups describe`` shows the query's lag.
         A failed group commit only warns: monitoring must never stop the query."""
@@ -182,7 +182,8 @@ class EmberStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- data (executors) --------------------------------------------------------------------
 
-    def read(self, partition: OffsetRange) -> Iterator[pa.RecordBatch]:
+    # Spark hands read() the partitions that partitions() planned: always an OffsetRange (the base says InputPartition).
+    def read(self, partition: OffsetRange) -> Iterator[pa.RecordBatch]:   # type: ignore[override]
         return read_range(partition, self._options, self._target)
 
 

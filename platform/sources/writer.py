@@ -20,7 +20,7 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import BinaryType, IntegerType, StringType, StructType
 
-from ember.client import Producer
+from ember.client import BatchMetadata, Producer, TopicPartition
 from ember.client.partitioner import partitions_for_keys
 from ember.client.producer import split_batches
 from ember.log.producer_state import MAX_CACHED_BATCHES
@@ -31,6 +31,7 @@ _COLUMN_TYPES = {"value": (BinaryType(), StringType()), "key": (BinaryType(), St
                  "topic": (StringType(),), "partition": (IntegerType(),), "headers": (HEADERS_TYPE,)}
 _MAX_REQUEST_SIZE = 1024 * 1024
 _POSITION = "__ember_position"   # a row's position in its task (exactly-once placement of null keys)
+_Sent = Future[dict[TopicPartition, list[BatchMetadata]]]   # what Producer.send_batch returns
 
 
 @dataclass
@@ -97,7 +98,7 @@ class EmberStreamWriter(_ArrowWriteMixin, DataSourceStreamArrowWriter):
 def _write_at_least_once(options: WriterOptions, iterator: Iterator[pa.RecordBatch]) -> WriteResult:
     """Send every row through one broker-assigned idempotent producer (a re-run sends them again)."""
     rows: dict[str, int] = {}
-    pending: list[Future] = []
+    pending: list[_Sent] = []
     producer = Producer(bootstrap_servers=options.bootstrap, acks=options.acks, linger_ms=0, **options.security.options())
     try:
         for batch in iterator:
@@ -126,7 +127,7 @@ class TaskIdentity:
         context = TaskContext.get()
         query_id = context.getLocalProperty("sql.streaming.queryId") if context else None
         batch_id = context.getLocalProperty("streaming.sql.batchId") if context else None
-        if query_id is None or batch_id is None:
+        if context is None or query_id is None or batch_id is None:
             raise OptionError("exactly-once writes need a streaming query's id and batch id; "
                                "this task has none (set the option exactlyOnce=false)")
         return cls(query_id, int(batch_id), context.partitionId())
@@ -145,7 +146,7 @@ class _Destination:
     partition: int
     batches: int = 0
     pending: Optional[pa.Table] = None
-    chunk_futures: list[Future] = field(default_factory=list)
+    chunk_futures: list[_Sent] = field(default_factory=list)
 
     @property
     def chunk(self) -> int:
@@ -162,7 +163,7 @@ class _Destination:
 class _ChunkProducer:
     """The open producer of one chunk's id, and the futures of every batch sent through it."""
     producer: Producer
-    futures: list[Future] = field(default_factory=list)
+    futures: list[_Sent] = field(default_factory=list)
 
     def drained(self) -> bool:
         return all(future.done() for future in self.futures)
@@ -186,7 +187,7 @@ class ExactlyOnceWrite:
         self._destinations: dict[tuple[str, int], _Destination] = {}
         self._producers: dict[int, _ChunkProducer] = {}   # chunk -> open producer with that chunk's id
         self._retired: list[_ChunkProducer] = []   # no destination is in their chunk: closed once drained
-        self._futures: list[Future] = []
+        self._futures: list[_Sent] = []
         self._partition_counts: dict[str, int] = {}
         self._position = identity.partition_id   # tasks start their null-key round-robin apart
 
@@ -211,7 +212,7 @@ class ExactlyOnceWrite:
             self._producers.clear()
         return WriteResult(rows)
 
-    def _route(self, batch: pa.RecordBatch) -> Iterator[tuple[str, Optional[int], pa.Table]]:
+    def _route(self, batch: pa.RecordBatch) -> Iterator[tuple[str, int, pa.Table]]:
         """Rows per (topic, partition), every row placed deterministically (never sticky)."""
         if batch.num_rows == 0:
             return
@@ -219,7 +220,8 @@ class ExactlyOnceWrite:
         self._position += batch.num_rows
         for topic, rows in _by_topic(table, self._options.topic):
             placed = place_rows(rows, self._partition_count(topic))
-            yield from _split_partitions(topic, _set_column(rows, "partition", placed))
+            # place_rows gave every row a partition: _split_partitions yields no None partition here
+            yield from _split_partitions(topic, _set_column(rows, "partition", placed))   # type: ignore[misc]
 
     def _partition_count(self, topic: str) -> int:
         if topic not in self._partition_counts:
@@ -296,7 +298,7 @@ def _by_topic(table: pa.Table, default_topic: Optional[str]) -> Iterator[tuple[s
     """Rows per destination topic: the ``topic`` option wins over a ``topic`` column (as in Spark's
     Kafka sink)."""
     if default_topic is not None or "topic" not in table.column_names:
-        yield default_topic, table
+        yield default_topic, table   # type: ignore[misc]  # not None: check_write_schema wants a topic option or column
         return
     topics = table.column("topic")
     if topics.null_count:
