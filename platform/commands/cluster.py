@@ -4,13 +4,14 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
 from ember.errors import EmberError
 from ember.launcher.cluster_sasl import ADMIN_USER, BROKER_USER, MECHANISM
 from ember.launcher.cluster_tls import certificate_file_principal
-from ember.launcher.local import STATE_FILE, LocalCluster
+from ember.launcher.local import STATE_FILE, ClusterStopFailed, LocalCluster, low_space_warning
 from ember.launcher.prometheus_config import write_prometheus_config
 
 DEFAULT_DATA = os.environ.get("EMBER_DATA", "data/cluster")
@@ -29,6 +30,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                     help="create a CA, broker and client certificates under DATA/tls and SCRAM users admin and "
                          "broker (DATA/sasl), serve every listener with SASL_SSL (client certificates required "
                          "too) and write the client configuration files")
+    up.add_argument("--zookeeper-data", type=Path, metavar="DIR",
+                    help="ZooKeeper's directory (default DATA/zookeeper); on another file system, a full data "
+                         "directory cannot stop ZooKeeper")
     up.add_argument("--metrics", action="store_true",
                     help="serve Prometheus metrics and health checks on a loopback port per broker, and write "
                          "a Prometheus config for them into the data directory")
@@ -58,11 +62,18 @@ def cluster_up(args: argparse.Namespace) -> int:
         print(f"a cluster is already running under {args.data}; `ember cluster down --data {args.data}` first")
         return 1
     cluster = LocalCluster(args.data, broker_count=args.brokers, broker_config=_parse_overrides(args.config),
-                           metrics=args.metrics, secure=args.secure, sasl=args.secure)
+                           metrics=args.metrics, secure=args.secure, sasl=args.secure,
+                           zookeeper_dir=args.zookeeper_data)
+    warning = low_space_warning(args.data)
+    if warning:
+        print(warning)
     try:
         cluster.start(progress=print)
-    except EmberError:
-        cluster.stop()
+    except (EmberError, OSError):   # OSError: e.g. no space left for the state file; nothing may stay running
+        try:
+            cluster.stop()
+        except ClusterStopFailed as exc:
+            print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         raise
     print(f"\nZooKeeper: {cluster.zk_connect}\nbootstrap: {cluster.bootstrap}"
           f"\nKafka bootstrap (any Kafka client): {cluster.kafka_bootstrap}")
@@ -112,8 +123,9 @@ def print_metrics(cluster: LocalCluster) -> None:
 
 
 def cluster_down(args: argparse.Namespace) -> int:
+    """Stop every process of the cluster; writes nothing, so it works on a full disk."""
     cluster = LocalCluster.load(args.data)
-    cluster.stop()
+    cluster.stop(progress=print)
     print(f"stopped the cluster under {args.data}")
     return 0
 
@@ -133,6 +145,7 @@ def cluster_status(args: argparse.Namespace) -> int:
             f"  NOT READY: {'; '.join(readiness.reasons)}"
         print(f"broker {broker['id']:<3} {broker['address']:<22} {'up' if broker['healthy'] else 'DOWN'}"
               f"  pid {broker['pid'] or '-'}  Kafka {broker['kafka_address'] or '-'}{ready}")
+    print(f"disk       {status['disk']['text']}")
     bootstrap = ",".join(b["address"] for b in status["brokers"] if b["healthy"])
     print(f"bootstrap: {bootstrap or '(no broker up)'}")
     kafka = ",".join(b["kafka_address"] for b in status["brokers"] if b["healthy"] and b["kafka_address"])

@@ -3,14 +3,17 @@
 Used by ``ember cluster up|down|status``, the test fixtures and the benchmarks. Every port is
 picked fresh from the OS, so two clusters on one machine never collide; a broker keeps its port
 across restarts so bootstrap lists stay valid. The cluster's layout (ports, pids) is written to
-``<data>/cluster.json`` so a later ``ember cluster status|down`` can find it. A ``secure``
+``<data>/cluster.json`` so a later ``ember cluster status|down`` can find it; neither of those
+writes anything, so both work on a full disk (see docs/operations.md, "A full disk"). A ``secure``
 cluster puts every listener on TLS with client certificates (:mod:`ember.launcher.cluster_tls`),
 and with ``sasl`` on SASL_SSL with SCRAM users (:mod:`ember.launcher.cluster_sasl`).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import ssl
@@ -32,6 +35,10 @@ from ember.wire.frame import FRAME_LENGTH, decode_response, encode_request
 from ember.zk.zk_session import ZkSession, ZooKeeperTls
 
 STATE_FILE = "cluster.json"
+#: ``ember cluster up`` warns when the data directory's file system has less free than this ...
+LOW_SPACE_BYTES = 1 << 30
+#: ... or less than this fraction of its size free.
+LOW_SPACE_FRACTION = 0.10
 
 
 class ClusterStopFailed(EmberError):
@@ -72,6 +79,9 @@ class LocalCluster:
     metrics: bool = False   # each broker serves metrics on its own loopback port
     secure: bool = False    # every listener on TLS, client certificates required
     sasl: bool = False      # with secure: every listener on SASL_SSL (SCRAM users admin and broker)
+    #: ZooKeeper's directory (config, snapshots, transaction logs); None: ``<data_dir>/zookeeper``.
+    #: Put it on another file system and a full log directory cannot stop ZooKeeper's writes.
+    zookeeper_dir: Path | None = None
     zookeeper: ZooKeeperServer | None = None
     brokers: dict[int, BrokerProcess] = field(default_factory=dict)
     _processes: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
@@ -120,7 +130,7 @@ class LocalCluster:
             session.close()
 
     def _zookeeper(self, port: int) -> ZooKeeperServer:
-        directory = self.data_dir / "zookeeper"
+        directory = self.zookeeper_dir or self.data_dir / "zookeeper"
         return self.tls.zookeeper_server(directory, port) if self.tls else ZooKeeperServer(directory, port)
 
     def _client_context(self) -> ssl.SSLContext | None:
@@ -150,6 +160,7 @@ class LocalCluster:
             self.zookeeper = self._zookeeper(free_port())
         progress(f"starting ZooKeeper on {self.zookeeper.connect_string}")
         self.zookeeper.start()
+        self._reserve_for_zookeeper(progress)
         if self.scram is not None:
             self._register_users()
         for broker_id in range(1, self.broker_count + 1):
@@ -165,27 +176,50 @@ class LocalCluster:
         progress(f"cluster ready: bootstrap {self.bootstrap}")
         return self
 
-    def stop(self, timeout_s: float = 15.0) -> None:
+    def stop(self, timeout_s: float = 15.0, progress: Callable[[str], object] = lambda message: None) -> None:
         """Stop brokers (SIGTERM, then SIGKILL after ``timeout_s`` each), then ZooKeeper.
 
-        Every process is stopped even if stopping another one failed; the state file goes only
-        once nothing is left running, so ``ember cluster down`` can still find what remains."""
+        Needs no free space: it first deletes ZooKeeper's space reserve (giving the stopping
+        processes room), writes nothing while stopping, and removes the state file once nothing
+        is left running. Every process is stopped even if stopping another one failed; each
+        failure is reported in the :class:`ClusterStopFailed` raised at the end, and the state
+        file then keeps naming what remains (updated when the disk takes the write), so
+        ``ember cluster down`` can try again."""
         failures: list[str] = []
-        for broker_id in list(self.brokers):
+        if self.zookeeper is not None:
             try:
-                self.kill_broker(broker_id, signal.SIGTERM, timeout_s)
-            except (OSError, subprocess.SubprocessError) as exc:
-                failures.append(f"broker {broker_id}: {exc}")
+                freed = self.zookeeper.release_reserve()
+                if freed:
+                    progress(f"freed ZooKeeper's space reserve ({_size(freed)})")
+            except Exception as exc:  # report it, stop the processes regardless
+                failures.append(f"ZooKeeper's space reserve {self.zookeeper.reserve_path}: {_describe(exc)}")
+        for broker_id, broker in list(self.brokers.items()):
+            pid = broker.pid
+            try:
+                self._stop_broker(broker_id, signal.SIGTERM, timeout_s)
+                if pid is not None:
+                    progress(f"stopped broker {broker_id} (pid {pid})")
+            except Exception as exc:  # every process is stopped, each failure reported
+                failures.append(f"broker {broker_id} (pid {pid}): {_describe(exc)}")
         if self.zookeeper is not None:
             try:
                 self.zookeeper.stop(timeout_s)
-            except OSError as exc:
-                failures.append(f"ZooKeeper: {exc}")
+                progress(f"stopped ZooKeeper on {self.zookeeper.connect_string}")
+            except Exception as exc:
+                failures.append(f"ZooKeeper: {_describe(exc)}")
         self._started = False
         if failures:
-            self.save()
+            try:
+                self.save()
+            except OSError as exc:
+                failures.append(f"state file {self.data_dir / STATE_FILE} not updated ({_describe(exc)}): "
+                                f"it still names every process, the stopped ones too")
             raise ClusterStopFailed("could not stop " + "; ".join(failures))
-        (self.data_dir / STATE_FILE).unlink(missing_ok=True)
+        try:
+            (self.data_dir / STATE_FILE).unlink(missing_ok=True)
+        except OSError as exc:   # e.g. a file system remounted read-only: every process is stopped anyway
+            progress(f"note: could not remove {self.data_dir / STATE_FILE} ({_describe(exc)}); "
+                     f"nothing of the cluster is running")
 
     def __enter__(self) -> "LocalCluster":
         return self.start()
@@ -217,10 +251,17 @@ class LocalCluster:
         broker.pid = process.pid
 
     def kill_broker(self, broker_id: int, sig: int = signal.SIGKILL, timeout_s: float = 15.0) -> None:
-        """Send ``sig`` to a broker; SIGKILL/SIGTERM wait for it to exit (SIGTERM escalates)."""
+        """Send ``sig`` to a broker; SIGKILL/SIGTERM wait for it to exit (SIGTERM escalates) and
+        record it in the state file (when the disk takes the write: a stale pid is harmless)."""
+        if self._stop_broker(broker_id, sig, timeout_s):
+            with contextlib.suppress(OSError):
+                self.save()
+
+    def _stop_broker(self, broker_id: int, sig: int, timeout_s: float) -> bool:
+        """Send ``sig``; True when the broker was stopped (SIGTERM/SIGKILL). Writes nothing."""
         broker = self.brokers[broker_id]
         if broker.pid is None:
-            return
+            return False
         if sig == signal.SIGTERM:
             terminate(broker.pid, timeout_s)
         else:
@@ -233,7 +274,8 @@ class LocalCluster:
             if process is not None:
                 process.wait(timeout_s)
             broker.pid = None
-            self.save()
+            return True
+        return False
 
     def pause_broker(self, broker_id: int) -> None:
         self.kill_broker(broker_id, signal.SIGSTOP)
@@ -259,7 +301,8 @@ class LocalCluster:
 
     def save(self) -> None:
         state = {
-            "zookeeper": {"port": self.zookeeper.port, "pid": read_pid(self.zookeeper.data_dir / "zookeeper.pid")}
+            "zookeeper": {"port": self.zookeeper.port, "pid": read_pid(self.zookeeper.data_dir / "zookeeper.pid"),
+                          "data_dir": str(self.zookeeper.data_dir)}
             if self.zookeeper else None,
             "brokers": [{**asdict(b), "data_dir": str(b.data_dir)} for b in self.brokers.values()],
             "secure": self.secure,
@@ -280,16 +323,39 @@ class LocalCluster:
         cluster = cls(data_dir, broker_count=len(state["brokers"]), secure=bool(state.get("secure", False)),
                       sasl=bool(state.get("sasl", False)))
         if state["zookeeper"]:
+            if state["zookeeper"].get("data_dir"):
+                cluster.zookeeper_dir = Path(state["zookeeper"]["data_dir"])
             cluster.zookeeper = cluster._zookeeper(state["zookeeper"]["port"])
         for b in state["brokers"]:
             cluster.brokers[b["broker_id"]] = BrokerProcess(b["broker_id"], b["port"], Path(b["data_dir"]), b["host"], b["pid"],
                                                             b.get("metrics_port"), b.get("kafka_port"))
         return cluster
 
+    def _reserve_for_zookeeper(self, progress: Callable[[str], object]) -> None:
+        """Hold space for ZooKeeper when it shares the log directories' file system: a file of
+        real blocks in its directory, which ``stop`` deletes first and an operator deletes to
+        give ZooKeeper room on a full disk (docs/operations.md, "A full disk")."""
+        assert self.zookeeper is not None
+        if self.data_dir.stat().st_dev != self.zookeeper.data_dir.stat().st_dev:
+            return   # its own file system: the brokers' logs cannot fill it
+        size = zookeeper_reserve_size(self.data_dir)
+        try:
+            self.zookeeper.make_reserve(size)
+        except OSError as exc:
+            progress(f"WARNING: no space reserve for ZooKeeper ({_describe(exc)}): a full disk can stop it")
+            return
+        progress(f"ZooKeeper's space reserve: {_size(size)} in {self.zookeeper.reserve_path} "
+                 f"(delete it to give ZooKeeper room on a full disk)")
+
     def status(self) -> dict[str, object]:
         """Liveness of ZooKeeper and each broker, as shown by ``ember cluster status``."""
         zk = self.zookeeper
+        usage = shutil.disk_usage(self.data_dir)
+        reserve = zk.reserve_path if zk and zk.reserve_path.exists() else None
         return {
+            "disk": {"free": usage.free, "total": usage.total, "reserve": str(reserve) if reserve else None,
+                     "text": f"{_size(usage.free)} free of {_size(usage.total)}"
+                             + (f", ZooKeeper's space reserve {reserve}" if reserve else "")},
             "zookeeper": {"address": zk.connect_string if zk else None,
                           "healthy": bool(zk and is_healthy(zk.host, zk.port, zk.client_context()))},
             "brokers": [{"id": b.broker_id, "address": b.address, "kafka_address": b.kafka_address, "pid": b.pid,
@@ -298,6 +364,39 @@ class LocalCluster:
                          "readiness": readiness(b.host, b.metrics_port) if b.metrics_port and b.pid else None}
                         for b in self.brokers.values()],
         }
+
+
+def zookeeper_reserve_size(directory: Path) -> int:
+    """64 MiB (ZooKeeper's transaction log preallocation), at most 5% of the file system."""
+    return min(64 << 20, shutil.disk_usage(directory).total // 20)
+
+
+def low_space_warning(directory: Path) -> str | None:
+    """One WARNING line when the file system ``directory`` (or its nearest existing parent) is on
+    has less than 1 GiB or less than 10% free; None when there is room."""
+    existing = directory.absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    usage = shutil.disk_usage(existing)
+    if usage.free >= LOW_SPACE_BYTES and usage.free >= usage.total * LOW_SPACE_FRACTION:
+        return None
+    percent = 100 * usage.free / usage.total if usage.total else 0.0
+    return (f"WARNING: low disk space for {directory}: {_size(usage.free)} free of {_size(usage.total)} "
+            f"({percent:.0f}%; warning under {_size(LOW_SPACE_BYTES)} or {LOW_SPACE_FRACTION:.0%}). When it fills, "
+            f"appends to the logs fail, and ZooKeeper, on the same file system unless --zookeeper-data puts it "
+            f"elsewhere, can stop (deleting its space reserve gives it room); see docs/operations.md, \"A full disk\"")
+
+
+def _size(size: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")
+
+
+def _describe(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__
 
 
 def broker_responds(host: str, port: int, timeout_s: float = 2.0, context: ssl.SSLContext | None = None) -> bool:

@@ -3,10 +3,12 @@
 The server runs standalone with its own data directory, loopback address and port, so several
 local clusters (and test runs) can live on one machine side by side. Given a PEM ``keystore``
 and ``truststore`` it serves only TLS (``secureClientPort``, Netty, client certificates
-required) on that port.
+required) on that port. A launcher sharing the file system with others can hold a space reserve
+in the server's directory (``make_reserve``): real blocks to delete when the disk is full.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -23,6 +25,8 @@ ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
 NETTY_CODEC_JAR = Path("/usr/share/java/netty-codec.jar")
 DEFAULTS_FILE = Path(__file__).resolve().parents[2] / "conf" / "zookeeper.properties"
 MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+#: The space reserve a launcher may keep in the server's directory (see ``make_reserve``).
+RESERVE_FILE = "space-reserve"
 
 
 class ZooKeeperUnavailable(EmberError):
@@ -49,6 +53,33 @@ class ZooKeeperServer:
     @property
     def log_path(self) -> Path:
         return self.data_dir / "zookeeper.out"
+
+    @property
+    def reserve_path(self) -> Path:
+        return self.data_dir / RESERVE_FILE
+
+    def make_reserve(self, size: int) -> None:
+        """Allocate ``size`` bytes of real blocks (not a sparse file) at ``reserve_path``, kept if
+        already there; on failure (no room) nothing is left behind."""
+        if self.reserve_path.exists() and self.reserve_path.stat().st_blocks * 512 >= size:
+            return
+        fd = os.open(self.reserve_path, os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            os.posix_fallocate(fd, 0, size)
+        except OSError:
+            os.close(fd)
+            self.reserve_path.unlink(missing_ok=True)
+            raise
+        os.close(fd)
+
+    def release_reserve(self) -> int:
+        """Delete the space reserve (needs no free space); the bytes freed (0: there was none)."""
+        try:
+            size = self.reserve_path.stat().st_blocks * 512
+            self.reserve_path.unlink()
+        except FileNotFoundError:
+            return 0
+        return size
 
     def write_config(self) -> Path:
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -106,10 +137,13 @@ class ZooKeeperServer:
         raise ZooKeeperUnavailable(f"ZooKeeper did not answer on {self.connect_string} within {timeout_s:.0f}s")
 
     def stop(self, timeout_s: float = 10.0) -> None:
+        """Stop the server (SIGTERM, SIGKILL after ``timeout_s``). Writes nothing, so a full disk
+        cannot fail it; a pid file that cannot be removed (read-only file system) is left."""
         pid = self.process.pid if self.process else read_pid(self.data_dir / "zookeeper.pid")
         if pid is not None:
             terminate(pid, timeout_s)
-        (self.data_dir / "zookeeper.pid").unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            (self.data_dir / "zookeeper.pid").unlink(missing_ok=True)
 
 
 def is_healthy(host: str, port: int, context: ssl.SSLContext | None = None) -> bool:
