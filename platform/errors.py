@@ -474,7 +474,8 @@ class CorruptSegment(EmberError):
     """A sealed segment holds damaged bytes; the data at that position cannot be read."""
     # Sent as CORRUPT_RECORD, which is not retriable: retrying a damaged segment never helps.
     code = ErrorCode.CORRUPT_RECORD
-    hint = "restore the segment from a replica or delete the partition directory to re-replicate"
+    hint = ("read from another in-sync replica (this broker's copy is damaged); do not delete the partition "
+            "directory unless another replica holds every acknowledged record (ember topics describe: the ISR)")
 
 
 class UnexpectedAppendOffset(EmberError):

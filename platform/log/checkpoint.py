@@ -1,16 +1,21 @@
 """Small checkpoint files written atomically: a version line, an entry count, then the entries.
 
 A checkpoint is written to ``<name>.tmp``, fsynced, renamed over the old file and the directory
-fsynced, so after a crash a reader sees either the old or the new content, never a mix. A file
+fsynced, so after a crash a reader sees either the old or the new content, never a mix. A failed
+write removes the temp file and leaves the old checkpoint in place (OSError); a failed fsync
+raises ``UntrustedFiles``. A file
 that is missing or does not parse reads as None: every checkpoint has a safe fallback (recover
 more, trust less), so a damaged one must not stop a partition from opening.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from pathlib import Path
 from typing import Optional, Sequence
+
+from ember.log.disk import fsync
 
 VERSION = 0
 TMP_SUFFIX = ".tmp"
@@ -26,14 +31,21 @@ _log = logging.getLogger(__name__)
 def write_entries(path: Path, entries: Sequence[Sequence[int]]) -> None:
     """Atomically replace ``path`` with ``entries`` (rows of integers)."""
     lines = [str(VERSION), str(len(entries))] + [" ".join(map(str, row)) for row in entries]
+    data = memoryview(("\n".join(lines) + "\n").encode())
     tmp = path.with_name(path.name + TMP_SUFFIX)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        os.write(fd, ("\n".join(lines) + "\n").encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        try:
+            while data:
+                data = data[os.write(fd, data):]
+            fsync(fd, tmp)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise
     fsync_dir(path.parent)
 
 
@@ -69,6 +81,6 @@ def fsync_dir(directory: Path) -> None:
     """Make renames and unlinks in ``directory`` durable."""
     fd = os.open(directory, os.O_RDONLY)
     try:
-        os.fsync(fd)
+        fsync(fd, directory)
     finally:
         os.close(fd)

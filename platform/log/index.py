@@ -20,6 +20,8 @@ from array import array
 from pathlib import Path
 from typing import Optional
 
+from ember.log.disk import fsync
+
 _OFFSET_ENTRY = struct.Struct(">II")
 _TIME_ENTRY = struct.Struct(">qI")
 
@@ -56,26 +58,36 @@ class _Index:
         if not self._pending:
             return
         data, self._pending = bytes(self._pending), bytearray()
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        _write_file(self.path, data, os.O_APPEND)
+
+    def rollback(self, count: int) -> None:
+        """Forget the entries after the first ``count`` (in memory, queued and in the file) after
+        a failed write; raises OSError if the file cannot be cut back."""
+        self._truncate(count)
+        self._pending.clear()
         try:
-            while data:
-                data = data[os.write(fd, data):]
-        finally:
-            os.close(fd)
+            os.truncate(self.path, count * self.entry.size)
+        except FileNotFoundError:
+            if count:
+                raise
+
+    def _truncate(self, keep: int) -> None:
+        raise NotImplementedError
 
     def rewrite(self) -> None:
         """Replace the file with the in-memory entries (creation, truncation, rebuild)."""
         self._pending.clear()
-        self.path.write_bytes(self._serialize())
+        _write_file(self.path, self._serialize(), os.O_TRUNC)
 
     def flush(self) -> None:
-        self.write_pending()
+        """fsync what was written (entries are written under the log's lock by ``write_pending``;
+        this may run concurrently on the flusher thread, so it writes nothing itself)."""
         try:
             fd = os.open(self.path, os.O_RDONLY)
         except FileNotFoundError:
             return  # no entries yet
         try:
-            os.fsync(fd)
+            fsync(fd, self.path)
         finally:
             os.close(fd)
 
@@ -195,11 +207,24 @@ class TimeIndex(_Index):
 
     def truncate_to_offset(self, offset: int) -> None:
         """Drop entries pointing at or after ``offset``."""
-        keep = bisect.bisect_left(self.offsets, max(0, offset - self.base_offset))
+        self._truncate(bisect.bisect_left(self.offsets, max(0, offset - self.base_offset)))
+
+    def _truncate(self, keep: int) -> None:
         del self.timestamps[keep:], self.offsets[keep:]
 
     def _serialize(self) -> bytes:
         return b"".join(self.entry.pack(t, o) for t, o in zip(self.timestamps, self.offsets))
+
+
+def _write_file(path: Path, data: bytes, mode: int) -> None:
+    """Write ``data`` to ``path`` opened with ``mode`` (``O_APPEND`` or ``O_TRUNC``)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | mode, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
 
 
 def _increasing(values: array[int], strict: bool = True) -> bool:

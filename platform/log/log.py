@@ -4,6 +4,12 @@ Thread safety: every public method may be called from any thread. ``_lock`` seri
 reads of the segment list and metadata updates; ``_flush_lock`` serializes the slow work that
 must not block appends (fsync) with whatever closes or deletes segment files (truncation,
 retention, close). Lock order is always ``_flush_lock`` then ``_lock``.
+
+Disk failures: a failed write (ENOSPC, EIO, ...) is undone before the typed, retriable
+``StorageError`` is raised, so the log stays at its last complete batch and a retry appends at the
+same offsets. A failed fsync, or a failed write that cannot be undone, takes the log *offline*
+(``offline_reason``): every later operation raises ``StorageError`` until it is reopened, whose
+recovery truncates whatever the disk tore.
 """
 from __future__ import annotations
 
@@ -23,6 +29,7 @@ import pyarrow.compute as pc
 from ember import errors
 from ember.log import checkpoint, recovery, retention
 from ember.log.config import LogConfig
+from ember.log.disk import UntrustedFiles
 from ember.log.epoch_cache import LeaderEpochCache
 from ember.log.producer_state import ProducerStateManager
 from ember.log.segment import DELETED_SUFFIX, LogSegment
@@ -102,17 +109,25 @@ class Log:
         self._written: dict[str, int] = {}  # checkpoint name -> value on disk
         self._pending_deletes: list[tuple[int, list[Path]]] = []
         self._closed = False
+        self._offline_reason: Optional[str] = None
 
     @classmethod
     def open(cls, directory: os.PathLike[str] | str, config: Optional[LogConfig] = None, *,
              now_ms: Callable[[], int] = _wall_clock_ms) -> "Log":
         """Open (creating if needed) and recover the log in ``directory``."""
         directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        recovery.clean_directory(directory)
-        log = cls(directory, config or LogConfig(), now_ms)
-        log._load()
-        return log
+        log: Optional[Log] = None
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            recovery.clean_directory(directory)
+            log = cls(directory, config or LogConfig(), now_ms)
+            log._load()
+            return log
+        except (OSError, UntrustedFiles) as e:
+            if log is not None:
+                for segment in log._segments:
+                    segment.close()
+            raise errors.StorageError(f"cannot open log {directory}: {e}") from e
 
     def _load(self) -> None:
         def read(name: str) -> Optional[int]:
@@ -126,6 +141,8 @@ class Log:
             self._set_segments([self._new_segment(checkpointed_start or 0)])
         first = self._segments[0].base_offset
         self._log_start_offset = max(first, checkpointed_start or first)
+        # recovery may have truncated below the checkpointed recovery point (a torn tail)
+        self._recovery_point = min(self._recovery_point, self.log_end_offset)
         self._epochs.truncate_from_end(self.log_end_offset)
         if self._log_start_offset > self.log_end_offset:  # the data the checkpoint promised is gone
             with self._flush_lock:
@@ -149,6 +166,17 @@ class Log:
         with self._lock:
             self._config = config
             self._active.index_interval_bytes = config.index_interval_bytes
+
+    @property
+    def offline(self) -> bool:
+        """A disk failure took the log offline: every operation raises StorageError until the
+        partition is reopened (``Log.open`` recovers the files)."""
+        return self._offline_reason is not None
+
+    @property
+    def offline_reason(self) -> Optional[str]:
+        """Why the log went offline (the directory and the failed operation), or None."""
+        return self._offline_reason
 
     @property
     def log_start_offset(self) -> int:
@@ -232,8 +260,7 @@ class Log:
                 headers.append(BatchHeader.parse(head))
                 buffers += (head, payload)
                 offset += header.record_count
-            self._append(headers, buffers)
-            self._epochs.assign(leader_epoch, headers[0].base_offset)
+            self._append(headers, buffers, [(leader_epoch, headers[0].base_offset)])
             return _result(headers)
 
     def append_as_follower(self, raw: Buffer) -> AppendResult:
@@ -253,20 +280,28 @@ class Log:
                         f"{self.directory}: follower batch starts at {header.base_offset}, "
                         f"expected {expected}")
                 expected = header.last_offset + 1
-            self._append(headers, [view])
-            for header in headers:
-                self._epochs.assign(header.partition_leader_epoch, header.base_offset)
+            self._append(headers, [view], [(h.partition_leader_epoch, h.base_offset) for h in headers])
             return _result(headers)
 
-    def _append(self, headers: Sequence[BatchHeader], buffers: Sequence[Buffer]) -> None:
+    def _append(self, headers: Sequence[BatchHeader], buffers: Sequence[Buffer],
+                epochs: Sequence[tuple[int, int]]) -> None:
+        """Write batches and record their (epoch, start offset)s; all or nothing: on a disk
+        failure the files, offsets, epoch cache and producer state are as before."""
         size = sum(h.size for h in headers)
         max_timestamp = max(h.max_timestamp for h in headers)
-        with _storage_errors(self.directory):
+        with self._disk():
             if self._active.should_roll(size, max_timestamp, headers[-1].last_offset,
                                         segment_bytes=self._config.segment_bytes,
                                         segment_ms=self._config.segment_ms):
                 self._roll()
-            self._active.append(headers, buffers)
+            active = self._active
+            mark = active.mark()
+            active.append(headers, buffers)  # undoes itself on failure
+            try:
+                self._epochs.assign_all(epochs)  # unchanged on failure
+            except OSError:
+                active.rollback(mark)
+                raise
             for header in headers:
                 self._producers.update(header)
             self._unflushed_records += sum(h.record_count for h in headers)
@@ -275,7 +310,10 @@ class Log:
                 self._sync_unflushed()
 
     def _roll(self) -> None:
-        """Seal (and fsync) the active segment and start a new one at the log end."""
+        """Seal (and fsync) the active segment and start a new one at the log end.
+
+        If creating the new segment fails, its files are removed and the sealed segment stays
+        active (the next append rolls again)."""
         self._active.seal()
         self._recovery_point = max(self._recovery_point, self.log_end_offset)
         self._set_segments(self._segments + [self._new_segment(self.log_end_offset)])
@@ -316,16 +354,19 @@ class Log:
             end = self.log_end_offset
             segments = self._unflushed_segments()
             counted = self._unflushed_records
-        with _storage_errors(self.directory):
+        with self._disk():
             for segment in segments:
                 segment.flush()
         with self._lock:
             self._recovery_point = max(self._recovery_point, end)
             self._unflushed_records -= counted
             self._last_flush_ms = self._now_ms()
-            recovery_point, high_watermark = self._recovery_point, self._high_watermark
+            recovery_point, log_start = self._recovery_point, self._log_start_offset
+            # never checkpoint a high watermark above what is on disk
+            high_watermark = min(self._high_watermark, recovery_point)
         self._checkpoint(checkpoint.RECOVERY_POINT, recovery_point)
         self._checkpoint(checkpoint.HIGH_WATERMARK, high_watermark)
+        self._checkpoint(checkpoint.LOG_START_OFFSET, log_start)  # if retention could not
 
     def _unflushed_segments(self) -> list[LogSegment]:
         first = max(0, bisect.bisect_right(self._bases, self._recovery_point) - 1)
@@ -334,7 +375,7 @@ class Log:
     def _checkpoint(self, name: str, value: int) -> None:
         """Write a single-offset checkpoint if it changed (caller holds ``_flush_lock``)."""
         if self._written.get(name) != value:
-            with _storage_errors(self.directory):
+            with self._disk():
                 checkpoint.write_offset(self.directory / name, value)
             self._written[name] = value
 
@@ -348,7 +389,7 @@ class Log:
         base offset is ``max_offset`` or more, all from one segment. Raises ``OffsetOutOfRange``
         outside [log start, log end] and ``CorruptSegment`` at a damaged batch header.
         """
-        with self._lock:
+        with self._lock, self._disk():
             self._check_open()
             self._check_range(start_offset)
             segment = self._segment_for(start_offset)
@@ -361,7 +402,7 @@ class Log:
 
     def offset_for_timestamp(self, timestamp_ms: int) -> Optional[tuple[int, int]]:
         """(offset, timestamp) of the first record with timestamp ≥ ``timestamp_ms``, or None."""
-        with self._lock:
+        with self._lock, self._disk():
             self._check_open()
             for segment in self._segments:
                 if segment.max_timestamp < timestamp_ms or segment.next_offset <= self._log_start_offset:
@@ -396,25 +437,26 @@ class Log:
             self._check_open()
             if offset >= self.log_end_offset:
                 return
-            if offset <= self._log_start_offset:
-                self._truncate_fully(offset)
-                return
-            doomed = [s for s in self._segments[1:] if s.base_offset >= offset]
-            self._set_segments(self._segments[:len(self._segments) - len(doomed)])
-            self._delete_segments(doomed)
-            with _storage_errors(self.directory):
+            # a half-done truncation cannot be undone: any disk failure takes the log offline
+            with self._disk(fatal=True):
+                if offset <= self._log_start_offset:
+                    self._truncate_fully(offset)
+                    return
+                doomed = [s for s in self._segments[1:] if s.base_offset >= offset]
+                self._set_segments(self._segments[:len(self._segments) - len(doomed)])
+                self._delete_segments(doomed)
                 self._active.truncate_to(offset)
-            end = self.log_end_offset
-            self._recovery_point = min(self._recovery_point, end)
-            self._high_watermark = min(self._high_watermark, end)
-            self._epochs.truncate_from_end(end)
-            self._rebuild_from_headers(include_epochs=False)
+                end = self.log_end_offset
+                self._recovery_point = min(self._recovery_point, end)
+                self._high_watermark = min(self._high_watermark, end)
+                self._epochs.truncate_from_end(end)
+                self._rebuild_from_headers(include_epochs=False)
             self._checkpoint(checkpoint.RECOVERY_POINT, self._recovery_point)
             self._checkpoint(checkpoint.HIGH_WATERMARK, self._high_watermark)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete all data and restart the log, empty, at ``offset``."""
-        with self._flush_lock, self._lock:
+        with self._flush_lock, self._lock, self._disk(fatal=True):
             self._check_open()
             self._truncate_fully(offset)
 
@@ -440,7 +482,8 @@ class Log:
                     f"cannot delete records before {offset}: above the high watermark {self._high_watermark}")
             if offset > self._log_start_offset:
                 self._advance_log_start(offset)
-                self._delete_oldest(retention.below_log_start(self._segments, offset))
+                with self._disk(fatal=True):
+                    self._delete_oldest(retention.below_log_start(self._segments, offset))
             return self._log_start_offset
 
     def apply_retention(self, now_ms: Optional[int] = None) -> int:
@@ -452,7 +495,8 @@ class Log:
             count = retention.deletable_count(
                 self._segments, config=self._config, now_ms=now,
                 log_start_offset=self._log_start_offset, high_watermark=self._high_watermark)
-            self._delete_oldest(count)
+            with self._disk(fatal=True):
+                self._delete_oldest(count)
             self._purge_deleted_files(now)
             self._producers.remove_expired(now, self._config.producer_id_expiration_ms)
             return count
@@ -470,9 +514,14 @@ class Log:
             return
         self._log_start_offset = offset
         self._high_watermark = max(self._high_watermark, offset)
-        self._epochs.truncate_from_start(offset)
         self._producers.remove_before(offset)
-        self._checkpoint(checkpoint.LOG_START_OFFSET, offset)
+        try:  # not fatal: the old checkpoints are safe (open takes the larger of it and the first segment)
+            with self._disk():
+                self._epochs.truncate_from_start(offset)
+            self._checkpoint(checkpoint.LOG_START_OFFSET, offset)
+        except errors.StorageError as e:
+            _log.warning("%s: log start offset %d not checkpointed yet (the next flush retries): %s",
+                         self.directory, offset, e)
 
     def _delete_segments(self, segments: Sequence[LogSegment]) -> None:
         """Rename to ``*.deleted`` now (readers holding a FetchSlice may still open them), unlink
@@ -488,8 +537,12 @@ class Log:
             if due > now_ms:
                 keep.append((due, paths))
                 continue
-            for path in paths:
-                path.unlink(missing_ok=True)
+            try:
+                for path in paths:
+                    path.unlink(missing_ok=True)
+            except OSError as e:
+                _log.warning("%s: cannot delete old segment files yet: %s", self.directory, e)
+                keep.append((due, paths))
         self._pending_deletes = keep
 
     @property
@@ -498,15 +551,19 @@ class Log:
         return self._closed
 
     def close(self) -> None:
-        """Flush, checkpoint and close the files. Idempotent."""
+        """Flush, checkpoint and close the files (only close them if the log is offline).
+        Idempotent; the files are closed even if the flush fails."""
         with self._flush_lock:
             if self._closed:
                 return
-            self._flush()
-            with self._lock:
-                for segment in self._segments:
-                    segment.close()
-                self._closed = True
+            try:
+                if self._offline_reason is None:
+                    self._flush()
+            finally:
+                with self._lock:
+                    for segment in self._segments:
+                        segment.close()
+                    self._closed = True
 
     def delete(self) -> None:
         """Close the log and remove its directory (topic deletion)."""
@@ -542,8 +599,35 @@ class Log:
                 f" of {self.directory}")
 
     def _check_open(self) -> None:
+        if self._offline_reason is not None:
+            raise self._offline_error()
         if self._closed:
             raise errors.StorageError(f"log {self.directory} is closed")
+
+    def _offline_error(self) -> errors.StorageError:
+        return errors.StorageError(f"log {self.directory} is offline after a disk failure: "
+                                   f"{self._offline_reason}")
+
+    @contextlib.contextmanager
+    def _disk(self, *, fatal: bool = False) -> Iterator[None]:
+        """Disk failures (ENOSPC, EIO, ...) surface as the typed, retriable StorageError. Failures
+        that leave the files unlike the in-memory state (``UntrustedFiles``: a failed fsync or
+        undo; any OSError when ``fatal``) first take the log offline."""
+        try:
+            yield
+        except UntrustedFiles as e:
+            self._go_offline(str(e))
+            raise self._offline_error() from e.cause
+        except OSError as e:
+            if fatal:
+                self._go_offline(str(e))
+                raise self._offline_error() from e
+            raise errors.StorageError(f"{self.directory}: {e}") from e
+
+    def _go_offline(self, reason: str) -> None:
+        if self._offline_reason is None:
+            _log.error("log %s goes offline: %s", self.directory, reason)
+            self._offline_reason = reason
 
     def _rebuild_from_headers(self, *, include_epochs: bool) -> None:
         """Producer state (and, on open, missing epoch-cache entries) from every batch header."""
@@ -582,11 +666,3 @@ def _result(headers: Sequence[BatchHeader]) -> AppendResult:
     return AppendResult(headers[0].base_offset, headers[-1].last_offset,
                         max(h.max_timestamp for h in headers), sum(h.record_count for h in headers))
 
-
-@contextlib.contextmanager
-def _storage_errors(directory: Path) -> Iterator[None]:
-    """Disk failures (ENOSPC, EIO, ...) surface as the typed, retriable StorageError."""
-    try:
-        yield
-    except OSError as e:
-        raise errors.StorageError(f"{directory}: {e}") from e

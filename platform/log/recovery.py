@@ -1,9 +1,14 @@
 """Opening a partition directory after a clean or unclean shutdown.
 
-Segments wholly below the recovery point (flushed, validated before) are trusted: only their
-indexes are loaded and sanity-checked. From the segment holding the recovery point on, every
-batch is length- and CRC-checked; the first bad one marks a torn or corrupt tail, which is
-truncated together with every later segment.
+Segments wholly below the recovery point (flushed, validated before) are trusted: their indexes
+are loaded and sanity-checked, and the headers after the last index entry must end exactly at the
+end of the file, where the next segment begins; if not, a write tore the tail and the segment is
+CRC-checked and truncated after its last whole batch. From the segment holding the recovery point
+on, every batch is length- and CRC-checked; the first bad one marks a torn or corrupt tail, which
+is truncated. Later segments are deleted only if a segment no longer ends at the next segment's
+base (the truncation lost offsets): offsets never change once assigned, so the log must end there
+(a replica fetches the rest again from the leader). No operator is needed: a torn tail never keeps
+a partition offline.
 """
 from __future__ import annotations
 
@@ -40,18 +45,34 @@ def open_segment(directory: Path, base_offset: int, config: LogConfig, *, create
 
 def load_segments(directory: Path, config: LogConfig, recovery_point: int) -> list[LogSegment]:
     """Open every segment, recovering those at or past ``recovery_point``."""
-    bases = segment_bases(directory)
     segments: list[LogSegment] = []
+    try:
+        _load_into(segments, directory, config, recovery_point)
+    except BaseException:
+        for segment in segments:
+            segment.close()
+        raise
+    return segments
+
+
+def _load_into(segments: list[LogSegment], directory: Path, config: LogConfig, recovery_point: int) -> None:
+    bases = segment_bases(directory)
     for i, base in enumerate(bases):
         segment = open_segment(directory, base, config)
         segments.append(segment)
         next_base = bases[i + 1] if i + 1 < len(bases) else None
         if next_base is not None and next_base <= recovery_point:
-            segment.open_sealed(next_base)
-        elif segment.open_unflushed(recovery_point) and next_base is not None:
+            truncated = segment.open_sealed(next_base)
+        else:
+            truncated = segment.open_unflushed(recovery_point)
+        if next_base is not None and segment.next_offset != next_base:
+            _log.warning("%s ends at offset %d%s, but the next segment starts at %d: deleting the "
+                         "segments from %d on (this replica fetches offsets from %d on again)",
+                         segment.path, segment.next_offset,
+                         f" after truncating {truncated} bytes" if truncated else "", next_base,
+                         next_base, segment.next_offset)
             for later in bases[i + 1:]:
                 _log.warning("deleting segment %d after a truncated tail", later)
                 for suffix in SEGMENT_SUFFIXES:
                     (directory / f"{later:020d}{suffix}").unlink(missing_ok=True)
             break
-    return segments

@@ -4,15 +4,20 @@ Files are named by the segment's base offset (20 digits). The segment indexes ba
 appended (an offset-index entry every ``index.interval.bytes``, a time-index entry whenever the
 running maximum timestamp grows at such a point) and finds batches by binary search in the index
 followed by a short forward scan of batch headers.
+
+A failed write never leaves bytes behind: ``append`` and ``seal`` undo themselves (``rollback``
+to a ``mark`` taken before) and re-raise the OSError; if the undo fails too they raise
+``UntrustedFiles`` (as does a failed fsync), and the log goes offline.
 """
 from __future__ import annotations
 
 import logging
 import os
 from pathlib import Path
-from typing import Iterator, Optional, Sequence
+from typing import Iterator, NamedTuple, Optional, Sequence
 
 from ember import errors
+from ember.log.disk import UntrustedFiles, fsync
 from ember.log.index import OffsetIndex, TimeIndex
 from ember.record.batch import HEADER_SIZE, BatchHeader, Buffer, check_batch
 
@@ -62,6 +67,17 @@ def scan_batches(fd: int, position: int, end: int, *, verify_crc: bool = True
         position += header.size
 
 
+class Mark(NamedTuple):
+    """A segment's append state, to undo a failed write (``LogSegment.rollback``)."""
+    size: int
+    next_offset: int
+    max_timestamp: int
+    max_timestamp_offset: int
+    bytes_since_entry: int
+    offset_entries: int
+    time_entries: int
+
+
 class LogSegment:
     """A segment's files and in-memory state; the owning ``Log`` serializes access."""
 
@@ -76,44 +92,107 @@ class LogSegment:
         self.index_interval_bytes = index_interval_bytes
         flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
         self._fd = os.open(self.path, flags, 0o644)
-        self.size = os.fstat(self._fd).st_size
-        if create:
-            self._rewrite_indexes()
+        try:
+            self.size = os.fstat(self._fd).st_size
+            if create:
+                self._rewrite_indexes()
+        except OSError as e:
+            self.close()
+            if create:  # a half-created segment would make every later roll fail with EEXIST
+                self._remove_files(e)
+            raise
         self.next_offset = base_offset  # one past the last batch's last offset
         self.max_timestamp = -1
         self._max_timestamp_offset = base_offset
         self._bytes_since_entry = 0
 
+    def _remove_files(self, cause: OSError) -> None:
+        for suffix in SEGMENT_SUFFIXES:
+            try:
+                segment_path(self.path.parent, self.base_offset, suffix).unlink(missing_ok=True)
+            except OSError as e:
+                raise UntrustedFiles(f"cannot remove the half-created segment {self.path} "
+                                     f"(its creation failed: {cause})", e) from e
+
     # --- loading and recovery ---------------------------------------------------------------
 
-    def open_sealed(self, next_offset: int) -> None:
-        """Load a flushed segment's indexes, rebuilding them from headers if they are damaged."""
+    def open_sealed(self, next_offset: int) -> int:
+        """Open a flushed segment that ends where the next one (at ``next_offset``) begins;
+        returns bytes truncated.
+
+        Its indexes are loaded (rebuilt from headers if damaged) and the headers after the last
+        index entry walked: they must end exactly at the end of the file, at ``next_offset``. If
+        not, a write tore the tail (a full or failing disk): every batch is CRC-checked and the
+        file truncated after the last whole one. The caller compares ``next_offset`` afterwards:
+        unless it is the next segment's base, offsets were lost and later segments must go.
+        """
         self.next_offset = next_offset
         if self._load_index_files():
             self.max_timestamp = self.time_index.max_timestamp
-            return
-        _log.warning("%s: rebuilding damaged or missing indexes", self.path)
-        try:
-            self._resume()
-        except errors.CorruptSegment as e:  # keep what could be indexed; reads there will fail
-            _log.error("%s", e)
-        self.next_offset = next_offset
-        self._rewrite_indexes()
+            if self._tail_is_whole(next_offset):
+                return 0
+        else:
+            _log.warning("%s: rebuilding damaged or missing indexes", self.path)
+            try:
+                self._resume()
+                whole = self.next_offset == next_offset
+            except errors.CorruptSegment:
+                whole = False
+            if whole:
+                self._rewrite_indexes()
+                return 0
+        return self._recover_all()
 
     def open_unflushed(self, recovery_point: int) -> int:
         """Recover a segment holding data at or past the recovery point; returns bytes truncated.
 
         Batches below the recovery point were flushed and validated before: they are walked by
         header only. From the recovery point on every batch is checked (length, CRC) and
-        re-indexed; the file is truncated at the first bad one.
+        re-indexed; the file is truncated at the first bad one. A bad header below the recovery
+        point (a tear that a flush could not see) makes it CRC-check the whole segment instead.
         """
         position = 0
         if self.base_offset < recovery_point:
             self._load_index_files()
             self.offset_index.truncate_to_offset(recovery_point)
             self.time_index.truncate_to_offset(recovery_point)
-            position = self._resume(stop_offset=recovery_point)
+            try:
+                position = self._resume(stop_offset=recovery_point)
+            except errors.CorruptSegment as e:
+                _log.warning("%s below the recovery point %d: checking every batch",
+                             e, recovery_point)
+                return self._recover_all()
         truncated = self._recover_from(position)
+        self._rewrite_indexes()
+        return truncated
+
+    def _tail_is_whole(self, next_offset: int) -> bool:
+        """Whether the headers from the last offset-index entry on end exactly at the end of the
+        file with offset ``next_offset`` (a sanity check reading about one index interval)."""
+        end_offset, position = self.offset_index.last()
+        try:
+            for _, header in self.iter_headers(position):
+                if header.base_offset < end_offset:   # offsets only grow
+                    _log.warning("%s: batch at offset %d where %d or more was expected", self.path,
+                                 header.base_offset, end_offset)
+                    return False
+                end_offset = header.last_offset + 1
+        except errors.CorruptSegment as e:
+            _log.warning("%s", e)
+            return False
+        if end_offset != next_offset:
+            _log.warning("%s: batches end at offset %d, the next segment starts at %d",
+                         self.path, end_offset, next_offset)
+            return False
+        return True
+
+    def _recover_all(self) -> int:
+        """CRC-check and re-index every batch, truncating after the last whole one."""
+        self._clear_indexes()
+        self.next_offset = self.base_offset
+        self.max_timestamp, self._max_timestamp_offset = -1, self.base_offset
+        self._bytes_since_entry = 0
+        truncated = self._recover_from(0)
         self._rewrite_indexes()
         return truncated
 
@@ -139,6 +218,9 @@ class LogSegment:
         entry_offset, entry_position = self.offset_index.last()
         self.next_offset = entry_offset
         for position, header in self.iter_headers(entry_position):
+            if header.base_offset < self.next_offset:  # offsets only grow (gaps allowed: compaction)
+                raise self.corrupt(position, f"batch at offset {header.base_offset} where "
+                                             f"{self.next_offset} or more was expected")
             if stop_offset is not None and header.base_offset >= stop_offset:
                 return position
             self._index_batch(position, header)
@@ -148,10 +230,15 @@ class LogSegment:
         end = position
         try:
             for pos, header, _ in scan_batches(self._fd, position, self.size):
+                if header.base_offset < self.next_offset:  # e.g. an old batch's bytes
+                    raise errors.CorruptRecord(f"batch at offset {header.base_offset} where "
+                                               f"{self.next_offset} or more was expected at position {pos}")
                 self._index_batch(pos, header)
                 end = pos + header.size
         except errors.CorruptRecord as e:
-            _log.warning("%s: truncating the unflushed tail: %s", self.path, e)
+            _log.warning("%s: torn or corrupt batch (%s): truncating the file at position %d, "
+                         "dropping %d bytes; offsets from %d on will be fetched again from the "
+                         "leader", self.path, e, end, self.size - end, self.next_offset)
         truncated = self.size - end
         if truncated:
             os.ftruncate(self._fd, end)
@@ -165,15 +252,41 @@ class LogSegment:
     # --- appending --------------------------------------------------------------------------
 
     def append(self, headers: Sequence[BatchHeader], buffers: Sequence[Buffer]) -> None:
-        """Write batches (``headers`` carry their final offsets; ``buffers`` are their bytes)."""
+        """Write batches (``headers`` carry their final offsets; ``buffers`` are their bytes).
+
+        On OSError the segment is as before (``rollback``) and the error re-raised.
+        """
+        mark = self.mark()
         position = self.size
-        _pwrite_all(self._fd, buffers, position)
-        for header in headers:
-            self._index_batch(position, header)
-            position += header.size
-        self.size = position
-        self.offset_index.write_pending()
-        self.time_index.write_pending()
+        try:
+            _pwrite_all(self._fd, buffers, position)
+            for header in headers:
+                self._index_batch(position, header)
+                position += header.size
+            self.size = position
+            self.offset_index.write_pending()
+            self.time_index.write_pending()
+        except OSError:
+            self.rollback(mark)
+            raise
+
+    def mark(self) -> Mark:
+        """The append state now, for ``rollback`` (O(1))."""
+        return Mark(self.size, self.next_offset, self.max_timestamp, self._max_timestamp_offset,
+                    self._bytes_since_entry, len(self.offset_index), len(self.time_index))
+
+    def rollback(self, mark: Mark) -> None:
+        """Undo everything appended since ``mark``: in memory, then in the files (the partial
+        bytes of a failed write are cut off). Raises ``UntrustedFiles`` if the files cannot be
+        cut back."""
+        self.size, self.next_offset, self.max_timestamp = mark.size, mark.next_offset, mark.max_timestamp
+        self._max_timestamp_offset, self._bytes_since_entry = mark.max_timestamp_offset, mark.bytes_since_entry
+        try:
+            os.ftruncate(self._fd, mark.size)
+            self.offset_index.rollback(mark.offset_entries)
+            self.time_index.rollback(mark.time_entries)
+        except OSError as e:
+            raise UntrustedFiles(f"cannot undo a failed write to {self.path}", e) from e
 
     def _index_batch(self, position: int, header: BatchHeader) -> None:
         if header.max_timestamp > self.max_timestamp:
@@ -200,8 +313,18 @@ class LogSegment:
         return BatchHeader.parse(os.pread(self._fd, HEADER_SIZE, 0)).max_timestamp
 
     def seal(self) -> None:
-        """Finish the segment before a roll: final time-index entry, then fsync everything."""
+        """Finish the segment before a roll: final time-index entry, then fsync everything.
+
+        A failed write of the entry is undone (OSError); a failed fsync raises UntrustedFiles.
+        """
+        mark = self.mark()
         self.time_index.maybe_append(self.max_timestamp, self._max_timestamp_offset)
+        try:
+            self.offset_index.write_pending()
+            self.time_index.write_pending()
+        except OSError:
+            self.rollback(mark)
+            raise
         self.flush()
 
     # --- reading ----------------------------------------------------------------------------
@@ -291,7 +414,8 @@ class LogSegment:
         return removed
 
     def flush(self) -> None:
-        os.fsync(self._fd)
+        """fsync the data and index files; a failure raises UntrustedFiles."""
+        fsync(self._fd, self.path)
         self.offset_index.flush()
         self.time_index.flush()
 
