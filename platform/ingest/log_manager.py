@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Awaitable, Callable, Iterable
 
-from ember.errors import EmberError
+from ember.errors import EmberError, StorageError
 from ember.log.config import LogConfig
 from ember.log.data_dir import read_meta, write_meta
 
@@ -58,6 +58,9 @@ class LogManager:
         self.io_pool = ThreadPoolExecutor(IO_THREADS, thread_name_prefix="log-io")
         self._lock_fd: int | None = None
         self._schedules: list[asyncio.Task[None]] = []
+        #: Offline logs already reported (by partition), and (schedule, topic, partition) failing.
+        self._offline_noted: dict[tuple[str, int], "Log"] = {}
+        self._failing: set[tuple[str, str, int]] = set()
 
     # -- ownership -----------------------------------------------------------------------------
 
@@ -130,7 +133,8 @@ class LogManager:
                         metrics: "BrokerMetrics | None" = None) -> None:
         """Retention every ``log.retention.check.interval.ms``, the flush check every
         ``log.flush.scheduler.interval.ms``; each log's job runs on the I/O pool. Flushes that
-        happen are timed into ``metrics``."""
+        happen are timed into ``metrics``; storage errors are counted by each partition's stats."""
+
         async def retention(p: "Partition") -> None:
             await p.run(p.log.apply_retention)
 
@@ -143,8 +147,9 @@ class LogManager:
             await p.run(timed_flush, p.log)
 
         self._schedules = [
-            asyncio.create_task(self._every(retention_interval_ms, partitions, retention), name="retention"),
-            asyncio.create_task(self._every(flush_interval_ms, partitions, flush), name="flush"),
+            asyncio.create_task(self._every(retention_interval_ms, partitions, "retention", retention),
+                                name="retention"),
+            asyncio.create_task(self._every(flush_interval_ms, partitions, "flush", flush), name="flush"),
         ]
 
     async def stop_schedules(self) -> None:
@@ -153,15 +158,59 @@ class LogManager:
         await asyncio.gather(*self._schedules, return_exceptions=True)
         self._schedules = []
 
-    @staticmethod
-    async def _every(interval_ms: int, partitions: Callable[[], Iterable["Partition"]],
+    async def _every(self, interval_ms: int, partitions: Callable[[], Iterable["Partition"]], name: str,
                      job: Callable[["Partition"], Awaitable[None]]) -> None:
         while True:
             await asyncio.sleep(interval_ms / 1000)
-            for partition in list(partitions()):
-                try:
-                    await job(partition)
-                except Exception:
-                    if partition.log.closed:
-                        continue    # deleted meanwhile (topic deleted or partition moved away)
-                    log.exception("%s of %s failed", getattr(job, "__name__", "job"), partition)
+            await self.run_scheduled(list(partitions()), name, job)
+
+    async def run_scheduled(self, partitions: list["Partition"], name: str,
+                            job: Callable[["Partition"], Awaitable[None]]) -> None:
+        """One round of a schedule (``name``: its ``operation`` in the storage-error counter).
+
+        A log that a disk failure took offline is reported once (with the reason) and skipped
+        until its partition is reopened; a StorageError that leaves the log online (a checkpoint
+        the full disk refused) is logged when it starts and when it stops, not on every round."""
+        self._forget_gone(partitions)
+        for partition in partitions:
+            if self._skip_offline(partition):
+                continue
+            key = (name, partition.topic, partition.index)
+            try:
+                await job(partition)
+            except StorageError as exc:
+                if partition.log.closed and not partition.log.offline:
+                    continue    # deleted meanwhile (topic deleted or partition moved away)
+                partition.count_storage_error(name)
+                if self._skip_offline(partition):
+                    continue
+                if key not in self._failing:
+                    self._failing.add(key)
+                    log.warning("%s of %s failed: %s (retried every round; logged again when it works)",
+                                name, partition, exc)
+            except Exception:
+                if partition.log.closed:
+                    continue    # deleted meanwhile (topic deleted or partition moved away)
+                log.exception("%s of %s failed", name, partition)
+            else:
+                if key in self._failing:
+                    self._failing.discard(key)
+                    log.info("%s of %s works again", name, partition)
+
+    def _skip_offline(self, partition: "Partition") -> bool:
+        """True if ``partition``'s log is offline; says so once per log."""
+        log_ = partition.log
+        if not log_.offline:
+            return False
+        key = (partition.topic, partition.index)
+        if self._offline_noted.get(key) is not log_:
+            self._offline_noted[key] = log_
+            log.error("%s: its log is offline after a disk failure (%s); flush and retention skip it until the "
+                      "partition is reopened (docs/operations.md, \"A full disk\")", partition, log_.offline_reason)
+        return True
+
+    def _forget_gone(self, partitions: list["Partition"]) -> None:
+        """Drop what was noted about partitions no longer here (or reopened with a new log)."""
+        current = {(p.topic, p.index): p.log for p in partitions}
+        self._offline_noted = {k: v for k, v in self._offline_noted.items() if current.get(k) is v}
+        self._failing = {k for k in self._failing if k[1:] in current}

@@ -34,6 +34,7 @@ from ember.errors import (
     OffsetNotAvailable,
     OffsetOutOfRange,
     RequestTimedOut,
+    StorageError,
     UnknownLeaderEpoch,
 )
 from ember.ingest.isr import FollowerProgress, now_ms
@@ -236,7 +237,11 @@ class Partition:
             if required_acks == -1 and len(self.state.isr) < self.config.min_insync_replicas:
                 raise NotEnoughReplicas(f"{self}: {len(self.state.isr)} in-sync replica(s) {self.state.isr}, "
                                         f"min.insync.replicas is {self.config.min_insync_replicas}")
-            result = await self.run(self._append, raw, self.leader_epoch)
+            try:
+                result = await self.run(self._append, raw, self.leader_epoch)
+            except StorageError:
+                self.count_storage_error("produce")
+                raise
         self.changed.fire()
         if self.stats is not None and not result.duplicate:
             self.stats.produced(result.record_count, len(raw))
@@ -367,6 +372,12 @@ class Partition:
             raise NotLeaderOrFollower(f"{self}: no longer follows the leader of epoch {leader_epoch}")
 
     # -- maintenance ---------------------------------------------------------------------------
+
+    def count_storage_error(self, operation: str) -> None:
+        """The broker met a StorageError of this partition's log during ``operation`` (metrics).
+        A log closed meanwhile (the partition was deleted or moved away) is no disk failure."""
+        if self.stats is not None and (self.log.offline or not self.log.closed):
+            self.stats.storage_error(operation)
 
     def reconfigure(self, config: LogConfig) -> None:
         """Apply an altered topic config to the open log (I/O thread)."""

@@ -9,15 +9,28 @@ epoch — never to its high watermark, which may be stale. Then it fetches from 
 they are (offsets and epochs kept) and follows the leader's high watermark and log start (so
 DeleteRecords and retention at the leader reach the followers). The fetch offset is what tells
 the leader where this follower's log ends.
+
+A partition whose log a disk failure took offline (``Log.offline``) is no longer fetched: the
+fetcher says so once and leaves it out of every request (reopening the log is not done here).
+A StorageError that leaves the log online (a full disk refused an append, which was undone) is
+retried after the back-off and logged when it starts and when it stops, not on every retry.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import Callable
+from typing import Awaitable, Callable
 
-from ember.errors import EmberError, ErrorCode, NotLeaderOrFollower, OffsetOutOfRange, UnexpectedAppendOffset, error_for_code
+from ember.errors import (
+    EmberError,
+    ErrorCode,
+    NotLeaderOrFollower,
+    OffsetOutOfRange,
+    StorageError,
+    UnexpectedAppendOffset,
+    error_for_code,
+)
 from ember.ingest.broker_client import BrokerClient, InterBroker
 from ember.ingest.broker_config import BrokerConfig
 from ember.ingest.partition import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Partition
@@ -39,6 +52,11 @@ from ember.wire.replication import (
 log = logging.getLogger(__name__)
 
 LeaderAddress = Callable[[int], Address | None]
+
+
+class _OwnDiskFailed(Exception):
+    """A follower append or truncation failed on this broker's disk (StorageError, counted and
+    logged by :meth:`ReplicaFetcher._write`), unlike a KAFKA_STORAGE_ERROR the leader answers."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +99,10 @@ class _Follow:
     partition: Partition
     leader_epoch: int
     truncated: bool = False
+    #: The log went offline and this was logged: the partition is left out of every request.
+    offline: bool = False
+    #: A StorageError that left the log online was logged; cleared by the next good append.
+    storage_failing: bool = False
 
     @property
     def key(self) -> tuple[str, int]:
@@ -113,7 +135,7 @@ class ReplicaFetcher:
         """Fetch ``partition`` at its current leader epoch (truncating first on a new epoch)."""
         key = (partition.topic, partition.index)
         current = self._follows.get(key)
-        if current is None or current.leader_epoch != partition.leader_epoch:
+        if current is None or current.leader_epoch != partition.leader_epoch or current.partition is not partition:
             self._follows[key] = _Follow(partition, partition.leader_epoch)
             self._wake.set()
 
@@ -129,13 +151,13 @@ class ReplicaFetcher:
 
     async def _run(self) -> None:
         while True:
-            if not self._follows:
-                self._wake.clear()
+            if not any(self._fetchable(f) for f in list(self._follows.values())):
+                self._wake.clear()    # nothing to fetch (none followed, or every log offline)
                 await self._wake.wait()
                 continue
             try:
                 client = await self._connect()
-                pending = [f for f in self._follows.values() if not f.truncated]
+                pending = [f for f in self._follows.values() if not f.truncated and self._fetchable(f)]
                 if pending:
                     await self._truncate(client, pending)
                 if not await self._fetch(client):
@@ -167,6 +189,37 @@ class ReplicaFetcher:
         """True while ``follow`` is still what this fetcher should do (not replaced or dropped)."""
         return self._follows.get(follow.key) is follow
 
+    def _fetchable(self, follow: _Follow) -> bool:
+        """False once the partition's log is offline (logged once): it is not fetched any more."""
+        if follow.offline:
+            return False
+        log_ = follow.partition.log
+        if not log_.offline:
+            return True
+        follow.offline = True
+        log.error("%s: its log is offline after a disk failure (%s); no longer fetching it from leader %d "
+                  "until the partition is reopened", follow.partition, log_.offline_reason, self.leader_id)
+        return False
+
+    async def _write(self, follow: _Follow, write: Awaitable[None]) -> None:
+        """Run a follower append or truncation. A StorageError of this broker's log is counted
+        and logged once (the log went offline: it is not fetched any more; else: retried after
+        the back-off, logged again when it works) and raised as :class:`_OwnDiskFailed`."""
+        try:
+            await write
+        except StorageError as exc:
+            if follow.partition.log.closed and not follow.partition.log.offline:
+                raise   # the partition was deleted meanwhile: no disk failure
+            follow.partition.count_storage_error("replication")
+            if self._fetchable(follow) and not follow.storage_failing and self._current(follow):
+                follow.storage_failing = True
+                log.warning("%s: cannot write what leader %d sent: %s (retried every %d ms; logged again when "
+                            "it works)", follow.partition, self.leader_id, exc, self.config.backoff_ms)
+            raise _OwnDiskFailed() from exc
+        if follow.storage_failing:
+            follow.storage_failing = False
+            log.info("%s: writing what leader %d sends works again", follow.partition, self.leader_id)
+
     # -- truncation ----------------------------------------------------------------------------
 
     async def _truncate(self, client: BrokerClient, follows: list[_Follow]) -> None:
@@ -196,14 +249,17 @@ class ReplicaFetcher:
             if offset < partition.log.log_end_offset:
                 log.info("%s: truncating to %d (log end %d) before following leader %d at epoch %d", partition,
                          offset, partition.log.log_end_offset, self.leader_id, follow.leader_epoch)
-                await partition.truncate(offset, follow.leader_epoch)
+                try:
+                    await self._write(follow, partition.truncate(offset, follow.leader_epoch))
+                except _OwnDiskFailed:
+                    continue    # stays pending (or, offline, is left out)
             follow.truncated = done
 
     # -- fetching ------------------------------------------------------------------------------
 
     async def _fetch(self, client: BrokerClient) -> bool:
         """One fetch for every truncated partition; False when nothing could be fetched (back off)."""
-        follows = [f for f in self._follows.values() if f.truncated]
+        follows = [f for f in self._follows.values() if f.truncated and self._fetchable(f)]
         if not follows:
             return False
         config = self.config
@@ -232,12 +288,15 @@ class ReplicaFetcher:
                 return True
             if code:
                 raise error_for_code(code, item.get("error_message", ""))
-            await partition.append_as_follower(raw, follow.leader_epoch, item["high_watermark"],
-                                               item.get("log_start_offset", 0))
+            await self._write(follow, partition.append_as_follower(raw, follow.leader_epoch, item["high_watermark"],
+                                                                   item.get("log_start_offset", 0)))
             return True
         except UnexpectedAppendOffset as exc:
             log.warning("%s: %s; checking for divergence again", partition, exc)
             follow.truncated = False
+        except _OwnDiskFailed:
+            # an offline log is simply left out from now on; a full disk backs off
+            return follow.offline or not self._current(follow) or partition.leader_epoch != follow.leader_epoch
         except EmberError as exc:
             if not self._current(follow) or partition.leader_epoch != follow.leader_epoch:
                 return True   # this broker moved on meanwhile
@@ -255,11 +314,11 @@ class ReplicaFetcher:
         if log_end > end:
             log.warning("%s: log end %d is past leader %d's log end %d; truncating", partition, log_end,
                         self.leader_id, end)
-            await partition.truncate(end, follow.leader_epoch)
+            await self._write(follow, partition.truncate(end, follow.leader_epoch))
         elif log_end < start:
             log.warning("%s: log end %d is below leader %d's log start %d; restarting the log there",
                         partition, log_end, self.leader_id, start)
-            await partition.truncate(start, follow.leader_epoch, fully=True)
+            await self._write(follow, partition.truncate(start, follow.leader_epoch, fully=True))
         else:
             raise OffsetOutOfRange(f"{partition}: offset {log_end} is inside the leader's log [{start}, {end}]")
 

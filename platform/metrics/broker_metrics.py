@@ -22,11 +22,17 @@ from prometheus_client.registry import Collector
 #: most of a scrape's cost.
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0)
 
+#: Where the broker meets a ``StorageError`` from a log (the ``operation`` label of
+#: ``ember_server_replicamanager_storageerrors_total``): a producer's append at the leader, a
+#: follower's append or truncation in the replica fetcher, the flush and retention schedules.
+STORAGE_OPERATIONS = ("produce", "replication", "flush", "retention")
+
 
 class TopicStats:
     """One topic's BrokerTopicMetrics children, resolved once per topic."""
 
-    __slots__ = ("messages_in", "bytes_in", "bytes_out", "replication_bytes_in", "replication_bytes_out")
+    __slots__ = ("messages_in", "bytes_in", "bytes_out", "replication_bytes_in", "replication_bytes_out",
+                 "_metrics")
 
     def __init__(self, metrics: "BrokerMetrics", topic: str) -> None:
         self.messages_in = metrics.messages_in.labels(topic)
@@ -34,6 +40,7 @@ class TopicStats:
         self.bytes_out = metrics.bytes_out.labels(topic)
         self.replication_bytes_in = metrics.replication_bytes_in.labels(topic)
         self.replication_bytes_out = metrics.replication_bytes_out.labels(topic)
+        self._metrics = metrics
 
     def produced(self, records: int, size: int) -> None:
         """A producer's batch was appended by this leader."""
@@ -47,6 +54,10 @@ class TopicStats:
     def replicated(self, size: int) -> None:
         """This follower appended ``size`` bytes fetched from the leader."""
         self.replication_bytes_in.inc(size)
+
+    def storage_error(self, operation: str) -> None:
+        """A write of this topic's log failed with StorageError (counted per broker, not per topic)."""
+        self._metrics.storage_error(operation)
 
 
 class BrokerMetrics:
@@ -82,6 +93,11 @@ class BrokerMetrics:
                                         "Leader elections (any kind) made by this broker as controller.")
         self.unclean_leader_elections = counter("ember_controller_controllerstats_uncleanleaderelections",
                                                 "Unclean leader elections made by this broker as controller.")
+        self.storage_errors = counter("ember_server_replicamanager_storageerrors",
+                                      "Log writes that failed with KAFKA_STORAGE_ERROR (a full or failing disk).",
+                                      ("operation",))
+        for operation in STORAGE_OPERATIONS:   # every series from 0, so increase() sees the first error
+            self.storage_errors.labels(operation)
         self.log_flush_time = histogram("ember_log_logflushstats_logflush_seconds", "fsync of a partition's log.")
         self.zookeeper_latency = histogram("ember_server_zookeeperclientmetrics_zookeeperrequestlatency_seconds",
                                            "Round trip of a ZooKeeper probe request.")
@@ -112,6 +128,10 @@ class BrokerMetrics:
             self.isr_shrinks.inc()
         elif after > before:
             self.isr_expands.inc()
+
+    def storage_error(self, operation: str) -> None:
+        """The broker met a StorageError from a log during ``operation`` (one of STORAGE_OPERATIONS)."""
+        self.storage_errors.labels(operation).inc()
 
     def leader_elected(self, unclean: bool) -> None:
         self.leader_elections.inc()

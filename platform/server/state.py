@@ -72,6 +72,8 @@ class BrokerStateCollector(Collector):
         segments = GaugeMetricFamily("ember_log_log_numlogsegments", "Segments of the partition's log.", labels=tp)
         start = GaugeMetricFamily("ember_log_log_logstartoffset", "First offset of the partition's log.", labels=tp)
         end = GaugeMetricFamily("ember_log_log_logendoffset", "Offset after the last record of the log.", labels=tp)
+        offline = GaugeMetricFamily("ember_log_log_offline", "1 when a disk failure took the partition's log "
+                                    "offline (every append, read and flush fails until it is reopened).", labels=tp)
         in_sync = GaugeMetricFamily("ember_cluster_partition_insyncreplicascount",
                                     "ISR size (reported by the leader).", labels=tp)
         assigned = GaugeMetricFamily("ember_cluster_partition_replicascount",
@@ -81,6 +83,7 @@ class BrokerStateCollector(Collector):
         under_min = GaugeMetricFamily("ember_cluster_partition_underminisr",
                                       "1 when the ISR is below min.insync.replicas (reported by the leader).", labels=tp)
         counts = {"under": 0, "under_min": 0, "at_min": 0, "leaders": 0}
+        offline_logs = 0
         for partition in local:
             labels = [partition.topic, str(partition.index)]
             log = partition.log
@@ -89,6 +92,8 @@ class BrokerStateCollector(Collector):
             segments.add_metric(labels, count)
             start.add_metric(labels, log.log_start_offset)
             end.add_metric(labels, log.log_end_offset)
+            offline.add_metric(labels, int(log.offline))
+            offline_logs += log.offline
             if not partition.is_leader:
                 continue
             isr, replicas_count = len(partition.state.isr), len(partition.replicas)
@@ -101,7 +106,10 @@ class BrokerStateCollector(Collector):
             assigned.add_metric(labels, replicas_count)
             under.add_metric(labels, int(isr < replicas_count))
             under_min.add_metric(labels, int(isr < min_isr))
-        yield from (size, segments, start, end, in_sync, assigned, under, under_min)
+        yield from (size, segments, start, end, offline, in_sync, assigned, under, under_min)
+        yield GaugeMetricFamily("ember_log_logmanager_offlinelogs",
+                                "Logs on this broker that a disk failure took offline (Kafka counts whole "
+                                "directories: OfflineLogDirectoryCount).", value=offline_logs)
         for name, key, doc in (
                 ("partitioncount", None, "Partitions with a replica on this broker."),
                 ("leadercount", "leaders", "Partitions this broker leads."),
