@@ -134,7 +134,9 @@ class Producer:
             except EmberError as exc:
                 if isinstance(exc, UnknownTopicOrPartition):
                     raise UnknownTopicOrPartition(f"topic {topic!r} not found in metadata after "
-                                                  f"{self.max_block_s * 1000:.0f} ms (max_block_ms)") from None
+                                                  f"{self.max_block_s * 1000:.0f} ms (max_block_ms); create it "
+                                                  f"first (Admin.create_topic, `ember topics create {topic}`) "
+                                                  f"unless the brokers auto-create topics") from None
                 raise
         tps = [TopicPartition(topic, p) for p in range(count)]
         self._partitions[topic] = tps

@@ -5,7 +5,7 @@ import argparse
 import sys
 
 from ember.client import Producer
-from ember.commands.topics import add_bootstrap, client_options
+from ember.commands.topics import TopicCheck, add_bootstrap, client_options
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -18,6 +18,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--partition", type=int, help="send every record to this partition")
     parser.add_argument("--linger-ms", type=float, default=5)
     parser.add_argument("--compression", choices=["none", "lz4", "zstd"], default="none")
+    parser.add_argument("--wait-for-topic", action="store_true",
+                        help="if the topic does not exist, wait up to --max-block-ms for it to be created "
+                             "(default: fail at once, naming the command that creates it)")
+    parser.add_argument("--max-block-ms", type=int, default=60000, metavar="MS",
+                        help="longest a send waits for topic metadata or buffer space (default: 60000)")
     parser.set_defaults(func=produce)
 
 
@@ -25,8 +30,15 @@ def produce(args: argparse.Namespace) -> int:
     acks = "all" if args.acks == "all" else int(args.acks)
     failures: list[BaseException] = []
     count = 0
+    with TopicCheck(args) as check:   # fails at once when no broker answers
+        if args.wait_for_topic:
+            if check.topic(args.topic) is None:
+                print(f"topic {args.topic!r} does not exist yet: waiting up to {args.max_block_ms} ms for it to be "
+                      f"created (--wait-for-topic, --max-block-ms)", file=sys.stderr, flush=True)
+        elif check.topic(args.topic) is None:
+            raise check.missing(args.topic, "--wait-for-topic")
     with Producer(args.bootstrap, acks=acks, linger_ms=args.linger_ms, compression_type=args.compression,
-                  **client_options(args)) as producer:
+                  max_block_ms=args.max_block_ms, **client_options(args)) as producer:
         for raw in sys.stdin.buffer:
             line = raw.rstrip(b"\r\n")
             key = None

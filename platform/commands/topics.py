@@ -5,11 +5,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
+import time
 from pathlib import Path
 
 from ember.client import Admin, TopicPartition
-from ember.errors import ElectionNotNeeded, InvalidConfig
-from ember.security.client import SecurityOptions, options_from_properties
+from ember.client.metadata import MetadataClient, TopicInfo
+from ember.errors import (
+    BrokerNotAvailable,
+    ElectionNotNeeded,
+    ErrorCode,
+    InvalidConfig,
+    TopicAlreadyExists,
+    error_for_code,
+)
+from ember.security.client import ClientSecurity, SecurityOptions, options_from_properties
 from ember.wire.config_def import read_properties
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
@@ -37,6 +47,68 @@ def client_options(args: argparse.Namespace) -> SecurityOptions:
     return options_from_properties(read_properties(path), str(path))
 
 
+class TopicCheck:
+    """A command's own metadata connection, so that it says at once, in one line naming the fix, that
+    no broker answers or that a topic does not exist, instead of a client waiting out its timeout
+    (``produce`` and ``consume`` ask before they start, and ``consume`` again while it waits)."""
+
+    def __init__(self, args: argparse.Namespace, request_timeout_ms: int = 10000) -> None:
+        self.args = args
+        self._metadata = MetadataClient(args.bootstrap, request_timeout_ms=request_timeout_ms,
+                                        security=ClientSecurity.from_options(client_options(args), "ember"))
+
+    def __enter__(self) -> "TopicCheck":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._metadata.close()
+
+    def topic(self, name: str) -> TopicInfo | None:
+        """``name``'s metadata, or None when the cluster answers that it does not exist (asking for
+        it by name: a broker with ``auto.create.topics.enable`` creates it, as for any client)."""
+        info = self._fetch([name]).get(name)
+        if info is None or info.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+            return None
+        if info.error_code and info.error_code != ErrorCode.LEADER_NOT_AVAILABLE:
+            raise error_for_code(info.error_code, info.error_message or f"metadata for topic {name!r} failed")
+        return info
+
+    def listed(self, name: str) -> bool:
+        """Whether the cluster lists ``name`` (asks for every topic, so it never auto-creates one)."""
+        return name in self._fetch(None)
+
+    def wait_for(self, name: str, timeout_s: float, why: str) -> TopicInfo | None:
+        """``name``'s metadata, saying once on stderr that it is waiting; None after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        info = self.topic(name)
+        if info is None:
+            limit = "" if timeout_s == float("inf") else f" up to {timeout_s * 1000:.0f} ms"
+            print(f"topic {name!r} does not exist yet: waiting{limit} for it to be created ({why})",
+                  file=sys.stderr, flush=True)
+        while info is None and time.monotonic() < deadline:
+            time.sleep(min(0.5, max(deadline - time.monotonic(), 0)))
+            info = self.topic(name)
+        return info
+
+    def missing(self, name: str, wait_option: str) -> SystemExit:
+        """The one-line error for a topic that does not exist, naming the command that creates it."""
+        return SystemExit(f"error: topic {name!r} does not exist; create it with `ember topics create {name} "
+                          f"--partitions N --replication-factor R{self._bootstrap_option()}`, or pass "
+                          f"{wait_option} to wait for it")
+
+    def _bootstrap_option(self) -> str:
+        return "" if self.args.bootstrap == os.environ.get("EMBER_BOOTSTRAP", DEFAULT_BOOTSTRAP) \
+            else f" --bootstrap {self.args.bootstrap}"
+
+    def _fetch(self, names: list[str] | None) -> dict[str, TopicInfo]:
+        try:
+            return self._metadata.refresh(names)
+        except BrokerNotAvailable as exc:
+            raise SystemExit(f"error: no broker reachable at {self.args.bootstrap} ({exc}); is the cluster up? "
+                             f"Give a broker's address with --bootstrap or $EMBER_BOOTSTRAP "
+                             f"(`ember cluster up` prints it)") from None
+
+
 def parse_configs(pairs: list[str]) -> dict[str, str]:
     """``["k=v", ...]`` as a dict; exits with a usage error on a malformed pair."""
     configs = {}
@@ -54,8 +126,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     create = actions.add_parser("create", help="create a topic")
     create.add_argument("topic")
-    create.add_argument("--partitions", type=int, default=1)
-    create.add_argument("--replication-factor", type=int, default=1)
+    create.add_argument("--partitions", type=int, default=1, metavar="N", help="number of partitions (default 1)")
+    create.add_argument("--replication-factor", type=int, default=1, metavar="N",
+                        help="copies of each partition, on distinct brokers (default 1)")
+    create.add_argument("--if-not-exists", action="store_true",
+                        help="when the topic exists already, leave it as it is, say so and exit 0 (its "
+                             "partitions and configs are not compared with these)")
     create.add_argument("--config", action="append", default=[], metavar="NAME=VALUE",
                         help="topic config, e.g. retention.ms=60000 (repeatable)")
     create.set_defaults(func=create_topic)
@@ -109,7 +185,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def create_topic(args: argparse.Namespace) -> int:
     with Admin(args.bootstrap, **client_options(args)) as admin:
-        admin.create_topic(args.topic, args.partitions, args.replication_factor, parse_configs(args.config))
+        try:
+            admin.create_topic(args.topic, args.partitions, args.replication_factor, parse_configs(args.config))
+        except TopicAlreadyExists:
+            if not args.if_not_exists:
+                raise
+            print(f"topic {args.topic} already exists (--if-not-exists: left as it is)")
+            return 0
     print(f"created topic {args.topic} ({args.partitions} partitions, replication factor {args.replication_factor})")
     return 0
 
