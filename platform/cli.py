@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import pkgutil
 import sys
 
@@ -16,10 +17,20 @@ from ember.errors import EmberError
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ember", description="ember: a Spark-native streaming platform")
+    parser.add_argument("--version", action="version", version=f"ember {_version()}",
+                        help="print ember's version and exit")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in sorted(pkgutil.iter_modules(ember.commands.__path__), key=lambda m: m.name):
         importlib.import_module(f"ember.commands.{module.name}").register(subparsers)
     return parser
+
+
+def _version() -> str:
+    """The installed package's version (its metadata), "unknown" when ember runs uninstalled."""
+    try:
+        return importlib.metadata.version("ember")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -38,9 +38,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                          "a Prometheus config for them into the data directory")
     up.set_defaults(func=cluster_up)
 
-    for name, func, text in (("down", cluster_down, "stop the cluster's brokers and ZooKeeper"),
-                             ("status", cluster_status, "show whether ZooKeeper and each broker are up")):
-        action = actions.add_parser(name, help=text)
+    for name, func, text in (("down", cluster_down, "stop the cluster's brokers and ZooKeeper; when no cluster "
+                                                     "is running under DATA (e.g. it was stopped already), say "
+                                                     "so and exit 0"),
+                             ("status", cluster_status, "show whether ZooKeeper and each broker are up; exit 1 "
+                                                        "unless all are up and ready (also when no cluster is "
+                                                        "running under DATA)")):
+        action = actions.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
         action.add_argument("--data", type=Path, default=Path(DEFAULT_DATA), help="data directory of the cluster")
         action.set_defaults(func=func)
 
@@ -123,7 +127,12 @@ def print_metrics(cluster: LocalCluster) -> None:
 
 
 def cluster_down(args: argparse.Namespace) -> int:
-    """Stop every process of the cluster; writes nothing, so it works on a full disk."""
+    """Stop every process of the cluster; writes nothing, so it works on a full disk. Without a
+    cluster under ``--data`` (stopped already, or never started there) there is nothing to do:
+    exit 0, as stopping what is stopped succeeds."""
+    if not (args.data / STATE_FILE).exists():
+        print(_no_cluster(args.data) + ": nothing to stop")
+        return 0
     cluster = LocalCluster.load(args.data)
     cluster.stop(progress=print)
     print(f"stopped the cluster under {args.data}")
@@ -135,7 +144,14 @@ def _status(data: Path) -> dict[str, Any]:
     return LocalCluster.load(data).status()
 
 
+def _no_cluster(data: Path) -> str:
+    return f"no cluster is running under {data} (no {STATE_FILE} there)"
+
+
 def cluster_status(args: argparse.Namespace) -> int:
+    if not (args.data / STATE_FILE).exists():
+        print(_no_cluster(args.data) + f"; start one with `ember cluster up --data {args.data}`")
+        return 1
     status = _status(args.data)
     zk = status["zookeeper"]
     print(f"zookeeper  {zk['address']:<22} {'up' if zk['healthy'] else 'DOWN'}")

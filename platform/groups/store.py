@@ -182,9 +182,14 @@ class GroupStore:
     @_retriable_while_unreachable
     def delete(self, group_id: str) -> bool:
         """Remove the group and its offsets; False if it did not exist."""
+        path = zk_paths.group(group_id)
         for _ in range(DELETE_ATTEMPTS):
+            # kazoo's recursive delete succeeds quietly on a missing node, so look first (a group
+            # deleted between the look and the delete was there: True is right then too)
+            if self.client.exists(path) is None:
+                return False
             try:
-                self.client.delete(zk_paths.group(group_id), recursive=True)
+                self.client.delete(path, recursive=True)
                 return True
             except NoNodeError:
                 return False

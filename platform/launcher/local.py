@@ -39,6 +39,11 @@ STATE_FILE = "cluster.json"
 LOW_SPACE_BYTES = 1 << 30
 #: ... or less than this fraction of its size free.
 LOW_SPACE_FRACTION = 0.10
+#: Broker properties of a development cluster, under the caller's ``broker_config`` (which wins).
+#: As in Kafka's shipped config/server.properties, a new group's first rebalance does not wait for
+#: more members (the broker's built-in default, for production, is Kafka's 3000 ms): a developer's
+#: first consumer gets its partitions at once. docs/groups.md.
+DEVELOPMENT_BROKER_CONFIG = {"group.initial.rebalance.delay.ms": "0"}
 
 
 class ClusterStopFailed(EmberError):
@@ -236,12 +241,11 @@ class LocalCluster:
         if broker.kafka_port is not None:
             command += ["--listeners", f"KAFKA://{broker.kafka_address}"]
         listeners = ("EMBER", "KAFKA")
-        properties = {**(self.tls.broker_properties(listeners) if self.tls else {}),
+        properties = {**DEVELOPMENT_BROKER_CONFIG, **(self.tls.broker_properties(listeners) if self.tls else {}),
                       **(self.scram.broker_properties(listeners) if self.scram else {}), **self.broker_config}
-        if properties:
-            config = self.data_dir / "broker-overrides.properties"
-            write_private(config, "".join(f"{k}={v}\n" for k, v in properties.items()))
-            command += ["--config", str(config)]
+        config = self.data_dir / "broker-overrides.properties"
+        write_private(config, "".join(f"{k}={v}\n" for k, v in properties.items()))
+        command += ["--config", str(config)]
         if broker.metrics_port is not None:
             command += ["--metrics-listen", f"{broker.host}:{broker.metrics_port}"]
         with open(broker.log_path, "ab") as log:

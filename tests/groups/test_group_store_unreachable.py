@@ -7,7 +7,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
-from kazoo.exceptions import ConnectionLoss, NoAuthError, NotEmptyError, SessionExpiredError
+from kazoo.exceptions import ConnectionLoss, NoAuthError, NoNodeError, NotEmptyError, SessionExpiredError
 
 from ember.errors import CoordinatorNotAvailable, NonEmptyGroup
 from ember.groups.store import DELETE_ATTEMPTS, GroupStore
@@ -47,6 +47,9 @@ def test_a_delete_raced_by_commits_is_retried_then_refused_with_a_typed_error() 
         def __init__(self, races: int) -> None:
             self.races, self.calls = races, 0
 
+        def exists(self, path: str) -> object:
+            return object()              # the group is there
+
         def delete(self, path: str, recursive: bool = False) -> None:
             self.calls += 1
             if self.calls <= self.races:
@@ -59,6 +62,26 @@ def test_a_delete_raced_by_commits_is_retried_then_refused_with_a_typed_error() 
     with pytest.raises(NonEmptyGroup, match="being committed while it is deleted"):
         GroupStore(SimpleNamespace(client=endless)).delete("g")   # type: ignore[arg-type]
     assert endless.calls == DELETE_ATTEMPTS
+
+
+def test_deleting_a_group_that_is_not_in_zookeeper_answers_false() -> None:
+    class _Kazoo:
+        """Like kazoo: a recursive delete of a missing node returns quietly."""
+
+        def __init__(self) -> None:
+            self.deleted: list[str] = []
+
+        def exists(self, path: str) -> object | None:
+            return None
+
+        def delete(self, path: str, recursive: bool = False) -> None:
+            if not recursive:
+                raise NoNodeError()
+            self.deleted.append(path)
+
+    client = _Kazoo()
+    assert GroupStore(SimpleNamespace(client=client)).delete("never-existed") is False   # type: ignore[arg-type]
+    assert client.deleted == []
 
 
 def test_a_commit_raced_by_a_group_delete_is_retried_then_refused_with_a_retriable_error() -> None:
