@@ -1,6 +1,6 @@
 """conf/prometheus: the alert rules and the local-cluster config pass promtool's checks, and the
 rules' unit tests (conf/prometheus/alerts_test.yml: each alert fires on its condition, not before
-its `for:`) pass."""
+its `for:`, and not on a healthy fresh cluster or a dead broker's last samples) pass."""
 from __future__ import annotations
 
 import re
@@ -36,6 +36,16 @@ def test_every_alert_has_a_unit_test() -> None:
     alerts = set(re.findall(r"- alert: (\w+)", ALERT_RULES.read_text()))
     tested = set(re.findall(r"alertname: (\w+)", (CONF / "alerts_test.yml").read_text()))
     assert alerts == tested
+
+
+def test_every_alert_is_asserted_quiet_on_a_healthy_fresh_cluster() -> None:
+    """The last test of alerts_test.yml (a healthy cluster whose Prometheus just started) asserts
+    that no alert fires: a new alert must be added to it."""
+    alerts = set(re.findall(r"- alert: (\w+)", ALERT_RULES.read_text()))
+    tests = (CONF / "alerts_test.yml").read_text()
+    fresh = tests[tests.index("# A healthy fresh cluster"):]
+    assert alerts <= set(re.findall(r"alertname: (\w+), exp_alerts: \[\]", fresh))
+    assert "exp_labels" not in fresh
 
 
 def test_the_shipped_and_the_generated_scrape_configs_are_valid(tmp_path: Path) -> None:
