@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from ember.cluster.controller import ControllerConfig
+from ember.errors import InvalidConfig
 from ember.log.config import TOPIC_CONFIGS, LogConfig
 from ember.security.sasl.config import SASL_CONFIGS, listener_setting
 from ember.security.tls import SSL_CONFIGS, TlsSettings
@@ -211,6 +212,7 @@ class BrokerConfig:
     sasl_handshake_timeout_ms: int
     sasl_server_max_receive_size: int
     connections_max_reauth_ms: int
+    connection_failed_authentication_delay_ms: int
     #: ``listener.name.<name>.ssl.*`` and SASL overrides (``sasl.enabled.mechanisms``,
     #: ``connections.max.reauth.ms``, ``<MECHANISM>.sasl.jaas.config``): {LISTENER: {property: value}}; not in
     #: the repr (passwords).
@@ -238,6 +240,11 @@ class BrokerConfig:
                 continue
             values[_field(name)] = definition.parse(raw)
         config = cls(**values, listener_overrides=overrides)
+        if config.connection_failed_authentication_delay_ms >= config.connections_max_idle_ms:   # Kafka's rule
+            raise InvalidConfig(f"connection.failed.authentication.delay.ms="
+                                f"{config.connection_failed_authentication_delay_ms} should always be less than "
+                                f"connections.max.idle.ms={config.connections_max_idle_ms} to prevent failed "
+                                f"authentication responses from timing out")
         config.log_config()   # the topic defaults must themselves be valid
         for listener in overrides:
             config.tls_settings(listener)   # and so must every listener's TLS versions

@@ -9,7 +9,10 @@ there, as in Kafka: the bytes must be encrypted). A connection starts with
 :func:`ember.security.listener.establish` (the TLS handshake, the connection's session); on a SASL
 listener, requests go to :attr:`BrokerServer.authenticate` until the client has authenticated,
 which bounds the whole exchange by ``sasl.handshake.timeout.ms`` and its frames by
-``sasl.server.max.receive.size``, and closes the connection after a failure's response. With
+``sasl.server.max.receive.size``, and closes the connection after a failure's response. A failed
+authentication's response, and the close, wait Kafka's ``connection.failed.authentication.delay.ms``
+on that connection's coroutine only (other connections are served meanwhile), and its log line is
+rate-limited per (listener, user, mechanism, peer host), as ACL refusals are. With
 ``connections.max.reauth.ms`` the session expires: a SaslHandshake starts a re-authentication
 (a new exchange, bounded the same way) and any other request but ApiVersions after expiry closes
 the connection, as Kafka's brokers do (KIP-368).
@@ -30,6 +33,7 @@ from typing import TYPE_CHECKING, Awaitable, Callable
 
 from ember.errors import EmberError
 from ember.security.listener import ListenerSecurity, establish
+from ember.security.log_limit import LogLimiter, suppressed_note
 from ember.security.sasl.server import RawSaslToken, SaslServer
 from ember.security.session import Session, current_session, enter_session
 from ember.wire.api_keys import ApiKey
@@ -49,6 +53,9 @@ Authenticate = Callable[[Request, SaslServer, Dispatch], Awaitable[Reply | None]
 CLIENT_CHECK_S = 1.0
 #: Bytes of a file region read per write on a TLS connection (bounds the memory of a large fetch).
 TLS_CHUNK = 1 << 20
+#: A failed authentication of the same (listener, user, mechanism, peer host) is logged at most
+#: once per this period (a client with a wrong password may reconnect every ~150 ms).
+FAILED_AUTHENTICATION_LOG_INTERVAL_S = 60.0
 
 def client_host() -> str:
     """The requesting client's host as Kafka shows it ("/127.0.0.1"), from the connection's
@@ -134,6 +141,7 @@ class BrokerServer:
         self.max_idle_ms = max_idle_ms
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
+        self._failed_authentications = LogLimiter(FAILED_AUTHENTICATION_LOG_INTERVAL_S)
 
     async def bind(self) -> None:
         """Bind the listening socket without accepting yet (see :meth:`start_serving`)."""
@@ -164,6 +172,7 @@ class BrokerServer:
         self._connections.add(task)
         peer = writer.get_extra_info("peername")
         watchdog = _Watchdog(task, self.max_idle_ms)
+        pending: SaslServer | None = None
         try:
             session = await establish(self.security, writer, peer)
             if session is None:
@@ -182,7 +191,7 @@ class BrokerServer:
                 try:
                     watchdog.watch_client(reader)
                     reply = await (self.dispatch(request) if pending is None
-                                   else self.authenticate(request, pending, self.dispatch))
+                                   else self._authenticate(request, pending))
                     watchdog.disarm()
                     if timer is not None:
                         timer.handled(reply)
@@ -198,11 +207,16 @@ class BrokerServer:
         except EmberError as exc:
             log.warning("closing connection from %s: %s", peer, exc)
         except CloseConnection as exc:
-            log.info("closing connection from %s: %s", peer, exc)
+            if pending is not None and pending.failed:
+                self._log_failed_authentication(peer, pending)
+            else:
+                log.info("closing connection from %s: %s", peer, exc)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         except asyncio.CancelledError:
-            if watchdog.expired:
+            if watchdog.expired and pending is not None and pending.failed:   # the client left during the delay
+                self._log_failed_authentication(peer, pending)
+            elif watchdog.expired:
                 log.info("closing connection from %s: %s", peer, watchdog.expired)
         finally:
             watchdog.disarm()
@@ -211,6 +225,27 @@ class BrokerServer:
                 writer.transport.abort()   # close() would wait forever to flush to a client that does not read
             else:
                 writer.close()
+
+    async def _authenticate(self, request: Request, sasl: SaslServer) -> Reply | None:
+        """:attr:`authenticate`; when the authentication fails, its answer (or the close, after
+        SaslHandshake v0) waits ``connection.failed.authentication.delay.ms`` on this connection's
+        coroutine (Kafka's SocketServer delays the close likewise); it is below
+        ``connections.max.idle.ms``, and the client watch still cancels the wait if the client goes."""
+        try:
+            reply = await self.authenticate(request, sasl, self.dispatch)
+        except CloseConnection:
+            await _failure_delay(sasl)
+            raise
+        await _failure_delay(sasl)
+        return reply
+
+    def _log_failed_authentication(self, peer: object, sasl: SaslServer) -> None:
+        session = current_session()
+        host = session.host if session is not None else str(peer)
+        suppressed = self._failed_authentications.admit((self.security.listener, sasl.user, sasl.mechanism, host))
+        if suppressed is not None:
+            log.info("closing connection from %s: on listener %s: %s%s", peer, self.security.listener,
+                     sasl.close_reason, suppressed_note(suppressed))
 
     def _renewal(self, sasl: SaslServer, request: Request, session: Session) -> SaslServer | None:
         """The re-authentication ``request`` starts (None: it is no SaslHandshake); raises
@@ -260,6 +295,11 @@ class BrokerServer:
             await writer.drain()
         finally:
             reply.close()
+
+
+async def _failure_delay(sasl: SaslServer) -> None:
+    if sasl.failed and sasl.settings.failed_authentication_delay_ms > 0:
+        await asyncio.sleep(sasl.settings.failed_authentication_delay_ms / 1000)
 
 
 def _sasl_limit(sasl: SaslServer | None) -> tuple[int, str] | None:

@@ -232,7 +232,8 @@ class Broker:
         return SaslServerSettings(mechanisms, self.credentials, self.config.sasl_handshake_timeout_ms,
                                   self.config.sasl_server_max_receive_size,
                                   self.config.listener_value(name, "connections.max.reauth.ms"),
-                                  {m: ms for m, ms in per_mechanism.items() if ms is not None})
+                                  {m: ms for m, ms in per_mechanism.items() if ms is not None},
+                                  failed_authentication_delay_ms=self.config.connection_failed_authentication_delay_ms)
 
     def _describe_security(self, name: str) -> str:
         protocol = self.options.listeners.protocol(name)

@@ -17,6 +17,8 @@ from ember.security.sasl.scram import SCRAM_SHA_256, SCRAM_SHA_512, check_mechan
 from ember.wire.config_def import ConfigDef
 
 DEFAULT_MECHANISMS = f"{SCRAM_SHA_512},{SCRAM_SHA_256}"
+#: Kafka's default ``connection.failed.authentication.delay.ms``.
+FAILED_AUTHENTICATION_DELAY_MS = 100
 
 SASL_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in (
     ConfigDef("sasl.enabled.mechanisms", "string", DEFAULT_MECHANISMS, "SASL mechanisms a SASL listener accepts: "
@@ -37,6 +39,10 @@ SASL_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in (
               "or its next request (other than ApiVersions and re-authentication) closes it; so a removed user or "
               "a changed password also cuts off connections already open. 0: sessions last as long as the "
               "connection (KIP-368).", minimum=0, maximum=(1 << 63) - 1),
+    ConfigDef("connection.failed.authentication.delay.ms", "int", FAILED_AUTHENTICATION_DELAY_MS,
+              "How long the broker waits before it answers a failed authentication and closes the connection, "
+              "so a client retrying bad credentials in a loop cannot make it spend its CPU (and log) on them "
+              "(Kafka's; must be less than connections.max.idle.ms).", minimum=0, maximum=(1 << 31) - 1),
 )}
 
 #: Settings that may be given per listener as ``listener.name.<l>.<setting>``.

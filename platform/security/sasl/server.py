@@ -30,6 +30,7 @@ from typing import Mapping, Optional, Protocol
 import scramp
 
 from ember.errors import ErrorCode, IllegalSaslState, RequestTimedOut, SaslAuthenticationFailed
+from ember.security.sasl.config import FAILED_AUTHENTICATION_DELAY_MS
 from ember.security.sasl.credential_store import CredentialStore
 from ember.security.sasl.scram import PLAIN, SCRAM_MECHANISMS, SCRAM_SHA_512, ScramCredential, password_matches
 from ember.security.session import Session, current_session, enter_session
@@ -51,6 +52,10 @@ class SaslServerSettings:
     reauth_ms: int = 0
     #: ... unless set for the mechanism (``listener.name.<l>.<mechanism>.connections.max.reauth.ms``).
     mechanism_reauth_ms: Mapping[str, int] = field(default_factory=dict)
+    #: How long the answer to a failed authentication, and the close after it, wait (Kafka's
+    #: ``connection.failed.authentication.delay.ms``): a client retrying bad credentials in a loop
+    #: costs the broker one exchange per this period at most.
+    failed_authentication_delay_ms: int = FAILED_AUTHENTICATION_DELAY_MS
 
     def reauth_ms_for(self, mechanism: Optional[str]) -> int:
         return self.mechanism_reauth_ms.get(mechanism or "", self.reauth_ms)
@@ -182,10 +187,18 @@ class SaslServer:
         self.close_reason: Optional[str] = None
         #: The client sends bare tokens (:class:`RawSaslToken`) after a SaslHandshake v0.
         self.raw = False
+        #: The authentication failed (bad credentials, too slow, another principal): the answer and
+        #: the close wait ``failed_authentication_delay_ms``, and the broker's log line is rate-limited.
+        self.failed = False
 
     @property
     def complete(self) -> bool:
         return self._mechanism is not None and self._mechanism.complete
+
+    @property
+    def user(self) -> Optional[str]:
+        """The user the client claims (None before its first token names one)."""
+        return self._mechanism.user if self._mechanism is not None else None
 
     def remaining_ms(self) -> int:
         return max(int((self.deadline - time.monotonic()) * 1000), 1)
@@ -245,11 +258,13 @@ class SaslServer:
             # own: its only wait, a ZooKeeper read, is bounded too)
             answer = await asyncio.wait_for(asyncio.to_thread(mechanism.step, token), self.remaining_ms() / 1000)
         except asyncio.TimeoutError:
+            self.failed = True
             self.close_reason = (f"SASL authentication ({self.mechanism}, user {mechanism.user!r}) did not finish "
                                  f"within sasl.handshake.timeout.ms={self.settings.timeout_ms}")
             raise SaslAuthenticationFailed(failure_message(self.mechanism or "")) from None
         except SaslAuthenticationFailed as exc:   # the server logs close_reason as it closes
             reason = exc.__cause__ or exc
+            self.failed = True
             self.close_reason = f"SASL authentication failed ({self.mechanism}, user {mechanism.user!r}: {reason})"
             raise
         # mypy keeps ``complete`` narrowed to False from the check above, but step() sets it
@@ -261,6 +276,7 @@ class SaslServer:
         """Take the principal (a re-authentication must keep it) and start the session's clock."""
         previous = self.renews[0] if self.renews is not None else None
         if previous is not None and principal != previous:
+            self.failed = True
             self.close_reason = f"cannot change principals during re-authentication from {previous} to {principal}"
             raise SaslAuthenticationFailed(f"Cannot change principals during re-authentication from {previous}: "
                                            f"{principal}")
