@@ -420,7 +420,7 @@ class SaslAuthenticationFailed(EmberError):
     """SASL authentication failed: unknown user, wrong password, no credentials for the mechanism,
     or a client that did not authenticate on a SASL listener. Retrying cannot help."""
     code = ErrorCode.SASL_AUTHENTICATION_FAILED
-    hint = "see docs/security.md#sasl"
+    hint = "docs/security.md#sasl"   # not repeated after a message that already points there
 
 
 class UnsupportedSaslMechanism(SaslAuthenticationFailed):

@@ -105,13 +105,16 @@ class Producer:
             headers = [(k, v if v is None or v.__class__ is bytes else _as_bytes(v, "header value")) for k, v in headers]
             size += sum(len(k) + len(v or b"") + 8 for k, v in headers)
         if size + BATCH_OVERHEAD > self.max_request_size:
-            raise MessageTooLarge(f"the record is {size} bytes, more than max_request_size ({self.max_request_size})")
+            raise _too_large(f"the record is {size} bytes", self.max_request_size)
         if timestamp_ms is None:
             timestamp_ms = time.time_ns() // 1_000_000
         acc = self._accumulator
         if partition is not None:
             if not 0 <= partition < len(tps):
-                raise UnknownTopicOrPartition(f"topic {topic!r} has {len(tps)} partitions; there is no partition {partition}")
+                raise UnknownTopicOrPartition(
+                    f"topic {topic!r} has {len(tps)} partitions; there is no partition {partition}"
+                    + (f": add partitions first (Admin.create_partitions({topic!r}, {partition + 1}), "
+                       f"`ember topics alter {topic} --partitions {partition + 1}`)" if partition >= len(tps) else ""))
             return acc.append(tps[partition], timestamp_ms, key, value, headers, size, self.max_block_s)
         if key is not None:
             return acc.append(tps[partition_for_key(key, len(tps))], timestamp_ms, key, value, headers, size,
@@ -165,7 +168,7 @@ class Producer:
         sizes = _row_sizes(table)
         largest = pc.max(sizes).as_py() or 0
         if largest + BATCH_OVERHEAD > self.max_request_size:
-            raise MessageTooLarge(f"a row is {largest} bytes, more than max_request_size ({self.max_request_size})")
+            raise _too_large(f"a row is {largest} bytes", self.max_request_size)
         batches: list[ProducerBatch] = []
         for p, piece, piece_sizes in self._split_by_partition(topic, len(tps), table, sizes, partition):
             for chunk, chunk_size in _chunks(piece, piece_sizes, self.max_request_size - BATCH_OVERHEAD):
@@ -283,6 +286,15 @@ def _chunks(table: pa.Table, sizes: pa.Array, limit: int) -> Iterable[tuple[pa.T
         total = ends[end - 1].as_py()
         yield table.slice(begin, end - begin), total - consumed
         begin, consumed = end, total
+
+
+def _too_large(what: str, max_request_size: int) -> MessageTooLarge:
+    """The limit a record hit is the producer's own, not the topic's: say so and how to raise it."""
+    return MessageTooLarge(
+        f"{what}, more than this producer's max_request_size ({max_request_size} bytes), the largest request it "
+        f"sends: raise it (Producer(max_request_size=...), `ember produce --max-request-size BYTES`); if the record "
+        f"is also larger than the topic's max.message.bytes (`ember topics alter TOPIC --config "
+        f"max.message.bytes=BYTES`), raise max.message.bytes on the topic or send smaller records")
 
 
 def split_batches(table: pa.Table, max_request_size: int) -> list[pa.Table]:

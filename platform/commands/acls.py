@@ -1,6 +1,7 @@
 """``ember acls add|list|remove``: Kafka's ACLs, with ``kafka-acls``' flags (``--allow-principal``,
 ``--deny-principal``, ``--operation``, ``--topic``, ``--group``, ``--cluster``,
-``--transactional-id``, ``--resource-pattern-type``, ``--allow-host``, ``--deny-host``)."""
+``--transactional-id``, ``--resource-pattern-type``, ``--allow-host``, ``--deny-host``, and ``add``'s
+shortcuts ``--producer`` (with ``--idempotent``) and ``--consumer``)."""
 from __future__ import annotations
 
 import argparse
@@ -11,6 +12,10 @@ from ember.commands.topics import add_bootstrap, client_options
 from ember.errors import InvalidConfig
 from ember.security.authorizer.model import (
     CLUSTER_NAME,
+    CONSUMER_OPERATIONS,
+    IDEMPOTENT_PRODUCER_OPERATIONS,
+    PRODUCER_OPERATIONS,
+    RESOURCE_FLAGS,
     WILDCARD,
     AccessControlEntry,
     AclBinding,
@@ -20,6 +25,7 @@ from ember.security.authorizer.model import (
     Permission,
     ResourcePattern,
     ResourceType,
+    operation_names,
 )
 
 
@@ -28,6 +34,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     add = actions.add_parser("add", help="allow or deny principals operations on resources")
     add.set_defaults(func=add_acls)
+    add.add_argument("--producer", action="store_true",
+                     help="the ACLs a producer needs (kafka-acls' shortcut): " + _shortcut_help(PRODUCER_OPERATIONS)
+                          + "; needs --topic")
+    add.add_argument("--idempotent", action="store_true",
+                     help="with --producer: also " + _shortcut_help(IDEMPOTENT_PRODUCER_OPERATIONS))
+    add.add_argument("--consumer", action="store_true",
+                     help="the ACLs a consumer needs (kafka-acls' shortcut): " + _shortcut_help(CONSUMER_OPERATIONS)
+                          + "; needs --topic and --group")
     listing = actions.add_parser("list", help="the ACLs on the named resources (default: all)")
     listing.add_argument("--principal", help="only this principal's ACLs")
     listing.set_defaults(func=list_acls)
@@ -67,16 +81,50 @@ def _entries(args: argparse.Namespace) -> list[tuple[str, str, Permission]]:
            [(p, h, Permission.DENY) for p in args.deny_principal for h in args.deny_host or [WILDCARD]]
 
 
+def _shortcut_help(operations: dict[ResourceType, tuple[Operation, ...]]) -> str:
+    return ", ".join(f"{operation_names(ops)} on {RESOURCE_FLAGS[rtype]}" for rtype, ops in operations.items())
+
+
+def _shortcut_grants(args: argparse.Namespace) -> list[tuple[tuple[ResourceType, str], Operation]]:
+    """(resource, operation) of ``--producer``/``--consumer``, with kafka-acls' rules for them."""
+    if args.idempotent and not args.producer:
+        raise InvalidConfig("--idempotent is only available with --producer")
+    if args.operation or args.deny_principal or args.deny_host or args.cluster:
+        raise InvalidConfig("--producer and --consumer grant their own operations: give no --operation, "
+                            "--deny-principal, --deny-host or --cluster with them")
+    if not args.topic:
+        raise InvalidConfig("with --producer or --consumer you must give a --topic")
+    if args.consumer and not args.group:
+        raise InvalidConfig("with --consumer you must give a --group (the consumer group it reads with)")
+    if args.consumer and not args.producer and args.transactional_id:
+        raise InvalidConfig("--transactional-id goes with --producer, not --consumer alone")
+    operations: dict[ResourceType, list[Operation]] = {}
+    for role, given in ((PRODUCER_OPERATIONS, args.producer), (IDEMPOTENT_PRODUCER_OPERATIONS, args.idempotent),
+                        (CONSUMER_OPERATIONS, args.consumer)):
+        for rtype, ops in role.items() if given else ():
+            granted = operations.setdefault(rtype, [])
+            granted += [o for o in ops if o not in granted]
+    resources = _resources(args) + ([(ResourceType.CLUSTER, CLUSTER_NAME)] if args.idempotent else [])
+    return [(resource, op) for resource in resources for op in operations.get(resource[0], [])]
+
+
 def add_acls(args: argparse.Namespace) -> int:
-    resources = _resources(args)
-    operations = [Operation.parse(o) for o in args.operation]
-    if not resources or not operations or not (args.allow_principal or args.deny_principal):
-        raise InvalidConfig("ember acls add needs a resource (--topic, --group, --transactional-id, --cluster), "
-                            "--operation and --allow-principal or --deny-principal")
+    if args.producer or args.consumer or args.idempotent:
+        grants = _shortcut_grants(args)
+    else:
+        resources = _resources(args)
+        operations = [Operation.parse(o) for o in args.operation]
+        if not resources or not operations or not (args.allow_principal or args.deny_principal):
+            raise InvalidConfig("ember acls add needs a resource (--topic, --group, --transactional-id, --cluster), "
+                                "--operation (or --producer / --consumer) and --allow-principal or --deny-principal")
+        grants = list(itertools.product(resources, operations))
+    if not (args.allow_principal or args.deny_principal):
+        raise InvalidConfig("ember acls add needs --allow-principal (or --deny-principal)")
     pattern_type = PatternType.parse(args.resource_pattern_type or "literal")
-    bindings = [AclBinding(ResourcePattern(rtype, name, pattern_type), AccessControlEntry(principal, host, op, perm))
-                for (rtype, name), op, (principal, host, perm) in itertools.product(
-                    resources, operations, _entries(args))]
+    bindings = [AclBinding(ResourcePattern(rtype, name, PatternType.LITERAL if rtype == ResourceType.CLUSTER
+                                           and args.idempotent else pattern_type),
+                           AccessControlEntry(principal, host, op, perm))
+                for ((rtype, name), op), (principal, host, perm) in itertools.product(grants, _entries(args))]
     with Admin(args.bootstrap, **client_options(args)) as admin:
         admin.create_acls(bindings)
     for binding in bindings:

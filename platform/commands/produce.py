@@ -16,6 +16,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="split each line at the first SEP into key and value (lines without it have no key)")
     parser.add_argument("--acks", choices=["0", "1", "all"], default="all")
     parser.add_argument("--partition", type=int, help="send every record to this partition")
+    parser.add_argument("--max-request-size", type=int, default=1024 * 1024, metavar="BYTES",
+                        help="largest request (so largest record) the producer sends (max.request.size; default: "
+                             "1048576); the topic's max.message.bytes must allow larger records too")
     parser.add_argument("--linger-ms", type=float, default=5)
     parser.add_argument("--compression", choices=["none", "lz4", "zstd"], default="none")
     parser.add_argument("--wait-for-topic", action="store_true",
@@ -35,10 +38,16 @@ def produce(args: argparse.Namespace) -> int:
             if check.topic(args.topic) is None:
                 print(f"topic {args.topic!r} does not exist yet: waiting up to {args.max_block_ms} ms for it to be "
                       f"created (--wait-for-topic, --max-block-ms)", file=sys.stderr, flush=True)
-        elif check.topic(args.topic) is None:
+        elif (info := check.topic(args.topic)) is None:
             raise check.missing(args.topic, "--wait-for-topic")
+        elif args.partition is not None and args.partition >= len(info.partitions):
+            raise SystemExit(f"error: topic {args.topic!r} has {len(info.partitions)} partitions (0 to "
+                             f"{len(info.partitions) - 1}), so there is no partition {args.partition}; add "
+                             f"partitions with `ember topics alter {args.topic} --partitions {args.partition + 1}"
+                             f"{check._bootstrap_option()}`, or send to one that exists")
     with Producer(args.bootstrap, acks=acks, linger_ms=args.linger_ms, compression_type=args.compression,
-                  max_block_ms=args.max_block_ms, **client_options(args)) as producer:
+                  max_block_ms=args.max_block_ms, max_request_size=args.max_request_size,
+                  **client_options(args)) as producer:
         for raw in sys.stdin.buffer:
             line = raw.rstrip(b"\r\n")
             key = None

@@ -63,10 +63,12 @@ class ClientSecurity:
         protocol = parse_protocol(options.get("security_protocol", "PLAINTEXT"), "security_protocol")
         given = sorted(name for name in OPTION_NAMES
                        if name.startswith("ssl_") and name != "ssl_check_hostname" and options.get(name) is not None)
+        sasl_given = _given_sasl(options)
         if not protocol.uses_tls and given:
-            raise InvalidConfig(f"{', '.join(given)} set but security_protocol is {protocol.value}: "
-                                f"set security_protocol='SSL' to connect with TLS")
-        sasl = _sasl_options(protocol, options)
+            with_sasl = bool(sasl_given) or protocol.uses_sasl
+            raise _protocol_mismatch(owner, protocol, given + sasl_given, ("SASL_SSL" if with_sasl else "SSL",),
+                                     "connect with TLS" + (" and authenticate with SASL" if with_sasl else ""))
+        sasl = _sasl_options(protocol, options, owner)
         security = cls(protocol, options.get("ssl_cafile"), options.get("ssl_certfile"), options.get("ssl_keyfile"),
                        options.get("ssl_password"), bool(options.get("ssl_check_hostname", True)),
                        options.get("ssl_context"), *sasl)
@@ -114,21 +116,58 @@ class ClientSecurity:
         return self.__dict__.copy()
 
 
-def _sasl_options(protocol: SecurityProtocol, options: Mapping[str, Any]) -> tuple[Optional[str], ...]:
+def _given_sasl(options: Mapping[str, Any]) -> list[str]:
+    return sorted(name for name in OPTION_NAMES if name.startswith("sasl_") and options.get(name) is not None)
+
+
+def _sasl_options(protocol: SecurityProtocol, options: Mapping[str, Any], owner: str) -> tuple[Optional[str], ...]:
     """(mechanism, username, password), all None unless ``protocol`` is SASL_*."""
-    given = sorted(name for name in OPTION_NAMES if name.startswith("sasl_") and options.get(name) is not None)
+    given = _given_sasl(options)
     if not protocol.uses_sasl:
         if given:
-            raise InvalidConfig(f"{', '.join(given)} set but security_protocol is {protocol.value}: set "
-                                f"security_protocol='SASL_SSL' (or 'SASL_PLAINTEXT') to authenticate with SASL")
+            raise _protocol_mismatch(owner, protocol, given,
+                                     ("SASL_SSL",) if protocol.uses_tls else ("SASL_SSL", "SASL_PLAINTEXT"),
+                                     "authenticate with SASL")
         return None, None, None
     mechanism = check_mechanism(str(options.get("sasl_mechanism") or DEFAULT_SASL_MECHANISM).upper(),
                                 "sasl_mechanism")
     username, password = options.get("sasl_plain_username"), options.get("sasl_plain_password")
     if not username or password is None:
-        raise InvalidConfig(f"security_protocol={protocol.value} needs sasl_plain_username and sasl_plain_password "
-                            f"(or sasl.jaas.config in a properties file)")
+        where = _PROPERTY_CALLERS.get(owner)
+        raise InvalidConfig(
+            f"security_protocol={protocol.value} needs sasl_plain_username and sasl_plain_password "
+            f"(or sasl.jaas.config in a properties file)" if where is None else
+            f"security.protocol={protocol.value} needs a login: set sasl.jaas.config (or sasl.plain.username and "
+            f"sasl.plain.password) in {where}")
     return mechanism, str(username), str(password)
+
+
+#: Callers whose security settings are client properties (dotted names, ``ClientSecurity.from_options``'
+#: ``owner``), and where those are set: their hints name the properties, not the Python keywords.
+_PROPERTY_CALLERS = {"ember": "the --command-config file", "ember source": "the source options"}
+#: How a hint spells a keyword for them (Java's names, as Kafka's tools' property files have them).
+_PROPERTY_NAMES = {"ssl_cafile": "ssl.truststore.location", "ssl_certfile": "ssl.keystore.location",
+                   "ssl_keyfile": "ssl.keyfile", "ssl_password": "ssl.key.password", "ssl_context": "ssl_context",
+                   "sasl_mechanism": "sasl.mechanism", "sasl_plain_username": "sasl.jaas.config",
+                   "sasl_plain_password": "sasl.jaas.config"}
+
+
+def _protocol_mismatch(owner: str, protocol: SecurityProtocol, given: list[str], needed: tuple[str, ...],
+                       purpose: str) -> InvalidConfig:
+    """Settings that need another security protocol than the one set, with the fix spelt for the
+    caller: ``security_protocol='SASL_SSL'`` for Python, ``security.protocol=SASL_SSL`` in a file."""
+    where = _PROPERTY_CALLERS.get(owner)
+    if where is None:
+        choices = [repr(p) for p in needed]
+        return InvalidConfig(f"{', '.join(given)} set but security_protocol is {protocol.value}: "
+                             f"set security_protocol={_either(choices)} to {purpose}")
+    names = sorted({_PROPERTY_NAMES.get(g, g) for g in given})
+    return InvalidConfig(f"{', '.join(names)} set but security.protocol is {protocol.value}: "
+                         f"set security.protocol={_either(list(needed))} in {where} to {purpose}")
+
+
+def _either(choices: list[str]) -> str:
+    return choices[0] + "".join(f" (or {c})" for c in choices[1:])
 
 
 #: Dotted client property -> client keyword: kafka-python's names with dots (what Spark options

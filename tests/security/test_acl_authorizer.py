@@ -174,15 +174,37 @@ def test_a_refusal_names_principal_operation_resource_and_the_grant_command_and_
         with pytest.raises(TopicAuthorizationFailed) as refused:
             _in_session("User:CN=app,O=Acme Inc", lambda: access.check_topic(Operation.WRITE, "orders"))
     assert str(refused.value) == (
-        "principal User:CN=app,O=Acme Inc is not authorized to Write Topic:orders; an operator grants it with "
-        "`ember acls add --allow-principal 'User:CN=app,O=Acme Inc' --operation Write --topic orders`")
+        "principal User:CN=app,O=Acme Inc is not authorized to Write Topic:orders; a producer needs Write, Describe "
+        "and Create on the topic: an operator grants them with "
+        "`ember acls add --allow-principal 'User:CN=app,O=Acme Inc' --producer --topic orders`")
     assert [r.getMessage() for r in caplog.records] == [
         "refused: principal User:CN=app,O=Acme Inc from host 127.0.0.1 may not Write Topic:orders "
         "(no ACL allows it, or one denies it)"]
     with pytest.raises(ClusterAuthorizationFailed, match="--cluster`"):
         _in_session(ALICE, lambda: access.check_cluster(Operation.ALTER))
-    with pytest.raises(GroupAuthorizationFailed, match="--group g1`"):
-        _in_session(ALICE, lambda: access.check_group(Operation.READ, "g1"))
+    with pytest.raises(TopicAuthorizationFailed, match="--operation Delete --topic orders`$"):
+        _in_session(ALICE, lambda: access.check_topic(Operation.DELETE, "orders"))
+
+
+def test_a_refusal_a_producer_or_consumer_meets_names_every_operation_it_needs_and_the_shortcut():
+    access = Access(Authorizer())
+    grant = "`ember acls add --allow-principal User:CN=alice"
+    consumer = "a consumer needs Read and Describe on the topic and Read on its group"
+    for operation, hint in [
+            (Operation.DESCRIBE, f"a producer needs Write, Describe and Create on the topic; {consumer}: an operator "
+                                 f"grants them with {grant} --producer --topic orders` or "
+                                 f"{grant} --consumer --topic orders --group GROUP`"),
+            (Operation.READ, f"{consumer}: an operator grants them with {grant} --consumer --topic orders --group GROUP`")]:
+        with pytest.raises(TopicAuthorizationFailed) as refused:
+            _in_session(ALICE, lambda op=operation: access.check_topic(op, "orders"))
+        assert str(refused.value) == f"principal User:CN=alice is not authorized to {operation.kafka_name} " \
+                                     f"Topic:orders; {hint}"
+    for operation in (Operation.READ, Operation.DESCRIBE):
+        with pytest.raises(GroupAuthorizationFailed) as refused:
+            _in_session(ALICE, lambda op=operation: access.check_group(op, "g1"))
+        assert str(refused.value).endswith(
+            "; a consumer needs Read and Describe on its topics and Read on the group: an operator grants them with "
+            f"{grant} --consumer --topic TOPIC --group g1`")
 
 
 def test_without_an_authorizer_every_check_passes():

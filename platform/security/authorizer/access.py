@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import shlex
-import time
 from typing import Optional
 
 from ember.errors import (
@@ -22,28 +21,35 @@ from ember.errors import (
     TransactionalIdAuthorizationFailed,
 )
 from ember.security.authorizer.authorizer import Authorizer
-from ember.security.authorizer.model import CLUSTER, Operation, Resource, ResourceType
+from ember.security.authorizer.model import (
+    CLUSTER,
+    CONSUMER_OPERATIONS,
+    PRODUCER_OPERATIONS,
+    RESOURCE_FLAGS,
+    Operation,
+    Resource,
+    ResourceType,
+    operation_names,
+)
+from ember.security.log_limit import LogLimiter, suppressed_note
 from ember.security.session import current_session
 
 log = logging.getLogger(__name__)
 
 #: A refusal of the same (principal, operation, resource) is logged at most once per this period.
 REFUSAL_LOG_INTERVAL_S = 60.0
-_MAX_REMEMBERED = 10000
 
 _ERRORS: dict[ResourceType, type[EmberError]] = {
     ResourceType.TOPIC: TopicAuthorizationFailed, ResourceType.GROUP: GroupAuthorizationFailed,
     ResourceType.CLUSTER: ClusterAuthorizationFailed,
     ResourceType.TRANSACTIONAL_ID: TransactionalIdAuthorizationFailed}
 
-_FLAGS = {ResourceType.TOPIC: "--topic", ResourceType.GROUP: "--group", ResourceType.CLUSTER: "--cluster",
-          ResourceType.TRANSACTIONAL_ID: "--transactional-id"}
 
 
 class Access:
     def __init__(self, authorizer: Optional[Authorizer] = None) -> None:
         self.authorizer = authorizer
-        self._logged: dict[tuple[str, Operation, Resource], float] = {}
+        self._refusals = LogLimiter(REFUSAL_LOG_INTERVAL_S)
 
     @property
     def enabled(self) -> bool:
@@ -103,26 +109,57 @@ class Access:
         self.check_cluster(Operation.IDEMPOTENT_WRITE)
 
     def _log_refusal(self, principal: str, host: str, operation: Operation, resource: Resource) -> None:
-        key = (principal, operation, resource)
-        now = time.monotonic()
-        if now - self._logged.get(key, -REFUSAL_LOG_INTERVAL_S) < REFUSAL_LOG_INTERVAL_S:
+        suppressed = self._refusals.admit((principal, operation, resource))
+        if suppressed is None:
             return
-        if len(self._logged) >= _MAX_REMEMBERED:
-            self._logged.clear()
-        self._logged[key] = now
-        log.info("refused: principal %s from host %s may not %s %s (no ACL allows it, or one denies it)",
-                 principal, host, operation.kafka_name, resource)
+        log.info("refused: principal %s from host %s may not %s %s (no ACL allows it, or one denies it)%s",
+                 principal, host, operation.kafka_name, resource, suppressed_note(suppressed))
 
 
 def refusal(operation: Operation, resource: Resource) -> EmberError:
-    """The typed error for a refused operation, naming who, what, and how to grant it."""
+    """The typed error for a refused operation, naming who, what, and how to grant it: when the
+    operation is one a producer or a consumer needs, every operation it needs and the one
+    ``ember acls add --producer``/``--consumer`` command that grants them all (else the one operation)."""
     session = current_session()
     principal = session.principal if session is not None else "?"
-    target = "" if resource.type == ResourceType.CLUSTER else f" {shlex.quote(resource.name)}"
-    return _ERRORS[resource.type](
-        f"principal {principal} is not authorized to {operation.kafka_name} {resource}; an operator grants it "
-        f"with `ember acls add --allow-principal {shlex.quote(principal)} --operation {operation.kafka_name} "
-        f"{_FLAGS[resource.type]}{target}`")
+    return _ERRORS[resource.type](f"principal {principal} is not authorized to {operation.kafka_name} {resource}; "
+                                  f"{_grant_hint(shlex.quote(principal), operation, resource)}")
+
+
+def _grant_hint(principal: str, operation: Operation, resource: Resource) -> str:
+    grant = f"ember acls add --allow-principal {principal}"
+    name = shlex.quote(resource.name)
+    on_topic = resource.type == ResourceType.TOPIC
+    topic, group = (name, "GROUP") if on_topic else ("TOPIC", name)
+    producer = (f"a producer needs {operation_names(PRODUCER_OPERATIONS[ResourceType.TOPIC])} on the topic",
+                f"`{grant} --producer --topic {topic}`")
+    consumer = (f"a consumer needs {operation_names(CONSUMER_OPERATIONS[ResourceType.TOPIC])} on "
+                f"{'the topic' if on_topic else 'its topics'} and "
+                f"{operation_names(CONSUMER_OPERATIONS[ResourceType.GROUP])} on {'its' if on_topic else 'the'} group",
+                f"`{grant} --consumer --topic {topic} --group {group}`")
+    roles = _ROLES.get((resource.type, operation), ())
+    if roles == ("producer",):
+        needs, commands = producer
+    elif roles == ("consumer",):
+        needs, commands = consumer
+    elif roles:
+        needs, commands = f"{producer[0]}; {consumer[0]}", f"{producer[1]} or {consumer[1]}"
+    else:
+        target = "" if resource.type == ResourceType.CLUSTER else f" {name}"
+        return (f"an operator grants it with `{grant} --operation {operation.kafka_name} "
+                f"{RESOURCE_FLAGS[resource.type]}{target}`")
+    return f"{needs}: an operator grants them with {commands}"
+
+
+#: Refusals a producer or a consumer meets, and whose every operation the hint names.
+_ROLES: dict[tuple[ResourceType, Operation], tuple[str, ...]] = {
+    (ResourceType.TOPIC, Operation.WRITE): ("producer",),
+    (ResourceType.TOPIC, Operation.CREATE): ("producer",),
+    (ResourceType.TOPIC, Operation.READ): ("consumer",),
+    (ResourceType.TOPIC, Operation.DESCRIBE): ("producer", "consumer"),
+    (ResourceType.GROUP, Operation.READ): ("consumer",),
+    (ResourceType.GROUP, Operation.DESCRIBE): ("consumer",),
+}
 
 
 #: No authorizer: every check passes (the default, as Kafka without authorizer.class.name).

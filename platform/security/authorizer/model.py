@@ -87,6 +87,31 @@ IMPLIED_BY: dict[Operation, frozenset[Operation]] = {
     Operation.DESCRIBE_CONFIGS: frozenset({Operation.ALTER_CONFIGS}),
 }
 
+#: The ``ember acls``/``kafka-acls`` flag that names a resource of each type.
+RESOURCE_FLAGS = {ResourceType.TOPIC: "--topic", ResourceType.GROUP: "--group", ResourceType.CLUSTER: "--cluster",
+                  ResourceType.TRANSACTIONAL_ID: "--transactional-id"}
+
+#: What ``kafka-acls --producer`` grants (``ember acls add --producer``): Write, Describe and Create
+#: on each topic, Write and Describe on each transactional id; with ``--idempotent`` also
+#: IdempotentWrite on the cluster.
+PRODUCER_OPERATIONS: dict[ResourceType, tuple[Operation, ...]] = {
+    ResourceType.TOPIC: (Operation.WRITE, Operation.DESCRIBE, Operation.CREATE),
+    ResourceType.TRANSACTIONAL_ID: (Operation.WRITE, Operation.DESCRIBE),
+}
+IDEMPOTENT_PRODUCER_OPERATIONS: dict[ResourceType, tuple[Operation, ...]] = {
+    ResourceType.CLUSTER: (Operation.IDEMPOTENT_WRITE,)}
+#: What ``kafka-acls --consumer`` grants: Read and Describe on each topic, Read on each group.
+CONSUMER_OPERATIONS: dict[ResourceType, tuple[Operation, ...]] = {
+    ResourceType.TOPIC: (Operation.READ, Operation.DESCRIBE),
+    ResourceType.GROUP: (Operation.READ,),
+}
+
+
+def operation_names(operations: tuple[Operation, ...]) -> str:
+    """``Write, Describe and Create``."""
+    names = [o.kafka_name for o in operations]
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
 
 @dataclass(frozen=True, order=True)
 class Resource:
