@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional, TypeVar
 from ember.client.group_admin import GroupOperations
 from ember.client.metadata import MetadataClient
 from ember.client.offsets import EARLIEST, LATEST, at_leaders, list_offsets
-from ember.errors import BrokerNotAvailable, EmberError, NetworkError, RequestTimedOut, error_for_code
+from ember.errors import BrokerNotAvailable, EmberError, ErrorCode, NetworkError, RequestTimedOut, error_for_code
 from ember.security.authorizer.acl_fields import binding_fields, binding_from_fields, filter_fields
 from ember.security.authorizer.model import AclBinding, AclBindingFilter
 from ember.security.client import ClientSecurity
@@ -146,11 +146,14 @@ class Admin(GroupOperations):
             if item["error_code"]:
                 raise error_for_code(item["error_code"], item.get("error_message", ""))
 
-    def describe_topic(self, name: str) -> TopicDescription:
-        """Leader, replicas, ISR, log start, high watermark and log end of every partition."""
+    def describe_topic(self, name: str, *, configs: bool = True) -> TopicDescription:
+        """Leader, replicas, ISR, log start, high watermark and log end of every partition, and
+        the configs set on the topic. ``configs=False`` leaves ``config`` empty and skips
+        DescribeConfigs, so a principal with only Describe (or Read) on the topic may call it."""
         info = self._at_home(lambda broker: self._metadata.refresh([name], broker_id=broker)).get(name)
         if info is None or info.error_code:
-            raise error_for_code(info.error_code if info else 3, f"topic {name!r} does not exist")
+            code = info.error_code if info else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            raise error_for_code(code, (info.error_message if info else "") or _topic_error_text(name, code))
         tps = [TopicPartition(name, p.partition) for p in info.partitions]
         ends = self._log_ends(tps)
         descriptions = []
@@ -158,7 +161,8 @@ class Admin(GroupOperations):
             start, hw, end = ends.get(TopicPartition(name, p.partition), (-1, -1, -1))
             descriptions.append(PartitionDescription(p.partition, p.leader, p.replicas, p.isr, start, hw, end,
                                                      p.adding_replicas, p.removing_replicas, p.error_message))
-        overrides = {k: v["value"] for k, v in self.describe_configs(name).items() if not v["default"]}
+        overrides = ({k: v["value"] for k, v in self.describe_configs(name).items() if not v["default"]}
+                     if configs else {})
         return TopicDescription(name, tuple(descriptions), overrides)
 
     def describe_users(self, users: Optional[Iterable[str]] = None) -> dict[str, dict[str, int]]:
@@ -322,3 +326,15 @@ def _raise_first(response: dict[str, Any]) -> None:
         error = next((response_error(r) for r in response.get("results", []) if r.get("error_code")), None)
     if error is not None:
         raise error
+
+
+def _topic_error_text(name: str, code: int) -> str:
+    """What a topic's metadata error means when the broker sent no message. Kafka answers
+    TOPIC_AUTHORIZATION_FAILED for a topic the principal may not Describe whether it exists or
+    not, so that text never claims either."""
+    if code == ErrorCode.TOPIC_AUTHORIZATION_FAILED:
+        return (f"not authorized to Describe topic {name!r} (or it does not exist); an operator grants it with "
+                f"`ember acls add --allow-principal PRINCIPAL --operation Describe --topic {name}`")
+    if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+        return f"topic {name!r} does not exist"
+    return f"metadata for topic {name!r} failed"

@@ -2,6 +2,8 @@
 
 Answered by the brokers through ``ember.client`` (never by ZooKeeper or the storage root), so the
 planned offsets are the ones consumers see: high watermark as the end, log start as the beginning.
+Everything asked needs only what a Kafka consumer needs on the topic: Describe (Metadata,
+ListOffsets) and Read (Fetch); topic configs are never read.
 """
 from __future__ import annotations
 
@@ -42,7 +44,8 @@ class ClusterView:
             topics = list(self._options.topics)
         layout: dict[TP, tuple[int, ...]] = {}
         for topic in topics:
-            for p in self._admin.describe_topic(topic).partitions:
+            # Only the layout: no DescribeConfigs, so a reader needs just Read (+ Describe) on the topic.
+            for p in self._admin.describe_topic(topic, configs=False).partitions:
                 layout[(topic, p.partition)] = (p.leader, *(b for b in p.isr if b != p.leader))
         return layout
 

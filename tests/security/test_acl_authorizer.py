@@ -197,14 +197,29 @@ def test_a_refusal_a_producer_or_consumer_meets_names_every_operation_it_needs_a
             (Operation.READ, f"{consumer}: an operator grants them with {grant} --consumer --topic orders --group GROUP`")]:
         with pytest.raises(TopicAuthorizationFailed) as refused:
             _in_session(ALICE, lambda op=operation: access.check_topic(op, "orders"))
+        hidden = " (or it does not exist)" if operation == Operation.DESCRIBE else ""
         assert str(refused.value) == f"principal User:CN=alice is not authorized to {operation.kafka_name} " \
-                                     f"Topic:orders; {hint}"
+                                     f"Topic:orders{hidden}; {hint}"
     for operation in (Operation.READ, Operation.DESCRIBE):
         with pytest.raises(GroupAuthorizationFailed) as refused:
             _in_session(ALICE, lambda op=operation: access.check_group(op, "g1"))
         assert str(refused.value).endswith(
             "; a consumer needs Read and Describe on its topics and Read on the group: an operator grants them with "
             f"{grant} --consumer --topic TOPIC --group g1`")
+
+
+def test_a_refused_describe_of_a_topic_says_not_authorized_and_never_whether_it_exists():
+    """Describe is checked before the topic is looked up (Kafka answers TOPIC_AUTHORIZATION_FAILED
+    for an existing and a missing topic alike), so the text says both, with the grant."""
+    access = Access(Authorizer())
+    with pytest.raises(TopicAuthorizationFailed) as refused:
+        _in_session(ALICE, lambda: access.check_topic(Operation.DESCRIBE, "secret"))
+    text = str(refused.value)
+    assert text.startswith("principal User:CN=alice is not authorized to Describe Topic:secret (or it does not exist); ")
+    assert "--consumer --topic secret --group GROUP`" in text and "--producer --topic secret`" in text
+    with pytest.raises(TopicAuthorizationFailed) as refused:
+        _in_session(ALICE, lambda: access.check_topic(Operation.READ, "secret"))
+    assert "does not exist" not in str(refused.value)     # a Read refusal comes after the topic was found
 
 
 def test_without_an_authorizer_every_check_passes():

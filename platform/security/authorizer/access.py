@@ -122,8 +122,11 @@ def refusal(operation: Operation, resource: Resource) -> EmberError:
     ``ember acls add --producer``/``--consumer`` command that grants them all (else the one operation)."""
     session = current_session()
     principal = session.principal if session is not None else "?"
-    return _ERRORS[resource.type](f"principal {principal} is not authorized to {operation.kafka_name} {resource}; "
-                                  f"{_grant_hint(shlex.quote(principal), operation, resource)}")
+    # Describe on a topic is asked before its existence is looked up, and the answer must not reveal
+    # it (Kafka's TOPIC_AUTHORIZATION_FAILED, existing or not): say both, never "does not exist" alone.
+    hidden = " (or it does not exist)" if (resource.type, operation) == (ResourceType.TOPIC, Operation.DESCRIBE) else ""
+    return _ERRORS[resource.type](f"principal {principal} is not authorized to {operation.kafka_name} {resource}"
+                                  f"{hidden}; {_grant_hint(shlex.quote(principal), operation, resource)}")
 
 
 def _grant_hint(principal: str, operation: Operation, resource: Resource) -> str:
