@@ -1,9 +1,11 @@
-"""``ember cluster up|down|status``: a local cluster (real ZooKeeper + N brokers) under a directory."""
+"""``ember cluster up|down|status|start-broker|stop-broker``: a local cluster (real ZooKeeper + N
+brokers) under a directory. ``up`` on a cluster with some brokers down starts only those."""
 from __future__ import annotations
 
 import argparse
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -13,6 +15,7 @@ from ember.launcher.cluster_sasl import ADMIN_USER, BROKER_USER, MECHANISM
 from ember.launcher.cluster_tls import certificate_file_principal
 from ember.launcher.local import STATE_FILE, ClusterStopFailed, LocalCluster, low_space_warning
 from ember.launcher.prometheus_config import write_prometheus_config
+from ember.launcher.zookeeper_server import is_healthy
 
 DEFAULT_DATA = os.environ.get("EMBER_DATA", "data/cluster")
 
@@ -48,6 +51,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action.add_argument("--data", type=Path, default=Path(DEFAULT_DATA), help="data directory of the cluster")
         action.set_defaults(func=func)
 
+    for name, func, text in (("start-broker", start_broker, "start one broker of the cluster that is not running "
+                                                             "(killed, crashed or stopped) on its port and data "
+                                                             "directory, and wait until it answers; exit 0 when it "
+                                                             "is up (also when it was already running), 1 otherwise"),
+                             ("stop-broker", stop_broker, "stop one broker of the cluster (SIGTERM, SIGKILL after "
+                                                          "--timeout); exit 0 when it is stopped (also when it was "
+                                                          "not running), 1 otherwise")):
+        action = actions.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
+        action.add_argument("broker_id", type=int, metavar="ID", help="the broker's id (`ember cluster status`)")
+        action.add_argument("--data", type=Path, default=Path(DEFAULT_DATA), help="data directory of the cluster")
+        action.add_argument("--timeout", type=float, default=60.0 if name == "start-broker" else 15.0,
+                            metavar="SECONDS", help="how long to wait (default %(default)s)")
+        action.set_defaults(func=func)
+
 
 def _parse_overrides(pairs: list[str]) -> dict[str, str]:
     overrides = {}
@@ -62,9 +79,10 @@ def _parse_overrides(pairs: list[str]) -> dict[str, str]:
 def cluster_up(args: argparse.Namespace) -> int:
     if args.brokers < 1:
         raise SystemExit("error: --brokers must be at least 1")
-    if (args.data / STATE_FILE).exists() and any(b["healthy"] for b in _status(args.data)["brokers"]):
-        print(f"a cluster is already running under {args.data}; `ember cluster down --data {args.data}` first")
-        return 1
+    if (args.data / STATE_FILE).exists():
+        status = _status(args.data)
+        if status["zookeeper"]["healthy"] or any(b["healthy"] for b in status["brokers"]):
+            return _complete(args)
     cluster = LocalCluster(args.data, broker_count=args.brokers, broker_config=_parse_overrides(args.config),
                            metrics=args.metrics, secure=args.secure, sasl=args.secure,
                            zookeeper_dir=args.zookeeper_data)
@@ -87,6 +105,115 @@ def cluster_up(args: argparse.Namespace) -> int:
         print_client_configs(cluster)
         return 0
     print(f"try:  export EMBER_BOOTSTRAP={cluster.bootstrap}\n      ember topics create demo --partitions 3")
+    return 0
+
+
+def _complete(args: argparse.Namespace) -> int:
+    """``up`` on a running cluster (its ZooKeeper or a broker answers): start only its brokers that
+    are down (their ports, data and settings as recorded); the options of a new cluster do not apply."""
+    cluster = LocalCluster.load(args.data)
+    missing = [broker_id for broker_id in cluster.brokers if not cluster.broker_running(broker_id)]
+    silent = [broker_id for broker_id in cluster.brokers
+              if broker_id not in missing and not cluster.broker_answers(broker_id)]
+    for broker_id in silent:
+        broker = cluster.brokers[broker_id]
+        print(f"error: broker {broker_id} (pid {broker.pid}) is running but does not answer on {broker.address} "
+              f"(starting, paused or hung; see {broker.log_path}); `ember cluster stop-broker {broker_id} "
+              f"--data {args.data}`, then `ember cluster start-broker {broker_id} --data {args.data}`",
+              file=sys.stderr)
+    if not missing and not silent:
+        print(f"a cluster is already running under {args.data}, every broker up "
+              f"(bootstrap {cluster.bootstrap}); `ember cluster down --data {args.data}` to stop it")
+        return 1
+    ignored = [option for option, given in (("--brokers", args.brokers != len(cluster.brokers)),
+                                            ("--config", bool(args.config)), ("--secure", args.secure),
+                                            ("--metrics", args.metrics and not cluster.metrics),
+                                            ("--zookeeper-data", args.zookeeper_data is not None)) if given]
+    if ignored:
+        print(f"note: {', '.join(ignored)} ignored: the cluster under {args.data} exists "
+              f"({len(cluster.brokers)} brokers); `ember cluster down --data {args.data}` first to start a new one")
+    if not _zookeeper_up(cluster):
+        return 1
+    if missing:
+        print(f"a cluster is running under {args.data} with broker(s) {', '.join(map(str, missing))} down; "
+              f"starting only those")
+    if _start_brokers(cluster, missing, 60.0, args.data) or silent:
+        return 1
+    print(f"\nZooKeeper: {cluster.zk_connect}\nbootstrap: {cluster.bootstrap}"
+          f"\nKafka bootstrap (any Kafka client): {cluster.kafka_bootstrap}")
+    return 0
+
+
+def _zookeeper_up(cluster: LocalCluster) -> bool:
+    """Whether the cluster's ZooKeeper answers; says what to do when it does not."""
+    zk = cluster.zookeeper
+    if zk is not None and is_healthy(zk.host, zk.port, zk.client_context()):
+        return True
+    print(f"error: the cluster's ZooKeeper ({zk.connect_string if zk else 'none recorded'}) is down, so no broker "
+          f"can start; restart the whole cluster: `ember cluster down --data {cluster.data_dir}`, then "
+          f"`ember cluster up --data {cluster.data_dir}`", file=sys.stderr)
+    return False
+
+
+def _start_brokers(cluster: LocalCluster, broker_ids: list[int], timeout_s: float, data: Path) -> list[int]:
+    """Start each broker and wait for it (``timeout_s`` each); the ids that failed, each said why."""
+    failed = []
+    for broker_id in broker_ids:
+        try:
+            cluster.start_broker(broker_id, timeout_s, progress=print)
+        except EmberError as exc:
+            print(f"error: broker {broker_id}: {exc}", file=sys.stderr)
+            failed.append(broker_id)
+    if failed:
+        print(f"broker(s) {', '.join(map(str, failed))} not up; see `ember cluster status --data {data}` and the "
+              f"logs {', '.join(str(cluster.brokers[i].log_path) for i in failed)}", file=sys.stderr)
+    return failed
+
+
+def _one_broker(args: argparse.Namespace) -> LocalCluster | None:
+    """The cluster under ``--data`` when it has broker ``ID``; None after saying why not."""
+    if not (args.data / STATE_FILE).exists():
+        print(_no_cluster(args.data) + f"; start one with `ember cluster up --data {args.data}`", file=sys.stderr)
+        return None
+    cluster = LocalCluster.load(args.data)
+    if args.broker_id not in cluster.brokers:
+        print(f"error: the cluster under {args.data} has no broker {args.broker_id} (its brokers: "
+              f"{', '.join(map(str, sorted(cluster.brokers)))})", file=sys.stderr)
+        return None
+    return cluster
+
+
+def start_broker(args: argparse.Namespace) -> int:
+    cluster = _one_broker(args)
+    if cluster is None:
+        return 1
+    broker = cluster.brokers[args.broker_id]
+    if cluster.broker_running(args.broker_id):
+        if cluster.broker_answers(args.broker_id):
+            print(f"broker {args.broker_id} is running already on {broker.address} (pid {broker.pid})")
+            return 0
+        print(f"error: broker {args.broker_id} (pid {broker.pid}) is running but does not answer on "
+              f"{broker.address} (starting, paused or hung; see {broker.log_path}); "
+              f"`ember cluster stop-broker {args.broker_id} --data {args.data}` first", file=sys.stderr)
+        return 1
+    if not _zookeeper_up(cluster):
+        return 1
+    return 1 if _start_brokers(cluster, [args.broker_id], args.timeout, args.data) else 0
+
+
+def stop_broker(args: argparse.Namespace) -> int:
+    cluster = _one_broker(args)
+    if cluster is None:
+        return 1
+    try:
+        stopped = cluster.stop_broker(args.broker_id, args.timeout, progress=print)
+    except (EmberError, OSError, subprocess.TimeoutExpired) as exc:
+        print(f"error: could not stop broker {args.broker_id}: {exc}", file=sys.stderr)
+        return 1
+    if not stopped:
+        print(f"broker {args.broker_id} is not running; nothing to stop")
+    else:
+        print(f"start it again with `ember cluster start-broker {args.broker_id} --data {args.data}`")
     return 0
 
 

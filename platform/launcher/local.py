@@ -92,6 +92,9 @@ class LocalCluster:
     _processes: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
     _started: bool = field(default=False, repr=False)
     _context: ssl.SSLContext | None = field(default=None, repr=False)
+    #: Loaded from the state file (:meth:`load`): ``broker_config`` is not known (the state file does
+    #: not keep it), so a broker started again reuses the overrides file ``up`` wrote.
+    _loaded: bool = field(default=False, repr=False)
 
     @property
     def bootstrap(self) -> str:
@@ -244,7 +247,8 @@ class LocalCluster:
         properties = {**DEVELOPMENT_BROKER_CONFIG, **(self.tls.broker_properties(listeners) if self.tls else {}),
                       **(self.scram.broker_properties(listeners) if self.scram else {}), **self.broker_config}
         config = self.data_dir / "broker-overrides.properties"
-        write_private(config, "".join(f"{k}={v}\n" for k, v in properties.items()))
+        if not (self._loaded and config.exists()):
+            write_private(config, "".join(f"{k}={v}\n" for k, v in properties.items()))
         command += ["--config", str(config)]
         if broker.metrics_port is not None:
             command += ["--metrics-listen", f"{broker.host}:{broker.metrics_port}"]
@@ -296,6 +300,62 @@ class LocalCluster:
         self.save()
         wait_for_broker(broker, timeout_s, context=self._client_context())
 
+    def broker_running(self, broker_id: int) -> bool:
+        """Whether the broker's recorded pid is a live process of this broker (not a stale pid of a
+        killed broker, possibly reused by an unrelated process)."""
+        broker = self.brokers[broker_id]
+        if broker.pid is None:
+            return False
+        try:
+            os.kill(broker.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:   # alive, someone else's: not ours
+            return False
+        try:
+            argv = Path(f"/proc/{broker.pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            return True   # no /proc: trust the live pid
+        return b"ember.cli" in argv and b"--id" in argv and str(broker_id).encode() in argv \
+            and str(broker.data_dir).encode() in argv
+
+    def broker_answers(self, broker_id: int) -> bool:
+        """Whether the broker runs (:meth:`broker_running`) and answers an ApiVersions request."""
+        broker = self.brokers[broker_id]
+        return self.broker_running(broker_id) and broker_responds(broker.host, broker.port,
+                                                                  context=self._client_context())
+
+    def start_broker(self, broker_id: int, timeout_s: float = 60.0,
+                     progress: Callable[[str], object] = lambda message: None) -> None:
+        """Start a broker that is not running (killed, crashed, stopped) on its port and data
+        directory, and wait until it answers, as ``start`` does; raises BrokerNotAvailable when it
+        exits or does not answer within ``timeout_s``. A stale pid is forgotten, never signalled."""
+        broker = self.brokers[broker_id]
+        if self.broker_running(broker_id):
+            raise BrokerNotAvailable(f"broker {broker_id} is running already (pid {broker.pid})")
+        broker.pid = None
+        progress(f"starting broker {broker_id} on {broker.address}")
+        self._spawn(broker)
+        self.save()
+        wait_for_broker(broker, timeout_s, self._processes.get(broker_id), self._client_context())
+        progress(f"broker {broker_id} ready on {broker.address} (pid {broker.pid})")
+
+    def stop_broker(self, broker_id: int, timeout_s: float = 15.0,
+                    progress: Callable[[str], object] = lambda message: None) -> bool:
+        """SIGTERM one broker (SIGKILL after ``timeout_s``) and record it; False when it was not running."""
+        broker = self.brokers[broker_id]
+        if not self.broker_running(broker_id):
+            if broker.pid is not None:   # a stale pid: forget it, never signal it
+                broker.pid = None
+                with contextlib.suppress(OSError):
+                    self.save()
+            return False
+        pid = broker.pid
+        progress(f"stopping broker {broker_id} (pid {pid})")
+        self.kill_broker(broker_id, signal.SIGTERM, timeout_s)
+        progress(f"stopped broker {broker_id} (pid {pid})")
+        return True
+
     def wait_healthy(self, timeout_s: float = 60.0) -> None:
         for broker in self.brokers.values():
             if broker.pid is not None:
@@ -325,7 +385,8 @@ class LocalCluster:
             raise BrokerNotAvailable(f"no cluster found under {data_dir} (start one with `ember cluster up`)")
         state = json.loads(path.read_text())
         cluster = cls(data_dir, broker_count=len(state["brokers"]), secure=bool(state.get("secure", False)),
-                      sasl=bool(state.get("sasl", False)))
+                      sasl=bool(state.get("sasl", False)),
+                      metrics=any(b.get("metrics_port") for b in state["brokers"]), _loaded=True)
         if state["zookeeper"]:
             if state["zookeeper"].get("data_dir"):
                 cluster.zookeeper_dir = Path(state["zookeeper"]["data_dir"])

@@ -6,18 +6,21 @@ not be used by two threads at once; the TCP socket itself stays as the plain cha
 Refusals become :class:`~ember.errors.SslAuthenticationFailed` saying what to set: an untrusted
 certificate, a plaintext listener (the broker closes the handshake), a TLS listener reached in
 plain text, or a client certificate the broker requires or refuses (TLS 1.3 tells a client
-that only after the handshake, by closing the connection).
+that only after the handshake, by closing the connection). An address that is some other service
+(an HTTP server such as a broker's metrics endpoint, a Kafka-protocol listener, ZooKeeper) becomes
+:class:`NotAnEmberListener` naming what it is (:func:`identify_foreign_service`).
 """
 from __future__ import annotations
 
 import select
 import socket
 import ssl
+import struct
 import threading
 import time
 from typing import Sequence
 
-from ember.errors import BrokerNotAvailable, EmberError, SslAuthenticationFailed
+from ember.errors import BrokerNotAvailable, EmberError, NetworkError, SslAuthenticationFailed
 from ember.record.batch import Buffer
 from ember.security.client import ClientSecurity
 
@@ -26,6 +29,19 @@ Address = tuple[str, int]
 _RAW_CHUNK = 256 * 1024
 #: How long a diagnosis waits for a broker to close a fresh TLS connection it refuses.
 _REFUSAL_WAIT_S = 2.0
+#: How long each probe of :func:`identify_foreign_service` waits for an answer.
+FOREIGN_PROBE_WAIT_S = 1.0
+#: Kafka's ApiVersions v0 request (correlation id 0x454d4252, client id "ember-probe").
+_KAFKA_PROBE_CORRELATION = 0x454D4252
+_KAFKA_PROBE_BODY = struct.pack(">hhih", 18, 0, _KAFKA_PROBE_CORRELATION, 11) + b"ember-probe"
+_KAFKA_PROBE = struct.pack(">i", len(_KAFKA_PROBE_BODY)) + _KAFKA_PROBE_BODY
+_WHERE = "`ember cluster status --data DIR` lists the bootstrap addresses (its \"bootstrap:\" line)"
+
+
+class NotAnEmberListener(NetworkError):
+    """The address answers, but as some other service (HTTP, Kafka's protocol, ZooKeeper), not as an
+    ember listener: retrying cannot help."""
+    retriable = False
 
 
 class PlainChannel:
@@ -191,7 +207,8 @@ def _reachable(address: Address) -> bool:
 def diagnose_refusal(address: Address, security: ClientSecurity, context: ssl.SSLContext | None,
                      timeout_s: float) -> EmberError | None:
     """Why a broker closed a fresh connection before answering anything, when that is a security
-    mismatch; None when it is not (an ordinary network failure, retried as such)."""
+    mismatch or another service at the address (:func:`identify_foreign_service`); None when it is
+    neither (an ordinary network failure, retried as such)."""
     timeout_s = min(timeout_s, 10.0)
     if context is None:
         probe = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
@@ -201,7 +218,7 @@ def diagnose_refusal(address: Address, security: ClientSecurity, context: ssl.SS
                 f"broker {_name(address)} closed the connection: its listener requires TLS; set "
                 f"security_protocol='{'SASL_SSL' if security.uses_sasl else 'SSL'}' and ssl_cafile to the CA that "
                 f"signed the broker's certificate")
-        return None
+        return identify_foreign_service(address, min(timeout_s, FOREIGN_PROBE_WAIT_S))
     try:
         channel = open_channel(address, security, context, timeout_s)
     except SslAuthenticationFailed as exc:
@@ -250,3 +267,66 @@ def _closed_by_peer(channel: PlainChannel, wait_s: float) -> bool:
             except OSError:
                 return True
     return False
+
+
+def identify_foreign_service(address: Address, timeout_s: float = FOREIGN_PROBE_WAIT_S, *,
+                             only_http: bool = False) -> NotAnEmberListener | None:
+    """What a plaintext address that does not answer like an ember listener is, when it is a
+    service a newcomer confuses with one; None when it is none of them (or answers nothing).
+
+    Each probe is a fresh connection, bounded by ``timeout_s``, whose first bytes every other
+    service refuses as an oversized frame and closes: an HTTP request (any HTTP server answers
+    ``HTTP/1.x``), ZooKeeper's four-letter word ``srvr`` (whitelisted by default; read-only), and
+    Kafka's ApiVersions v0 (a Kafka listener answers its fixed-layout response). ``only_http``: the
+    first probe alone (for a peer that stays silent: the others close at once)."""
+    name = _name(address)
+    if _probe(address, f"GET / HTTP/1.0\r\nHost: {address[0]}\r\n\r\n".encode(), timeout_s).startswith(b"HTTP/"):
+        return NotAnEmberListener(
+            f"{name} is an HTTP server (a broker's metrics endpoint?), not an ember listener; {_WHERE}")
+    if only_http:
+        return None
+    reply = _probe(address, b"srvr", timeout_s)
+    if b"zookeeper" in reply.lower() or b"is not executed" in reply:
+        return NotAnEmberListener(
+            f"{name} is a ZooKeeper server (the cluster's metadata store, for brokers), not an ember listener; "
+            f"{_WHERE}")
+    if _is_kafka_api_versions(_probe(address, _KAFKA_PROBE, timeout_s)):
+        return NotAnEmberListener(
+            f"{name} is a Kafka-protocol listener (a broker's KAFKA listener, for Kafka clients), not an ember "
+            f"listener; ember's clients and CLI connect to the ember listener: {_WHERE}")
+    return None
+
+
+def _probe(address: Address, request: bytes, timeout_s: float) -> bytes:
+    """The first bytes (up to 4 KiB) ``address`` answers ``request`` with within ``timeout_s``; b""
+    when it closes, answers nothing or cannot be reached."""
+    deadline = time.monotonic() + timeout_s
+    try:
+        with socket.create_connection(address, timeout=timeout_s) as sock:
+            sock.sendall(request)
+            received = b""
+            while len(received) < 4096 and (remaining := deadline - time.monotonic()) > 0:
+                sock.settimeout(remaining)
+                chunk = sock.recv(4096 - len(received))
+                if not chunk:
+                    break
+                received += chunk
+                if len(received) >= 64:   # enough to tell every service probed apart
+                    break
+            return received
+    except OSError:
+        return b""
+
+
+def _is_kafka_api_versions(reply: bytes) -> bool:
+    """Whether ``reply`` starts like Kafka's ApiVersions v0 response to :data:`_KAFKA_PROBE`: size,
+    our correlation id, an error code, then api_key/min/max triples that fill the size exactly."""
+    if len(reply) < 10:
+        return False
+    size, correlation_id, _error_code = struct.unpack_from(">iih", reply)
+    if correlation_id != _KAFKA_PROBE_CORRELATION:
+        return False
+    if len(reply) >= 14:
+        count = struct.unpack_from(">i", reply, 10)[0]
+        return 0 <= count <= 1000 and size == 4 + 2 + 4 + 6 * count
+    return size >= 6

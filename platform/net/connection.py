@@ -37,7 +37,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Iterable, Mapping, Sequence
 
 from ember.errors import BrokerNotAvailable, EmberError, NetworkError, RequestTimedOut
-from ember.net.channel import Address, diagnose_refusal, open_channel
+from ember.net.channel import Address, diagnose_refusal, identify_foreign_service, open_channel
 from ember.net.sasl import authenticate, exchange
 from ember.record.batch import Buffer
 from ember.security.client import ClientSecurity
@@ -58,6 +58,16 @@ _POLL_INTERVAL_S = 0.1
 #: Share of the broker's session lifetime after which the client re-authenticates (Kafka's
 #: clients pick 85-95%).
 _REAUTH_AT = 0.85
+#: How long the first request on a fresh plaintext connection waits unanswered before the client
+#: checks, once and in the background, whether the address is another service (an HTTP server
+#: waits silently for headers an ember frame never ends): a newcomer's wrong port fails in seconds.
+_SILENCE_PROBE_AFTER_S = 1.0
+#: Requests a broker answers at once (no long poll, no wait for replicas or a rebalance): only
+#: their silence is probed, so a consumer's first long-polling Fetch never makes a probe.
+_PROMPT_APIS = frozenset({ApiKey.METADATA, ApiKey.API_VERSIONS, ApiKey.FIND_COORDINATOR, ApiKey.LIST_OFFSETS,
+                          ApiKey.DESCRIBE_CONFIGS, ApiKey.DESCRIBE_GROUPS, ApiKey.LIST_GROUPS, ApiKey.OFFSET_FETCH,
+                          ApiKey.DESCRIBE_ACLS, ApiKey.DESCRIBE_CLUSTER, ApiKey.LIST_PARTITION_REASSIGNMENTS,
+                          ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, ApiKey.INIT_PRODUCER_ID})
 
 
 def parse_bootstrap(servers: str | Iterable[str]) -> list[Address]:
@@ -77,10 +87,11 @@ def parse_bootstrap(servers: str | Iterable[str]) -> list[Address]:
 
 
 class _Pending:
-    __slots__ = ("future", "deadline", "api_key")
+    __slots__ = ("future", "deadline", "api_key", "sent_at")
 
     def __init__(self, future: Future[Any], deadline: float, api_key: int) -> None:
         self.future, self.deadline, self.api_key = future, deadline, api_key
+        self.sent_at = time.monotonic()
 
 
 class Connection:
@@ -103,6 +114,8 @@ class Connection:
         self._state_lock = threading.Lock()
         self._closed: EmberError | None = None
         self._answered = False
+        #: Whether the silence of a fresh connection was probed (:meth:`_probe_silence`).
+        self._silence_probed = False
         #: When (monotonic) to re-authenticate; None: the session does not expire.
         self._renew_at: float | None = None
         #: A re-authentication is in progress (it holds ``_send_lock``).
@@ -294,6 +307,7 @@ class Connection:
                     start, end = 0, end - start
                 if not self._channel.buffered() and not poller.poll(_POLL_INTERVAL_S * 1000):
                     self._expire()
+                    self._probe_silence()
                     continue
                 count = self._channel.recv_into(memoryview(buf)[end:])
                 if count is None:
@@ -322,6 +336,28 @@ class Connection:
             self._channel.close()
             raise
         self._session_started(started, lifetime_ms)
+
+    def _probe_silence(self) -> None:
+        """Once per plaintext connection that has not answered anything yet: when a request a broker
+        answers at once has waited :data:`_SILENCE_PROBE_AFTER_S`, check in a background thread (not
+        to delay reading a slow broker's answer) whether the address is an HTTP server (the one
+        service that stays silent), and fail the connection with what it is. A real broker closes
+        the probe (an oversized frame), and the request keeps waiting."""
+        if self._answered or self._silence_probed or self._context is not None or self.security.uses_sasl:
+            return
+        now = time.monotonic()
+        with self._state_lock:
+            if not any(now - entry.sent_at >= _SILENCE_PROBE_AFTER_S and entry.api_key in _PROMPT_APIS
+                       for entry in self._pending.values()):
+                return
+        self._silence_probed = True
+
+        def probe() -> None:
+            error = identify_foreign_service(self.address, only_http=True)
+            if error is not None and not self._answered:
+                self._fail(error)
+
+        threading.Thread(target=probe, name=f"ember-probe-{self.name}", daemon=True).start()
 
     def _refusal(self) -> EmberError | None:
         """A security mismatch, when the broker closed this connection before answering anything
