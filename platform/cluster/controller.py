@@ -4,7 +4,9 @@ Every broker runs a :class:`Controller`; the one that creates the ephemeral ``/c
 (atomically with bumping ``/controller_epoch``) is active. It moves leadership when brokers die
 or return (:func:`ember.cluster.election.failover_state`, unclean election if a topic allows it),
 back to preferred replicas (periodically and on demand), and drives partition reassignments
-(:mod:`ember.cluster.reassignment`). Every state write is a compare-and-set on the znode version
+(:mod:`ember.cluster.reassignment`). A replica whose broker reports its log offline
+(``/brokers/offline_replicas/<id>``, :mod:`ember.cluster.offline_replicas`) counts as dead for
+its partition: it loses leadership and leaves the ISR. Every state write is a compare-and-set on the znode version
 and carries the controller epoch, so a deposed controller cannot overwrite newer state.
 
 All controller work runs on one dedicated thread, in the order events arrive: broker and topic
@@ -21,10 +23,19 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Mapping, NamedTuple, TypeVar
 
 from kazoo.exceptions import BadVersionError, NoNodeError
-from kazoo.recipe.watchers import DataWatch
+from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
-from ember.cluster.election import failover_state, imbalanced_partitions, is_unclean, preferred_state, unclean_state
+from ember.cluster.election import (
+    failover_state,
+    imbalanced_partitions,
+    is_unclean,
+    offline_by_replica,
+    partition_live,
+    preferred_state,
+    unclean_state,
+)
 from ember.cluster.metadata_cache import MetadataCache
+from ember.cluster.offline_replicas import read_offline_replicas
 from ember.cluster.reassignment import (
     cancel_reassignment,
     completion_if_ready,
@@ -32,7 +43,7 @@ from ember.cluster.reassignment import (
     reassignment_complete,
     start_reassignment,
 )
-from ember.cluster.records import ControllerInfo, PartitionState, TopicRecord
+from ember.cluster.records import ControllerInfo, OfflineReplica, PartitionState, TopicRecord
 from ember.errors import ElectionNotNeeded, EmberError, NotController, PreferredLeaderNotAvailable, UnknownTopicOrPartition
 from ember.log.config import LogConfig
 from ember.zk import zk_paths
@@ -47,6 +58,8 @@ T = TypeVar("T")
 #: ElectLeaders' election types (Kafka's numbers)
 PREFERRED, UNCLEAN = 0, 1
 StateRule = Callable[[PartitionState], "PartitionState | None"]
+#: replica → brokers reporting their copy of it offline (``election.offline_by_replica``)
+Offline = Mapping[OfflineReplica, "set[int]"]
 
 
 def topic_unclean_election(overrides: Mapping[str, str]) -> bool:
@@ -88,11 +101,14 @@ class Controller:
         self._stopped = threading.Event()
         self._records: dict[str, TopicRecord] = {}   # topic records acted on (controller thread)
         self._events = ThreadPoolExecutor(1, thread_name_prefix="controller")
+        self._offline_watched: set[str] = set()   # brokers' offline-replica znodes watched (controller thread)
 
     def start(self) -> None:
         self.cache.add_listener(self._on_metadata)
         self.session.on_new_session(lambda: self._submit(self._resign_lost_session))
         DataWatch(self.session.client, zk_paths.CONTROLLER, self._on_controller_node)
+        self.session.client.ensure_path(zk_paths.OFFLINE_REPLICAS)
+        ChildrenWatch(self.session.client, zk_paths.OFFLINE_REPLICAS, self._on_offline_reports)
         if self.config.auto_leader_rebalance_enable:
             threading.Thread(target=self._check_imbalance_periodically, name="leader-imbalance",
                              daemon=True).start()
@@ -194,16 +210,41 @@ class Controller:
         else:
             self._submit(lambda: self._on_topic_changed(topic))
 
+    def _on_offline_reports(self, children: list[str]) -> None:
+        """ChildrenWatch (kazoo thread): watch each broker's offline-replica znode; any change of
+        one re-checks every partition."""
+        self._submit(lambda: self._watch_offline_reports(children))
+
+    def _watch_offline_reports(self, children: list[str]) -> None:
+        for child in children:
+            if child not in self._offline_watched:
+                self._offline_watched.add(child)
+                # fires at once, and on every rewrite or deletion: each re-checks every partition
+                DataWatch(self.session.client, f"{zk_paths.OFFLINE_REPLICAS}/{child}", self._on_offline_report)
+        self._on_brokers_changed()
+
+    def _on_offline_report(self, _data: bytes | None, _stat: object) -> None:
+        self._submit(self._on_brokers_changed)
+
     def _live(self) -> set[int]:
         """Registered brokers, read from ZooKeeper: the cache may lag behind this controller."""
         return {int(child) for child in self.session.client.get_children(zk_paths.BROKER_IDS)}
 
+    def _offline(self) -> Offline:
+        """Replicas the brokers report offline, read from ZooKeeper."""
+        return offline_by_replica(read_offline_replicas(self.session.client))
+
+    def _partition_live(self, name: str, index: int, live: set[int], offline: Offline) -> set[int]:
+        """Brokers live for partition ``index`` of topic ``name``: registered, its log not offline."""
+        meta = self.cache.topic(name)
+        return partition_live(live, offline, name, meta.topic_id, index) if meta is not None else live
+
     def _on_brokers_changed(self) -> None:
         if not self.active:
             return
-        live = self._live()
+        live, offline = self._live(), self._offline()
         for name in self.cache.topics():
-            self._check_topic(name, live)
+            self._check_topic(name, live, offline)
 
     def _on_topic_changed(self, name: str) -> None:
         """A new or changed topic record gets every partition checked (its config may now allow
@@ -212,11 +253,11 @@ class Controller:
         if meta is None:
             self._records.pop(name, None)
         elif meta.record != self._records.get(name):
-            self._check_topic(name, self._live())
+            self._check_topic(name, self._live(), self._offline())
         elif meta.record.reassignments:
-            self._advance_reassignments(name, self._live())
+            self._advance_reassignments(name, self._live(), self._offline())
 
-    def _check_topic(self, name: str, live: set[int]) -> None:
+    def _check_topic(self, name: str, live: set[int], offline: Offline) -> None:
         meta = self.cache.topic(name)
         if meta is None:
             return
@@ -228,9 +269,10 @@ class Controller:
             unclean = False
         for index, replicas in meta.partitions.items():
             self._transition(name, index, "failover", functools.partial(
-                failover_state, replicas=replicas, live=live, controller_epoch=self.epoch, unclean=unclean))
+                failover_state, replicas=replicas, live=partition_live(live, offline, name, meta.topic_id, index),
+                controller_epoch=self.epoch, unclean=unclean))
         if meta.record.reassignments:
-            self._advance_reassignments(name, live)
+            self._advance_reassignments(name, live, offline)
 
     def _transition(self, topic: str, index: int, why: str,
                     rule: StateRule) -> tuple[PartitionState, PartitionState] | None:
@@ -304,7 +346,7 @@ class Controller:
         topics = self.cache.topics()
         keys = partitions if partitions is not None else \
             [(name, index) for name, meta in sorted(topics.items()) for index in meta.partitions]
-        live = self._live()
+        live, offline = self._live(), self._offline()
         election, why = (unclean_state, "unclean election") if unclean else (preferred_state, "preferred leader")
         results = []
         for name, index in keys:
@@ -318,7 +360,8 @@ class Controller:
             leader = state.leader if state is not None else -1
             try:
                 moved = self._transition(name, index, why, functools.partial(
-                    election, replicas=replicas, live=live, controller_epoch=self.epoch))
+                    election, replicas=replicas, live=partition_live(live, offline, name, meta.topic_id, index),
+                    controller_epoch=self.epoch))
                 if moved is None:
                     raise NotController(f"broker {self.broker_id} stopped being the controller")
                 results.append(ElectionResult(name, index, moved[0].leader, moved[1].leader))
@@ -342,12 +385,13 @@ class Controller:
         moves = imbalanced_partitions(leadership, self.config.leader_imbalance_per_broker_percentage)
         if not moves:
             return
-        live = self._live()
+        live, offline = self._live(), self._offline()
         for name, index in moves:
             replicas = leadership[(name, index)][0]
             try:
                 self._transition(name, index, "preferred leader", functools.partial(
-                    preferred_state, replicas=replicas, live=live, controller_epoch=self.epoch))
+                    preferred_state, replicas=replicas, live=self._partition_live(name, index, live, offline),
+                    controller_epoch=self.epoch))
             except (ElectionNotNeeded, PreferredLeaderNotAvailable):
                 pass   # back already, or not caught up yet: the next check looks again
 
@@ -357,7 +401,7 @@ class Controller:
                  allow_replication_factor_change: bool = True) -> list[EmberError | None]:
         """Start moving partitions to new replicas, or with target None cancel a partition's move
         (controller thread; use :meth:`call`): one error or None per move, in order."""
-        live = self._live()
+        live, offline = self._live(), self._offline()
         known = self.cache.topics()
         errors: list[EmberError | None] = [None] * len(moves)
         for name in dict.fromkeys(name for name, _, _ in moves):
@@ -367,7 +411,7 @@ class Controller:
                     errors[i] = UnknownTopicOrPartition(f"topic {name[:300]!r} does not exist")
                 continue
             self._start_reassignments(name, mine, live, errors, allow_replication_factor_change)
-            self._advance_reassignments(name, live)
+            self._advance_reassignments(name, live, offline)
         return errors
 
     def _start_reassignments(self, name: str, moves: list[tuple[int, int, list[int] | None]], live: set[int],
@@ -393,14 +437,15 @@ class Controller:
                 if before.reassignments.get(index) != move:
                     log.info("%s-%d: reassigning: adding %s, removing %s", name, index, move.adding, move.removing)
 
-    def _advance_reassignments(self, name: str, live: set[int]) -> None:
+    def _advance_reassignments(self, name: str, live: set[int], offline: Offline) -> None:
         """Finish every move of topic ``name`` whose new replicas have all caught up."""
         def finish(record: TopicRecord) -> TopicRecord:
             updated = record
             for index, move in record.reassignments.items():
                 target = move.target(record.assignment[index])
                 moved = self._transition(name, index, "reassignment", functools.partial(
-                    completion_if_ready, target=target, live=live, controller_epoch=self.epoch))
+                    completion_if_ready, target=target, live=partition_live(live, offline, name, record.topic_id, index),
+                    controller_epoch=self.epoch))
                 if moved is not None and reassignment_complete(moved[1], target):
                     updated = finish_reassignment(updated, index)
             return updated

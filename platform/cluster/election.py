@@ -9,18 +9,40 @@ its last ISR, so one of those brokers can lead again when it returns.
 in the ISR — on demand (ElectLeaders), or automatically when too many of a broker's preferred
 partitions are led elsewhere (``leader.imbalance.per.broker.percentage``).
 
+*Offline replicas*: a replica whose log a disk failure took offline (reported by its broker in
+``/brokers/offline_replicas``) is not live for its partition, although its broker is
+(:func:`partition_live`): the rules above elect from the rest of the ISR and drop it from the ISR.
+
 *Unclean on demand* (ElectLeaders with election type 1): a partition without a live leader gets
 one by the failover rule with unclean election allowed, whatever the topic's config says.
 """
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Collection, Hashable, Mapping, TypeVar
+from typing import Collection, Hashable, Iterable, Mapping, TypeVar
 
-from ember.cluster.records import NO_LEADER, PartitionState
+from ember.cluster.records import NO_LEADER, OfflineReplica, PartitionState
 from ember.errors import ElectionNotNeeded, EligibleLeadersNotAvailable, PreferredLeaderNotAvailable
 
 K = TypeVar("K", bound=Hashable)
+
+
+def offline_by_replica(reports: Mapping[int, Iterable[OfflineReplica]]) -> dict[OfflineReplica, set[int]]:
+    """The brokers' offline-replica reports (broker id → its offline replicas) turned around:
+    replica → brokers whose copy of it is offline."""
+    brokers: dict[OfflineReplica, set[int]] = defaultdict(set)
+    for broker, replicas in reports.items():
+        for replica in replicas:
+            brokers[replica].add(broker)
+    return dict(brokers)
+
+
+def partition_live(live: Collection[int], offline: Mapping[OfflineReplica, Collection[int]], topic: str,
+                   topic_id: str, partition: int) -> set[int]:
+    """The brokers that are live *for this partition*: registered, and not reporting its log
+    offline (a report of another topic id is of an older topic of that name and is ignored)."""
+    down = offline.get(OfflineReplica(topic, partition, topic_id), ())
+    return {b for b in live if b not in down}
 
 
 def failover_state(state: PartitionState, replicas: list[int], live: Collection[int], controller_epoch: int,

@@ -126,3 +126,32 @@ class ControllerInfo:
     def from_bytes(cls, data: bytes) -> "ControllerInfo":
         doc = json.loads(data)
         return cls(int(doc["broker_id"]), int(doc["epoch"]))
+
+
+@dataclass(frozen=True, order=True)
+class OfflineReplica:
+    """A replica whose log a disk failure took offline on the broker that hosts it. ``topic_id``
+    tells it from a replica of a re-created topic of the same name."""
+    topic: str
+    partition: int
+    topic_id: str
+
+
+@dataclass(frozen=True)
+class OfflineReplicas:
+    """Content of ``/brokers/offline_replicas/<id>``: the broker's replicas with an offline log
+    (Kafka's log-dir event notification, per partition)."""
+    broker: int
+    replicas: tuple[OfflineReplica, ...]
+
+    def to_bytes(self) -> bytes:
+        return _dump({"version": 1, "broker": self.broker,
+                      "partitions": [{"topic": r.topic, "partition": r.partition, "topic_id": r.topic_id}
+                                     for r in sorted(self.replicas)]})
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "OfflineReplicas":
+        doc = json.loads(data)
+        return cls(int(doc["broker"]), tuple(OfflineReplica(str(p["topic"]), int(p["partition"]),
+                                                            str(p.get("topic_id", "")))
+                                             for p in doc.get("partitions", [])))

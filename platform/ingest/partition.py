@@ -95,6 +95,9 @@ class Partition:
         self._io_pool = io_pool
         #: The topic's byte and record counters (None: metrics are off).
         self.stats = stats
+        #: Called (event loop) after each StorageError of this log the broker meets, so the
+        #: replica manager looks at once whether the log went offline (set by it).
+        self.on_storage_error: Callable[[], None] | None = None
 
     def __repr__(self) -> str:
         return f"{self.topic}-{self.index}"
@@ -378,6 +381,8 @@ class Partition:
         A log closed meanwhile (the partition was deleted or moved away) is no disk failure."""
         if self.stats is not None and (self.log.offline or not self.log.closed):
             self.stats.storage_error(operation)
+        if self.on_storage_error is not None:
+            self.on_storage_error()
 
     def reconfigure(self, config: LogConfig) -> None:
         """Apply an altered topic config to the open log (I/O thread)."""

@@ -8,6 +8,14 @@ moved away. Every new partition state (from the watch, or from this broker's own
 goes through :meth:`ReplicaManager.apply_state`, which ignores states older than the one applied
 and starts or stops the partition's replica fetcher. Requests look partitions up here
 (:meth:`leader_partition`); follower fetches report in through :meth:`follower_fetched`.
+
+A partition whose log a disk failure took offline (``Log.offline``) is reported to the controller
+in ``/brokers/offline_replicas/<id>`` (:mod:`ember.cluster.offline_replicas`), which moves its
+leadership away and drops this replica from its ISR. The manager looks after every StorageError
+the broker meets on a partition's log and every second; it rewrites the znode whenever the set
+changes, once at start-up (a restarted broker whose logs reopened clears it) and after a new
+ZooKeeper session, retrying every second while ZooKeeper does not take it. The partition stays
+open: appends and reads raise StorageError, the replica fetcher leaves it out.
 """
 from __future__ import annotations
 
@@ -18,7 +26,8 @@ from typing import TYPE_CHECKING, Awaitable, Callable, Generic, Iterable, TypeVa
 
 from ember.cluster.election import offline_reason
 from ember.cluster.metadata_cache import MetadataCache, TopicMetadata
-from ember.cluster.records import NO_LEADER, PartitionState
+from ember.cluster.offline_replicas import OfflineReplicaWriter
+from ember.cluster.records import NO_LEADER, OfflineReplica, PartitionState
 from ember.errors import InvalidConfig, LeaderNotAvailable, NotLeaderOrFollower, UnknownTopicOrPartition
 from ember.ingest.broker_client import InterBroker
 from ember.ingest.broker_config import BrokerConfig
@@ -26,17 +35,20 @@ from ember.ingest.isr import IsrManager, IsrWriter
 from ember.ingest.log_manager import LogManager
 from ember.ingest.partition import Partition
 from ember.ingest.replica_fetcher import FetcherConfig, ReplicaFetchers
-from ember.ingest.signals import Signal
+from ember.ingest.signals import Signal, wait_any
 from ember.log.config import LogConfig
 from ember.net.channel import Address
 from ember.security.authorizer.access import ALLOW_ALL, Access
 from ember.security.authorizer.model import Operation
+from ember.zk.zk_session import ZkSession
 
 if TYPE_CHECKING:
     from ember.metrics.broker_metrics import BrokerMetrics
 
 log = logging.getLogger(__name__)
 
+#: How often the manager looks for logs gone offline (it also looks after each StorageError).
+OFFLINE_CHECK_INTERVAL_S = 1.0
 _ALL = "\0all"   # queue marker: reconcile every topic (start-up, new session)
 T = TypeVar("T")
 R = TypeVar("R")
@@ -64,7 +76,8 @@ class LeaderAnswer(Generic[R]):
 class ReplicaManager:
     def __init__(self, broker_id: int, cache: MetadataCache, logs: LogManager, config: BrokerConfig,
                  isr_writer: IsrWriter, metrics: "BrokerMetrics | None" = None,
-                 inter_broker: InterBroker = InterBroker(), access: Access = ALLOW_ALL) -> None:
+                 inter_broker: InterBroker = InterBroker(), access: Access = ALLOW_ALL,
+                 offline_writer: OfflineReplicaWriter | None = None) -> None:
         self.broker_id = broker_id
         #: The ACL checks of the record path (produce, fetch, offsets), shared by both protocols.
         self.access = access
@@ -84,6 +97,20 @@ class ReplicaManager:
         self._wake = asyncio.Event()
         self._loop = asyncio.get_running_loop()
         self._task: asyncio.Task[None] | None = None
+        session = getattr(isr_writer, "session", None)   # the broker's ZooKeeper session (fakes have none)
+        if offline_writer is None and isinstance(session, ZkSession):
+            offline_writer = OfflineReplicaWriter(session, broker_id)
+        #: Reports this broker's offline replicas to the controller (None: nobody to tell).
+        self.offline_writer = offline_writer
+        self._offline_reported: frozenset[OfflineReplica] | None = None   # None: not written yet
+        self._offline_look = Signal()     # fired when a log may have gone offline (or must be re-reported)
+        self._offline_pending = True      # a look is due (start-up: write the report at once)
+        self._offline_task: asyncio.Task[None] | None = None
+        self._offline_announced: frozenset[OfflineReplica] = frozenset()   # ERROR line written for these
+        self._offline_write_failing = False
+        self._closed = False
+        if offline_writer is not None:
+            offline_writer.on_new_session(self._new_session)
 
     # -- lookups (event loop) ------------------------------------------------------------------
 
@@ -130,6 +157,11 @@ class ReplicaManager:
         return offline_reason(f"{meta.name}-{index}", meta.states.get(index), meta.partitions[index],
                               self.cache.brokers(), unclean)
 
+    def offline_replicas(self) -> frozenset[OfflineReplica]:
+        """This broker's partitions whose log a disk failure took offline."""
+        return frozenset(OfflineReplica(p.topic, p.index, p.topic_id) for p in self.partitions.values()
+                         if p.log.offline)
+
     def all_partitions(self) -> Iterable[Partition]:
         return self.partitions.values()
 
@@ -175,6 +207,59 @@ class ReplicaManager:
         await self._drain()
         self._task = asyncio.create_task(self._run(), name="replica-manager")
         self.isr.start()
+        # the first look writes the report at once: clears one a previous process left
+        self._offline_task = asyncio.create_task(self._watch_offline_logs(), name="offline-replicas")
+
+    # -- offline logs --------------------------------------------------------------------------
+
+    def _storage_error(self) -> None:
+        """A StorageError met on some partition's log (event loop): look whether it went offline."""
+        self._offline_pending = True
+        self._offline_look.fire()
+
+    def _new_session(self) -> None:
+        """ZooKeeper replaced the session (worker thread): write the report again."""
+        def rewrite() -> None:
+            self._offline_reported = None
+            self._offline_pending = True
+            self._offline_look.fire()
+        if not self._closed:
+            try:
+                self._loop.call_soon_threadsafe(rewrite)
+            except RuntimeError:
+                pass   # the loop is closed: the broker is gone
+
+    async def _watch_offline_logs(self) -> None:
+        while True:
+            if not self._offline_pending:
+                await wait_any([self._offline_look], OFFLINE_CHECK_INTERVAL_S)
+            self._offline_pending = False
+            await self.report_offline_replicas()
+
+    async def report_offline_replicas(self) -> None:
+        """Write this broker's offline replicas to ZooKeeper if they changed since the last
+        write (or were never written); a failed write is retried on the next check."""
+        current = self.offline_replicas()
+        if self.offline_writer is None or current == self._offline_reported:
+            return
+        for replica in sorted(current - self._offline_announced):
+            partition = self.partitions[(replica.topic, replica.partition)]
+            log.error("%s: its log is offline after a disk failure (%s); telling the controller, which moves "
+                      "leadership away and drops this replica from the ISR until the broker is restarted with "
+                      "a working disk", partition, partition.log.offline_reason)
+        self._offline_announced = current
+        try:
+            await asyncio.to_thread(self.offline_writer.write, current)
+        except Exception as exc:
+            if not self._offline_write_failing:
+                log.warning("could not write this broker's offline replicas %s to ZooKeeper (%s: %s); retrying "
+                            "every %.0f s", sorted(current), type(exc).__name__, exc, OFFLINE_CHECK_INTERVAL_S)
+            self._offline_write_failing = True
+            return
+        if self._offline_write_failing:
+            log.info("wrote this broker's offline replicas %s to ZooKeeper", sorted(current))
+        self._offline_write_failing = False
+        self._offline_reported = current
 
     async def _run(self) -> None:
         while True:
@@ -235,6 +320,7 @@ class ReplicaManager:
                 self.logs.io_pool, self.logs.open_log, meta.name, index, meta.topic_id, config)
             partition = Partition(meta.name, index, meta.topic_id, log_, config, self.broker_id,
                                   self.logs.io_pool, self.metrics.topic(meta.name) if self.metrics else None)
+            partition.on_storage_error = self._storage_error
             self.partitions[(meta.name, index)] = partition
             log.info("opened %s (log end %d)", partition, log_.log_end_offset)
         elif partition.config != config:
@@ -257,9 +343,11 @@ class ReplicaManager:
     async def close(self) -> None:
         """Stop reconciling, ISR changes and fetchers, then flush and close every log (writes
         the logs' checkpoints)."""
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        self._closed = True
+        for task in (self._task, self._offline_task):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         await self.isr.close()
         await self.fetchers.close()
         for partition in list(self.partitions.values()):

@@ -4,7 +4,9 @@
 *Ready*: the broker may take traffic: its ZooKeeper session is connected, it is registered in
 ``/brokers/ids``, it has opened every partition assigned to it and applied the newest state its
 ZooKeeper watches delivered for each (caught up with the controller's decisions), and every
-partition the metadata names it leader of is open and led here (none it leads is offline).
+partition the metadata names it leader of is open and led here (none it leads is offline), and no
+log of its partitions is offline after a disk failure (``Log.offline``; the controller has moved
+those partitions away, and only a restart on a working disk brings them back).
 ``ember cluster status`` and load balancers use readiness; liveness only tells a supervisor to
 restart.
 """
@@ -46,6 +48,12 @@ def _named(what: str, names: list[str]) -> str:
     return f"{what}: {', '.join(names[:SHOWN])}{more}"
 
 
+def _log_offline(local: "Partition") -> bool:
+    """True when a disk failure took the partition's log offline (a stand-in without a log: no)."""
+    log_ = getattr(local, "log", None)
+    return bool(log_ is not None and log_.offline)
+
+
 def check_readiness(me: BrokerInfo, session_state: str, cache: MetadataView,
                     partitions: Mapping[tuple[str, int], "Partition"] | None) -> Readiness:
     """Readiness of broker ``me`` from its ZooKeeper session state (kazoo's ``CONNECTED``...),
@@ -72,4 +80,7 @@ def check_readiness(me: BrokerInfo, session_state: str, cache: MetadataView,
         reasons.append(_named("partition states from ZooKeeper not applied yet", behind))
     if offline:
         reasons.append(_named("partitions led here but not served yet", offline))
+    failed = [f"{name}-{index}" for (name, index), local in sorted(partitions.items()) if _log_offline(local)]
+    if failed:
+        reasons.append(_named("logs offline after a disk failure (restart the broker on a working disk)", failed))
     return Readiness(not reasons, tuple(reasons))

@@ -23,6 +23,16 @@ def broker(broker_id: int) -> str:
     return f"{BROKER_IDS}/{broker_id}"
 
 
+#: Persistent, one znode per broker while it has replicas whose log a disk failure took offline.
+OFFLINE_REPLICAS = "/brokers/offline_replicas"
+
+
+def offline_replicas(broker_id: int) -> str:
+    """A broker's offline replicas: ``{"version": 1, "broker": id, "partitions": [{"topic",
+    "partition", "topic_id"}]}``; absent while it has none."""
+    return f"{OFFLINE_REPLICAS}/{broker_id}"
+
+
 def topic(name: str) -> str:
     """Persistent topic node: topic id, replica assignment and config overrides."""
     return f"{TOPICS}/{name}"

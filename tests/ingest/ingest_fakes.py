@@ -260,3 +260,31 @@ def leader_broker(leader: ReplicaManager) -> LeaderHandler:
         raise AssertionError(f"unexpected request {api_key!r} to leader broker {leader.broker_id}")
 
     return handle
+
+
+class FakeOfflineReplicaWriter:
+    """Stands in for ``OfflineReplicaWriter``: records every report written (from a worker thread,
+    as the real one runs); ``failures`` makes that many writes fail first, as an unreachable
+    ZooKeeper would; :meth:`new_session` runs the callbacks a replaced ZooKeeper session runs."""
+
+    def __init__(self, failures: int = 0) -> None:
+        self.writes: list[list[tuple[str, int, str]]] = []
+        self.failures = failures
+        self._callbacks: list[Callable[[], None]] = []
+
+    def on_new_session(self, callback: Callable[[], None]) -> None:
+        self._callbacks.append(callback)
+
+    def new_session(self) -> None:
+        for callback in self._callbacks:
+            threading.Thread(target=callback).start()
+
+    def write(self, replicas: Iterable[Any]) -> None:
+        if self.failures > 0:
+            self.failures -= 1
+            raise TimeoutError("ZooKeeper did not answer")
+        self.writes.append(sorted((r.topic, r.partition, r.topic_id) for r in replicas))
+
+    @property
+    def last(self) -> list[tuple[str, int, str]] | None:
+        return self.writes[-1] if self.writes else None
