@@ -40,7 +40,6 @@ from ember.log.config import LogConfig
 from ember.net.channel import Address
 from ember.security.authorizer.access import ALLOW_ALL, Access
 from ember.security.authorizer.model import Operation
-from ember.zk.zk_session import ZkSession
 
 if TYPE_CHECKING:
     from ember.metrics.broker_metrics import BrokerMetrics
@@ -97,9 +96,6 @@ class ReplicaManager:
         self._wake = asyncio.Event()
         self._loop = asyncio.get_running_loop()
         self._task: asyncio.Task[None] | None = None
-        session = getattr(isr_writer, "session", None)   # the broker's ZooKeeper session (fakes have none)
-        if offline_writer is None and isinstance(session, ZkSession):
-            offline_writer = OfflineReplicaWriter(session, broker_id)
         #: Reports this broker's offline replicas to the controller (None: nobody to tell).
         self.offline_writer = offline_writer
         self._offline_reported: frozenset[OfflineReplica] | None = None   # None: not written yet

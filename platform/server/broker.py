@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Awaitable, Callable
 
 from ember.cluster.controller import Controller
 from ember.cluster.metadata_cache import MetadataCache
+from ember.cluster.offline_replicas import OfflineReplicaWriter
 from ember.cluster.producer_ids import ProducerIdAllocator
 from ember.cluster.records import BrokerInfo
 from ember.cluster.registration import BrokerRegistration
@@ -169,7 +170,8 @@ class Broker:
                      str(self.config.allow_everyone_if_no_acl_found).lower())
         self.replicas = ReplicaManager(options.broker_id, self.cache, self.logs, self.config,
                                        IsrWriter(self.session, options.broker_id), self.metrics,
-                                       self.inter_broker, self.access)
+                                       self.inter_broker, self.access,
+                                       OfflineReplicaWriter(self.session, options.broker_id))
         self.cache.add_listener(self.replicas.notify)
         await self.replicas.start()
 
