@@ -6,7 +6,7 @@ import time
 from typing import Any, Callable, Iterable
 
 from ember.client import Admin, Consumer
-from ember.errors import EmberError
+from ember.errors import EmberError, InvalidReplicationFactor
 from ember.launcher.local import LocalCluster
 from ember.log.reader import read_offset_range
 from ember.net.connection import Connection, parse_bootstrap
@@ -89,10 +89,21 @@ def produce_batch(address: str, topic: str, batch: bytes, acks: int, partition: 
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int = 1, min_insync: int = 2,
-                 replication_factor: int = 3, **config: str) -> None:
+                 replication_factor: int = 3, timeout_s: float = 15.0, **config: str) -> None:
+    """Create ``topic``; a broker whose ZooKeeper session was renewed on a loaded machine may be
+    unregistered for a moment after the cluster started, so too few live brokers is retried
+    (bounded by ``timeout_s``)."""
+    deadline = time.monotonic() + timeout_s
     with Admin(bootstrap) as admin:
-        admin.create_topic(topic, partitions=partitions, replication_factor=replication_factor,
-                           config={"min.insync.replicas": str(min_insync), **config})
+        while True:
+            try:
+                admin.create_topic(topic, partitions=partitions, replication_factor=replication_factor,
+                                   config={"min.insync.replicas": str(min_insync), **config})
+                return
+            except InvalidReplicationFactor:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
 
 
 def consume_values(bootstrap: str, topic: str, count: int, timeout_s: float = 60) -> list[tuple[int, bytes]]:
