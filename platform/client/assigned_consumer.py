@@ -324,7 +324,7 @@ class AssignedConsumer:
             if error is not None:
                 self._metadata.mark_stale()
                 continue
-            response = future.result()
+            response = future.result()   # done (checked above): never waits
             error = response_error(response.body)
             if error is not None:
                 if not error.retriable:

@@ -221,6 +221,7 @@ class Consumer(AssignedConsumer):
 
         def answered(response_future: Future[Response]) -> None:
             try:
+                # a done callback: the future is complete, result() never waits
                 error: Optional[Exception] = response_error(response_future.result().body)
             except Exception as exc:
                 error = exc
