@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import os
+import random
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Optional, TypeVar
@@ -12,7 +13,15 @@ from typing import Any, Callable, Iterable, Mapping, Optional, TypeVar
 from ember.client.group_admin import GroupOperations
 from ember.client.metadata import MetadataClient
 from ember.client.offsets import EARLIEST, LATEST, at_leaders, list_offsets
-from ember.errors import BrokerNotAvailable, EmberError, ErrorCode, NetworkError, RequestTimedOut, error_for_code
+from ember.errors import (
+    BrokerNotAvailable,
+    EmberError,
+    ErrorCode,
+    KafkaTimeoutError,
+    NetworkError,
+    RequestTimedOut,
+    error_for_code,
+)
 from ember.security.authorizer.acl_fields import binding_fields, binding_from_fields, filter_fields
 from ember.security.authorizer.model import AclBinding, AclBindingFilter
 from ember.security.client import ClientSecurity
@@ -251,13 +260,24 @@ class Admin(GroupOperations):
         return controller if controller in self._metadata.brokers else None
 
     def _at_home(self, call: Callable[[int | None], T]) -> T:
-        """``call(broker)`` at the controller (see :meth:`_home`); when it is unreachable (it died
-        or moved), at any broker after a refresh, which also learns the new controller."""
+        """``call(broker)`` at the controller (see :meth:`_home`); when it does not answer (it died,
+        hangs or moved), once more elsewhere after a refresh from another broker, which also
+        learns the new controller."""
+        home = self._home()
         try:
-            return call(self._home())
-        except (BrokerNotAvailable, NetworkError, RequestTimedOut):
-            self._metadata.refresh([])
-            return call(None)
+            return call(home)
+        except (BrokerNotAvailable, NetworkError, RequestTimedOut, KafkaTimeoutError):
+            self._metadata.refresh([], avoid=home)     # from another broker: this one may hang again
+            return call(self._instead_of(home))
+
+    def _instead_of(self, failed: int | None) -> int | None:
+        """Where to ask after broker ``failed`` did not answer: the controller if it moved, else
+        another live broker (a paused broker still counts as registered)."""
+        controller = self._home()
+        if controller is not None and controller != failed:
+            return controller
+        others = [broker for broker in self._metadata.brokers if broker != failed]
+        return random.choice(others) if others else None
 
     def _request(self, api_key: int, body: dict[str, Any]) -> dict[str, Any]:
         return self._at_home(lambda broker: self._metadata.request(api_key, body, broker_id=broker).body)

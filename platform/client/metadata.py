@@ -14,7 +14,15 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
-from ember.errors import BrokerNotAvailable, EmberError, ErrorCode, KafkaTimeoutError, error_for_code
+from ember.errors import (
+    BrokerNotAvailable,
+    EmberError,
+    ErrorCode,
+    KafkaTimeoutError,
+    NetworkError,
+    RequestTimedOut,
+    error_for_code,
+)
 from ember.net.channel import Address
 from ember.net.connection import Connection, ConnectionPool, parse_bootstrap
 from ember.record.batch import Buffer
@@ -106,12 +114,13 @@ class MetadataClient:
             raise BrokerNotAvailable(f"broker {broker_id} is not in the cluster metadata")
         return self.pool.get(address)
 
-    def any_connection(self) -> Connection:
-        """A connection to some live broker: known brokers in random order, then the bootstrap list."""
-        known = list(self.brokers.values())
+    def any_connection(self, avoid: Address | None = None) -> Connection:
+        """A connection to some live broker: known brokers in random order, then the bootstrap list;
+        ``avoid`` (a broker that just did not answer) only when no other is reachable."""
+        known = [address for address in self.brokers.values() if address != avoid]
         random.shuffle(known)
         errors = []
-        for address in dict.fromkeys([*known, *self.bootstrap]):
+        for address in dict.fromkeys([*known, *(a for a in self.bootstrap if a != avoid), *([avoid] if avoid else [])]):
             try:
                 return self.pool.get(address)
             except BrokerNotAvailable as exc:
@@ -122,6 +131,10 @@ class MetadataClient:
                 broker_id: int | None = None, timeout_s: float | None = None) -> Response:
         """Send one request (to ``broker_id`` or any broker) and wait for its response."""
         conn = self.any_connection() if broker_id is None else self.connection(broker_id)
+        return self._send(conn, api_key, body, payload, timeout_s)
+
+    def _send(self, conn: Connection, api_key: int, body: dict[str, Any], payload: Sequence[Buffer] = (),
+              timeout_s: float | None = None) -> Response:
         timeout = self.request_timeout_s if timeout_s is None else timeout_s
         future: Future[Response] = conn.request(api_key, body, payload, timeout_s=timeout)
         try:
@@ -129,13 +142,28 @@ class MetadataClient:
         except FutureTimeout:
             raise KafkaTimeoutError(f"no response from broker {conn.name} within {timeout:.1f}s") from None
 
+    def _metadata_from_any(self, body: dict[str, Any], avoid: Address | None) -> Response:
+        """A Metadata answer from any broker. One that does not answer (a hung broker still accepts
+        connections) is left for another once, as Kafka's clients move on to the next node."""
+        conn = self.any_connection(avoid)
+        try:
+            return self._send(conn, ApiKey.METADATA, body)
+        except (NetworkError, RequestTimedOut, KafkaTimeoutError):
+            other = self.any_connection(conn.address)
+            if other.address == conn.address:
+                raise
+            return self._send(other, ApiKey.METADATA, body)
+
     # -- refresh -----------------------------------------------------------------------------
 
-    def refresh(self, topics: Iterable[str] | None = None, broker_id: int | None = None) -> dict[str, TopicInfo]:
-        """Fetch metadata for ``topics`` (all topics when None; from ``broker_id`` or any broker)
-        and merge it into the cache."""
+    def refresh(self, topics: Iterable[str] | None = None, broker_id: int | None = None,
+                avoid: int | None = None) -> dict[str, TopicInfo]:
+        """Fetch metadata for ``topics`` (all topics when None) from ``broker_id``, else from any
+        broker (broker ``avoid`` last), and merge it into the cache."""
         names = None if topics is None else sorted(set(topics))
-        body = self.request(ApiKey.METADATA, {"topics": names}, broker_id=broker_id).body
+        request = {"topics": names}
+        body = (self.request(ApiKey.METADATA, request, broker_id=broker_id) if broker_id is not None
+                else self._metadata_from_any(request, self.brokers.get(avoid) if avoid is not None else None)).body
         error = response_error(body)
         if error is not None:
             raise error
