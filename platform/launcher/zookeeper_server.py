@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import socket
 import ssl
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -188,8 +190,41 @@ def terminate(pid: int, timeout_s: float) -> None:
         pass
 
 
+#: Ports :func:`free_port` gave out in this process (never given twice).
+_PORTS_GIVEN: set[int] = set()
+_PORTS_LOCK = threading.Lock()
+_LOWEST_PORT = 10000
+
+
+def _ephemeral_ports() -> tuple[int, int]:
+    """The kernel's range for outgoing connections' local ports (Linux's default if unreadable)."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port the OS reports free now; clusters pick fresh ones so two never collide."""
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
+    """A port free now for a server to bind soon: picked at random below the kernel's ephemeral
+    range, so no outgoing connection can take it first (a port the OS picks, ``bind(0)``, comes
+    from that range and was seen taken by a client's connection before the broker bound it), and
+    never given twice by one process."""
+    low, _ = _ephemeral_ports()
+    with _PORTS_LOCK:
+        for _ in range(1000 if low > _LOWEST_PORT + 1000 else 0):
+            port = random.randrange(_LOWEST_PORT, low)
+            if port in _PORTS_GIVEN:
+                continue
+            with socket.socket() as sock:
+                try:
+                    sock.bind((host, port))
+                except OSError:
+                    continue
+            _PORTS_GIVEN.add(port)
+            return port
+        with socket.socket() as sock:   # no room below the ephemeral range: let the OS pick
+            sock.bind((host, 0))
+            port = sock.getsockname()[1]
+            _PORTS_GIVEN.add(port)
+            return port

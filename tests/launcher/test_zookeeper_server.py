@@ -1,7 +1,7 @@
 import pytest
 from kazoo.client import KazooClient
 
-from ember.launcher.zookeeper_server import ZooKeeperServer, free_port, is_healthy
+from ember.launcher.zookeeper_server import ZooKeeperServer, _ephemeral_ports, free_port, is_healthy
 
 
 @pytest.mark.integration
@@ -33,3 +33,12 @@ def test_two_zookeepers_side_by_side(tmp_path):
             second.stop()
     finally:
         first.stop()
+
+
+def test_free_ports_lie_below_the_ephemeral_range_and_are_never_given_twice():
+    """Outgoing connections take their local ports from the ephemeral range; a server port from
+    there can be taken between the pick and the bind (seen as EADDRINUSE in CI)."""
+    low, _ = _ephemeral_ports()
+    ports = [free_port() for _ in range(300)]
+    assert len(set(ports)) == len(ports)
+    assert all(port < low for port in ports)
