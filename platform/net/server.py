@@ -37,7 +37,7 @@ from ember.security.log_limit import LogLimiter, suppressed_note
 from ember.security.sasl.server import RawSaslToken, SaslServer
 from ember.security.session import Session, current_session, enter_session
 from ember.wire.api_keys import ApiKey
-from ember.wire.frame import FRAME_LENGTH, Request, check_frame_size, decode_request, response_prefix
+from ember.wire.frame import FRAME_LENGTH, Request, check_frame_size, decode_request, foreign_protocol, response_prefix
 from ember.wire.reply import CloseConnection, FileRegion, Reply
 
 if TYPE_CHECKING:
@@ -123,6 +123,8 @@ class _Watchdog:
 class BrokerServer:
     #: Turns a frame (without its length) into a request; the Kafka listener decodes its own.
     decode_frame = staticmethod(decode_request)
+    #: The protocol the listener speaks, as named in log lines.
+    protocol_name = "ember"
     #: Answers a request on a SASL listener before the client has authenticated: each protocol's
     #: server says how (``ember.protocol.ember.listener``, ``ember.protocol.kafka.listener``).
     authenticate: Authenticate
@@ -272,11 +274,23 @@ class BrokerServer:
                 raise
             return None
         (size,) = FRAME_LENGTH.unpack(head)
-        check_frame_size(size, self.max_frame_bytes if sasl is None
-                         else min(self.max_frame_bytes, sasl.settings.max_receive_size))
+        limit = self.max_frame_bytes if sasl is None else min(self.max_frame_bytes, sasl.settings.max_receive_size)
+        if size > limit and (foreign := foreign_protocol(head)) is not None:
+            raise CloseConnection(self._foreign_reason(foreign))
+        check_frame_size(size, limit)
         watchdog.arm(f"sending a request frame of {size} bytes", _sasl_limit(sasl))
         frame = await reader.readexactly(size)
         return RawSaslToken(frame) if sasl is not None and sasl.raw else self.decode_frame(frame)  # type: ignore[return-value]
+
+    def _foreign_reason(self, foreign: str) -> str:
+        """Why a connection that opened with another protocol is closed, and what its client
+        should have used instead."""
+        listener, protocol = self.security.listener, self.security.protocol.value
+        if foreign.startswith("a TLS"):
+            return (f"{foreign} on {protocol} listener {listener}: the client uses TLS (security.protocol SSL or "
+                    f"SASL_SSL); connect it to a TLS listener or set security.protocol={protocol}")
+        return (f"{foreign} on listener {listener}, which speaks the {self.protocol_name} protocol: point that client "
+                f"at the right port (metrics and health checks are served on metrics.listen)")
 
     async def _write(self, writer: asyncio.StreamWriter, correlation_id: int, reply: Reply) -> None:
         try:

@@ -67,6 +67,22 @@ def encode_response(correlation_id: int, body: dict[str, Any],
     return [response_prefix(correlation_id, body, sum(len(p) for p in payload)), *payload]
 
 
+_HTTP_METHODS = {b"GET ", b"HEAD", b"POST", b"PUT ", b"DELE", b"OPTI", b"PATC", b"CONN", b"TRAC"}
+_ZOOKEEPER_WORDS = {b"srvr", b"stat", b"ruok", b"mntr", b"conf", b"cons", b"envi", b"dump", b"wchs", b"isro"}
+
+
+def foreign_protocol(head: bytes) -> str | None:
+    """What the first 4 bytes of a connection are when they are no frame length but another
+    protocol's opening a confused client sends (named for the log line); None otherwise."""
+    if head in _HTTP_METHODS:
+        return f"an HTTP request ({head.decode().strip()} ...)"
+    if head[:1] == b"\x16" and head[1:2] == b"\x03":
+        return "a TLS handshake"
+    if head in _ZOOKEEPER_WORDS:
+        return f"a ZooKeeper four-letter command ({head.decode()})"
+    return None
+
+
 def check_frame_size(size: int, max_frame_bytes: int) -> None:
     if size > max_frame_bytes:
         raise MessageTooLarge(f"frame of {size} bytes exceeds the limit of {max_frame_bytes} bytes")

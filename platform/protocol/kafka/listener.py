@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 class KafkaServer(BrokerServer):
     authenticate = staticmethod(authenticate_kafka)   # type: ignore[assignment]
+    protocol_name = "Kafka"
 
     def __init__(self, dispatcher: KafkaDispatcher, host: str, port: int, max_frame_bytes: int,
                  max_idle_ms: int, observer: "RequestObserver | None" = None,
