@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 
 from ember.errors import InvalidConfig
-from ember.ingest.broker_config import BROKER_CONFIGS, BrokerConfig
+from ember.ingest.broker_config import BROKER_CONFIGS, BrokerConfig, parse_log_dirs
 from ember.ingest.listeners import ListenerConfig
 from ember.server.broker import Broker, BrokerOptions
 
@@ -33,6 +33,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     start.add_argument("--advertised-listeners", metavar="NAME://HOST:PORT,...",
                        help="Kafka's advertised.listeners: what clients are told (default: the listeners)")
     start.add_argument("--data", required=True, type=Path, metavar="DIR", help="data directory of this broker")
+    start.add_argument("--log-dirs", metavar="DIR,DIR...",
+                       help="Kafka's log.dirs: the log directories, one per disk (overrides the --config file's; "
+                            "default: the --data directory)")
     start.add_argument("--config", type=Path, metavar="FILE",
                        help="broker properties (Kafka names; see conf/broker.properties)")
     start.add_argument("--metrics-listen", metavar="HOST:PORT",
@@ -66,7 +69,8 @@ def start_broker(args: argparse.Namespace) -> int:
     setup_logging(args.data)
     metrics_listen = BROKER_CONFIGS["metrics.listen"].parse(args.metrics_listen) if args.metrics_listen \
         else config.metrics_listen
-    options = BrokerOptions(args.id, args.zookeeper, listeners, args.data.resolve(), config, metrics_listen)
+    log_dirs = parse_log_dirs(args.log_dirs, "--log-dirs") if args.log_dirs else config.log_dir_paths()
+    options = BrokerOptions(args.id, args.zookeeper, listeners, args.data.resolve(), config, metrics_listen, log_dirs)
     run_until_stopped(Broker(options))
     return 0
 

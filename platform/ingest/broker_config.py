@@ -39,6 +39,10 @@ def _bool(name: str, default: bool, doc: str) -> ConfigDef:
 BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in (
     _int("num.partitions", 1, "Partitions of a topic created without a partition count.", 1),
     _int("default.replication.factor", 1, "Replication factor of a topic created without one.", 1),
+    ConfigDef("log.dirs", "string", None, "The broker's log directories, comma-separated (Kafka's JBOD): a new "
+              "partition goes to the one holding the fewest; one that fails at start-up is set offline and the "
+              "broker serves the others. Unset: log.dir, else the broker's --data directory.", nullable=True),
+    ConfigDef("log.dir", "string", None, "The broker's log directory when log.dirs is not set.", nullable=True),
     _long("log.retention.hours", 168, "Default retention.ms, in hours (used when log.retention.ms "
           "is not set); -1 keeps data forever.", -1),
     _long("log.retention.ms", None, "Default retention.ms; overrides log.retention.hours.", -1,
@@ -52,6 +56,9 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in (
           nullable=True),
     _long("log.flush.scheduler.interval.ms", 1000,
           "How often the broker checks whether a partition's flush.ms has elapsed.", 1),
+    _long("log.offline.retry.interval.ms", 5000, "How often the broker retries the logs a disk failure took "
+          "offline: each is reopened (and recovered) once the controller has moved its leadership away and a "
+          "probe shows its disk works again (not a Kafka setting: Kafka needs a restart).", 100),
     _int("socket.request.max.bytes", 100 * 1024 * 1024,
          "Largest request frame; a bigger one closes the connection.", 1024),
     _long("connections.max.idle.ms", 600000, "A connection that takes longer than this to send the next "
@@ -150,6 +157,8 @@ class BrokerConfig:
     """Validated broker properties (field = property name with '_' for '.')."""
     num_partitions: int
     default_replication_factor: int
+    log_dirs: Optional[str]
+    log_dir: Optional[str]
     log_retention_hours: int
     log_retention_ms: Optional[int]
     log_retention_bytes: int
@@ -158,6 +167,7 @@ class BrokerConfig:
     log_retention_check_interval_ms: int
     log_flush_interval_ms: Optional[int]
     log_flush_scheduler_interval_ms: int
+    log_offline_retry_interval_ms: int
     socket_request_max_bytes: int
     connections_max_idle_ms: int
     zookeeper_session_timeout_ms: int
@@ -246,6 +256,7 @@ class BrokerConfig:
                                 f"connections.max.idle.ms={config.connections_max_idle_ms} to prevent failed "
                                 f"authentication responses from timing out")
         config.log_config()   # the topic defaults must themselves be valid
+        config.log_dir_paths()
         for listener in overrides:
             config.tls_settings(listener)   # and so must every listener's TLS versions
         return config
@@ -275,6 +286,12 @@ class BrokerConfig:
         broker-wide value (None for an override-only key such as ``SCRAM-SHA-256.sasl.jaas.config``)."""
         own = self.listener_overrides.get(listener.upper(), {})
         return own[name] if name in own else (self.get(name) if name in BROKER_CONFIGS else None)
+
+    def log_dir_paths(self) -> tuple[Path, ...]:
+        """The log directories ``log.dirs`` (else ``log.dir``) names; empty when neither is set."""
+        if self.log_dirs:
+            return parse_log_dirs(self.log_dirs, "log.dirs")
+        return parse_log_dirs(self.log_dir, "log.dir") if self.log_dir else ()
 
     def topic_defaults(self) -> dict[str, Any]:
         """Topic config defaults this broker supplies (Kafka names), before topic overrides."""
@@ -331,6 +348,16 @@ class BrokerConfig:
             entries.append(ConfigEntry(name, shown, source == "default", definition.doc, definition.type, source,
                                        (ConfigSynonym(name, shown, source),), sensitive=definition.secret))
         return entries
+
+
+def parse_log_dirs(value: str, source: str) -> tuple[Path, ...]:
+    """Comma-separated directories (``log.dirs``, ``--log-dirs``), made absolute; each one once."""
+    paths = tuple(Path(part.strip()).resolve() for part in value.split(",") if part.strip())
+    if not paths:
+        raise InvalidConfig(f"{source}={value!r}: expected DIR[,DIR...]")
+    if len(set(paths)) != len(paths):
+        raise InvalidConfig(f"{source}={value!r} names a directory twice")
+    return paths
 
 
 def _text(value: Any) -> str | None:

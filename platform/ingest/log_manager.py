@@ -1,62 +1,44 @@
-"""The broker's data directory: who owns it, which partition directories it holds, and the
-background schedules (retention, flush) over the open logs.
+"""The broker's log directories in use: partition logs opened in them, the background schedules
+(retention, flush) over the open logs, and the I/O pool every log call runs on.
 
-A partition lives in ``<data>/<topic>-<partition>/`` (Kafka's naming) with a
-``partition.metadata`` file naming its topic, partition and topic id, so a directory left over
-from a deleted (or deleted and re-created) topic is recognised and removed. ``meta.properties``
-binds the directory to one broker id and cluster id; an exclusive ``flock`` keeps two broker
-processes out of one directory.
+Which directories there are, who owns them, and where a partition lives or goes, is
+``ember.ingest.log_dirs``. A partition's directory holds a ``partition.metadata`` file naming
+its topic, partition and topic id, so a directory left over from a deleted (or deleted and
+re-created) topic is recognised and removed.
 """
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import json
 import logging
-import os
 import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Awaitable, Callable, Iterable, Sequence
 
-from ember.errors import EmberError, StorageError
+from ember.errors import StorageError
+from ember.ingest.log_dirs import PARTITION_METADATA, LocalPartition, LogDirs
 from ember.log.config import LogConfig
-from ember.log.data_dir import read_meta, write_meta
 
 if TYPE_CHECKING:
+    from ember.cluster.records import OfflineReplica
     from ember.ingest.partition import Partition
     from ember.log import Log
     from ember.metrics.broker_metrics import BrokerMetrics
 
 log = logging.getLogger(__name__)
 
-LOCK_FILE = ".lock"
-PARTITION_METADATA = "partition.metadata"
 IO_THREADS = 4
 
 
-class DataDirUnusable(EmberError):
-    """The broker cannot use its data directory."""
-    hint = "give each broker its own --data directory"
-
-
-@dataclass(frozen=True)
-class LocalPartition:
-    topic: str
-    index: int
-    topic_id: str
-    path: Path
-
-
 class LogManager:
-    def __init__(self, data_dir: Path, broker_id: int) -> None:
-        self.data_dir = data_dir
+    def __init__(self, log_dirs: Path | Sequence[Path], broker_id: int) -> None:
+        """``log_dirs``: the broker's log directory, or several (``log.dirs``)."""
+        self.dirs = LogDirs([log_dirs] if isinstance(log_dirs, Path) else log_dirs)
         self.broker_id = broker_id
         #: Every blocking log operation runs here (see ``Partition.run``).
         self.io_pool = ThreadPoolExecutor(IO_THREADS, thread_name_prefix="log-io")
-        self._lock_fd: int | None = None
         self._schedules: list[asyncio.Task[None]] = []
         #: Offline logs already reported (by partition), and (schedule, topic, partition) failing.
         self._offline_noted: dict[tuple[str, int], "Log"] = {}
@@ -65,55 +47,42 @@ class LogManager:
     # -- ownership -----------------------------------------------------------------------------
 
     def lock(self) -> None:
-        """Take the directory's exclusive lock for the life of this process."""
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise DataDirUnusable(f"{self.data_dir} is in use by another broker process") from None
-        self._lock_fd = fd
+        """Lock every log directory for the life of this process (see ``LogDirs.lock``)."""
+        self.dirs.lock()
 
     def claim(self, cluster_id: str) -> None:
-        """Bind the directory to this broker and cluster, or refuse a directory of another."""
-        meta = read_meta(self.data_dir)
-        if meta is not None:
-            if meta.get("broker.id") != str(self.broker_id):
-                raise DataDirUnusable(f"{self.data_dir} belongs to broker {meta.get('broker.id')}, "
-                                      f"not {self.broker_id}")
-            if meta.get("cluster.id") != cluster_id:
-                raise DataDirUnusable(
-                    f"{self.data_dir} belongs to cluster {meta.get('cluster.id')} but ZooKeeper "
-                    f"holds cluster {cluster_id}; point --zookeeper at the right ensemble")
-            return
-        write_meta(self.data_dir, self.broker_id, cluster_id)
+        """Bind every log directory to this broker and cluster, or refuse one of another."""
+        self.dirs.claim(self.broker_id, cluster_id)
 
     def close(self) -> None:
         self.io_pool.shutdown(wait=True)
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None
+        self.dirs.unlock()
 
     # -- partition directories (blocking: call on the I/O pool) --------------------------------
 
-    def partition_dir(self, topic: str, index: int) -> Path:
-        return self.data_dir / f"{topic}-{index}"
-
     def local_partitions(self) -> list[LocalPartition]:
-        found = []
-        for meta in sorted(self.data_dir.glob(f"*/{PARTITION_METADATA}")):
-            try:
-                doc = json.loads(meta.read_text())
-                found.append(LocalPartition(doc["topic"], int(doc["partition"]), doc["topic_id"], meta.parent))
-            except (OSError, ValueError, KeyError):
-                log.warning("ignoring %s: unreadable partition metadata", meta.parent)
-        return found
+        return self.dirs.local_partitions()
+
+    def missing_replicas(self, assigned: Iterable["OfflineReplica"]) -> frozenset["OfflineReplica"]:
+        """The ``assigned`` replicas no online log directory holds while a directory is offline:
+        their logs are taken to be on it (Kafka's rule for a replica that is not new), so they
+        are reported offline rather than created empty elsewhere. Empty when all are online."""
+        offline = self.dirs.offline()
+        if not offline:
+            return frozenset()
+        held = {(p.topic, p.index, p.topic_id) for p in self.local_partitions()}
+        missing = frozenset(r for r in assigned if (r.topic, r.partition, r.topic_id) not in held)
+        if missing:
+            log.error("%d replica(s) assigned here are in no online log directory while %s is offline; reporting "
+                      "them offline so the controller moves their leadership away: %s", len(missing),
+                      ", ".join(str(d.path) for d in offline),
+                      ", ".join(f"{r.topic}-{r.partition}" for r in sorted(missing)))
+        return missing
 
     def open_log(self, topic: str, index: int, topic_id: str, config: LogConfig) -> "Log":
         """Open (recovering if needed) or create the partition's log."""
         from ember.log import Log
-        directory = self.partition_dir(topic, index)
+        directory = self.dirs.partition_dir(topic, index)
         directory.mkdir(parents=True, exist_ok=True)
         meta = directory / PARTITION_METADATA
         if not meta.exists():

@@ -15,7 +15,12 @@ leadership away and drops this replica from its ISR. The manager looks after eve
 the broker meets on a partition's log and every second; it rewrites the znode whenever the set
 changes, once at start-up (a restarted broker whose logs reopened clears it) and after a new
 ZooKeeper session, retrying every second while ZooKeeper does not take it. The partition stays
-open: appends and reads raise StorageError, the replica fetcher leaves it out.
+open: appends and reads raise StorageError, the replica fetcher leaves it out. Once the controller
+has moved away and the disk works again (:mod:`ember.ingest.offline_log_recovery`),
+:meth:`ReplicaManager.reopen_offline` puts a new Partition over the log reopened from disk in its
+place; the report then drops it, and the replica catches up and rejoins the ISR.
+A replica whose log directory failed at start-up (``ember.ingest.log_dirs``) is never opened and
+is reported the same way until the broker restarts with that directory working.
 """
 from __future__ import annotations
 
@@ -28,14 +33,16 @@ from ember.cluster.election import offline_reason
 from ember.cluster.metadata_cache import MetadataCache, TopicMetadata
 from ember.cluster.offline_replicas import OfflineReplicaWriter
 from ember.cluster.records import NO_LEADER, OfflineReplica, PartitionState
-from ember.errors import InvalidConfig, LeaderNotAvailable, NotLeaderOrFollower, UnknownTopicOrPartition
+from ember.errors import InvalidConfig, LeaderNotAvailable, NotLeaderOrFollower, StorageError, UnknownTopicOrPartition
 from ember.ingest.broker_client import InterBroker
 from ember.ingest.broker_config import BrokerConfig
 from ember.ingest.isr import IsrManager, IsrWriter
 from ember.ingest.log_manager import LogManager
+from ember.ingest.offline_log_recovery import OfflineLogRecovery
 from ember.ingest.partition import Partition
 from ember.ingest.replica_fetcher import FetcherConfig, ReplicaFetchers
 from ember.ingest.signals import Signal, wait_any
+from ember.log import Log
 from ember.log.config import LogConfig
 from ember.net.channel import Address
 from ember.security.authorizer.access import ALLOW_ALL, Access
@@ -94,6 +101,8 @@ class ReplicaManager:
         self.reconciled = Signal()
         self._dirty: set[str] = set()
         self._wake = asyncio.Event()
+        #: Held while a topic is reconciled or an offline log reopened: both replace partitions.
+        self._replacing = asyncio.Lock()
         self._loop = asyncio.get_running_loop()
         self._task: asyncio.Task[None] | None = None
         #: Reports this broker's offline replicas to the controller (None: nobody to tell).
@@ -104,9 +113,13 @@ class ReplicaManager:
         self._offline_task: asyncio.Task[None] | None = None
         self._offline_announced: frozenset[OfflineReplica] = frozenset()   # ERROR line written for these
         self._offline_write_failing = False
+        #: Replicas whose log is on a log directory that failed at start-up: never opened, reported offline.
+        self._in_offline_dirs: frozenset[OfflineReplica] = frozenset()
         self._closed = False
         if offline_writer is not None:
             offline_writer.on_new_session(self._new_session)
+        self.recovery = OfflineLogRecovery(broker_id, config.log_offline_retry_interval_ms, self.all_partitions,
+                                           self._cached_state, self.reopen_offline, logs.io_pool)
 
     # -- lookups (event loop) ------------------------------------------------------------------
 
@@ -140,6 +153,8 @@ class ReplicaManager:
         if state is None or state.leader < 0:
             raise LeaderNotAvailable(self.unavailable_reason(meta, index))
         if state.leader == self.broker_id:
+            if OfflineReplica(topic, index, meta.topic_id) in self._in_offline_dirs:
+                raise StorageError(f"{topic}-{index}: its log directory on broker {self.broker_id} is offline")
             raise LeaderNotAvailable(f"{topic}-{index} is still being opened on broker {self.broker_id}")
         raise NotLeaderOrFollower(f"broker {self.broker_id} does not lead {topic}-{index}; "
                                   f"broker {state.leader} does")
@@ -156,7 +171,17 @@ class ReplicaManager:
     def offline_replicas(self) -> frozenset[OfflineReplica]:
         """This broker's partitions whose log a disk failure took offline."""
         return frozenset(OfflineReplica(p.topic, p.index, p.topic_id) for p in self.partitions.values()
-                         if p.log.offline)
+                         if p.log.offline) | self.in_offline_dirs()
+
+    def in_offline_dirs(self) -> frozenset[OfflineReplica]:
+        """Replicas still assigned here whose log is on a log directory that failed at start-up."""
+        if not self._in_offline_dirs:
+            return frozenset()
+        return frozenset(r for r in self._in_offline_dirs if r in self._assigned_here())
+
+    def _assigned_here(self) -> frozenset[OfflineReplica]:
+        return frozenset(OfflineReplica(name, index, meta.topic_id) for name, meta in self.cache.topics().items()
+                         for index, replicas in meta.partitions.items() if self.broker_id in replicas)
 
     def all_partitions(self) -> Iterable[Partition]:
         return self.partitions.values()
@@ -199,17 +224,20 @@ class ReplicaManager:
         """Delete local partitions the cluster no longer assigns here, open the rest, and keep
         reconciling as metadata changes."""
         await self._remove_stale_directories()
+        self._in_offline_dirs = await asyncio.to_thread(self.logs.missing_replicas, self._assigned_here())
         self._mark(_ALL)
         await self._drain()
         self._task = asyncio.create_task(self._run(), name="replica-manager")
         self.isr.start()
         # the first look writes the report at once: clears one a previous process left
         self._offline_task = asyncio.create_task(self._watch_offline_logs(), name="offline-replicas")
+        self.recovery.start()
 
     # -- offline logs --------------------------------------------------------------------------
 
-    def _storage_error(self) -> None:
-        """A StorageError met on some partition's log (event loop): look whether it went offline."""
+    def _look_offline(self) -> None:
+        """A StorageError met on some partition's log, or an offline log reopened (event loop):
+        look at once which logs are offline, and report a change."""
         self._offline_pending = True
         self._offline_look.fire()
 
@@ -238,11 +266,11 @@ class ReplicaManager:
         current = self.offline_replicas()
         if self.offline_writer is None or current == self._offline_reported:
             return
-        for replica in sorted(current - self._offline_announced):
+        for replica in sorted(current - self._offline_announced - self._in_offline_dirs):   # those: at start-up
             partition = self.partitions[(replica.topic, replica.partition)]
             log.error("%s: its log is offline after a disk failure (%s); telling the controller, which moves "
-                      "leadership away and drops this replica from the ISR until the broker is restarted with "
-                      "a working disk", partition, partition.log.offline_reason)
+                      "leadership away and drops this replica from the ISR until the log is reopened (once its "
+                      "disk works again)", partition, partition.log.offline_reason)
         self._offline_announced = current
         try:
             await asyncio.to_thread(self.offline_writer.write, current)
@@ -271,7 +299,8 @@ class ReplicaManager:
             self._dirty.clear()
             for name in sorted(names):
                 try:
-                    await self._reconcile(name)
+                    async with self._replacing:
+                        await self._reconcile(name)
                 except Exception:
                     log.exception("could not apply metadata of topic %s", name)
             self.reconciled.fire()
@@ -311,13 +340,12 @@ class ReplicaManager:
 
     async def _apply(self, meta: TopicMetadata, index: int, replicas: list[int], config: LogConfig) -> None:
         partition = self.partitions.get((meta.name, index))
+        if partition is None and OfflineReplica(meta.name, index, meta.topic_id) in self._in_offline_dirs:
+            return
         if partition is None:
             log_ = await asyncio.get_running_loop().run_in_executor(
                 self.logs.io_pool, self.logs.open_log, meta.name, index, meta.topic_id, config)
-            partition = Partition(meta.name, index, meta.topic_id, log_, config, self.broker_id,
-                                  self.logs.io_pool, self.metrics.topic(meta.name) if self.metrics else None)
-            partition.on_storage_error = self._storage_error
-            self.partitions[(meta.name, index)] = partition
+            partition = self._put_partition(meta.name, index, meta.topic_id, log_, config)
             log.info("opened %s (log end %d)", partition, log_.log_end_offset)
         elif partition.config != config:
             await partition.run(partition.reconfigure, config)
@@ -328,18 +356,82 @@ class ReplicaManager:
         if state is not None:
             await self.apply_state(partition, state)
 
-    async def _delete(self, partition: Partition, why: str) -> None:
-        del self.partitions[(partition.topic, partition.index)]
+    def _put_partition(self, topic: str, index: int, topic_id: str, log_: Log, config: LogConfig) -> Partition:
+        partition = Partition(topic, index, topic_id, log_, config, self.broker_id, self.logs.io_pool,
+                              self.metrics.topic(topic) if self.metrics else None)
+        partition.on_storage_error = self._look_offline
+        self.partitions[(topic, index)] = partition
+        return partition
+
+    def _retire(self, partition: Partition) -> None:
+        """Stop fetching a partition object that leaves this manager, and wake whatever waits on
+        it (acks=all, parked fetches): it leads nothing any more."""
         self.fetchers.remove(partition)
         partition.assign([], [])
         partition.apply_state(PartitionState(NO_LEADER, partition.leader_epoch, [], -1))
+
+    async def _delete(self, partition: Partition, why: str) -> None:
+        del self.partitions[(partition.topic, partition.index)]
+        self._retire(partition)
         log.info("deleting %s: %s", partition, why)
         await partition.run(partition.log.delete)
+
+    # -- reopening offline logs ------------------------------------------------------------------
+
+    def _cached_state(self, partition: Partition) -> PartitionState | None:
+        """The partition's newest state in the metadata cache (None: unknown or another topic id)."""
+        meta = self.cache.topic(partition.topic)
+        if meta is None or meta.topic_id != partition.topic_id:
+            return None
+        return meta.states.get(partition.index)
+
+    async def reopen_offline(self, partition: Partition) -> Partition | None:
+        """Close ``partition``'s offline log and reopen it from disk with the recovery of a start
+        (``Log.open``: a torn tail cut by CRC, indexes rebuilt), then put a new Partition with it in
+        its place and apply the partition's cached state: it follows the current leader (truncating
+        by leader epoch first, like any follower) or waits for the controller to elect it. Requests,
+        fetchers and schedules holding the old Partition see its closed log raise StorageError, as
+        while it was offline. Returns the new Partition, or None if the partition was deleted,
+        moved away or reopened meanwhile (reconciliation, serialized with this, owns it then).
+        Raises StorageError if the log cannot be opened (it stays offline; retried later)."""
+        key = (partition.topic, partition.index)
+        async with self._replacing:
+            meta = self.cache.topic(partition.topic)
+            if self.partitions.get(key) is not partition or not partition.log.offline or meta is None or \
+                    meta.topic_id != partition.topic_id or self.broker_id not in meta.partitions.get(partition.index, ()):
+                return None
+            future = asyncio.get_running_loop().run_in_executor(self.logs.io_pool, self._reopen_log, partition)
+            try:
+                log_ = await asyncio.shield(future)
+            except asyncio.CancelledError:
+                # the broker is closing: hand the reopened log over, so close() closes it with the rest
+                await asyncio.wait([future])
+                if not future.cancelled() and future.exception() is None:
+                    self._put_partition(partition.topic, partition.index, partition.topic_id, future.result(),
+                                        partition.config)
+                raise
+            fresh = self._put_partition(partition.topic, partition.index, partition.topic_id, log_, partition.config)
+            self._retire(partition)
+            now = self.cache.topic(partition.topic)   # it may have changed while the log was opened
+            if now is not None and now.topic_id == partition.topic_id and \
+                    self.broker_id in now.partitions.get(partition.index, ()):
+                await self._apply(now, partition.index, now.partitions[partition.index], fresh.config)
+            # else the topic was deleted or moved meanwhile: its queued reconciliation deletes the partition
+        self._look_offline()    # report at once that the replica is back: the controller counts it live again
+        return fresh
+
+    @staticmethod
+    def _reopen_log(partition: Partition) -> Log:
+        """Close the offline log's files and open its directory again (I/O pool): that very
+        directory, never a new placement, which would start the replica empty elsewhere."""
+        partition.log.close()
+        return Log.open(partition.log.directory, partition.config)
 
     async def close(self) -> None:
         """Stop reconciling, ISR changes and fetchers, then flush and close every log (writes
         the logs' checkpoints)."""
         self._closed = True
+        await self.recovery.close()
         for task in (self._task, self._offline_task):
             if task is not None:
                 task.cancel()

@@ -60,6 +60,13 @@ class BrokerProcess:
     pid: int | None = None
     metrics_port: int | None = None   # /metrics, /livez, /readyz when the cluster serves metrics
     kafka_port: int | None = None     # the broker's KAFKA listener (Kafka's protocol)
+    log_dir_count: int = 1            # log directories (log.dirs): data_dir, then data_dir-disk2, ...
+
+    @property
+    def log_dirs(self) -> list[Path]:
+        """Its log directories: ``data_dir`` (which also holds its broker.log), then siblings."""
+        return [self.data_dir] + [self.data_dir.with_name(f"{self.data_dir.name}-disk{n}")
+                                  for n in range(2, self.log_dir_count + 1)]
 
     @property
     def address(self) -> str:
@@ -81,6 +88,8 @@ class LocalCluster:
     data_dir: Path
     broker_count: int = 1
     broker_config: dict[str, str] = field(default_factory=dict)
+    #: Log directories per broker (``log.dirs``, Kafka's JBOD); all under ``data_dir``.
+    log_dirs_per_broker: int = 1
     metrics: bool = False   # each broker serves metrics on its own loopback port
     secure: bool = False    # every listener on TLS, client certificates required
     sasl: bool = False      # with secure: every listener on SASL_SSL (SCRAM users admin and broker)
@@ -174,7 +183,8 @@ class LocalCluster:
         for broker_id in range(1, self.broker_count + 1):
             self.brokers.setdefault(broker_id, BrokerProcess(broker_id, free_port(), self.data_dir / f"broker-{broker_id}",
                                                              metrics_port=free_port() if self.metrics else None,
-                                                             kafka_port=free_port()))
+                                                             kafka_port=free_port(),
+                                                             log_dir_count=self.log_dirs_per_broker))
         for broker in self.brokers.values():
             progress(f"starting broker {broker.broker_id} on {broker.address}")
             self._spawn(broker)
@@ -243,6 +253,8 @@ class LocalCluster:
                    "--zookeeper", self.zk_connect, "--listen", broker.address, "--data", str(broker.data_dir)]
         if broker.kafka_port is not None:
             command += ["--listeners", f"KAFKA://{broker.kafka_address}"]
+        if broker.log_dir_count > 1:
+            command += ["--log-dirs", ",".join(str(d) for d in broker.log_dirs)]
         listeners = ("EMBER", "KAFKA")
         properties = {**DEVELOPMENT_BROKER_CONFIG, **(self.tls.broker_properties(listeners) if self.tls else {}),
                       **(self.scram.broker_properties(listeners) if self.scram else {}), **self.broker_config}
@@ -393,7 +405,8 @@ class LocalCluster:
             cluster.zookeeper = cluster._zookeeper(state["zookeeper"]["port"])
         for b in state["brokers"]:
             cluster.brokers[b["broker_id"]] = BrokerProcess(b["broker_id"], b["port"], Path(b["data_dir"]), b["host"], b["pid"],
-                                                            b.get("metrics_port"), b.get("kafka_port"))
+                                                            b.get("metrics_port"), b.get("kafka_port"),
+                                                            b.get("log_dir_count", 1))
         return cluster
 
     def _reserve_for_zookeeper(self, progress: Callable[[str], object]) -> None:

@@ -1,10 +1,10 @@
 """The broker process: wires ZooKeeper metadata, the partition logs and the network server
 together, and owns the start-up and shutdown order.
 
-Start-up: lock the data directory → metrics endpoint (with ``metrics.listen``) → ZooKeeper
-session, cluster id → metadata cache (watches)
-→ delete partitions of topics deleted while we were down, open the rest → bind the port →
-register in ``/brokers/ids`` → accept connections (so "answers ApiVersions" implies
+Start-up: lock the log directories (one that fails goes offline) → metrics endpoint (with
+``metrics.listen``) → ZooKeeper session, cluster id → metadata cache (watches) → delete
+partitions of topics deleted while we were down, open the rest → bind the port → register in
+``/brokers/ids`` → accept connections (so "answers ApiVersions" implies
 "registered") → join controller election → retention and flush schedules.
 Shutdown (SIGTERM/SIGINT) runs it backwards: resign and deregister first so the controller
 moves leadership away, then stop serving, then flush and close every log; the metrics endpoint
@@ -115,6 +115,12 @@ class BrokerOptions:
     config: BrokerConfig
     #: Where to serve /metrics, /livez and /readyz (None: metrics off).
     metrics_listen: tuple[str, int] | None = None
+    #: The log directories (``log.dirs``); empty: ``data_dir`` alone.
+    log_dirs: tuple[Path, ...] = ()
+
+    @property
+    def log_directories(self) -> tuple[Path, ...]:
+        return self.log_dirs or (self.data_dir,)
 
 
 class Broker:
@@ -128,7 +134,7 @@ class Broker:
         self.listener_security = {listener.name: self._listener_security(listener.name)
                                   for listener in options.listeners.bind}
         self.inter_broker = InterBroker(options.listeners.inter_broker, self._inter_broker_security())
-        self.logs = LogManager(options.data_dir, options.broker_id)
+        self.logs = LogManager(options.log_directories, options.broker_id)
         self.cache = MetadataCache(self.session)
         # ACLs (authorizer.class.name): every broker checks requests against its watched copy.
         self.authorizer = Authorizer(parse_super_users(self.config.super_users),
@@ -153,7 +159,8 @@ class Broker:
 
     async def start(self) -> None:
         options = self.options
-        log.info("starting broker %d (data %s, ZooKeeper %s%s)", options.broker_id, options.data_dir,
+        log.info("starting broker %d (log dirs %s, ZooKeeper %s%s)", options.broker_id,
+                 ",".join(str(d) for d in options.log_directories),
                  options.zookeeper, " over TLS" if self.session.tls else "")
         self.logs.lock()
         if self.telemetry is not None:

@@ -5,15 +5,16 @@
 ``/brokers/ids``, it has opened every partition assigned to it and applied the newest state its
 ZooKeeper watches delivered for each (caught up with the controller's decisions), and every
 partition the metadata names it leader of is open and led here (none it leads is offline), and no
-log of its partitions is offline after a disk failure (``Log.offline``; the controller has moved
-those partitions away, and only a restart on a working disk brings them back).
+log of its partitions is offline after a disk failure (``Log.offline``, or on a log directory
+that failed at start-up; the controller has moved those partitions away until the broker reopens
+them, once their disk works again, or restarts with the directory working).
 ``ember cluster status`` and load balancers use readiness; liveness only tells a supervisor to
 restart.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Collection, Mapping, Protocol
 
 from ember.cluster.records import BrokerInfo
 
@@ -55,9 +56,11 @@ def _log_offline(local: "Partition") -> bool:
 
 
 def check_readiness(me: BrokerInfo, session_state: str, cache: MetadataView,
-                    partitions: Mapping[tuple[str, int], "Partition"] | None) -> Readiness:
+                    partitions: Mapping[tuple[str, int], "Partition"] | None,
+                    in_offline_dirs: Collection[tuple[str, int]] = ()) -> Readiness:
     """Readiness of broker ``me`` from its ZooKeeper session state (kazoo's ``CONNECTED``...),
-    metadata cache and open partitions (None while the broker is still starting)."""
+    metadata cache, open partitions (None while the broker is still starting) and the partitions
+    it cannot open because their log directory failed at start-up."""
     if partitions is None:
         return Readiness(False, ("starting up: logs not open yet",))
     reasons = []
@@ -68,7 +71,7 @@ def check_readiness(me: BrokerInfo, session_state: str, cache: MetadataView,
     behind, offline = [], []
     for name, meta in sorted(cache.topics().items()):
         for index, replicas in sorted(meta.partitions.items()):
-            if me.id not in replicas:
+            if me.id not in replicas or (name, index) in in_offline_dirs:
                 continue
             local = partitions.get((name, index))
             state = meta.states.get(index)
@@ -82,5 +85,8 @@ def check_readiness(me: BrokerInfo, session_state: str, cache: MetadataView,
         reasons.append(_named("partitions led here but not served yet", offline))
     failed = [f"{name}-{index}" for (name, index), local in sorted(partitions.items()) if _log_offline(local)]
     if failed:
-        reasons.append(_named("logs offline after a disk failure (restart the broker on a working disk)", failed))
+        reasons.append(_named("logs offline after a disk failure (reopened once the disk works again)", failed))
+    if in_offline_dirs:
+        reasons.append(_named("logs on an offline log directory (fix the disk, then restart the broker)",
+                              [f"{name}-{index}" for name, index in sorted(in_offline_dirs)]))
     return Readiness(not reasons, tuple(reasons))

@@ -38,7 +38,12 @@ class BrokerStateCollector(Collector):
     def readiness(self) -> Readiness:
         broker = self.broker
         partitions = broker.replicas.partitions if broker.replicas is not None else None
-        return check_readiness(self.me, str(broker.session.client.state), broker.cache, partitions)
+        return check_readiness(self.me, str(broker.session.client.state), broker.cache, partitions,
+                               self._in_offline_dirs())
+
+    def _in_offline_dirs(self) -> set[tuple[str, int]]:
+        replicas = self.broker.replicas
+        return {(r.topic, r.partition) for r in replicas.in_offline_dirs()} if replicas is not None else set()
 
     def collect(self) -> Iterator["Metric"]:
         yield from self._broker()
@@ -106,10 +111,14 @@ class BrokerStateCollector(Collector):
             assigned.add_metric(labels, replicas_count)
             under.add_metric(labels, int(isr < replicas_count))
             under_min.add_metric(labels, int(isr < min_isr))
+        for topic, index in sorted(self._in_offline_dirs()):   # never opened: only the offline flag
+            offline.add_metric([topic, str(index)], 1)
+            offline_logs += 1
         yield from (size, segments, start, end, offline, in_sync, assigned, under, under_min)
         yield GaugeMetricFamily("ember_log_logmanager_offlinelogs",
-                                "Logs on this broker that a disk failure took offline (Kafka counts whole "
-                                "directories: OfflineLogDirectoryCount).", value=offline_logs)
+                                "Logs on this broker that a disk failure took offline, with the replicas on a log "
+                                "directory that failed at start-up (Kafka counts whole directories: "
+                                "ember_log_logmanager_offlinelogdirectorycount).", value=offline_logs)
         for name, key, doc in (
                 ("partitioncount", None, "Partitions with a replica on this broker."),
                 ("leadercount", "leaders", "Partitions this broker leads."),
@@ -141,8 +150,27 @@ class BrokerStateCollector(Collector):
                                 value=sum(len(meta.partitions) for meta in topics.values()))
 
     def _disk(self) -> Iterator["Metric"]:
-        stat = os.statvfs(self.broker.options.data_dir)
-        yield GaugeMetricFamily("ember_log_logdir_free_bytes", "Free bytes on the data directory's file system.",
-                                value=stat.f_bavail * stat.f_frsize)
-        yield GaugeMetricFamily("ember_log_logdir_total_bytes", "Size of the data directory's file system.",
-                                value=stat.f_blocks * stat.f_frsize)
+        """Per log directory (Kafka's ``logDirectory`` tag): whether it is offline, and the free
+        space and size of its file system (online directories only)."""
+        dirs = self.broker.logs.dirs.dirs
+        label = ["log_directory"]
+        offline = GaugeMetricFamily("ember_log_logmanager_logdirectoryoffline",
+                                    "1 when the log directory failed (at start-up) and is not used.", labels=label)
+        free = GaugeMetricFamily("ember_log_logdir_free_bytes", "Free bytes on the log directory's file system.",
+                                 labels=label)
+        total = GaugeMetricFamily("ember_log_logdir_total_bytes", "Size of the log directory's file system.",
+                                  labels=label)
+        for directory in dirs:
+            name = [str(directory.path)]
+            offline.add_metric(name, int(not directory.online))
+            if not directory.online:
+                continue
+            try:
+                stat = os.statvfs(directory.path)
+            except OSError:
+                continue   # a failing disk: its logs' errors say so
+            free.add_metric(name, stat.f_bavail * stat.f_frsize)
+            total.add_metric(name, stat.f_blocks * stat.f_frsize)
+        yield from (offline, free, total)
+        yield GaugeMetricFamily("ember_log_logmanager_offlinelogdirectorycount", "Log directories that failed "
+                                "(at start-up) and are not used.", value=sum(not d.online for d in dirs))

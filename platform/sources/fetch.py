@@ -50,11 +50,11 @@ def read_range(task: OffsetRange, options: ReaderOptions, target: pa.Schema) -> 
     position = task.start
     problems: list[str] = []
     if options.read_path != "broker" and options.storage_root:
-        root = Path(options.storage_root)
+        roots = [Path(part.strip()) for part in options.storage_root.split(",") if part.strip()]
         deadline = time.monotonic() + options.fetch_timeout_ms / 1000
         while True:
             before = position
-            position, problems, unflushed = yield from _read_direct(task, position, root, options, target)
+            position, problems, unflushed = yield from _read_direct(task, position, roots, options, target)
             # auto: the brokers serve what is not flushed yet; direct: wait for the brokers to flush
             if position >= task.end or options.read_path != "direct" or not unflushed:
                 break
@@ -74,14 +74,14 @@ def read_range(task: OffsetRange, options: ReaderOptions, target: pa.Schema) -> 
         yield from _read_broker(task, position, options, target)
 
 
-def _read_direct(task: OffsetRange, position: int, root: Path, options: ReaderOptions, target: pa.Schema
+def _read_direct(task: OffsetRange, position: int, roots: list[Path], options: ReaderOptions, target: pa.Schema
                  ) -> Generator[pa.RecordBatch, None, tuple[int, list[str], bool]]:
     """Batches from ``position`` on, from the first copy that has them, then the next copy from
     where it stopped. Returns the offset it got to (the rest is left to the broker path), why the
     copies found could not give more, and whether one of them only lacked flushed data (so waiting
     can help). A lagging, unflushed, truncated or damaged copy ends early, never yields wrong
     offsets, and is never read past its flushed end."""
-    copies, problems = find_copies(root, task.topic, task.partition, task.replicas)
+    copies, problems = find_copies(roots, task.topic, task.partition, task.replicas)
     unflushed = False
     while copies and position < task.end:
         copy = copies[0]
@@ -131,19 +131,21 @@ def flushed_end(copy: Path) -> int:
     return max(recovery_point, bases[-1] if bases else 0)
 
 
-def find_copies(root: Path, topic: str, partition: int, replicas: tuple[int, ...]) -> tuple[list[Path], list[str]]:
-    """The copies of a partition under ``root`` that may be read, in the order of ``replicas``
+def find_copies(roots: list[Path], topic: str, partition: int,
+                replicas: tuple[int, ...]) -> tuple[list[Path], list[str]]:
+    """The copies of a partition under ``roots`` that may be read, in the order of ``replicas``
     (the ISR, leader first), and why each other copy found is not read.
 
-    ``root`` is either one broker's data dir (holding ``<topic>-<partition>/``) or a directory of
-    broker data dirs. A copy is read only when its owner, told by the data dir's
-    ``meta.properties`` (brokers write it) or a ``broker-<id>`` name, is in ``replicas`` -- even
-    when it is the only copy: a replica outside the ISR (a stale former leader) may hold records
-    that were never committed, below the high watermark too, and a copy whose owner cannot be
-    told may be such a replica. Those are left to the brokers (``auto``) or fail (``direct``).
+    Each root is either one broker log dir (holding ``<topic>-<partition>/``) or a directory of
+    them (a broker with several ``log.dirs`` has its copy in one of them). A copy is read only
+    when its owner, told by its log dir's ``meta.properties`` (brokers write it) or a
+    ``broker-<id>`` name, is in ``replicas`` -- even when it is the only copy: a replica outside
+    the ISR (a stale former leader) may hold records that were never committed, below the high
+    watermark too, and a copy whose owner cannot be told may be such a replica. Those are left to
+    the brokers (``auto``) or fail (``direct``).
     """
     name = f"{topic}-{partition}"
-    candidates = [d for d in [root / name, *sorted(root.glob(f"*/{name}"))] if d.is_dir()]
+    candidates = [d for root in roots for d in [root / name, *sorted(root.glob(f"*/{name}"))] if d.is_dir()]
     owners = {d: broker_id_of(d.parent) for d in candidates}
     copies = [d for broker in replicas for d in candidates if owners[d] == broker]
     problems = [f"{d} not read: its owner is unknown (no {META_FILE} with broker.id, no broker-<id> name)"

@@ -12,8 +12,9 @@ from typing import Any, Iterator
 
 import pytest
 
-from ember.cluster.records import BrokerInfo, PartitionState
+from ember.cluster.records import BrokerInfo, OfflineReplica, PartitionState
 from ember.errors import StorageError
+from ember.ingest.log_dirs import LogDirs
 from ember.ingest.partition import Partition
 from ember.log import Log, LogConfig
 from ember.metrics.broker_metrics import BrokerMetrics
@@ -62,11 +63,13 @@ def partitions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[list
     pool.shutdown()
 
 
-def scrape(partitions: list[Partition], tmp_path: Path) -> BrokerMetrics:
+def scrape(partitions: list[Partition], tmp_path: Path, log_dirs: LogDirs | None = None,
+           in_offline_dirs: frozenset[OfflineReplica] = frozenset()) -> BrokerMetrics:
     broker = SimpleNamespace(
         registration=SimpleNamespace(info=ME), session=SimpleNamespace(client=SimpleNamespace(state="CONNECTED")),
-        cache=Cache(), controller=SimpleNamespace(active=False), options=SimpleNamespace(data_dir=tmp_path),
-        replicas=SimpleNamespace(partitions={(p.topic, p.index): p for p in partitions}),
+        cache=Cache(), controller=SimpleNamespace(active=False), logs=SimpleNamespace(dirs=log_dirs or LogDirs([tmp_path])),
+        replicas=SimpleNamespace(partitions={(p.topic, p.index): p for p in partitions},
+                                 in_offline_dirs=lambda: in_offline_dirs),
         listener_servers=lambda: [])
     metrics = BrokerMetrics()
     metrics.register(BrokerStateCollector(broker))  # type: ignore[arg-type]
@@ -85,3 +88,23 @@ def test_offline_logs_are_counted_and_named_per_partition(partitions: list[Parti
 def test_no_offline_log_reads_zero(partitions: list[Partition], tmp_path: Path) -> None:
     registry = scrape([partitions[0], partitions[2]], tmp_path).registry
     assert registry.get_sample_value("ember_log_logmanager_offlinelogs") == 0
+
+
+def test_each_log_directory_has_its_free_space_and_an_offline_flag(partitions: list[Partition], tmp_path: Path) -> None:
+    """Several log.dirs: free space per online directory, the failed one flagged and counted, and
+    the replicas it held (never opened) counted as offline logs."""
+    good, failed = tmp_path / "good", tmp_path / "failed"
+    failed.write_text("not a directory")
+    dirs = LogDirs([good, failed])
+    dirs.lock()
+    try:
+        registry = scrape(partitions, tmp_path, dirs, frozenset({OfflineReplica("u", 4, "id-u")})).registry
+    finally:
+        dirs.unlock()
+    assert registry.get_sample_value("ember_log_logmanager_offlinelogdirectorycount") == 1
+    assert registry.get_sample_value("ember_log_logmanager_logdirectoryoffline", {"log_directory": str(failed)}) == 1
+    assert registry.get_sample_value("ember_log_logmanager_logdirectoryoffline", {"log_directory": str(good)}) == 0
+    assert (registry.get_sample_value("ember_log_logdir_free_bytes", {"log_directory": str(good)}) or 0) > 0
+    assert registry.get_sample_value("ember_log_logdir_free_bytes", {"log_directory": str(failed)}) is None
+    assert registry.get_sample_value("ember_log_log_offline", {"topic": "u", "partition": "4"}) == 1
+    assert registry.get_sample_value("ember_log_logmanager_offlinelogs") == 2   # t-1 and u-4

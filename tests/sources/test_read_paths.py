@@ -93,6 +93,16 @@ def test_only_copies_of_in_sync_brokers_are_read(tmp_path, monkeypatch) -> None:
     assert read(tmp_path, 0, 3, (1,)) == [(0, "v0"), (1, "v1"), (2, "v2")]
 
 
+def test_storage_root_lists_several_directories(tmp_path) -> None:
+    """Brokers with several log.dirs on separate mounts: storageRoot names them all, comma-separated,
+    and a partition's copy is found in whichever of its broker's directories holds it."""
+    disk1, disk2 = tmp_path / "mnt" / "disk1", tmp_path / "elsewhere" / "disk2"
+    write_copy(disk2 / "ember", 1, [["v0", "v1"]])
+    (disk1 / "ember").mkdir(parents=True)
+    (disk1 / "ember" / "meta.properties").write_text("broker.id=1\n")
+    assert read(Path(f"{disk1},{disk2}"), 0, 2, (1,)) == [(0, "v0"), (1, "v1")]
+
+
 def test_a_copy_whose_owner_is_unknown_is_never_read(tmp_path) -> None:
     write_copy(tmp_path / "copied", None, [["a", "b"]])
     with pytest.raises(DirectReadError, match="owner is unknown"):

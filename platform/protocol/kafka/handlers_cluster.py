@@ -1,15 +1,16 @@
 """Metadata, DescribeCluster, DescribeTopicPartitions and DescribeLogDirs over Kafka's protocol:
 the brokers' addresses on the listener the client connected to, the controller, each topic's
 partitions from the broker core's :class:`MetadataView` (the same answer the ember protocol
-gives, auto-creation included for Metadata), and this broker's replicas in its one data
-directory."""
+gives, auto-creation included for Metadata), and this broker's replicas in each of its log
+directories."""
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 from typing import Any
 
 from ember.cluster.records import BrokerInfo
-from ember.errors import InvalidRequest, UnsupportedEndpointType
+from ember.errors import InvalidRequest, StorageError, UnsupportedEndpointType
 from ember.ingest.core import BrokerCore
 from ember.ingest.metadata_view import PartitionView
 from ember.protocol.kafka.codec import KafkaRequest, build, response_class
@@ -147,9 +148,10 @@ class ClusterHandlers:
 
 
     async def describe_log_dirs(self, request: KafkaRequest) -> Any:
-        """This broker's data directory (ember has one per broker) with the size of every replica
-        it hosts of the asked partitions (null: all) and how far each is behind its high
-        watermark (``kafka-log-dirs``; ``kafka-reassign-partitions`` reads where replicas are)."""
+        """This broker's log directories (``log.dirs``) with the size of every replica each one
+        hosts of the asked partitions (null: all) and how far each is behind its high watermark
+        (``kafka-log-dirs``; ``kafka-reassign-partitions`` reads where replicas are). A directory
+        that failed at start-up answers KAFKA_STORAGE_ERROR, as Kafka's offline directories do."""
         try:
             self.core.access.check_cluster(Operation.DESCRIBE)
         except Exception as exc:
@@ -157,15 +159,22 @@ class ClusterHandlers:
                          {**error_fields(exc), "results": []})
         asked = request.body.topics
         wanted = None if asked is None else {(t.topic, p) for t in asked for p in t.partitions}
-        topics: dict[str, list[dict[str, Any]]] = {}
+        by_dir: dict[Path, dict[str, list[dict[str, Any]]]] = {}
         for (name, index), partition in sorted(self.core.replicas.partitions.items()):
             if wanted is None or (name, index) in wanted:
                 log = partition.log
-                topics.setdefault(name, []).append({
+                by_dir.setdefault(log.directory.parent, {}).setdefault(name, []).append({
                     "partition_index": index, "partition_size": log.size_in_bytes,
                     "offset_lag": max(0, log.high_watermark - log.log_end_offset), "is_future_key": False})
-        data_dir = self.core.replicas.logs.data_dir
-        usage = shutil.disk_usage(data_dir)
-        return build(response_class(ApiKey.DESCRIBE_LOG_DIRS, request.api_version), {**OK, "results": [{
-            **OK, "log_dir": str(data_dir), "total_bytes": usage.total, "usable_bytes": usage.free,
-            "topics": [{"name": name, "partitions": partitions} for name, partitions in topics.items()]}]})
+        results = []
+        for directory in self.core.replicas.logs.dirs.dirs:
+            if not directory.online:
+                results.append({**error_fields(StorageError(f"{directory.path} is offline: {directory.offline_reason}")),
+                                "log_dir": str(directory.path), "total_bytes": -1, "usable_bytes": -1, "topics": []})
+                continue
+            usage = shutil.disk_usage(directory.path)
+            topics = by_dir.get(directory.path, {})
+            results.append({**OK, "log_dir": str(directory.path), "total_bytes": usage.total,
+                            "usable_bytes": usage.free,
+                            "topics": [{"name": name, "partitions": partitions} for name, partitions in topics.items()]})
+        return build(response_class(ApiKey.DESCRIBE_LOG_DIRS, request.api_version), {**OK, "results": results})
