@@ -242,8 +242,8 @@ class Partition:
                                         f"min.insync.replicas is {self.config.min_insync_replicas}")
             try:
                 result = await self.run(self._append, raw, self.leader_epoch)
-            except StorageError:
-                self.count_storage_error("produce")
+            except StorageError as exc:
+                self.write_failed("produce", exc)
                 raise
         self.changed.fire()
         if self.stats is not None and not result.duplicate:
@@ -375,6 +375,18 @@ class Partition:
             raise NotLeaderOrFollower(f"{self}: no longer follows the leader of epoch {leader_epoch}")
 
     # -- maintenance ---------------------------------------------------------------------------
+
+    def write_failed(self, operation: str, error: StorageError) -> None:
+        """An append to this partition's log (``operation``: produce or replication) failed on
+        disk: counted, and the log taken offline (unless it already is, or was closed meanwhile:
+        deleted or moved away). As Kafka (KIP-112) the controller then moves leadership to a
+        replica on a working disk and drops this one from the ISR at once; kept online, a full
+        follower would hold acks=all producers unanswered for replica.lag.time.max.ms, and a full
+        leader would answer KAFKA_STORAGE_ERROR for as long as its disk stays full. The log comes
+        back by itself once its disk works (``offline_log_recovery``)."""
+        if not self.log.offline and not self.log.closed:
+            self.log.take_offline(f"a write failed ({error}); offline until the disk works again")
+        self.count_storage_error(operation)
 
     def count_storage_error(self, operation: str) -> None:
         """The broker met a StorageError of this partition's log during ``operation`` (metrics).

@@ -12,8 +12,9 @@ the leader where this follower's log ends.
 
 A partition whose log a disk failure took offline (``Log.offline``) is no longer fetched: the
 fetcher says so once and leaves it out of every request (reopening the log is not done here).
-A StorageError that leaves the log online (a full disk refused an append, which was undone) is
-retried after the back-off and logged when it starts and when it stops, not on every retry.
+A follower append the disk refuses (a full disk; the log undid it) takes the log offline too
+(``Partition.write_failed``), so the controller drops the replica from the ISR at once instead of
+acks=all producers waiting ``replica.lag.time.max.ms`` for a follower that cannot write.
 """
 from __future__ import annotations
 
@@ -101,8 +102,6 @@ class _Follow:
     truncated: bool = False
     #: The log went offline and this was logged: the partition is left out of every request.
     offline: bool = False
-    #: A StorageError that left the log online was logged; cleared by the next good append.
-    storage_failing: bool = False
 
     @property
     def key(self) -> tuple[str, int]:
@@ -202,23 +201,19 @@ class ReplicaFetcher:
         return False
 
     async def _write(self, follow: _Follow, write: Awaitable[None]) -> None:
-        """Run a follower append or truncation. A StorageError of this broker's log is counted
-        and logged once (the log went offline: it is not fetched any more; else: retried after
-        the back-off, logged again when it works) and raised as :class:`_OwnDiskFailed`."""
+        """Run a follower append or truncation. A StorageError of this broker's log takes it
+        offline (``Partition.write_failed``: the controller drops this replica from the ISR at
+        once), is logged once by :meth:`_fetchable` (the partition is not fetched any more) and
+        raised as :class:`_OwnDiskFailed`."""
         try:
             await write
         except StorageError as exc:
             if follow.partition.log.closed and not follow.partition.log.offline:
                 raise   # the partition was deleted meanwhile: no disk failure
-            follow.partition.count_storage_error("replication")
-            if self._fetchable(follow) and not follow.storage_failing and self._current(follow):
-                follow.storage_failing = True
-                log.warning("%s: cannot write what leader %d sent: %s (retried every %d ms; logged again when "
-                            "it works)", follow.partition, self.leader_id, exc, self.config.backoff_ms)
+            follow.partition.write_failed("replication", exc)
+            if self._current(follow):
+                self._fetchable(follow)
             raise _OwnDiskFailed() from exc
-        if follow.storage_failing:
-            follow.storage_failing = False
-            log.info("%s: writing what leader %d sends works again", follow.partition, self.leader_id)
 
     # -- truncation ----------------------------------------------------------------------------
 

@@ -178,6 +178,14 @@ class Log:
         """Why the log went offline (the directory and the failed operation), or None."""
         return self._offline_reason
 
+    def take_offline(self, reason: str) -> None:
+        """Take the log offline although its files are whole (the broker's choice after a write
+        the disk refused, as Kafka's KIP-112): every later operation raises StorageError until
+        it is reopened. A closed log stays closed."""
+        with self._lock:
+            if not self._closed:
+                self._go_offline(reason)
+
     @property
     def log_start_offset(self) -> int:
         return self._log_start_offset

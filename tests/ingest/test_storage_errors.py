@@ -107,24 +107,31 @@ def test_every_storage_error_series_exists_from_zero(metrics: BrokerMetrics) -> 
     assert [storage_errors(metrics, op) for op in STORAGE_OPERATIONS] == [0.0] * len(STORAGE_OPERATIONS)
 
 
-def test_a_produce_append_failing_on_the_disk_counts_a_storage_error(make_partition: MakePartition,
-                                                                    metrics: BrokerMetrics,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_produce_append_failing_on_the_disk_counts_a_storage_error_and_takes_the_log_offline(
+        make_partition: MakePartition, metrics: BrokerMetrics, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The log undid the write (its files are whole), but the broker takes it offline, as Kafka
+    does (KIP-112): the controller then moves leadership to a replica whose disk works, instead
+    of this leader answering KAFKA_STORAGE_ERROR for as long as its disk stays full."""
     partition = make_partition(broker_id=LEADER)
     partition.apply_state(PartitionState(LEADER, 0, [LEADER], 1, 0))
 
     async def scenario() -> None:
         heal = fail_for(monkeypatch, "pwritev", partition.log.directory, errno.ENOSPC)
-        with pytest.raises(StorageError):
+        with pytest.raises(StorageError, match="No space left"):
             await partition.append(memoryview(batch(2)), 1)
-        assert storage_errors(metrics, "produce") == 1
-        heal.clear()   # the undone append is retried at the same offsets
-        result = await partition.append(memoryview(batch(2)), 1)
-        assert result.first_offset == 0
+        heal.clear()
+        assert partition.log.offline and partition.log.log_end_offset == 0
+        with pytest.raises(StorageError, match="offline"):   # until the log is reopened
+            await partition.append(memoryview(batch(2)), 1)
 
     run(scenario())
-    assert storage_errors(metrics, "produce") == 1
+    assert storage_errors(metrics, "produce") == 2
     assert storage_errors(metrics, "replication") == storage_errors(metrics, "flush") == 0
+    reopened = Log.open(partition.log.directory, partition.config)   # what the offline-log recovery does
+    try:
+        assert reopened.log_end_offset == 0
+    finally:
+        reopened.close()
 
 
 def test_a_log_closed_meanwhile_is_not_counted_as_a_disk_failure(make_partition: MakePartition,
@@ -311,30 +318,30 @@ def test_a_follower_append_that_takes_the_log_offline_is_counted_and_the_partiti
     assert "offline" in lines[0].getMessage() and str(failing.log.directory) in lines[0].getMessage()
 
 
-def test_a_follower_append_refused_by_a_full_disk_is_retried_counted_and_logged_once(
+def test_a_follower_append_refused_by_a_full_disk_takes_the_log_offline_at_once(
         make_partition: MakePartition, metrics: BrokerMetrics, monkeypatch: pytest.MonkeyPatch,
         caplog: pytest.LogCaptureFixture) -> None:
-    """ENOSPC: the append is undone and the log stays online; the fetcher backs off and retries,
-    counting each failure, logging when it starts and when it works again."""
+    """ENOSPC: the append is undone and the log taken offline, so the controller drops this
+    replica from the ISR at once (acks=all producers would otherwise wait replica.lag.time.max.ms
+    for a follower that cannot write); counted and logged once, and no longer fetched."""
     partition = following(make_partition())
-    heal = fail_for(monkeypatch, "pwritev", partition.log.directory, errno.ENOSPC)
+    fail_for(monkeypatch, "pwritev", partition.log.directory, errno.ENOSPC)
     inter_broker = FakeInterBroker(leader_with_records("t", 0))
 
     async def scenario() -> None:
         fetcher = ReplicaFetcher(ME, LEADER, lambda _: LEADER_ADDRESS, FETCHER_CONFIG, inter_broker)
         try:
             fetcher.follow(partition)
-            await until(lambda: (storage_errors(metrics, "replication") or 0) >= 3, "three failed appends")
-            assert not partition.log.offline and partition.log.log_end_offset == 0
-            heal.clear()
-            await until(lambda: partition.log.log_end_offset == 2 and
-                        any("works again" in r.getMessage() for r in caplog.records),
-                        "the append after the disk has room")
+            await until(lambda: partition.log.offline, "the log offline")
+            fetches = len(inter_broker.fetched(LEADER_ADDRESS, "t", 0))
+            await asyncio.sleep(0.2)    # about 20 back-offs of the fetcher
+            assert len(inter_broker.fetched(LEADER_ADDRESS, "t", 0)) == fetches
         finally:
             await fetcher.close()
 
     with caplog.at_level(logging.INFO, logger="ember.ingest.replica_fetcher"):
         run(scenario())
+    assert partition.log.log_end_offset == 0 and storage_errors(metrics, "replication") == 1
     lines = [(r.levelno, r.exc_info) for r in records(caplog, "ember.ingest.replica_fetcher")
              if "t-0" in r.getMessage()]
-    assert lines == [(logging.WARNING, None), (logging.INFO, None)]
+    assert lines == [(logging.ERROR, None)]
