@@ -46,6 +46,7 @@ class PartitionDescription:
     adding_replicas: tuple[int, ...] = ()     # a reassignment in progress
     removing_replicas: tuple[int, ...] = ()
     error: str = ""                           # why there is no leader, when there is none
+    leader_alive: bool = True                 # the leader is a live broker (Kafka's "available")
 
 
 @dataclass(frozen=True)
@@ -163,13 +164,16 @@ class Admin(GroupOperations):
         if info is None or info.error_code:
             code = info.error_code if info else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             raise error_for_code(code, (info.error_message if info else "") or _topic_error_text(name, code))
-        tps = [TopicPartition(name, p.partition) for p in info.partitions]
+        # offsets only where a live leader can answer: ListOffsets would wait out its timeout for the others
+        tps = [TopicPartition(name, p.partition) for p in info.partitions
+               if self._metadata.leader(name, p.partition) is not None]
         ends = self._log_ends(tps)
         descriptions = []
         for p in info.partitions:
             start, hw, end = ends.get(TopicPartition(name, p.partition), (-1, -1, -1))
             descriptions.append(PartitionDescription(p.partition, p.leader, p.replicas, p.isr, start, hw, end,
-                                                     p.adding_replicas, p.removing_replicas, p.error_message))
+                                                     p.adding_replicas, p.removing_replicas, p.error_message,
+                                                     self._metadata.leader(name, p.partition) is not None))
         overrides = ({k: v["value"] for k, v in self.describe_configs(name).items() if not v["default"]}
                      if configs else {})
         return TopicDescription(name, tuple(descriptions), overrides)

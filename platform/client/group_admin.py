@@ -113,41 +113,61 @@ class GroupOperations:
         if doc.get("error_code"):
             raise error_for_code(doc["error_code"], doc.get("error_message", ""))
 
-    def plan_reset(self, group_id: str, topics: Iterable[str], to: str,
+    def plan_reset(self, group_id: str, topics: Iterable[str | TopicPartition], to: str,
                    value: Optional[int] = None) -> dict[TopicPartition, tuple[Optional[int], int]]:
-        """``{partition: (committed now, new offset)}`` for a reset of ``topics`` (every topic the
-        group has committed offsets for when empty) ``to`` "earliest", "latest", "offset" (value,
-        clamped to the log) or "timestamp" (value in ms: the first record at or after it, else
-        the log end)."""
+        """``{partition: (committed now, new offset)}`` for a reset of ``topics`` (names, or single
+        partitions as TopicPartition; every topic the group has committed offsets for when empty)
+        ``to`` "earliest", "latest", "current" (the committed offset, the log end where there is
+        none), "offset" (value), "shift" (the committed offset + value; ValueError where there is
+        none) or "timestamp" (value in ms: the first record at or after it, else the log end).
+        Offsets are clamped to [log start, high watermark], as Kafka's kafka-consumer-groups does."""
         committed = self._committed(self._coordinator(group_id))
-        names = list(topics) or sorted({tp.topic for tp in committed})
         tps = []
-        for name in names:
-            info = self._metadata.wait_for_topic(name, self.request_timeout_s)
-            tps += [TopicPartition(name, p.partition) for p in info.partitions]
+        for item in list(topics) or sorted({tp.topic for tp in committed}):
+            name = item.topic if isinstance(item, TopicPartition) else item
+            existing = [TopicPartition(name, p.partition)
+                        for p in self._metadata.wait_for_topic(name, self.request_timeout_s).partitions]
+            if not isinstance(item, TopicPartition):
+                tps += existing
+            elif item in existing:
+                tps.append(item)
+            else:
+                raise ValueError(f"topic {name!r} has {len(existing)} partition(s); there is no partition {item.partition}")
         starts, ends = self._offsets(tps, EARLIEST), self._offsets(tps, LATEST)
         if to == "earliest":
             targets = starts
         elif to == "latest":
             targets = ends
-        # "offset" and "timestamp" need ``value``: int(None) raises TypeError (hence the ignores).
+        elif to == "current":
+            targets = {tp: committed.get(tp, ends[tp]) for tp in tps}
+        # "offset", "shift" and "timestamp" need ``value``: int(None) raises TypeError (hence the ignores).
         elif to == "offset":
-            targets = {tp: min(max(int(value), starts[tp]), ends[tp]) for tp in tps}   # type: ignore[arg-type]
+            targets = {tp: int(value) for tp in tps}   # type: ignore[arg-type]
+        elif to == "shift":
+            uncommitted = [f"{tp.topic}-{tp.partition}" for tp in tps if tp not in committed]
+            if uncommitted:
+                raise ValueError(f"cannot shift the offsets of {', '.join(uncommitted)}: group {group_id!r} has no "
+                                 f"committed offset there to shift from")
+            targets = {tp: committed[tp] + int(value) for tp in tps}   # type: ignore[arg-type]
         elif to == "timestamp":
             found = list_offsets(self._metadata, {tp: int(value) for tp in tps}, self.request_timeout_s)  # type: ignore[arg-type]
             targets = {tp: found[tp][0] if found[tp][0] >= 0 else ends[tp] for tp in tps}
         else:
-            raise ValueError(f"reset target must be earliest, latest, offset or timestamp, not {to!r}")
-        return {tp: (committed.get(tp), targets[tp]) for tp in tps}
+            raise ValueError(f"reset target must be earliest, latest, current, offset, shift or timestamp, not {to!r}")
+        return {tp: (committed.get(tp), min(max(targets[tp], starts[tp]), ends[tp])) for tp in tps}
+
+    def check_inactive(self, group_id: str) -> None:
+        """NonEmptyGroup unless the group has no active member: Kafka's rule for resetting its
+        offsets (consumers still running would commit over them)."""
+        (doc,) = self._coordinator(group_id).request(ApiKey.DESCRIBE_GROUPS, {"groups": [group_id]})["groups"]
+        if not doc.get("error_code") and doc["members"]:
+            raise NonEmptyGroup(f"offsets of group {group_id!r} can only be reset while it is inactive, but its "
+                                f"state is {doc['state']} with {len(doc['members'])} active member(s)")
 
     def reset_offsets(self, group_id: str, offsets: dict[TopicPartition, int]) -> None:
         """Commit ``offsets`` for a group without active members (NonEmptyGroup otherwise)."""
-        coordinator = self._coordinator(group_id)
-        (doc,) = coordinator.request(ApiKey.DESCRIBE_GROUPS, {"groups": [group_id]})["groups"]
-        if not doc.get("error_code") and doc["members"]:
-            raise NonEmptyGroup(f"group {group_id!r} has {len(doc['members'])} active member(s); "
-                                f"offsets can only be reset while none is running")
-        _commit_standalone(coordinator, offsets)
+        self.check_inactive(group_id)
+        _commit_standalone(self._coordinator(group_id), offsets)
 
     def commit_offsets(self, group_id: str, offsets: dict[TopicPartition, int], metadata: str = "") -> None:
         """Commit for a reader outside group membership (a Spark query): the broker refuses it with

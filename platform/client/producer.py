@@ -25,7 +25,7 @@ from ember.client.metadata import MetadataClient
 from ember.client.partitioner import StickyPartitioner, partition_for_key, partitions_for_keys
 from ember.client.sender import Sender, SenderConfig
 from ember.errors import EmberError, KafkaTimeoutError, MessageTooLarge, UnknownTopicOrPartition
-from ember.record.batch import CODECS, RECORD_SCHEMA
+from ember.record.batch import COMPRESSION_TYPES, RECORD_SCHEMA
 from ember.security.client import ClientSecurity
 from ember.wire.types import BatchMetadata, TopicPartition
 
@@ -50,8 +50,8 @@ class Producer:
             raise ValueError(f"acks must be 0, 1 or 'all', not {acks!r}")
         acks = _ACKS[acks]
         compression = compression_type or "none"
-        if compression not in CODECS:
-            raise ValueError(f"compression_type must be one of {sorted(CODECS)}, not {compression_type!r}")
+        if compression not in COMPRESSION_TYPES:
+            raise ValueError(f"compression_type must be one of {sorted(COMPRESSION_TYPES)}, not {compression_type!r}")
         if not 1 <= max_in_flight_requests_per_connection <= 5:
             raise ValueError("max_in_flight_requests_per_connection must be between 1 and 5")
         if enable_idempotence and acks == 0:

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from ember.client import Admin, TopicPartition
+from ember.client import Admin, PartitionDescription, TopicPartition
 from ember.client.metadata import MetadataClient, TopicInfo
 from ember.errors import (
     BrokerNotAvailable,
@@ -23,11 +23,17 @@ from ember.security.client import ClientSecurity, SecurityOptions, options_from_
 from ember.wire.config_def import read_properties
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+#: Where a CLI user sets security (the ``settings_from`` of the commands' clients, which hints name).
+COMMAND_CONFIG = "the --command-config file"
+
+
+def bootstrap_default() -> str:
+    """What ``--bootstrap`` is when not given."""
+    return os.environ.get("EMBER_BOOTSTRAP", DEFAULT_BOOTSTRAP)
 
 
 def add_bootstrap(parser: argparse.ArgumentParser) -> None:
-    default = os.environ.get("EMBER_BOOTSTRAP", DEFAULT_BOOTSTRAP)
-    parser.add_argument("--bootstrap", default=default, metavar="HOST:PORT[,...]",
+    parser.add_argument("--bootstrap", default=bootstrap_default(), metavar="HOST:PORT[,...]",
                         help=f"brokers to bootstrap from (default: $EMBER_BOOTSTRAP or {DEFAULT_BOOTSTRAP})")
     parser.add_argument("--command-config", default=os.environ.get("EMBER_CLIENT_CONFIG"), metavar="FILE",
                         help="client properties with Kafka's names: security.protocol, ssl.truststore.location, "
@@ -37,14 +43,17 @@ def add_bootstrap(parser: argparse.ArgumentParser) -> None:
 
 def client_options(args: argparse.Namespace) -> SecurityOptions:
     """The security keywords of ``--command-config`` (none without it, or for a caller's own
-    Namespace that has no such attribute)."""
-    config = getattr(args, "command_config", None)
-    if not config:
+    Namespace that has no such attribute), marked so that hints name Kafka's properties."""
+    if not hasattr(args, "command_config"):
         return SecurityOptions()
-    path = Path(config)
+    if not args.command_config:
+        return SecurityOptions(settings_from=COMMAND_CONFIG)
+    path = Path(args.command_config)
     if not path.is_file():
         raise InvalidConfig(f"--command-config {path}: no such file")
-    return options_from_properties(read_properties(path), str(path))
+    options = options_from_properties(read_properties(path), str(path))
+    options["settings_from"] = COMMAND_CONFIG
+    return options
 
 
 class TopicCheck:
@@ -52,10 +61,13 @@ class TopicCheck:
     no broker answers or that a topic does not exist, instead of a client waiting out its timeout
     (``produce`` and ``consume`` ask before they start, and ``consume`` again while it waits)."""
 
-    def __init__(self, args: argparse.Namespace, request_timeout_ms: int = 10000) -> None:
+    def __init__(self, args: argparse.Namespace, request_timeout_ms: int = 10000,
+                 security: SecurityOptions | None = None) -> None:
+        """``security``: the command's security keywords when it has more than ``--command-config``'s."""
         self.args = args
         self._metadata = MetadataClient(args.bootstrap, request_timeout_ms=request_timeout_ms,
-                                        security=ClientSecurity.from_options(client_options(args), "ember"))
+                                        security=ClientSecurity.from_options(
+                                            client_options(args) if security is None else security, "ember"))
 
     def __enter__(self) -> "TopicCheck":
         return self
@@ -97,8 +109,7 @@ class TopicCheck:
                           f"{wait_option} to wait for it")
 
     def _bootstrap_option(self) -> str:
-        return "" if self.args.bootstrap == os.environ.get("EMBER_BOOTSTRAP", DEFAULT_BOOTSTRAP) \
-            else f" --bootstrap {self.args.bootstrap}"
+        return "" if self.args.bootstrap == bootstrap_default() else f" --bootstrap {self.args.bootstrap}"
 
     def _fetch(self, names: list[str] | None) -> dict[str, TopicInfo]:
         try:
@@ -109,14 +120,15 @@ class TopicCheck:
                              f"(`ember cluster up` prints it)") from None
 
 
-def parse_configs(pairs: list[str]) -> dict[str, str]:
-    """``["k=v", ...]`` as a dict; exits with a usage error on a malformed pair."""
+def parse_configs(pairs: list[str], option: str = "--config", strip: bool = True) -> dict[str, str]:
+    """``["k=v", ...]`` (the values of ``option``) as a dict; exits with a usage error on a malformed pair.
+    ``strip=False`` keeps a value's spaces (a separator may be one)."""
     configs = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
-            raise SystemExit(f"error: --config expects NAME=VALUE, got {pair!r}")
-        configs[key.strip()] = value.strip()
+            raise SystemExit(f"error: {option} expects NAME=VALUE, got {pair!r}")
+        configs[key.strip()] = value.strip() if strip else value
     return configs
 
 
@@ -141,6 +153,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     describe = actions.add_parser("describe", help="partitions (leader, replicas, ISR, offsets) and configs")
     describe.add_argument("topic", nargs="*", help="topics to describe (default: all)")
+    only = describe.add_mutually_exclusive_group()
+    for flag, text in _PARTITION_FILTERS.items():
+        only.add_argument(flag, action="store_true", help=f"list only partitions {text} (as kafka-topics.sh)")
     describe.set_defaults(func=describe_topics)
 
     delete = actions.add_parser("delete", help="delete a topic and its data")
@@ -203,26 +218,78 @@ def list_topics(args: argparse.Namespace) -> int:
     return 0
 
 
+#: ``topics describe``'s partition filters (kafka-topics.sh's flags) and what they keep.
+_PARTITION_FILTERS = {
+    "--under-replicated-partitions": "whose ISR is smaller than their replicas (a replica is down or behind)",
+    "--unavailable-partitions": "without a live leader (nobody can read or write them)",
+    "--under-min-isr-partitions": "whose ISR is smaller than the topic's min.insync.replicas (acks=all writes are "
+                                  "refused), or without a leader",
+    "--at-min-isr-partitions": "whose ISR is exactly the topic's min.insync.replicas (one more lost replica "
+                               "refuses acks=all writes)",
+}
+
+
 def describe_topics(args: argparse.Namespace) -> int:
+    """Every partition of the topics, or with a filter flag only the partitions it keeps (topics
+    without such partitions left out, and a line on stderr when there are none at all)."""
+    wanted = next((flag for flag in _PARTITION_FILTERS if getattr(args, _dest(flag))), None)
+    shown = 0
     with Admin(args.bootstrap, **client_options(args)) as admin:
         for name in args.topic or admin.list_topics():
-            description = admin.describe_topic(name)
-            overrides = ", ".join(f"{k}={v}" for k, v in sorted(description.config.items()))
-            print(f"topic {name}  partitions {len(description.partitions)}  configs: {overrides or '-'}")
+            description = admin.describe_topic(name, configs=wanted is None)
+            partitions = description.partitions
+            if wanted is None:
+                overrides = ", ".join(f"{k}={v}" for k, v in sorted(description.config.items()))
+                print(f"topic {name}  partitions {len(partitions)}  configs: {overrides or '-'}")
+            else:
+                min_isr = int(admin.describe_configs(name)["min.insync.replicas"]["value"]) \
+                    if "min-isr" in wanted else 0
+                partitions = tuple(p for p in partitions if _kept(wanted, p, min_isr))
+                if not partitions:
+                    continue
+                print(f"topic {name}  partitions {len(description.partitions)}"
+                      + (f"  min.insync.replicas {min_isr}" if min_isr else ""))
+            shown += len(partitions)
             rows = [("partition", "leader", "replicas", "isr", "log start", "high watermark", "log end")]
-            rows += [(str(p.partition), str(p.leader) if p.leader >= 0 else "none", _ids(p.replicas), _ids(p.isr),
-                      str(p.log_start_offset), str(p.high_watermark), str(p.log_end_offset))
-                     for p in description.partitions]
+            rows += [(str(p.partition), _leader(p), _ids(p.replicas), _ids(p.isr), _offset(p.log_start_offset),
+                      _offset(p.high_watermark), _offset(p.log_end_offset)) for p in partitions]
             widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
             for row in rows:
                 print("  " + "  ".join(cell.rjust(width) for cell, width in zip(row, widths)))
-            for p in description.partitions:
+            for p in partitions:
                 if p.adding_replicas or p.removing_replicas:
                     print(f"  partition {p.partition} reassigning: adding {list(p.adding_replicas)}, "
                           f"removing {list(p.removing_replicas)}")
                 if p.error:
                     print(f"  partition {p.partition}: {p.error}")
+    if wanted is not None and not shown:
+        print(f"no partitions {_PARTITION_FILTERS[wanted].split(' (')[0]}", file=sys.stderr)
     return 0
+
+
+def _dest(flag: str) -> str:
+    return flag.lstrip("-").replace("-", "_")
+
+
+def _kept(wanted: str, p: PartitionDescription, min_isr: int) -> bool:
+    """Whether ``wanted`` (a filter flag) lists ``p``, by kafka-topics.sh's rules."""
+    if wanted == "--under-replicated-partitions":
+        return len(p.isr) < len(p.replicas) - len(p.adding_replicas)   # replicas being added are not missing
+    if wanted == "--unavailable-partitions":
+        return not p.leader_alive
+    if wanted == "--under-min-isr-partitions":
+        return p.leader < 0 or len(p.isr) < min_isr
+    return len(p.isr) == min_isr
+
+
+def _offset(offset: int) -> str:
+    return str(offset) if offset >= 0 else "-"   # -1: no live leader to ask
+
+
+def _leader(p: PartitionDescription) -> str:
+    if p.leader < 0:
+        return "none"
+    return str(p.leader) if p.leader_alive else f"{p.leader} (down)"
 
 
 def _ids(ids: tuple[int, ...]) -> str:

@@ -176,14 +176,15 @@ def _handshake_error(address: Address, security: ClientSecurity, exc: BaseExcept
         if exc.verify_code in (62, 64):   # X509_V_ERR_HOSTNAME_MISMATCH, X509_V_ERR_IP_ADDRESS_MISMATCH
             return SslAuthenticationFailed(
                 f"broker {name}'s certificate does not name the host {address[0]!r} ({exc.verify_message}): "
-                f"connect with a name in its certificate, or set ssl_check_hostname=False")
+                f"connect with a name in its certificate, or set {security.setting('ssl_check_hostname', False)}")
         return SslAuthenticationFailed(
-            f"broker {name}'s certificate is not trusted ({exc.verify_message}): set ssl_cafile to the CA "
+            f"broker {name}'s certificate is not trusted ({exc.verify_message}): set {security.setting('ssl_cafile')} to the CA "
             f"certificate that signed it (now: {security.cafile or 'the system CAs'})")
     if isinstance(exc, ssl.SSLError) and "ALERT" in str(exc.reason or ""):
         return SslAuthenticationFailed(
             f"broker {name} refused the TLS handshake ({exc.reason}): it may require a client certificate "
-            f"signed by a CA it trusts (ssl_certfile, ssl_keyfile) or other TLS versions")
+            f"signed by a CA it trusts ({security.setting('ssl_certfile')}, {security.setting('ssl_keyfile')}) "
+            f"or other TLS versions")
     if isinstance(exc, ssl.SSLError):
         return SslAuthenticationFailed(f"TLS handshake with broker {name} failed ({exc.reason or exc})")
     if isinstance(exc, TimeoutError):   # a paused or overloaded broker: retried like any silent one
@@ -193,7 +194,7 @@ def _handshake_error(address: Address, security: ClientSecurity, exc: BaseExcept
         return BrokerNotAvailable(f"broker {name} went away during the TLS handshake: {exc}")
     return SslAuthenticationFailed(
         f"broker {name} does not complete a TLS handshake ({exc}): its listener is probably plaintext; "
-        f"set security_protocol='PLAINTEXT' or connect to the broker's SSL listener")
+        f"set {security.setting('security_protocol', 'PLAINTEXT')} or connect to the broker's SSL listener")
 
 
 def _reachable(address: Address) -> bool:
@@ -216,7 +217,8 @@ def diagnose_refusal(address: Address, security: ClientSecurity, context: ssl.SS
         if _speaks_tls(address, probe, min(timeout_s, _REFUSAL_WAIT_S)):   # a TLS server answers at once
             return SslAuthenticationFailed(
                 f"broker {_name(address)} closed the connection: its listener requires TLS; set "
-                f"security_protocol='{'SASL_SSL' if security.uses_sasl else 'SSL'}' and ssl_cafile to the CA that "
+                f"{security.setting('security_protocol', 'SASL_SSL' if security.uses_sasl else 'SSL')} and "
+                f"{security.setting('ssl_cafile')} to the CA that "
                 f"signed the broker's certificate")
         return identify_foreign_service(address, min(timeout_s, FOREIGN_PROBE_WAIT_S))
     try:
@@ -231,7 +233,8 @@ def diagnose_refusal(address: Address, security: ClientSecurity, context: ssl.SS
                 else "requires a client certificate (ssl.client.auth=required)"
             return SslAuthenticationFailed(
                 f"broker {_name(address)} closes TLS connections right after the handshake: it {refused}; "
-                f"set ssl_certfile and ssl_keyfile to a certificate signed by a CA in the broker's truststore")
+                f"set {security.setting('ssl_certfile')} and {security.setting('ssl_keyfile')} to a certificate signed "
+                f"by a CA in the broker's truststore")
         return None
     finally:
         channel.close()

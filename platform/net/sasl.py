@@ -44,11 +44,12 @@ def exchange(call: Call, name: str, security: ClientSecurity) -> int:
     if code == ErrorCode.UNSUPPORTED_SASL_MECHANISM:
         raise UnsupportedSaslMechanism(
             f"broker {name}'s listener does not enable SASL mechanism {mechanism}; it enables "
-            f"{', '.join(response.body.get('mechanisms', []))}: set sasl_mechanism to one of them")
+            f"{', '.join(response.body.get('mechanisms', []))}: set {security.setting('sasl_mechanism')} to one of them")
     if code == ErrorCode.ILLEGAL_SASL_STATE:
         raise SaslAuthenticationFailed(
-            f"broker {name}'s listener does not use SASL: set security_protocol to "
-            f"{'SSL' if security.uses_tls else 'PLAINTEXT'} (or connect to its SASL listener)")
+            f"broker {name}'s listener does not use SASL: set "
+            f"{security.setting('security_protocol', 'SSL' if security.uses_tls else 'PLAINTEXT')} "
+            f"(or connect to its SASL listener)")
     if code != ErrorCode.NONE:
         raise error_for_code(code, str(response.body.get("error_message", "")))
     client = SaslClient(mechanism, username, password)

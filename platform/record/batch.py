@@ -50,6 +50,11 @@ _LEADER_EPOCH_POS = 12
 assert _HEADER.size == HEADER_SIZE
 
 CODECS = {"none": 0, "lz4": 1, "zstd": 2}
+#: Kafka's ``compression.type`` values: the payload codec each is stored in and the Kafka codec bits it
+#: sets. Arrow's IPC format compresses only with lz4 frames and zstd, so gzip is stored as zstd and
+#: snappy as lz4; the header remembers gzip or snappy, and Kafka consumers get the batch back in it.
+COMPRESSION_TYPES = {"none": ("none", 0), "gzip": ("zstd", 1), "snappy": ("lz4", 2), "lz4": ("lz4", 0),
+                     "zstd": ("zstd", 0)}
 _ARROW_CODEC = {0: None, 1: "lz4", 2: "zstd"}
 _CODEC_MASK = 0x07
 LOG_APPEND_TIME_FLAG = 0x08
@@ -221,15 +226,18 @@ def build_batch(records: RecordsLike, *, compression: str = "none", producer_id:
 
     ``records`` is an Arrow table/record batch with any of the columns key, value, timestamp,
     headers (missing ones are null, a missing or null timestamp is now), or Python records
-    ``(key, value[, timestamp_ms[, headers]])``. ``kafka_codec`` records the codec of the Kafka
-    batch the records came in (``ember.protocol.kafka.records``).
+    ``(key, value[, timestamp_ms[, headers]])``. ``compression`` is one of Kafka's codec names
+    (:data:`COMPRESSION_TYPES`); ``kafka_codec`` records the codec of the Kafka batch the records
+    came in (``ember.protocol.kafka.records``).
     """
-    if compression not in CODECS:
-        raise ValueError(f"compression must be one of {sorted(CODECS)}, not {compression!r}")
+    if compression not in COMPRESSION_TYPES:
+        raise ValueError(f"compression must be one of {sorted(COMPRESSION_TYPES)}, not {compression!r}")
     batch = _to_record_batch(records)
     if batch.num_rows == 0:
         raise ValueError("a batch needs at least one record")
-    codec = CODECS[compression]
+    stored, implied_kafka_codec = COMPRESSION_TYPES[compression]
+    codec = CODECS[stored]
+    kafka_codec = kafka_codec or implied_kafka_codec
     sink = pa.BufferOutputStream()
     options = pa.ipc.IpcWriteOptions(compression=_ARROW_CODEC[codec])
     with pa.ipc.new_stream(sink, RECORD_SCHEMA, options=options) as writer:

@@ -5,7 +5,9 @@ Producer, Consumer and Admin take ``security_protocol`` ("PLAINTEXT", "SSL",
 ``ssl_password``, ``ssl_check_hostname`` (default True), ``ssl_context`` (a ready
 :class:`ssl.SSLContext`, used as given), ``sasl_mechanism`` (default SCRAM-SHA-512),
 ``sasl_plain_username`` and ``sasl_plain_password``; :class:`ClientSecurity` holds them,
-picklable (Spark ships it to executors) and without the passwords in its repr.
+picklable (Spark ships it to executors) and without the passwords in its repr. ``settings_from``
+says the settings came from Kafka client properties (the CLI's files, Spark options) and where: hints
+then name the property to set there (``security.protocol=SSL``), not the Python keyword.
 """
 from __future__ import annotations
 
@@ -32,6 +34,8 @@ class SecurityOptions(TypedDict, total=False):
     sasl_mechanism: str
     sasl_plain_username: str
     sasl_plain_password: str
+    settings_from: str
+
 
 
 #: ember's default; kafka-python's is PLAIN, which brokers enable only when listed (development).
@@ -52,6 +56,7 @@ class ClientSecurity:
     sasl_mechanism: Optional[str] = None
     sasl_username: Optional[str] = None
     sasl_password: Optional[str] = field(default=None, repr=False)
+    settings_from: Optional[str] = field(default=None, compare=False)   # see the module docstring
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any], owner: str = "client") -> "ClientSecurity":
@@ -64,14 +69,15 @@ class ClientSecurity:
         given = sorted(name for name in OPTION_NAMES
                        if name.startswith("ssl_") and name != "ssl_check_hostname" and options.get(name) is not None)
         sasl_given = _given_sasl(options)
+        where = options.get("settings_from") or _PROPERTY_CALLERS.get(owner)
         if not protocol.uses_tls and given:
             with_sasl = bool(sasl_given) or protocol.uses_sasl
-            raise _protocol_mismatch(owner, protocol, given + sasl_given, ("SASL_SSL" if with_sasl else "SSL",),
+            raise _protocol_mismatch(where, protocol, given + sasl_given, ("SASL_SSL" if with_sasl else "SSL",),
                                      "connect with TLS" + (" and authenticate with SASL" if with_sasl else ""))
-        sasl = _sasl_options(protocol, options, owner)
+        mechanism, username, password = _sasl_options(protocol, options, where)
         security = cls(protocol, options.get("ssl_cafile"), options.get("ssl_certfile"), options.get("ssl_keyfile"),
                        options.get("ssl_password"), bool(options.get("ssl_check_hostname", True)),
-                       options.get("ssl_context"), *sasl)
+                       options.get("ssl_context"), mechanism, username, password, where)
         if protocol.uses_tls:
             security.ssl_context()   # bad files or a wrong password fail here, not at the first connection
         return security
@@ -91,10 +97,21 @@ class ClientSecurity:
                             ("ssl_keyfile", self.keyfile), ("ssl_password", self.password),
                             ("ssl_context", self.context), ("sasl_mechanism", self.sasl_mechanism),
                             ("sasl_plain_username", self.sasl_username),
-                            ("sasl_plain_password", self.sasl_password)):
+                            ("sasl_plain_password", self.sasl_password), ("settings_from", self.settings_from)):
             if value is not None:
                 result[name] = value   # type: ignore[literal-required]
         return result
+
+    def setting(self, keyword: str, value: object = None) -> str:
+        """How a hint tells this client's user to set ``keyword`` (to ``value``): the Kafka property
+        (``security.protocol=SSL``) when the settings came from properties, else the keyword
+        (``security_protocol='SSL'``)."""
+        if self.settings_from is None:
+            return keyword if value is None else f"{keyword}={value!r}"
+        if keyword == "ssl_check_hostname" and value is False:
+            return "ssl.endpoint.identification.algorithm= (empty)"
+        name = _PROPERTY_NAMES.get(keyword, keyword)
+        return name if value is None else f"{name}={value}"
 
     def sasl_login(self) -> tuple[str, str, str]:
         """(mechanism, username, password) of a SASL client."""
@@ -120,12 +137,14 @@ def _given_sasl(options: Mapping[str, Any]) -> list[str]:
     return sorted(name for name in OPTION_NAMES if name.startswith("sasl_") and options.get(name) is not None)
 
 
-def _sasl_options(protocol: SecurityProtocol, options: Mapping[str, Any], owner: str) -> tuple[Optional[str], ...]:
-    """(mechanism, username, password), all None unless ``protocol`` is SASL_*."""
+def _sasl_options(protocol: SecurityProtocol, options: Mapping[str, Any],
+                  where: Optional[str]) -> tuple[Optional[str], Optional[str], Optional[str]]:
+    """(mechanism, username, password), all None unless ``protocol`` is SASL_*; ``where``: the
+    ``settings_from`` that errors name."""
     given = _given_sasl(options)
     if not protocol.uses_sasl:
         if given:
-            raise _protocol_mismatch(owner, protocol, given,
+            raise _protocol_mismatch(where, protocol, given,
                                      ("SASL_SSL",) if protocol.uses_tls else ("SASL_SSL", "SASL_PLAINTEXT"),
                                      "authenticate with SASL")
         return None, None, None
@@ -133,7 +152,6 @@ def _sasl_options(protocol: SecurityProtocol, options: Mapping[str, Any], owner:
                                 "sasl_mechanism")
     username, password = options.get("sasl_plain_username"), options.get("sasl_plain_password")
     if not username or password is None:
-        where = _PROPERTY_CALLERS.get(owner)
         raise InvalidConfig(
             f"security_protocol={protocol.value} needs sasl_plain_username and sasl_plain_password "
             f"(or sasl.jaas.config in a properties file)" if where is None else
@@ -143,20 +161,20 @@ def _sasl_options(protocol: SecurityProtocol, options: Mapping[str, Any], owner:
 
 
 #: Callers whose security settings are client properties (dotted names, ``ClientSecurity.from_options``'
-#: ``owner``), and where those are set: their hints name the properties, not the Python keywords.
+#: ``owner``), and where those are set (their ``settings_from`` when not given).
 _PROPERTY_CALLERS = {"ember": "the --command-config file", "ember source": "the source options"}
 #: How a hint spells a keyword for them (Java's names, as Kafka's tools' property files have them).
 _PROPERTY_NAMES = {"ssl_cafile": "ssl.truststore.location", "ssl_certfile": "ssl.keystore.location",
                    "ssl_keyfile": "ssl.keyfile", "ssl_password": "ssl.key.password", "ssl_context": "ssl_context",
                    "sasl_mechanism": "sasl.mechanism", "sasl_plain_username": "sasl.jaas.config",
-                   "sasl_plain_password": "sasl.jaas.config"}
+                   "sasl_plain_password": "sasl.jaas.config", "security_protocol": "security.protocol",
+                   "ssl_check_hostname": "ssl.endpoint.identification.algorithm"}
 
 
-def _protocol_mismatch(owner: str, protocol: SecurityProtocol, given: list[str], needed: tuple[str, ...],
+def _protocol_mismatch(where: Optional[str], protocol: SecurityProtocol, given: list[str], needed: tuple[str, ...],
                        purpose: str) -> InvalidConfig:
     """Settings that need another security protocol than the one set, with the fix spelt for the
     caller: ``security_protocol='SASL_SSL'`` for Python, ``security.protocol=SASL_SSL`` in a file."""
-    where = _PROPERTY_CALLERS.get(owner)
     if where is None:
         choices = [repr(p) for p in needed]
         return InvalidConfig(f"{', '.join(given)} set but security_protocol is {protocol.value}: "

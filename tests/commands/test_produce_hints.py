@@ -52,3 +52,18 @@ def test_tls_settings_without_security_protocol_name_the_property_to_set(tmp_pat
     assert out.returncode == 1, out
     assert "set security.protocol=SSL in the --command-config file" in out.stderr, out.stderr
     assert "security_protocol" not in out.stderr
+
+
+def test_connection_hints_name_properties_for_cli_users(shared_cluster: LocalCluster, tmp_path: Path) -> None:
+    """TLS and SASL mismatches found while connecting (ember.net.channel, ember.net.sasl) tell a CLI user
+    the property to set in the --command-config file, not the Python keyword."""
+    tls = tmp_path / "tls.properties"
+    tls.write_text("security.protocol=SSL\n")
+    sasl = tmp_path / "sasl.properties"
+    sasl.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-512\nsasl.jaas.config="
+                    "org.apache.kafka.common.security.scram.ScramLoginModule required username=\"u\" password=\"p\";\n")
+    for config, expected in ((tls, "set security.protocol=PLAINTEXT or connect to the broker's SSL listener"),
+                             (sasl, "does not use SASL: set security.protocol=PLAINTEXT")):
+        out = ember("topics", "list", "--bootstrap", shared_cluster.bootstrap, "--command-config", str(config))
+        assert out.returncode == 1, out
+        assert expected in out.stderr and "security_protocol" not in out.stderr, out.stderr

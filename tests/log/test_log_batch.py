@@ -102,7 +102,17 @@ def test_empty_batch_and_unknown_columns_are_refused():
     with pytest.raises(ValueError, match="unknown record columns"):
         b.build_batch(pa.table({"value": [b"a"], "extra": [1]}))
     with pytest.raises(ValueError, match="compression"):
-        b.build_batch([(b"k", b"v")], compression="gzip")
+        b.build_batch([(b"k", b"v")], compression="brotli")
+
+
+@pytest.mark.parametrize("kafka_name, stored, kafka_codec", [("gzip", 2, 1), ("snappy", 1, 2)])
+def test_gzip_and_snappy_are_stored_in_an_arrow_codec_and_remembered(kafka_name, stored, kafka_codec):
+    """Arrow IPC compresses with lz4 and zstd only: gzip is stored as zstd, snappy as lz4, and the
+    header keeps the Kafka codec the producer chose."""
+    raw = b.build_batch([(b"k", b"v" * 100)], compression=kafka_name)
+    header = b.check_batch(raw)
+    assert (header.codec, header.kafka_codec) == (stored, kafka_codec)
+    assert b.to_table(raw).column("value").to_pylist() == [b"v" * 100]
 
 
 def test_header_sanity_checks():

@@ -50,3 +50,15 @@ def test_the_sasl_docs_pointer_is_not_repeated():
     assert str(SaslAuthenticationFailed("requires SASL authentication (docs/security.md#sasl)")).count(
         "security.md#sasl") == 1
     assert str(SaslAuthenticationFailed()).count("docs/security.md#sasl") == 1    # the default message still has it
+
+
+def test_setting_spells_keywords_for_python_and_properties_for_property_files():
+    python, cli = ClientSecurity(), ClientSecurity(settings_from="the --command-config file")
+    assert python.setting("security_protocol", "SSL") == "security_protocol='SSL'"
+    assert cli.setting("security_protocol", "SSL") == "security.protocol=SSL"
+    assert (python.setting("ssl_cafile"), cli.setting("ssl_cafile")) == ("ssl_cafile", "ssl.truststore.location")
+    assert python.setting("ssl_check_hostname", False) == "ssl_check_hostname=False"
+    assert cli.setting("ssl_check_hostname", False) == "ssl.endpoint.identification.algorithm= (empty)"
+    # the spelling travels with the settings to the clients built from them (the Spark source's)
+    assert ClientSecurity.from_options(ClientSecurity.from_options({}, "ember source").options(), "Producer") \
+        .setting("ssl_cafile") == "ssl.truststore.location"

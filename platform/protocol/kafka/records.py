@@ -13,9 +13,9 @@ fastest maintained one measured (docs/protocol.md has the figures). Codecs:
   librdkafka does), lz4 frames, zstd frames without a content size;
 * storing: the Arrow payload keeps the producer's choice as closely as Arrow's IPC codecs allow
   (none -> none, lz4 and snappy -> lz4, zstd and gzip -> zstd), and the batch header remembers the
-  Kafka codec itself;
+  Kafka codec itself (batches from ember's producer with gzip or snappy too);
 * serving: in the Kafka codec the batch arrived with (as Kafka serves what producers wrote, so a
-  client reads back what it can write); batches from ember's clients by their Arrow codec, lz4 as
+  client reads back what it can write); other batches from ember's clients by their Arrow codec, lz4 as
   Kafka lz4 and zstd as zstd. lz4 frames have independent blocks (Java refuses linked ones),
   snappy is xerial-framed (as Java writes it), zstd goes to Fetch v10+ only (lz4 before).
 """
@@ -48,8 +48,8 @@ _CODEC_MASK = 0x07
 _TRANSACTIONAL = 0x10
 _CONTROL = 0x20
 NONE, GZIP, SNAPPY, LZ4, ZSTD = range(5)
-#: ember payload codec a Kafka codec is stored as
-_STORED_AS = {NONE: "none", GZIP: "zstd", SNAPPY: "lz4", LZ4: "lz4", ZSTD: "zstd"}
+#: Kafka codec number -> its name (``build_batch`` stores each as ember.record.batch.COMPRESSION_TYPES says)
+_NAMES = {NONE: "none", GZIP: "gzip", SNAPPY: "snappy", LZ4: "lz4", ZSTD: "zstd"}
 #: Kafka codec an ember payload codec (batch attributes bits 0-2) is served as
 _SERVED_AS = {0: NONE, 1: LZ4, 2: ZSTD}
 ZSTD_MIN_FETCH_VERSION = 10   # Kafka's: older fetchers cannot take zstd
@@ -85,7 +85,7 @@ def to_ember_batch(kafka_batch: Buffer) -> bytes:
         raise InvalidRecord("transactional and control batches are not supported (ember has no transactions); "
                             "produce without transactional.id")
     codec = header.attributes & _CODEC_MASK
-    if codec not in _STORED_AS:
+    if codec not in _NAMES:
         raise CorruptRecord(f"unknown compression codec {codec} in record batch attributes")
     if header.record_count <= 0 or header.last_offset_delta != header.record_count - 1:
         raise InvalidRecord(f"record batch of {header.record_count} records with last offset delta "
@@ -111,7 +111,7 @@ def to_ember_batch(kafka_batch: Buffer) -> bytes:
     table = pa.table({"key": pa.array(keys, pa.binary()), "value": pa.array(values, pa.binary()),
                       "timestamp": pa.Array.from_buffers(pa.int64(), count, [None, pa.py_buffer(array("q", timestamps))]),
                       "headers": _headers_column(headers)})
-    return build_batch(table, compression=_STORED_AS[codec], producer_id=header.producer_id,
+    return build_batch(table, compression=_NAMES[codec], producer_id=header.producer_id,
                        producer_epoch=header.producer_epoch, base_sequence=header.base_sequence,
                        kafka_codec=codec)
 

@@ -51,6 +51,19 @@ def test_every_compression_codec_round_trips(shared_cluster, bootstrap, topic_na
     assert [m[3] for m in ember_read(shared_cluster, topic_name, 1, 300)] == [v for _, _, v, _, _ in items]
 
 
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_ember_producer_compresses_with_every_kafka_codec_and_librdkafka_reads_it(shared_cluster, bootstrap,
+                                                                                  topic_name, codec):
+    create_topic(bootstrap, topic_name)
+    items = records(300)
+    with EmberProducer(shared_cluster.bootstrap, compression_type=codec, linger_ms=50, acks="all") as producer:
+        futures = [producer.send(topic_name, value, key=key, headers=headers, partition=0, timestamp_ms=ts)
+                   for _, key, value, headers, ts in items]
+        producer.flush()
+    offsets = [(f.get(timeout=WAIT_S).partition, f.get(timeout=WAIT_S).offset) for f in futures]
+    assert consume(bootstrap, topic_name, {0: 0}, 300) == expected(items, offsets)
+
+
 def test_list_offsets_earliest_latest_by_timestamp_and_max_timestamp(bootstrap, topic_name):
     create_topic(bootstrap, topic_name)
     produce(bootstrap, topic_name, [*records(10), (0, None, b"late", [], BASE_MS + 500)], acks="1")

@@ -87,6 +87,14 @@ def test_ember_client_batches_are_served_by_their_arrow_codec_zstd_only_to_new_f
     assert records_of(to_kafka_batch(build_batch(records), 12))[0] == (0, 5, b"k", b"v" * 50, [("h", b"x")])
 
 
+@pytest.mark.parametrize("codec", ["gzip", "snappy"])
+def test_ember_client_gzip_and_snappy_batches_are_served_in_that_codec(codec):
+    records = [(b"k", b"v" * 50, 5, [("h", b"x")])] * 10
+    served = to_kafka_batch(build_batch(records, compression=codec), 4)
+    assert DefaultRecordBatch(served).compression_type == CODECS[codec]
+    assert records_of(served)[9] == (9, 5, b"k", b"v" * 50, [("h", b"x")])
+
+
 def test_log_append_time_batches_are_served_with_kafkas_timestamp_type():
     ember = build_batch([(b"k", b"v", 5), (b"k", b"w", 6)])
     header, payload = bytearray(ember[:HEADER_SIZE]), ember[HEADER_SIZE:]
