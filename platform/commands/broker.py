@@ -56,6 +56,9 @@ def setup_logging(data_dir: Path) -> None:
                                        logging.FileHandler(data_dir / "broker.log")]
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, handlers=handlers, force=True)
     logging.getLogger("kazoo").setLevel(logging.WARNING)
+    # broker.log sits on the log disk: when that fills, a line that cannot be written is dropped
+    # instead of printing a 30-line "--- Logging error ---" traceback per line (on the same disk)
+    logging.raiseExceptions = False
 
 
 def start_broker(args: argparse.Namespace) -> int:

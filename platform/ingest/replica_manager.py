@@ -441,6 +441,9 @@ class ReplicaManager:
         for partition in list(self.partitions.values()):
             try:
                 await partition.run(partition.log.close)
+            except StorageError as exc:     # a full or failing disk: one line, no traceback
+                log.warning("closing %s: its last flush failed (%s); its files are closed, and the next start "
+                            "recovers them from the last checkpoint", partition, exc)
             except Exception:
                 log.exception("closing %s failed", partition)
         self.partitions.clear()

@@ -5,6 +5,9 @@ cache, ISR writes go to a fake writer, inter-broker requests to a fake client; l
 from __future__ import annotations
 
 import asyncio
+import errno
+import logging
+import os
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, AsyncIterator
@@ -533,3 +536,25 @@ def test_a_deposed_leader_truncates_what_the_new_leader_never_had(tmp_path: Path
                 assert await deposed.offset_for_timestamp(7_000, OTHER) == (0, 7_000)
 
     run(scenario())
+
+
+def test_closing_on_a_failing_disk_says_so_once_per_partition_without_a_traceback(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A broker stopping on a full or failing disk: its logs' last flush fails; each is closed
+    anyway, with one WARNING line (not an ERROR with a traceback per partition)."""
+    def failing_fsync(fd: int) -> None:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    async def scenario() -> None:
+        async with replica_manager(tmp_path, led_here_and_elsewhere()) as replicas:
+            await partition_of(replicas, 0).append(memoryview(batch(2)), 1)
+            monkeypatch.setattr(os, "fsync", failing_fsync)
+            closing = list(replicas.partitions.values())
+        assert all(p.log.closed for p in closing)
+
+    with caplog.at_level(logging.INFO, logger="ember.ingest.replica_manager"):
+        run(scenario())
+    lines = [r for r in caplog.records if r.name == "ember.ingest.replica_manager" and "closing" in r.getMessage()]
+    assert len(lines) == 2, [r.getMessage() for r in lines]
+    assert all(r.levelno == logging.WARNING and r.exc_info is None and "its last flush failed" in r.getMessage()
+               for r in lines)
