@@ -39,6 +39,8 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except EmberError as exc:
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        for note in getattr(exc, "__notes__", ()):
+            print(f"  {note}", file=sys.stderr)
         return 1
     except ValueError as exc:  # a malformed argument value (address, number, config), caught late
         print(f"error: {exc}", file=sys.stderr)

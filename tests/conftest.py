@@ -2,11 +2,17 @@
 a lone ZooKeeper, and the one SparkSession of the test run."""
 from __future__ import annotations
 
+import os
 import uuid
 from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
+
+# Clusters the tests start with `ember cluster up` take free ports, not the fixed layout (9092...),
+# and client commands never find a developer's cluster under data/cluster by default.
+os.environ["EMBER_PORT_BASE"] = "0"
+os.environ.setdefault("EMBER_DATA", str(Path(__file__).resolve().parent / ".no-cluster-here"))
 
 from ember.launcher.local import LocalCluster
 from ember.launcher.zookeeper_server import ZooKeeperServer, free_port

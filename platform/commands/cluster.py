@@ -13,11 +13,12 @@ from typing import Any
 from ember.errors import EmberError
 from ember.launcher.cluster_sasl import ADMIN_USER, BROKER_USER, MECHANISM
 from ember.launcher.cluster_tls import certificate_file_principal
-from ember.launcher.local import STATE_FILE, ClusterStopFailed, LocalCluster, low_space_warning
+from ember.launcher.local import DEFAULT_DATA, DEFAULT_PORT_BASE, STATE_FILE, LocalCluster, PortLayout, low_space_warning
 from ember.launcher.prometheus_config import write_prometheus_config
 from ember.launcher.zookeeper_server import is_healthy
 
-DEFAULT_DATA = os.environ.get("EMBER_DATA", "data/cluster")
+#: The port base ``up`` used last for a data directory (kept by ``down``: the next ``up`` reuses it).
+PORT_BASE_FILE = "port-base"
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -36,6 +37,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     up.add_argument("--zookeeper-data", type=Path, metavar="DIR",
                     help="ZooKeeper's directory (default DATA/zookeeper); on another file system, a full data "
                          "directory cannot stop ZooKeeper")
+    up.add_argument("--port-base", type=int, metavar="PORT",
+                    help=f"fixed ports from PORT: broker N's ember listener on PORT+2(N-1), its Kafka listener on "
+                         f"the next port; ZooKeeper, metrics and listeners all move by PORT-{DEFAULT_PORT_BASE} "
+                         f"(default: what this data directory used last, else $EMBER_PORT_BASE, else "
+                         f"{DEFAULT_PORT_BASE}: broker 1 on 127.0.0.1:9092, ZooKeeper on 2181; 0 picks free ports)")
     up.add_argument("--metrics", action="store_true",
                     help="serve Prometheus metrics and health checks on a loopback port per broker, and write "
                          "a Prometheus config for them into the data directory")
@@ -83,20 +89,16 @@ def cluster_up(args: argparse.Namespace) -> int:
         status = _status(args.data)
         if status["zookeeper"]["healthy"] or any(b["healthy"] for b in status["brokers"]):
             return _complete(args)
+    base = _port_base(args)
     cluster = LocalCluster(args.data, broker_count=args.brokers, broker_config=_parse_overrides(args.config),
                            metrics=args.metrics, secure=args.secure, sasl=args.secure,
-                           zookeeper_dir=args.zookeeper_data)
+                           zookeeper_dir=args.zookeeper_data, ports=PortLayout(base) if base else None)
     warning = low_space_warning(args.data)
     if warning:
         print(warning)
-    try:
-        cluster.start(progress=print)
-    except (EmberError, OSError):   # OSError: e.g. no space left for the state file; nothing may stay running
-        try:
-            cluster.stop()
-        except ClusterStopFailed as exc:
-            print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
-        raise
+    cluster.start(progress=print)   # stops what it started when it fails
+    if base:
+        (args.data / PORT_BASE_FILE).write_text(f"{base}\n")
     print(f"\nZooKeeper: {cluster.zk_connect}\nbootstrap: {cluster.bootstrap}"
           f"\nKafka bootstrap (any Kafka client): {cluster.kafka_bootstrap}")
     if args.metrics:
@@ -104,8 +106,25 @@ def cluster_up(args: argparse.Namespace) -> int:
     if cluster.tls is not None:
         print_client_configs(cluster)
         return 0
-    print(f"try:  export EMBER_BOOTSTRAP={cluster.bootstrap}\n      ember topics create demo --partitions 3")
+    found = "" if args.data.resolve() == Path(DEFAULT_DATA).resolve() else f"export EMBER_DATA={args.data}\n      "
+    print(f"try:  {found}ember topics create demo --partitions 3\n(client commands find this cluster's "
+          f"brokers from {args.data / STATE_FILE}; other clients: --bootstrap {cluster.bootstrap})")
     return 0
+
+
+def _port_base(args: argparse.Namespace) -> int:
+    """The cluster's port base: ``--port-base``, else the one this data directory used last (so a
+    cluster keeps its addresses across ``down`` and ``up``), else $EMBER_PORT_BASE, else 9092; 0:
+    free ports picked at random (the tests' setting)."""
+    if args.port_base is not None:
+        return int(args.port_base)
+    remembered = args.data / PORT_BASE_FILE
+    if remembered.is_file() and remembered.read_text().strip().isdigit():
+        return int(remembered.read_text())
+    from_env = os.environ.get("EMBER_PORT_BASE", "")
+    if from_env and not from_env.isdigit():
+        raise SystemExit(f"error: EMBER_PORT_BASE={from_env!r}: expected a port number (0: free ports)")
+    return int(from_env) if from_env else DEFAULT_PORT_BASE
 
 
 def _complete(args: argparse.Namespace) -> int:

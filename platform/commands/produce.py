@@ -4,6 +4,7 @@ configured with Kafka's names (``--producer-property``, ``--producer.config``)."
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,7 +13,6 @@ from typing import Any
 from ember.client import Producer
 from ember.client.properties import client_keywords
 from ember.commands.topics import (
-    DEFAULT_BOOTSTRAP,
     TopicCheck,
     add_bootstrap,
     bootstrap_default,
@@ -130,7 +130,7 @@ def producer_options(args: argparse.Namespace) -> dict[str, Any]:
              "max_request_size": args.max_request_size, "max_block_ms": args.max_block_ms}
     options.update({name: value for name, value in flags.items() if value is not None})
     bootstrap = options.pop("bootstrap_servers", None)
-    if bootstrap is not None and args.bootstrap == bootstrap_default() == DEFAULT_BOOTSTRAP:
+    if bootstrap is not None and args.bootstrap == bootstrap_default() and not os.environ.get("EMBER_BOOTSTRAP"):
         args.bootstrap = bootstrap
     if options["acks"] in ("0", "1", "-1"):
         options["acks"] = int(options["acks"])

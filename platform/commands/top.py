@@ -3,15 +3,13 @@ the brokers' metrics endpoints (for clusters nobody points Prometheus at)."""
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
 
-from ember.launcher.local import LocalCluster
+from ember.launcher.local import DEFAULT_DATA, LocalCluster
 from ember.launcher.top import Scrape, render
 
-DEFAULT_DATA = os.environ.get("EMBER_DATA", "data/cluster")
 CLEAR = "\x1b[H\x1b[2J"
 
 

@@ -19,6 +19,7 @@ from ember.errors import (
     TopicAlreadyExists,
     error_for_code,
 )
+from ember.launcher.local import DEFAULT_DATA, local_bootstrap
 from ember.security.client import ClientSecurity, SecurityOptions, options_from_properties
 from ember.wire.config_def import read_properties
 
@@ -28,13 +29,16 @@ COMMAND_CONFIG = "the --command-config file"
 
 
 def bootstrap_default() -> str:
-    """What ``--bootstrap`` is when not given."""
-    return os.environ.get("EMBER_BOOTSTRAP", DEFAULT_BOOTSTRAP)
+    """What ``--bootstrap`` is when not given: $EMBER_BOOTSTRAP, else the brokers of the cluster
+    ``ember cluster up`` started under $EMBER_DATA (default data/cluster), else 127.0.0.1:9092
+    (broker 1 of a cluster started with the default ports)."""
+    return os.environ.get("EMBER_BOOTSTRAP") or local_bootstrap(Path(DEFAULT_DATA)) or DEFAULT_BOOTSTRAP
 
 
 def add_bootstrap(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bootstrap", default=bootstrap_default(), metavar="HOST:PORT[,...]",
-                        help=f"brokers to bootstrap from (default: $EMBER_BOOTSTRAP or {DEFAULT_BOOTSTRAP})")
+                        help=f"brokers to bootstrap from (default: $EMBER_BOOTSTRAP, else the cluster `ember cluster "
+                             f"up` started under $EMBER_DATA or {DEFAULT_DATA}, else {DEFAULT_BOOTSTRAP})")
     parser.add_argument("--command-config", default=os.environ.get("EMBER_CLIENT_CONFIG"), metavar="FILE",
                         help="client properties with Kafka's names: security.protocol, ssl.truststore.location, "
                              "ssl.keystore.location (PEM files), sasl.mechanism, sasl.jaas.config "

@@ -1,12 +1,15 @@
 """A local ember cluster: one real ZooKeeper server and N real broker processes on loopback.
 
-Used by ``ember cluster up|down|status``, the test fixtures and the benchmarks. Every port is
-picked fresh from the OS, so two clusters on one machine never collide; a broker keeps its port
-across restarts so bootstrap lists stay valid. The cluster's layout (ports, pids) is written to
-``<data>/cluster.json`` so a later ``ember cluster status|down`` can find it; neither of those
-writes anything, so both work on a full disk (see docs/operations.md, "A full disk"). A ``secure``
-cluster puts every listener on TLS with client certificates (:mod:`ember.launcher.cluster_tls`),
-and with ``sasl`` on SASL_SSL with SCRAM users (:mod:`ember.launcher.cluster_sasl`).
+Used by ``ember cluster up|down|status``, the test fixtures and the benchmarks. ``ember cluster
+up`` gives a cluster fixed ports (:class:`PortLayout`: broker 1 on 127.0.0.1:9092, its Kafka
+listener on 9093, ...), so its addresses survive restarts; tests and jobs have every port picked
+fresh, so their clusters never collide. A broker keeps its port across restarts either way. The
+cluster's layout (ports, pids) is written to ``<data>/cluster.json`` so a later ``ember cluster
+status|down`` (and every client command, for its default bootstrap) can find it; neither
+``status`` nor ``down`` writes anything, so both work on a full disk (docs/operations.md, "A full
+disk"). A ``secure`` cluster puts every listener on TLS with client certificates
+(:mod:`ember.launcher.cluster_tls`), and with ``sasl`` on SASL_SSL with SCRAM users
+(:mod:`ember.launcher.cluster_sasl`).
 """
 from __future__ import annotations
 
@@ -35,6 +38,8 @@ from ember.wire.frame import FRAME_LENGTH, decode_response, encode_request
 from ember.zk.zk_session import ZkSession, ZooKeeperTls
 
 STATE_FILE = "cluster.json"
+#: Where ``ember cluster up`` puts a cluster, and where client commands look for one.
+DEFAULT_DATA = os.environ.get("EMBER_DATA", "data/cluster")
 #: ``ember cluster up`` warns when the data directory's file system has less free than this ...
 LOW_SPACE_BYTES = 1 << 30
 #: ... or less than this fraction of its size free.
@@ -49,6 +54,54 @@ DEVELOPMENT_BROKER_CONFIG = {"group.initial.rebalance.delay.ms": "0"}
 class ClusterStopFailed(EmberError):
     """A process of the local cluster could not be stopped."""
     hint = "see `ember cluster status --data DIR`, then stop the listed pids by hand"
+
+
+class PortInUse(EmberError):
+    """A port of the local cluster's fixed layout is taken by another process."""
+    hint = "stop what listens there, or give this cluster other ports with `ember cluster up --port-base N`"
+
+
+#: The fixed port layout of ``ember cluster up`` (docs/operations.md, "Ports"): broker N's ember
+#: listener on DEFAULT_PORT_BASE + 2(N-1) and its KAFKA listener on the next port (as a lone
+#: broker's default listeners EMBER://127.0.0.1:9092,KAFKA://127.0.0.1:9093), its metrics on
+#: 9644 + N - 1, ZooKeeper on 2181; ``--port-base B`` moves every port by B - 9092.
+DEFAULT_PORT_BASE = 9092
+ZOOKEEPER_PORT = 2181
+METRICS_PORT = 9644
+
+
+@dataclass(frozen=True)
+class PortLayout:
+    """Where each process of a cluster with port base ``base`` listens."""
+    base: int = DEFAULT_PORT_BASE
+
+    @property
+    def shift(self) -> int:
+        return self.base - DEFAULT_PORT_BASE
+
+    @property
+    def zookeeper(self) -> int:
+        return ZOOKEEPER_PORT + self.shift
+
+    def ember(self, broker_id: int) -> int:
+        return self.base + 2 * (broker_id - 1)
+
+    def kafka(self, broker_id: int) -> int:
+        return self.ember(broker_id) + 1
+
+    def metrics(self, broker_id: int) -> int:
+        return METRICS_PORT + self.shift + broker_id - 1
+
+    def check(self, broker_count: int) -> None:
+        """Refuse a layout whose ports overlap or leave the unprivileged range (1024-65535)."""
+        if self.kafka(broker_count) >= self.metrics(1):
+            raise EmberError(f"{broker_count} brokers do not fit the port layout: at most "
+                             f"{(METRICS_PORT - DEFAULT_PORT_BASE) // 2}")
+        lowest, highest = self.zookeeper, self.metrics(broker_count)
+        if lowest < 1024 or highest > 65535:
+            raise EmberError(f"--port-base {self.base} puts ports at {lowest}-{highest}; keep them within 1024-65535 "
+                             f"(a base from {DEFAULT_PORT_BASE - ZOOKEEPER_PORT + 1024} to "
+                             f"{65535 - (METRICS_PORT - DEFAULT_PORT_BASE) - broker_count + 1})")
 
 
 @dataclass
@@ -96,6 +149,9 @@ class LocalCluster:
     #: ZooKeeper's directory (config, snapshots, transaction logs); None: ``<data_dir>/zookeeper``.
     #: Put it on another file system and a full log directory cannot stop ZooKeeper's writes.
     zookeeper_dir: Path | None = None
+    #: Fixed ports (``ember cluster up``: a cluster keeps its addresses across restarts); None:
+    #: ports picked fresh, so clusters of tests and jobs never collide.
+    ports: PortLayout | None = None
     zookeeper: ZooKeeperServer | None = None
     brokers: dict[int, BrokerProcess] = field(default_factory=dict)
     _processes: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
@@ -165,26 +221,36 @@ class LocalCluster:
     def start(self, timeout_s: float = 60.0,
               progress: Callable[[str], object] = lambda message: None) -> "LocalCluster":
         """Start ZooKeeper and the brokers; on a cluster this object already started, do nothing
-        (so ``with LocalCluster(...).start() as c`` starts it once)."""
+        (so ``with LocalCluster(...).start() as c`` starts it once). When starting fails, what was
+        started is stopped before the failure is raised (``__exit__`` never runs then)."""
         if self._started:
             return self
+        try:
+            return self._start(timeout_s, progress)
+        except BaseException as failure:
+            try:
+                self.stop()
+            except ClusterStopFailed as exc:
+                failure.add_note(f"and stopping what had started failed: {exc}")
+            raise
+
+    def _start(self, timeout_s: float, progress: Callable[[str], object]) -> "LocalCluster":
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if self.secure:
             progress(f"TLS: certificates under {ClusterTls.create(self.data_dir / 'tls').directory}")
         if self.secure and self.sasl:
             progress(f"SCRAM: users admin and broker, passwords in {ClusterSasl.create(self.data_dir / 'sasl').credentials_file}")
+        if self.ports is not None:
+            self._check_ports_free(self.ports)
         if self.zookeeper is None:
-            self.zookeeper = self._zookeeper(free_port())
+            self.zookeeper = self._zookeeper(self.ports.zookeeper if self.ports else free_port())
         progress(f"starting ZooKeeper on {self.zookeeper.connect_string}")
         self.zookeeper.start()
         self._reserve_for_zookeeper(progress)
         if self.scram is not None:
             self._register_users()
         for broker_id in range(1, self.broker_count + 1):
-            self.brokers.setdefault(broker_id, BrokerProcess(broker_id, free_port(), self.data_dir / f"broker-{broker_id}",
-                                                             metrics_port=free_port() if self.metrics else None,
-                                                             kafka_port=free_port(),
-                                                             log_dir_count=self.log_dirs_per_broker))
+            self.brokers.setdefault(broker_id, self._broker_process(broker_id))
         for broker in self.brokers.values():
             progress(f"starting broker {broker.broker_id} on {broker.address}")
             self._spawn(broker)
@@ -193,6 +259,28 @@ class LocalCluster:
         self.wait_healthy(timeout_s)
         progress(f"cluster ready: bootstrap {self.bootstrap}")
         return self
+
+    def _broker_process(self, broker_id: int) -> BrokerProcess:
+        layout = self.ports
+        return BrokerProcess(broker_id, layout.ember(broker_id) if layout else free_port(),
+                             self.data_dir / f"broker-{broker_id}",
+                             metrics_port=(layout.metrics(broker_id) if layout else free_port()) if self.metrics else None,
+                             kafka_port=layout.kafka(broker_id) if layout else free_port(),
+                             log_dir_count=self.log_dirs_per_broker)
+
+    def _check_ports_free(self, layout: PortLayout) -> None:
+        """Fail before starting anything when a port of the layout is taken, naming it."""
+        layout.check(self.broker_count)
+        wanted = [(layout.zookeeper, "ZooKeeper")]
+        for broker_id in range(1, self.broker_count + 1):
+            wanted += [(layout.ember(broker_id), f"broker {broker_id}'s ember listener"),
+                       (layout.kafka(broker_id), f"broker {broker_id}'s KAFKA listener")]
+            if self.metrics:
+                wanted.append((layout.metrics(broker_id), f"broker {broker_id}'s metrics"))
+        taken = [f"{port} ({what})" for port, what in wanted if not port_free(port)]
+        if taken:
+            raise PortInUse(f"port{'s' if len(taken) > 1 else ''} {', '.join(taken)} already in use on 127.0.0.1 "
+                            f"(another cluster, or a Kafka or ZooKeeper of your own?)")
 
     def stop(self, timeout_s: float = 15.0, progress: Callable[[str], object] = lambda message: None) -> None:
         """Stop brokers (SIGTERM, then SIGKILL after ``timeout_s`` each), then ZooKeeper.
@@ -513,3 +601,24 @@ def wait_for_broker(broker: BrokerProcess, timeout_s: float, process: subprocess
         time.sleep(0.1)
     raise BrokerNotAvailable(f"broker {broker.broker_id} did not become healthy on {broker.address} "
                              f"within {timeout_s:.0f}s; see {broker.log_path}")
+
+
+def port_free(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether a server could bind ``port`` now (as the brokers do: SO_REUSEADDR, so a port whose
+    last connections linger in TIME_WAIT counts as free)."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def local_bootstrap(data_dir: Path) -> str | None:
+    """The ember bootstrap list of the cluster ``ember cluster up`` started under ``data_dir``
+    (None: no cluster there, or its state file unreadable)."""
+    try:
+        return LocalCluster.load(data_dir).bootstrap or None
+    except (EmberError, OSError, ValueError, KeyError):
+        return None
