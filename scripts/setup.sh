@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Idempotent set-up for ember: virtualenv + pip packages, Debian's zookeeper and prometheus, Java 17+,
+# Idempotent set-up for ember: virtualenv + pip packages, Debian's zookeeper, prometheus and libfuse2, Java 17+,
 # Delta's, Spark's Kafka connector's and Kafka's tools' jars.
 # Quick when everything is already in place; safe to run before every command.
 set -euo pipefail
@@ -39,6 +39,17 @@ fi
 #     with it and check conf/prometheus/ rules. Its system service is not used (we start our own).
 if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then
     apt_install --no-install-recommends prometheus
+fi
+
+# 2c. libfuse 2 (Debian's libfuse2), which pip's fusepy loads: the fault tests mount a FUSE file system
+#     that fails on command (EIO, read-only) under a broker (tests/faults/faultfs.py). They run as root
+#     only (mounts; skipped otherwise), and root needs no fusermount, so neither does this.
+if ! compgen -G '/usr/lib/*/libfuse.so.2' >/dev/null && ! compgen -G '/lib/*/libfuse.so.2' >/dev/null; then
+    if [ "$(id -u)" -eq 0 ]; then
+        apt_install libfuse2
+    else
+        say "note: no libfuse2; the FUSE fault tests (root only) will skip"
+    fi
 fi
 
 # 3. Python virtual environment with pinned packages (re-installed only when pyproject.toml changes).

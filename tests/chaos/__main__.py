@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from .nemesis import KINDS
+from .nemesis import ALL_KINDS, KINDS
 from .runner import ChaosConfig, run_chaos
 
 
@@ -23,7 +23,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--record-rate", type=float, default=300, help="records/s of each send() producer")
     parser.add_argument("--columnar-producers", type=int, default=1, help="producers calling send_batch()")
     parser.add_argument("--columnar-rate", type=float, default=1000, help="records/s of each send_batch() producer")
-    parser.add_argument("--faults", default=",".join(KINDS), help=f"comma-separated kinds among {','.join(KINDS)}")
+    parser.add_argument("--faults", default=",".join(KINDS),
+                        help=f"comma-separated kinds among {','.join(ALL_KINDS)} (default the first {len(KINDS)}; "
+                             "the disk-* kinds mount a fault FUSE file system under each broker: root only)")
     parser.add_argument("--keep", action="store_true", help="keep the run directory after a passing run")
     args = parser.parse_args(argv)
     data = args.data or Path("data") / f"chaos-{args.seed}-{int(time.time())}"

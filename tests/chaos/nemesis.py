@@ -3,7 +3,11 @@
 Faults (``KINDS``): SIGKILL of a broker, of the controller, of a partition's leader, of two
 brokers at once; SIGTERM of a broker (a clean shutdown, which must finish in time); SIGSTOP of a
 leader past ``zookeeper.session.timeout.ms``; ZooKeeper stopped and restarted; a broker's
-ZooKeeper session expired while the broker runs. Faults come in shuffled rounds of every kind, so
+ZooKeeper session expired while the broker runs; and, when the run mounts a fault FUSE file
+system under each broker (``DISK_KINDS``, root only: tests/faults/faultfs.py), a broker's disk
+failing with EIO or turning read-only mid-append, then working again while the broker runs (it
+must reopen its offline logs by itself and be back in every partition's ISR within
+``ChaosBounds.disk_heal_s``). Faults come in shuffled rounds of every kind, so
 a short run still sees each kind once. Healing is bounded and timed: every restarted broker must
 serve again, and every broker whose session expired must register again with a new session,
 within ``ChaosBounds``; a miss is recorded as a liveness violation (:mod:`checker`).
@@ -19,7 +23,7 @@ import signal
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
@@ -38,6 +42,10 @@ EXPIRE_ATTEMPTS = 5
 
 KINDS = ("kill-broker", "kill-controller", "kill-leader", "kill-two", "terminate-broker",
          "pause-leader", "zookeeper-down", "expire-session")
+#: Faults of a broker's disk: its fault file system's mode while held (the run must mount them).
+DISK_FAULTS = {"disk-eio": "eio", "disk-read-only": "erofs"}
+DISK_KINDS = tuple(DISK_FAULTS)
+ALL_KINDS = KINDS + DISK_KINDS
 
 
 @dataclass(frozen=True)
@@ -52,6 +60,7 @@ class ChaosBounds:
     shutdown_s: float = 30.0                           # a SIGTERMed broker exits
     reregister_s: float = 45.0                         # a broker with an expired session registers again
     zookeeper_start_s: float = 30.0
+    disk_heal_s: float = 60.0                          # a healed disk's broker is back in every ISR
 
 
 class ZkProbe:
@@ -76,6 +85,10 @@ class ZkProbe:
                 if time.monotonic() > deadline:
                     return default
                 time.sleep(0.2)
+
+    def isr(self, topic: str, partition: int) -> list[int]:
+        data = self._read(lambda: self.client.get(zk_paths.partition_state(topic, partition))[0], None)
+        return list(json.loads(data)["isr"]) if data else []
 
     def controller(self) -> Optional[int]:
         data = self._read(lambda: self.client.get(zk_paths.CONTROLLER)[0], None)
@@ -126,11 +139,15 @@ class Nemesis(threading.Thread):
 
     def __init__(self, cluster: LocalCluster, topic: str, partitions: int, history: History,
                  rng: random.Random, bounds: ChaosBounds, kinds: tuple[str, ...] = KINDS,
-                 progress: Callable[[str], None] = lambda message: None) -> None:
+                 progress: Callable[[str], None] = lambda message: None, disks: Optional[dict[int, Any]] = None) -> None:
         super().__init__(name="chaos-nemesis", daemon=True)
-        unknown = set(kinds) - set(KINDS)
+        unknown = set(kinds) - set(ALL_KINDS)
         if unknown or not kinds:
-            raise ValueError(f"fault kinds must be among {KINDS}, got {sorted(kinds)}")
+            raise ValueError(f"fault kinds must be among {ALL_KINDS}, got {sorted(kinds)}")
+        if set(kinds) & set(DISK_KINDS) and not disks:
+            raise ValueError(f"{sorted(set(kinds) & set(DISK_KINDS))} need a fault file system under each broker")
+        #: broker id -> its fault file system (tests.faults.faultfs.FaultFs), for the disk faults
+        self.disks = disks or {}
         self.cluster, self.topic, self.partitions = cluster, topic, partitions
         self.history, self.rng, self.bounds, self.kinds = history, rng, bounds, kinds
         self.progress = progress
@@ -174,6 +191,8 @@ class Nemesis(threading.Thread):
             self._pause(fault, self._leader_or_any(brokers))
         elif kind == "terminate-broker":
             self._terminate(fault, self.rng.choice(brokers))
+        elif kind in DISK_FAULTS:
+            self._disk(fault, self.rng.choice(brokers))
         else:
             self._kill(fault, self._victims(kind, brokers))
         fault.healed_at = time.monotonic()
@@ -298,6 +317,31 @@ class Nemesis(threading.Thread):
                 return False
             time.sleep(0.1)
         return True
+
+    def _disk(self, fault: Fault, broker_id: int) -> None:
+        """The broker's disk fails (EIO, or read-only) under its appends, held, then works again
+        while it runs; bounded wait for it to be back in every partition's ISR by itself (its
+        offline logs reopened every log.offline.retry.interval.ms)."""
+        fault.targets = (broker_id,)
+        disk = self.disks[broker_id]
+        disk.switch(DISK_FAULTS[fault.kind])
+        try:
+            self._hold(self.bounds.hold_s)
+        finally:
+            disk.switch("ok")
+        failed = sum(disk.state().get("failed", {}).values())
+        started = time.monotonic()
+        what = f"broker {broker_id} back in every ISR after {fault.kind}"
+        deadline = started + self.bounds.disk_heal_s
+        while not all(broker_id in self.probe.isr(self.topic, p) for p in range(self.partitions)):
+            if time.monotonic() > deadline:
+                self.history.timing(what, None, self.bounds.disk_heal_s)
+                fault.note = f"(NOT back in every ISR; {failed} failed calls so far)"
+                return
+            time.sleep(0.2)
+        took = time.monotonic() - started
+        self.history.timing(what, took, self.bounds.disk_heal_s)
+        fault.note = f"(back in every ISR after {took:.1f}s; {failed} failed calls so far)"
 
     def _zookeeper_down(self, fault: Fault) -> None:
         zookeeper = self.cluster.zookeeper

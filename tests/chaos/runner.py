@@ -3,6 +3,7 @@
 and check it (:mod:`checker`). Used by ``python -m tests.chaos`` and the pytest CI variant."""
 from __future__ import annotations
 
+import importlib
 import random
 import time
 from collections import Counter
@@ -16,8 +17,12 @@ from ember.launcher.local import LocalCluster
 from .checker import CheckResult, check
 from .final_state import committed_offsets, final_state, read_replicas, stop_cluster, wait_settled
 from .history import History
-from .nemesis import KINDS, ChaosBounds, Nemesis
+from .nemesis import ALL_KINDS, DISK_KINDS, KINDS, ChaosBounds, Nemesis
 from .workload import ClientSettings, GroupMember, HighWatermarkSampler, LiveConsumer, ProducerWorker, Watchdog, Worker
+
+#: The fault FUSE file system of tests/faults (the disk-* faults), by whichever name this package has:
+#: ``tests.faults`` under ``python -m tests.chaos``, ``faults`` under pytest (tests/ has no __init__.py).
+faultfs = importlib.import_module(f"{__package__.rpartition('.')[0]}.faults.faultfs".lstrip("."))
 
 TOPIC = "chaos"
 GROUP = "chaos-group"
@@ -82,7 +87,7 @@ class ChaosReport:
             f"chaos run: seed {self.config.seed}, {self.seconds / 60:.1f} min "
             f"({self.config.duration_s:.0f}s of faults), {BROKERS} brokers, topic {TOPIC!r} "
             f"{self.config.partitions} partitions, RF=3, min.insync.replicas=2",
-            f"faults: {len(h.faults)} — " + ", ".join(f"{k} {kinds[k]}" for k in KINDS if kinds[k]),
+            f"faults: {len(h.faults)} — " + ", ".join(f"{k} {kinds[k]}" for k in ALL_KINDS if kinds[k]),
             f"records: sent {records['sent']:,}, acknowledged {records['acked']:,}, failed {records['failed']:,}, "
             f"unresolved {records['pending']:,}"
             + (f"; send errors: {dict(send_errors)}" if send_errors else ""),
@@ -105,7 +110,14 @@ def run_chaos(config: ChaosConfig, progress: Callable[[str], None] = print) -> C
     cluster = LocalCluster(config.data_dir / "cluster", broker_count=BROKERS,
                            broker_config=broker_config(config.session_timeout_ms))
     errors: list[str] = []
+    # The disk faults need each broker's data directory on a fault file system (root only; raises
+    # tests.faults.disks.CannotMount where FUSE is unavailable), mounted before the brokers start.
+    disks = {b: faultfs.FaultFs(config.data_dir / "cluster" / f"broker-{b}", config.data_dir / "backing" / f"broker-{b}",
+                        config.data_dir / "faultfs") for b in range(1, BROKERS + 1)} \
+        if set(config.kinds) & set(DISK_KINDS) else {}
     try:
+        for disk in disks.values():
+            disk.mount()
         cluster.start(progress=progress)
         create_topic(cluster.bootstrap, TOPIC, config.partitions)
         wait_settled(cluster.bootstrap, TOPIC, set(cluster.brokers), history, config.settle_s)
@@ -119,7 +131,7 @@ def run_chaos(config: ChaosConfig, progress: Callable[[str], None] = print) -> C
         for worker in (*producers, *consumers, watchdog):
             worker.start()
         nemesis = Nemesis(cluster, TOPIC, config.partitions, history, rng, config.bounds(), config.kinds,
-                          progress=progress)
+                          progress=progress, disks=disks)
         nemesis.start()
         _report_until(config, history, started, progress, [*producers, *consumers, nemesis])
 
@@ -145,7 +157,11 @@ def run_chaos(config: ChaosConfig, progress: Callable[[str], None] = print) -> C
         progress("checking")
         results = check(history, final)
     finally:
-        cluster.stop()
+        try:
+            cluster.stop()
+        finally:
+            for disk in disks.values():
+                disk.unmount()
     return ChaosReport(config, history, results, time.monotonic() - started, errors)
 
 

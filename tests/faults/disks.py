@@ -8,7 +8,7 @@ import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Protocol, Sequence
 
 FILLER = "filler"
 INODE_FILLERS = "inode-fillers"
@@ -112,8 +112,14 @@ class Tmpfs:
         return False
 
 
+class Mountable(Protocol):
+    """A :class:`Tmpfs`, or a fault FUSE file system (tests/faults/faultfs.py)."""
+    def mount(self) -> object: ...
+    def unmount(self) -> None: ...
+
+
 @contextlib.contextmanager
-def mounted(mounts: list[Tmpfs]) -> Iterator[list[Tmpfs]]:
+def mounted(mounts: Sequence[Mountable]) -> Iterator[Sequence[Mountable]]:
     """Mount each of ``mounts`` (in order), unmount every mounted one (in reverse) on the way out."""
     try:
         for tmpfs in mounts:

@@ -12,6 +12,18 @@ Cases (:data:`CASES`):
   ``segment.bytes``).
 * ``issue``: the issue's layout: the whole data directory (ZooKeeper, its space reserve, every
   broker) on one tmpfs, filled.
+* ``eio``: broker 1's data directory is a fault FUSE file system (:mod:`tests.faults.faultfs`)
+  switched to EIO mid-append (writes, fsyncs, truncations, creations and renames fail), then back
+  to working.
+* ``fsync-eio``: the same, failing only fsyncs (the flush timer's, every ``flush.ms``) while writes
+  work.
+* ``read-only``: the same, failing every mutating call with EROFS while reads work, as after
+  ext4's ``errors=remount-ro``.
+
+For the last two, "the disk filling" below is the switch and "space back" the switch back; their
+broker must also have met the fault (the file system failed calls), and every partition's ISR must
+be whole again within ``ONLINE_WITHIN_S``: the broker reopens its offline logs by itself
+(platform/ingest/offline_log_recovery.py), or at the restart.
 
 Checked (:class:`Outcome`, each a line of ``problems`` when it fails): no fatal librdkafka error; a
 storage or replication error (a delivery report or a client log line naming it, not
@@ -21,9 +33,9 @@ the full disk; every partition has a leader within ``ONLINE_WITHIN_S`` of space 
 appears twice; no torn batch in any segment of any replica but a tail (before the restart,
 recovery truncates it), none after.
 
-Read-only remounts and EIO are not here: the kernel refuses ``mount -o remount,ro`` while a file is
-open for writing (EBUSY: every broker holds its active segment open), and a real EIO needs
-device-mapper or FUSE; tests/log/disk_faults.py injects both into the log.
+A real read-only remount is not to be had: the kernel refuses ``mount -o remount,ro`` while a file
+is open for writing (EBUSY: every broker holds its active segment open), hence the FUSE file system;
+tests/log/disk_faults.py injects the same errors into the log alone.
 """
 from __future__ import annotations
 
@@ -36,7 +48,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -45,6 +57,7 @@ from ember.launcher.local import LocalCluster
 from ember.record.batch import check_batch
 
 from .disks import Tmpfs, mounted
+from .faultfs import FaultFs
 
 TOPIC = "full-disk"
 PARTITIONS = 3
@@ -52,7 +65,9 @@ BROKERS = 3
 RECORD_BYTES = 1024
 TOLD_WITHIN_S = 15.0
 ONLINE_WITHIN_S = 90.0
-CASES = ("one-broker", "all-brokers", "segment-roll", "issue")
+#: The fault file system's mode for each case that fails calls rather than filling a disk.
+FS_FAULTS = {"eio": "eio", "fsync-eio": "eio-fsync", "read-only": "erofs"}
+CASES = ("one-broker", "all-brokers", "segment-roll", "issue", *FS_FAULTS)
 RECOVERIES = ("running", "restart")
 #: librdkafka's words for broker errors that say why a write was refused (storage, replicas, leadership).
 CAUSES = ("Disk error", "in-sync replicas", "Not leader", "not the leader", "out of order sequence",
@@ -94,6 +109,7 @@ class Outcome:
     heard: dict[int, tuple[float, str] | None] = field(default_factory=dict)
     told_app: list[tuple[float, str]] = field(default_factory=list)   # what the application itself saw
     online_after_s: float | None = None
+    isr_full_after_s: float | None = None   # until every partition's ISR held every broker again
     down_rc: int | None = None
     fatal: list[str] = field(default_factory=list)
     torn: list[str] = field(default_factory=list)
@@ -103,8 +119,10 @@ class Outcome:
     def summary(self) -> str:
         told = ", ".join(f"p{p}: {h[1]} after {h[0]:.1f}s" if h else f"p{p}: nothing" for p, h in self.heard.items())
         online = f"{self.online_after_s:.1f}s" if self.online_after_s is not None else "never"
+        isr = f"{self.isr_full_after_s:.1f}s" if self.isr_full_after_s is not None else "never"
         lines = [f"{self.case}/{self.recovery}: acked {self.acked}, read back {self.read_back}, told: {told}, "
-                 f"online after {online}, failed reports {self.failed_reports or '{}'}, `down` exit {self.down_rc}"]
+                 f"online after {online}, full ISR after {isr}, failed reports {self.failed_reports or '{}'}, "
+                 f"`down` exit {self.down_rc}"]
         lines.append(f"  the application itself saw: {self.told_app or 'no failed report, no log line above debug'}")
         lines += [f"  note: {n}" for n in self.notes]
         lines += [f"  PROBLEM: {p}" for p in self.problems]
@@ -213,6 +231,16 @@ def eventually(check: Callable[[], Any], timeout_s: float, step_s: float = 0.25)
         time.sleep(step_s)
 
 
+def isr_full(bootstrap: str) -> bool:
+    """Whether every partition has a leader and every broker in its ISR."""
+    try:
+        topics = AdminClient({"bootstrap.servers": bootstrap}).list_topics(TOPIC, timeout=5).topics
+    except Exception:
+        return False
+    parts = topics[TOPIC].partitions if TOPIC in topics and topics[TOPIC].error is None else {}
+    return len(parts) == PARTITIONS and all(p.leader >= 0 and len(p.isrs) == BROKERS for p in parts.values())
+
+
 def partitions_online(bootstrap: str) -> bool:
     try:
         topics = AdminClient({"bootstrap.servers": bootstrap}).list_topics(TOPIC, timeout=5).topics
@@ -286,8 +314,12 @@ def run_case(root: Path, case: str, recovery: str, sizes: Sizes = Sizes(),
     """One run of the scenario under ``root`` (a fresh directory); mounts and unmounts its tmpfs."""
     assert case in CASES and recovery in RECOVERIES
     data = root / "cluster"
+    mounts: Sequence[Tmpfs | FaultFs]
     if case == "issue":
         mounts = [Tmpfs(data, sizes.shared_disk)]
+        targets = mounts
+    elif case in FS_FAULTS:   # broker 1 on the fault file system (backed by root's disk), the others not
+        mounts = [FaultFs(data / "broker-1", root / "backing" / "broker-1", root / "faultfs")]
         targets = mounts
     else:
         inodes = 64 if case == "segment-roll" else None
@@ -307,7 +339,7 @@ def run_case(root: Path, case: str, recovery: str, sizes: Sizes = Sizes(),
     return outcome
 
 
-def _run(data: Path, case: str, recovery: str, sizes: Sizes, targets: list[Tmpfs], outcome: Outcome,
+def _run(data: Path, case: str, recovery: str, sizes: Sizes, targets: Sequence[Any], outcome: Outcome,
          progress: Callable[[str], object]) -> None:
     segment_bytes = sizes.roll_segment_bytes if case == "segment-roll" else sizes.segment_bytes
     up = ember("cluster", "up", "--brokers", str(BROKERS), "--data", str(data))
@@ -324,30 +356,29 @@ def _run(data: Path, case: str, recovery: str, sizes: Sizes, targets: list[Tmpfs
     worker = ProducerWorker(bootstrap, sizes.rate)
     worker.start()
     assert eventually(lambda: len(worker.acked) >= 300, 60), f"nothing acknowledged before the fault: {worker.failed[:5]}"
-    progress(f"{case}/{recovery}: {len(worker.acked)} acked, filling {[str(t.path) for t in targets]}")
-    if case == "segment-roll":
-        for tmpfs in targets:
-            tmpfs.fill_inodes()
-    else:   # the filler leaves the producer room, then takes what its writes left (a leader refusing
-        # appends stops its followers' writes too, so the producer alone may never fill every disk);
-        # in ``issue`` ZooKeeper's space reserve stays until `down` (or the operator) frees it
-        for tmpfs in targets:
-            tmpfs.fill(sizes.leave)
-        eventually(lambda: all(t.free() < (64 << 10) for t in targets), 20, step_s=0.1)
-        for tmpfs in targets:
-            tmpfs.fill(0)
-    full_at = eventually(lambda: all(t.full() for t in targets) and time.monotonic(), 60, step_s=0.05)
-    if not full_at:
-        outcome.problems.append(f"the disk never filled within 60s (free: {[t.free() for t in targets]})")
-        worker.finish(5, purge=True)
-        return
+    if case in FS_FAULTS:
+        progress(f"{case}/{recovery}: {len(worker.acked)} acked, switching {targets[0].path} to {FS_FAULTS[case]}")
+        for fs in targets:
+            fs.switch(FS_FAULTS[case])
+        full_at = time.monotonic()
+    else:
+        full_at = _fill(case, sizes, targets, worker, progress, recovery)
+        if not full_at:
+            outcome.problems.append(f"the disk never filled within 60s (free: {[t.free() for t in targets]})")
+            worker.finish(5, purge=True)
+            return
     progress(f"{case}/{recovery}: full; producing into it for {TOLD_WITHIN_S:.0f}s")
     time.sleep(TOLD_WITHIN_S)
     acked_full = len(worker.acked)
     _told(worker, full_at, outcome)
+    if case in FS_FAULTS:
+        _met_the_fault(data, targets, outcome)
 
     if recovery == "running":
-        for tmpfs in targets:
+        if case in FS_FAULTS:
+            for fs in targets:
+                fs.switch("ok")
+        for tmpfs in targets if case not in FS_FAULTS else []:
             tmpfs.release()
             if case == "segment-roll":   # the few inodes freed would go at the next rolls: grow too
                 tmpfs.resize(tmpfs.size, inodes=100_000)
@@ -355,6 +386,8 @@ def _run(data: Path, case: str, recovery: str, sizes: Sizes, targets: list[Tmpfs
         progress(f"{case}/{recovery}: space back while the brokers run")
         online = eventually(lambda: partitions_online(bootstrap) and time.monotonic(), ONLINE_WITHIN_S + 5)
         outcome.online_after_s = online - back_at if online else None
+        whole = eventually(lambda: isr_full(bootstrap) and time.monotonic(), ONLINE_WITHIN_S + 5)
+        outcome.isr_full_after_s = whole - back_at if whole else None
         grew = eventually(lambda: len(worker.acked) > acked_full + 200 and time.monotonic(), ONLINE_WITHIN_S)
         if not grew:
             outcome.problems.append(f"no record acknowledged within {ONLINE_WITHIN_S:.0f}s of space returning "
@@ -373,6 +406,9 @@ def _run(data: Path, case: str, recovery: str, sizes: Sizes, targets: list[Tmpfs
             return
         outcome.torn += torn_batches(broker_dirs, tail_allowed=True)
         for tmpfs in targets:
+            if case in FS_FAULTS:
+                tmpfs.switch("ok")
+                continue
             tmpfs.release()
             tmpfs.resize(max(sizes.grow_to, 2 * tmpfs.size), inodes=100_000 if case == "segment-roll" else None)
         up = ember("cluster", "up", "--brokers", str(BROKERS), "--data", str(data))
@@ -383,6 +419,8 @@ def _run(data: Path, case: str, recovery: str, sizes: Sizes, targets: list[Tmpfs
         bootstrap = LocalCluster.load(data).kafka_bootstrap
         online = eventually(lambda: partitions_online(bootstrap) and time.monotonic(), ONLINE_WITHIN_S + 5)
         outcome.online_after_s = online - up_at if online else None
+        whole = eventually(lambda: isr_full(bootstrap) and time.monotonic(), ONLINE_WITHIN_S + 5)
+        outcome.isr_full_after_s = whole - up_at if whole else None
         after = ProducerWorker(bootstrap, sizes.rate, first_seq=worker.seq)
         after.start()
         time.sleep(sizes.produce_after_s)
@@ -390,7 +428,55 @@ def _run(data: Path, case: str, recovery: str, sizes: Sizes, targets: list[Tmpfs
         if left_after:
             outcome.problems.append(f"{left_after} record(s) produced after `cluster up` unreported within 60s")
         _merge(worker, after)
+    if case in FS_FAULTS:
+        outcome.notes += _said(data, "broker-1", ("back online",), 3)
+        if outcome.isr_full_after_s is None or outcome.isr_full_after_s > ONLINE_WITHIN_S:
+            outcome.problems.append(f"broker 1 was not back in every partition's ISR within {ONLINE_WITHIN_S:.0f}s "
+                                    f"of its disk working again")
+        elif not eventually(lambda: isr_full(bootstrap), 15):   # and it stayed: no new failure on a working disk
+            outcome.problems.append("broker 1 left a partition's ISR again after it came back on a working disk")
     _check(data, bootstrap, broker_dirs, worker, outcome)
+
+
+def _fill(case: str, sizes: Sizes, targets: Sequence[Tmpfs], worker: ProducerWorker,
+          progress: Callable[[str], object], recovery: str) -> float | None:
+    """Fill the ``targets`` (blocks, or inodes for ``segment-roll``); when they were full, or None."""
+    progress(f"{case}/{recovery}: {len(worker.acked)} acked, filling {[str(t.path) for t in targets]}")
+    if case == "segment-roll":
+        for tmpfs in targets:
+            tmpfs.fill_inodes()
+    else:   # the filler leaves the producer room, then takes what its writes left (a leader refusing
+        # appends stops its followers' writes too, so the producer alone may never fill every disk);
+        # in ``issue`` ZooKeeper's space reserve stays until `down` (or the operator) frees it
+        for tmpfs in targets:
+            tmpfs.fill(sizes.leave)
+        eventually(lambda: all(t.free() < (64 << 10) for t in targets), 20, step_s=0.1)
+        for tmpfs in targets:
+            tmpfs.fill(0)
+    return eventually(lambda: all(t.full() for t in targets) and time.monotonic(), 60, step_s=0.05) or None
+
+
+def _met_the_fault(data: Path, targets: Sequence[FaultFs], outcome: Outcome) -> None:
+    """That the fault file systems failed calls (the broker met the fault, the run is not vacuous),
+    when first, and the broker's first lines about it."""
+    for fs in targets:
+        state, first = fs.state(), fs.first_failure_after_s()
+        outcome.notes.append(f"{fs.path.name} ({fs.mode}): failed calls {state.get('failed') or 'none'}, the first "
+                             + (f"{first:.2f}s after the switch" if first is not None else "never"))
+        if not state.get("failed"):
+            outcome.problems.append(f"{fs.path.name}'s file system failed no call in {fs.mode} mode: the broker "
+                                    f"never met the fault")
+        outcome.notes += _said(data, fs.path.name, ("offline after a disk failure", "Input/output error",
+                                                    "Read-only file system"), 2)
+
+
+def _said(data: Path, broker: str, words: tuple[str, ...], most: int) -> list[str]:
+    """The broker's first ``most`` log lines with one of ``words``, for the notes."""
+    try:
+        lines = (data / f"{broker}.log").read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    return [f"{broker}.log: {line[:300]}" for line in lines if any(w in line for w in words)][:most]
 
 
 def _told(worker: ProducerWorker, full_at: float, outcome: Outcome) -> None:
