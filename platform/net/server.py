@@ -32,6 +32,7 @@ import os
 from typing import TYPE_CHECKING, Awaitable, Callable
 
 from ember.errors import EmberError
+from ember.net.budget import RequestBudget
 from ember.security.listener import ListenerSecurity, establish
 from ember.security.log_limit import LogLimiter, suppressed_note
 from ember.security.sasl.server import RawSaslToken, SaslServer
@@ -131,8 +132,10 @@ class BrokerServer:
 
     def __init__(self, dispatch: Dispatch, host: str, port: int, max_frame_bytes: int,
                  max_idle_ms: int, observer: "RequestObserver | None" = None,
-                 security: ListenerSecurity | None = None) -> None:
+                 security: ListenerSecurity | None = None, budget: RequestBudget | None = None) -> None:
         self.dispatch = dispatch
+        #: Bytes of request frames in flight, shared by the broker's listeners (queued.max.request.bytes).
+        self.budget = budget or RequestBudget(-1)
         self.security = security or ListenerSecurity("EMBER")
         if self.security.sasl is not None and not hasattr(self, "authenticate"):
             raise TypeError(f"{type(self).__name__} cannot serve the SASL listener {self.security.listener}: "
@@ -183,14 +186,16 @@ class BrokerServer:
             sasl = SaslServer(self.security.sasl) if self.security.sasl is not None else None
             while True:
                 pending = sasl if sasl is not None and not sasl.complete else None
-                request = await self._read_request(reader, watchdog, pending)
-                if request is None:
+                read = await self._read_request(reader, watchdog, pending)
+                if read is None:
                     break
-                if pending is None and sasl is not None and sasl.expires_at is not None:
-                    pending = self._renewal(sasl, request, session)
-                    sasl = pending or sasl
-                timer = self.observer.start(request.api_key) if self.observer is not None else None
-                try:
+                request, charged = read
+                timer = None
+                try:   # the frame's bytes stay charged to the budget until its request is answered
+                    if pending is None and sasl is not None and sasl.expires_at is not None:
+                        pending = self._renewal(sasl, request, session)
+                        sasl = pending or sasl
+                    timer = self.observer.start(request.api_key) if self.observer is not None else None
                     watchdog.watch_client(reader)
                     reply = await (self.dispatch(request) if pending is None
                                    else self._authenticate(request, pending))
@@ -202,8 +207,10 @@ class BrokerServer:
                         await self._write(writer, request.correlation_id, reply)
                         watchdog.disarm()
                 finally:
+                    self.budget.release(charged)
                     if timer is not None:
                         timer.done()
+                del read, request   # its frame is freed with its bytes given back, not kept while the next one waits
                 if pending is not None and pending.close_reason is not None:
                     raise CloseConnection(f"on listener {self.security.listener}: {pending.close_reason}")
         except EmberError as exc:
@@ -261,9 +268,12 @@ class BrokerServer:
         return None
 
     async def _read_request(self, reader: asyncio.StreamReader, watchdog: _Watchdog,
-                            sasl: SaslServer | None = None) -> Request | None:
-        """The next request, None at a clean end of stream; raises EmberError on bad frames.
-        The wait for the length prefix and the read of the frame are each bounded by ``watchdog``;
+                            sasl: SaslServer | None = None) -> tuple[Request, int] | None:
+        """The next request and the bytes charged for it to :attr:`budget` (the caller releases
+        them once it is answered), None at a clean end of stream; raises EmberError on bad frames.
+        The frame's bytes are charged before it is read: a frame that does not fit waits, reading
+        nothing (back-pressure). The wait for the length prefix, for room in the budget and the
+        read of the frame are each bounded by ``watchdog``;
         while ``sasl`` (an authentication in progress) is given, by what is left of its timeout,
         and frames by Kafka's ``sasl.server.max.receive.size``."""
         watchdog.arm("authenticating" if sasl is not None else "sending the next request", _sasl_limit(sasl))
@@ -278,9 +288,19 @@ class BrokerServer:
         if size > limit and (foreign := foreign_protocol(head)) is not None:
             raise CloseConnection(self._foreign_reason(foreign))
         check_frame_size(size, limit)
-        watchdog.arm(f"sending a request frame of {size} bytes", _sasl_limit(sasl))
-        frame = await reader.readexactly(size)
-        return RawSaslToken(frame) if sasl is not None and sasl.raw else self.decode_frame(frame)  # type: ignore[return-value]
+        budget = self.budget
+        if budget.limit > 0 and budget.in_flight and budget.in_flight + size > budget.limit:
+            watchdog.arm(f"waiting for room for a request frame of {size} bytes (queued.max.request.bytes="
+                         f"{budget.limit}, {budget.in_flight} in flight)", _sasl_limit(sasl))
+        await budget.acquire(size)
+        try:
+            watchdog.arm(f"sending a request frame of {size} bytes", _sasl_limit(sasl))
+            frame = await reader.readexactly(size)
+            request = RawSaslToken(frame) if sasl is not None and sasl.raw else self.decode_frame(frame)
+        except BaseException:
+            budget.release(size)
+            raise
+        return request, size  # type: ignore[return-value]
 
     def _foreign_reason(self, foreign: str) -> str:
         """Why a connection that opened with another protocol is closed, and what its client

@@ -40,6 +40,7 @@ from ember.ingest.log_manager import LogManager
 from ember.ingest.metadata_view import MetadataView
 from ember.ingest.replica_manager import ReplicaManager
 from ember.ingest.topic_changes import TopicChanges
+from ember.net.budget import RequestBudget
 from ember.net.server import BrokerServer
 from ember.protocol.ember.api_acls import AclApis
 from ember.protocol.ember.api_admin import AdminApis
@@ -198,13 +199,19 @@ class Broker:
         core = BrokerCore(options.broker_id, cluster_id, self.config, self.cache, self.replicas, view, topics,
                           producer_ids, self.groups, self.controller, scram, self.access, self.acls)
         max_bytes, max_idle_ms = self.config.socket_request_max_bytes, self.config.connections_max_idle_ms
+        # queued.max.request.bytes: one pool for the client listeners, one for the inter-broker listener, so
+        # follower fetches never wait behind client produce requests that wait for those followers.
+        budgets = {"": RequestBudget(self.config.queued_max_request_bytes),
+                   self.config.inter_broker_listener_name or "": RequestBudget(self.config.queued_max_request_bytes)}
         self.servers = [(listener.name, EmberServer(dispatcher, listener.host, listener.port, max_bytes, max_idle_ms,
                                                     self._request_observer(listener.name),
-                                                    self.listener_security[listener.name]))
+                                                    self.listener_security[listener.name],
+                                                    budgets.get(listener.name, budgets[""])))
                         for listener in options.listeners.ember_protocol]
         self.servers += [(listener.name, kafka_server(core, listener, max_bytes, max_idle_ms,
                                                       self._request_observer(listener.name),
-                                                      self.listener_security[listener.name]))
+                                                      self.listener_security[listener.name],
+                                                      budgets.get(listener.name, budgets[""])))
                          for listener in options.listeners.kafka]
         for _, server in self.servers:
             await server.bind()

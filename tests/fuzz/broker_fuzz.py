@@ -64,12 +64,16 @@ GOOD_TOPIC = "well-behaved-client-topic"
 GOOD_GROUP = "well-behaved-client-group"
 SENTINEL_ID = -7
 #: Broker settings of the fuzz cluster: stalled fuzz connections (a lying length prefix) close fast.
+#: The fuzzed brokers bound their request memory (queued.max.request.bytes, -1 by default as in Kafka):
+#: the run checks that the bound holds under hostile frames.
 BROKER_CONFIG = {"connections.max.idle.ms": "5000", "group.initial.rebalance.delay.ms": "100",
-                 "zookeeper.session.timeout.ms": "10000"}
+                 "zookeeper.session.timeout.ms": "10000", "queued.max.request.bytes": str(32 << 20)}
 RSS_FACTOR, RSS_SLACK_KB = 2, 100 * 1024
 SOCKET_SLACK = 10
 WARM_UP_S = 60.0
 PROBE_INTERVAL_S = 5.0
+#: How often each broker's RSS is sampled during the run (its maximum is reported and bounded).
+RSS_SAMPLE_INTERVAL_S = 1.0
 PROBE_TIMEOUT_S = 10.0
 #: Mutated requests may delete the fuzz topics (an api key turned into DeleteTopics): recreate them.
 RECREATE_INTERVAL_S = 2.0
@@ -111,6 +115,10 @@ class FuzzReport:
     seconds: float = 0.0
     before: dict[int, ProcessStats] = field(default_factory=dict)
     after: dict[int, ProcessStats] = field(default_factory=dict)
+    #: Largest RSS (kB) sampled during the run, per broker, and how many samples were taken.
+    rss_max_kb: dict[int, int] = field(default_factory=dict)
+    rss_samples: int = 0
+    apis: set[str] = field(default_factory=set)
     recreated_topics: int = 0
     good_records: int = 0
     good_rounds: int = 0
@@ -118,7 +126,7 @@ class FuzzReport:
     audit: AuditResult | None = None
 
     def summary(self) -> str:
-        lines = [f"frames {self.frames} ({self.fatal_frames} fatal) in {self.seconds:.0f}s "
+        lines = [f"frames {self.frames} ({self.fatal_frames} fatal) of {len(self.apis)} request types in {self.seconds:.0f}s "
                  f"({self.frames / max(self.seconds, 1e-9):.0f}/s), {self.pipelines} connections "
                  f"({self.abandoned} reset unread), {self.answered_pipelines} answered to the end, "
                  f"{self.responses} responses",
@@ -126,7 +134,8 @@ class FuzzReport:
         for broker_id, before in sorted(self.before.items()):
             after = self.after.get(broker_id, before)
             lines.append(f"broker {broker_id}: RSS {before.rss_kb // 1024} MB -> {after.rss_kb // 1024} MB "
-                         f"(peak {after.peak_kb // 1024} MB), sockets {before.sockets} -> {after.sockets}, "
+                         f"(sampled max {self.rss_max_kb.get(broker_id, 0) // 1024} MB over {self.rss_samples} samples, "
+                         f"peak {after.peak_kb // 1024} MB), sockets {before.sockets} -> {after.sockets}, "
                          f"other open files {before.files} -> {after.files}")
         lines.append(f"well-behaved client: {self.good_records} records acknowledged in {self.good_rounds} rounds, "
                      f"longest round {self.good_longest_round_s:.1f}s")
@@ -244,7 +253,8 @@ class _Fuzzer:
     async def run(self) -> None:
         self._deadline = time.monotonic() + self.config.max_seconds
         workers = [asyncio.create_task(self._worker()) for _ in range(self.config.connections)]
-        background = [asyncio.create_task(self._probe_forever()), asyncio.create_task(self._recreate_forever())]
+        background = [asyncio.create_task(self._probe_forever()), asyncio.create_task(self._recreate_forever()),
+                      asyncio.create_task(self._sample_rss_forever())]
         try:
             await asyncio.gather(*workers)
         finally:
@@ -260,6 +270,7 @@ class _Fuzzer:
                 return
             self.report.frames += len(pipeline.mutants)
             self.report.fatal_frames += sum(m.fatal for m in pipeline.mutants)
+            self.report.apis.update(m.what.split(":")[0].split(" ")[0] for m in pipeline.mutants)
             self.report.pipelines += 1
             await self._send(pipeline)
 
@@ -334,6 +345,20 @@ class _Fuzzer:
         if 0 <= correlation_id < len(pipeline.mutants):
             return pipeline.mutants[correlation_id].data
         return self.dialect.sentinel
+
+    async def _sample_rss_forever(self) -> None:
+        """Each broker's RSS every RSS_SAMPLE_INTERVAL_S, the run long: a request that briefly takes
+        memory shows here even when the broker gives it back before the run ends."""
+        pids = {i: b.pid for i, b in self.cluster.brokers.items() if b.pid}
+        while True:
+            for broker_id, pid in pids.items():
+                try:
+                    rss = process_stats(pid).rss_kb
+                except OSError:
+                    continue
+                self.report.rss_max_kb[broker_id] = max(self.report.rss_max_kb.get(broker_id, 0), rss)
+            self.report.rss_samples += 1
+            await asyncio.sleep(RSS_SAMPLE_INTERVAL_S)
 
     async def _probe_forever(self) -> None:
         """Every broker process alive and answering a fresh connection, all run long."""
@@ -449,6 +474,9 @@ def run(config: FuzzConfig, data_dir: Path) -> FuzzReport:
             after = report.after[broker_id]
             if after.rss_kb > RSS_FACTOR * before.rss_kb + RSS_SLACK_KB:
                 report.findings.append(f"broker {broker_id} RSS grew from {before.rss_kb} kB to {after.rss_kb} kB")
+            if report.rss_max_kb.get(broker_id, 0) > RSS_FACTOR * before.rss_kb + RSS_SLACK_KB:
+                report.findings.append(f"broker {broker_id} RSS reached {report.rss_max_kb[broker_id]} kB during the "
+                                       f"run ({before.rss_kb} kB before)")
             if after.sockets > before.sockets + SOCKET_SLACK:
                 report.findings.append(f"broker {broker_id} holds {after.sockets} connections, "
                                        f"{before.sockets} before the run")

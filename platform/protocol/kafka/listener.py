@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from ember.ingest.core import BrokerCore
 from ember.ingest.listeners import Listener
+from ember.net.budget import RequestBudget
 from ember.net.server import BrokerServer
 from ember.protocol.kafka.api_versions import ApiVersionsHandler
 from ember.protocol.kafka.codec import decode_request
@@ -36,9 +37,9 @@ class KafkaServer(BrokerServer):
 
     def __init__(self, dispatcher: KafkaDispatcher, host: str, port: int, max_frame_bytes: int,
                  max_idle_ms: int, observer: "RequestObserver | None" = None,
-                 security: ListenerSecurity | None = None) -> None:
+                 security: ListenerSecurity | None = None, budget: RequestBudget | None = None) -> None:
         super().__init__(dispatcher, host, port, max_frame_bytes, max_idle_ms, observer,   # type: ignore[arg-type]
-                         security or ListenerSecurity("KAFKA"))
+                         security or ListenerSecurity("KAFKA"), budget)
         self.decode_frame = (
             lambda frame: decode_request(memoryview(frame), dispatcher.serves))  # type: ignore[assignment, return-value]
 
@@ -60,6 +61,7 @@ def kafka_dispatcher(core: BrokerCore, listener: str, observer: "RequestObserver
 
 
 def kafka_server(core: BrokerCore, listener: Listener, max_frame_bytes: int, max_idle_ms: int,
-                 observer: "RequestObserver | None" = None, security: ListenerSecurity | None = None) -> KafkaServer:
+                 observer: "RequestObserver | None" = None, security: ListenerSecurity | None = None,
+                 budget: RequestBudget | None = None) -> KafkaServer:
     return KafkaServer(kafka_dispatcher(core, listener.name, observer), listener.host, listener.port, max_frame_bytes,
-                       max_idle_ms, observer, security or ListenerSecurity(listener.name))
+                       max_idle_ms, observer, security or ListenerSecurity(listener.name), budget)
