@@ -43,6 +43,10 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in (
               "partition goes to the one holding the fewest; one that fails at start-up is set offline and the "
               "broker serves the others. Unset: log.dir, else the broker's --data directory.", nullable=True),
     ConfigDef("log.dir", "string", None, "The broker's log directory when log.dirs is not set.", nullable=True),
+    _long("log.dir.min.free.bytes", 0, "Free space each log directory's file system keeps: an append that would "
+          "leave less is refused as a disk failure (the log goes offline, leadership moves, and it comes back once "
+          "the space is there), so what shares the file system (ZooKeeper in `ember cluster up`, the broker's "
+          "checkpoints) still has room. 0: no check. Not a Kafka setting.", 0),
     _long("log.retention.hours", 168, "Default retention.ms, in hours (used when log.retention.ms "
           "is not set); -1 keeps data forever.", -1),
     _long("log.retention.ms", None, "Default retention.ms; overrides log.retention.hours.", -1,
@@ -61,6 +65,12 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in (
           "probe shows its disk works again (not a Kafka setting: Kafka needs a restart).", 100),
     _int("socket.request.max.bytes", 100 * 1024 * 1024,
          "Largest request frame; a bigger one closes the connection.", 1024),
+    _long("queued.max.request.bytes", -1, "Bytes of request frames the broker holds at once (read, not yet "
+          "answered), summed over its client listeners; the inter-broker listener has a pool of its own. A "
+          "connection whose next frame does not fit stops being read until it does (back-pressure, bounded by "
+          "connections.max.idle.ms); a frame arriving when nothing else is in flight always fits. -1 = unbounded "
+          "(Kafka's default, kept: an acks=all produce holds its bytes until answered, so a bound below the "
+          "producers' working set would queue requests behind replication; docs/broker.md).", -1),
     _long("connections.max.idle.ms", 600000, "A connection that takes longer than this to send the next "
           "request, to send the rest of a started request, or to accept a response is closed.", 1),
     _int("zookeeper.session.timeout.ms", 6000,
@@ -159,6 +169,7 @@ class BrokerConfig:
     default_replication_factor: int
     log_dirs: Optional[str]
     log_dir: Optional[str]
+    log_dir_min_free_bytes: int
     log_retention_hours: int
     log_retention_ms: Optional[int]
     log_retention_bytes: int
@@ -169,6 +180,7 @@ class BrokerConfig:
     log_flush_scheduler_interval_ms: int
     log_offline_retry_interval_ms: int
     socket_request_max_bytes: int
+    queued_max_request_bytes: int
     connections_max_idle_ms: int
     zookeeper_session_timeout_ms: int
     zookeeper_ssl_client_enable: bool

@@ -53,9 +53,10 @@ def controller_moved_away(state: PartitionState | None, broker_id: int) -> bool:
     return state.leader == NO_LEADER or broker_id not in state.isr
 
 
-def probe_free_bytes(partition: "Partition") -> int:
-    """Free space a working disk must have for this partition: one batch of its topic."""
-    return max(partition.config.max_message_bytes, disk.PROBE_BYTES)
+def probe_free_bytes(partition: "Partition", min_free_bytes: int = 0) -> int:
+    """Free space a working disk must have for this partition: one batch of its topic, beyond
+    what the log directory keeps free (``log.dir.min.free.bytes``)."""
+    return max(partition.config.max_message_bytes, disk.PROBE_BYTES) + max(min_free_bytes, 0)
 
 
 class OfflineLogRecovery:
@@ -63,13 +64,15 @@ class OfflineLogRecovery:
 
     def __init__(self, broker_id: int, interval_ms: int, partitions: Callable[[], Iterable["Partition"]],
                  state_of: Callable[["Partition"], PartitionState | None],
-                 reopen: Callable[["Partition"], Awaitable["Partition | None"]], io_pool: Executor) -> None:
+                 reopen: Callable[["Partition"], Awaitable["Partition | None"]], io_pool: Executor,
+                 min_free_bytes: int = 0) -> None:
         self.broker_id = broker_id
         self.interval_s = interval_ms / 1000
         self._partitions = partitions
         self._state_of = state_of
         self._reopen = reopen
         self._io_pool = io_pool
+        self.min_free_bytes = min_free_bytes
         self._task: asyncio.Task[None] | None = None
         # per partition, the offline log already announced, and the one whose first failure was logged
         self._announced: dict[Key, "Log"] = {}
@@ -107,11 +110,11 @@ class OfflineLogRecovery:
                 log.info("%s: retrying its offline log every %g s: it is reopened once the controller has moved "
                          "leadership away from this replica and its disk passes a probe (at least %d bytes free, a file "
                          "written, fsynced and deleted in %s)", partition, self.interval_s,
-                         probe_free_bytes(partition), old.directory)
+                         probe_free_bytes(partition, self.min_free_bytes), old.directory)
             if not controller_moved_away(self._state_of(partition), self.broker_id):
                 continue
             failure = await asyncio.get_running_loop().run_in_executor(
-                self._io_pool, disk.probe, old.directory, probe_free_bytes(partition))
+                self._io_pool, disk.probe, old.directory, probe_free_bytes(partition, self.min_free_bytes))
             if failure is not None:
                 self._say_failure(key, old, f"{partition}: its disk does not work yet ({failure}); retrying")
                 continue

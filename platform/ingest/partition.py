@@ -38,6 +38,7 @@ from ember.errors import (
     UnknownLeaderEpoch,
 )
 from ember.ingest.isr import FollowerProgress, now_ms
+from ember.ingest.log_dir_space import LogDirSpace
 from ember.ingest.signals import Signal, wait_any
 from ember.log.config import LogConfig
 from ember.record.batch import NO_EPOCH
@@ -70,7 +71,8 @@ class LogOffsets:
 
 class Partition:
     def __init__(self, topic: str, index: int, topic_id: str, log: "Log", config: LogConfig,
-                 broker_id: int, io_pool: Executor, stats: "TopicStats | None" = None) -> None:
+                 broker_id: int, io_pool: Executor, stats: "TopicStats | None" = None,
+                 space: LogDirSpace | None = None) -> None:
         self.topic = topic
         self.index = index
         self.topic_id = topic_id
@@ -95,6 +97,8 @@ class Partition:
         self._io_pool = io_pool
         #: The topic's byte and record counters (None: metrics are off).
         self.stats = stats
+        #: The free space appends must leave on the log directory (None: no check).
+        self.space = space
         #: Called (event loop) after each StorageError of this log the broker meets, so the
         #: replica manager looks at once whether the log went offline (set by it).
         self.on_storage_error: Callable[[], None] | None = None
@@ -251,6 +255,8 @@ class Partition:
         return result
 
     def _append(self, raw: memoryview, leader_epoch: int) -> "AppendResult":
+        if self.space is not None:
+            self.space.check(self.log.directory, len(raw))
         result = self.log.append_as_leader(raw, leader_epoch)
         self._advance_high_watermark()
         return result
@@ -355,6 +361,8 @@ class Partition:
 
     def _append_as_follower(self, raw: memoryview, leader_high_watermark: int, leader_log_start: int) -> None:
         if raw:
+            if self.space is not None:
+                self.space.check(self.log.directory, len(raw))
             self.log.append_as_follower(raw)
         with self._hw_lock:
             if min(leader_high_watermark, self.log.log_end_offset) > self.log.high_watermark:

@@ -37,6 +37,7 @@ from ember.errors import InvalidConfig, LeaderNotAvailable, NotLeaderOrFollower,
 from ember.ingest.broker_client import InterBroker
 from ember.ingest.broker_config import BrokerConfig
 from ember.ingest.isr import IsrManager, IsrWriter
+from ember.ingest.log_dir_space import LogDirSpace
 from ember.ingest.log_manager import LogManager
 from ember.ingest.offline_log_recovery import OfflineLogRecovery
 from ember.ingest.partition import Partition
@@ -118,8 +119,10 @@ class ReplicaManager:
         self._closed = False
         if offline_writer is not None:
             offline_writer.on_new_session(self._new_session)
+        self.space = LogDirSpace(config.log_dir_min_free_bytes)
         self.recovery = OfflineLogRecovery(broker_id, config.log_offline_retry_interval_ms, self.all_partitions,
-                                           self._cached_state, self.reopen_offline, logs.io_pool)
+                                           self._cached_state, self.reopen_offline, logs.io_pool,
+                                           config.log_dir_min_free_bytes)
 
     # -- lookups (event loop) ------------------------------------------------------------------
 
@@ -358,7 +361,7 @@ class ReplicaManager:
 
     def _put_partition(self, topic: str, index: int, topic_id: str, log_: Log, config: LogConfig) -> Partition:
         partition = Partition(topic, index, topic_id, log_, config, self.broker_id, self.logs.io_pool,
-                              self.metrics.topic(topic) if self.metrics else None)
+                              self.metrics.topic(topic) if self.metrics else None, self.space)
         partition.on_storage_error = self._look_offline
         self.partitions[(topic, index)] = partition
         return partition

@@ -157,6 +157,8 @@ class LocalCluster:
     _processes: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
     _started: bool = field(default=False, repr=False)
     _context: ssl.SSLContext | None = field(default=None, repr=False)
+    #: Free space the brokers keep on a file system they share with ZooKeeper (``log.dir.min.free.bytes``).
+    _zookeeper_room: int = field(default=0, repr=False)
     #: Loaded from the state file (:meth:`load`): ``broker_config`` is not known (the state file does
     #: not keep it), so a broker started again reuses the overrides file ``up`` wrote.
     _loaded: bool = field(default=False, repr=False)
@@ -256,6 +258,7 @@ class LocalCluster:
             self._spawn(broker)
         self._started = True
         self.save()
+        progress(f"waiting for the brokers to answer (up to {timeout_s:.0f} s)")
         self.wait_healthy(timeout_s)
         progress(f"cluster ready: bootstrap {self.bootstrap}")
         return self
@@ -345,6 +348,7 @@ class LocalCluster:
             command += ["--log-dirs", ",".join(str(d) for d in broker.log_dirs)]
         listeners = ("EMBER", "KAFKA")
         properties = {**DEVELOPMENT_BROKER_CONFIG, **(self.tls.broker_properties(listeners) if self.tls else {}),
+                      **({"log.dir.min.free.bytes": str(self._zookeeper_room)} if self._zookeeper_room else {}),
                       **(self.scram.broker_properties(listeners) if self.scram else {}), **self.broker_config}
         config = self.data_dir / "broker-overrides.properties"
         if not (self._loaded and config.exists()):
@@ -498,13 +502,15 @@ class LocalCluster:
         return cluster
 
     def _reserve_for_zookeeper(self, progress: Callable[[str], object]) -> None:
-        """Hold space for ZooKeeper when it shares the log directories' file system: a file of
-        real blocks in its directory, which ``stop`` deletes first and an operator deletes to
-        give ZooKeeper room on a full disk (docs/operations.md, "A full disk")."""
+        """Keep room for ZooKeeper when it shares the log directories' file system: the brokers
+        stop appending before less than the reserve size is free (``log.dir.min.free.bytes``), and
+        a file of real blocks in its directory, which ``stop`` deletes first and an operator
+        deletes to give ZooKeeper room on a full disk (docs/operations.md, "A full disk")."""
         assert self.zookeeper is not None
         if self.data_dir.stat().st_dev != self.zookeeper.data_dir.stat().st_dev:
             return   # its own file system: the brokers' logs cannot fill it
         size = zookeeper_reserve_size(self.data_dir)
+        self._zookeeper_room = size     # the brokers stop appending before they take ZooKeeper's room
         try:
             self.zookeeper.make_reserve(size)
         except OSError as exc:

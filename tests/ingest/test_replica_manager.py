@@ -32,6 +32,7 @@ from ember.errors import (
     NotEnoughReplicas,
     NotLeaderOrFollower,
     OffsetOutOfRange,
+    StorageError,
     TopicAuthorizationFailed,
     UnknownLeaderEpoch,
     UnknownTopicOrPartition,
@@ -58,12 +59,13 @@ def state(leader: int, epoch: int, isr: list[int], version: int) -> PartitionSta
 @asynccontextmanager
 async def replica_manager(data_dir: Path, cache: FakeMetadataCache, broker_id: int = ME, *, start: bool = True,
                           inter_broker: FakeInterBroker | None = None,
-                          access: Any = ALLOW_ALL) -> AsyncIterator[ReplicaManager]:
-    """A (started) ReplicaManager of broker ``broker_id`` over ``data_dir``, its ISR writes going
-    to a fake writer over ``cache``; closed (fetchers, ISR writes, logs) on exit."""
+                          access: Any = ALLOW_ALL, config: dict[str, str] | None = None) -> AsyncIterator[ReplicaManager]:
+    """A (started) ReplicaManager of broker ``broker_id`` over ``data_dir`` (broker ``config`` over
+    :data:`FAST`), its ISR writes going to a fake writer over ``cache``; closed (fetchers, ISR
+    writes, logs) on exit."""
     logs = LogManager(data_dir, broker_id)
-    config = BrokerConfig.from_properties(FAST)
-    replicas = ReplicaManager(broker_id, cache, logs, config, FakeIsrWriter(cache, broker_id),
+    broker_config = BrokerConfig.from_properties({**FAST, **(config or {})})
+    replicas = ReplicaManager(broker_id, cache, logs, broker_config, FakeIsrWriter(cache, broker_id),
                               inter_broker=inter_broker or FakeInterBroker(), access=access)
     try:
         if start:
@@ -558,3 +560,21 @@ def test_closing_on_a_failing_disk_says_so_once_per_partition_without_a_tracebac
     assert len(lines) == 2, [r.getMessage() for r in lines]
     assert all(r.levelno == logging.WARNING and r.exc_info is None and "its last flush failed" in r.getMessage()
                for r in lines)
+
+
+def test_an_append_that_would_leave_less_than_the_minimum_free_space_is_refused_as_a_full_disk(
+        tmp_path: Path) -> None:
+    """log.dir.min.free.bytes: the broker stops appending before the disk is full, so a ZooKeeper
+    on the same file system keeps room to record the failover (seen in the fault tests: ZooKeeper
+    died at its first transaction on the full disk, and no leader moved)."""
+    free = os.statvfs(tmp_path).f_bavail * os.statvfs(tmp_path).f_frsize
+
+    async def scenario() -> None:
+        async with replica_manager(tmp_path / "data", led_here_and_elsewhere(),
+                                   config={"log.dir.min.free.bytes": str(free * 2)}) as replicas:
+            partition = partition_of(replicas, 0)
+            with pytest.raises(StorageError, match="log.dir.min.free.bytes"):
+                await partition.append(memoryview(batch(2)), 1)
+            assert partition.log.offline and partition.log.log_end_offset == 0
+
+    run(scenario())
