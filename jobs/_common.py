@@ -4,11 +4,14 @@ import this module; it is not a job itself."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
+import threading
+import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -19,6 +22,8 @@ COORDINATES = ("topic", "partition", "offset", "timestamp")
 #: Client properties that configure security; a job passes them to the ember source and sink.
 SECURITY_PREFIXES = ("security.", "ssl.", "sasl.")
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
+#: A job that works longer than this without printing says what it is doing (seconds).
+PROGRESS_EVERY_S = 5.0
 
 Offsets = dict[tuple[str, int], int]
 """Offsets per (topic, partition)."""
@@ -183,6 +188,30 @@ def job_session(app_name: str) -> "SparkSession":
         spark = spark_session(app_name)
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+@contextlib.contextmanager
+def progress(spark: "SparkSession", label: str, every_s: float = PROGRESS_EVERY_S) -> Iterator[None]:
+    """Print what Spark is doing every ``every_s`` while the block runs (a job's first write of a
+    Delta table takes tens of seconds; nobody should stare at a silent terminal that long)."""
+    print(f"{label}: running (a line every {every_s:g} s until it is done)", flush=True)
+    started, done = time.monotonic(), threading.Event()
+
+    def report() -> None:
+        tracker = spark.sparkContext.statusTracker()
+        while not done.wait(every_s):
+            stages = [info for info in (tracker.getStageInfo(s) for s in tracker.getActiveStageIds()) if info]
+            work = ", ".join(f"stage {st.stageId} {st.name.split(' at ')[0]}: {st.numCompletedTasks}/{st.numTasks} tasks"
+                             for st in stages) or "planning or committing"
+            print(f"{label}: {time.monotonic() - started:.0f} s, {work}", flush=True)
+
+    reporter = threading.Thread(target=report, name="job-progress", daemon=True)
+    reporter.start()
+    try:
+        yield
+    finally:
+        done.set()
+        reporter.join(every_s)
 
 
 def run(main: Callable[[], int]) -> int:

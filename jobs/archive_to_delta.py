@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Mapping, Optional, Sequence
 from _common import (
     add_source_args,
     job_session,
+    progress,
     read_offsets,
     read_stream,
     resolve_offsets,
@@ -105,8 +106,10 @@ def read_archive_and_live(spark: "SparkSession", table: str, bootstrap: str, top
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    query = start_archive(job_session("ember-archive-to-delta"), args)
-    query.awaitTermination()  # raises the query's failure: the exit code tells
+    spark = job_session("ember-archive-to-delta")
+    query = start_archive(spark, args)
+    with progress(spark, f"archive_to_delta: {args.topic} -> {args.table}"):
+        query.awaitTermination()  # raises the query's failure: the exit code tells
     archived = sum(progress["numInputRows"] for progress in query.recentProgress)
     print(f"archive_to_delta: archived {archived} new records of {args.topic} into {args.table}")
     return 0

@@ -29,6 +29,7 @@ from _common import (
     job_session,
     parsed_value,
     partition_columns,
+    progress,
     read_offsets,
     resolve_offsets,
     run,
@@ -103,7 +104,8 @@ def replay(spark: "SparkSession", args: argparse.Namespace) -> int:
         print(f"replay: {topic}/{partition} [{start[(topic, partition)]}, {end[(topic, partition)]})")
     records = sum(end[tp] - start[tp] for tp in start)
     if records:
-        write(read_offsets(spark, source_options(args), start, end), args)
+        with progress(spark, f"replay: writing {records} records into {args.table or 'topic ' + args.to_topic}"):
+            write(read_offsets(spark, source_options(args), start, end), args)
     return records
 
 

@@ -22,6 +22,7 @@ from _common import (
     decoded,
     job_session,
     partition_columns,
+    progress,
     read_stream,
     run,
     write_delta_stream,
@@ -75,10 +76,12 @@ def start_stream(spark: "SparkSession", args: argparse.Namespace) -> "StreamingQ
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    query = start_stream(job_session("ember-stream-to-delta"), args)
-    query.awaitTermination()  # raises the query's failure: the exit code tells
-    progress = query.lastProgress or {}
-    print(f"stream_to_delta: stopped after batch {progress.get('batchId', '-')}; table {args.table}")
+    spark = job_session("ember-stream-to-delta")
+    query = start_stream(spark, args)
+    with progress(spark, f"stream_to_delta: {args.topic} -> {args.table}"):
+        query.awaitTermination()  # raises the query's failure: the exit code tells
+    last = query.lastProgress or {}
+    print(f"stream_to_delta: stopped after batch {last.get('batchId', '-')}; table {args.table}")
     return 0
 
 

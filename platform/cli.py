@@ -12,7 +12,8 @@ import pkgutil
 import sys
 
 import ember.commands
-from ember.errors import EmberError
+from ember.commands.topics import no_cluster_hint
+from ember.errors import BrokerNotAvailable, EmberError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,6 +42,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         for note in getattr(exc, "__notes__", ()):
             print(f"  {note}", file=sys.stderr)
+        hint = no_cluster_hint(args.bootstrap) if isinstance(exc, BrokerNotAvailable) and \
+            isinstance(getattr(args, "bootstrap", None), str) else None
+        if hint:   # e.g. a client command before `ember cluster up`
+            print(f"  {hint}", file=sys.stderr)
         return 1
     except ValueError as exc:  # a malformed argument value (address, number, config), caught late
         print(f"error: {exc}", file=sys.stderr)

@@ -12,6 +12,8 @@ from ember.commands.topics import TopicCheck, add_bootstrap, client_options
 
 #: While no record arrives, how often the command checks that the topic still exists.
 TOPIC_CHECK_S = 5.0
+#: After this long without a record, the command says (once, on stderr) that it is waiting and why.
+IDLE_NOTICE_S = 3.0
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -59,7 +61,7 @@ def consume(args: argparse.Namespace) -> int:
         consumer = Consumer(bootstrap_servers=args.bootstrap, group_id=args.group,
                             auto_offset_reset="earliest" if args.from_beginning else "latest", **client_options(args))
         count = 0
-        deleted = announced = False
+        deleted = announced = noticed = False
         out = sys.stdout.buffer
         try:
             if args.partition is None:
@@ -83,6 +85,9 @@ def consume(args: argparse.Namespace) -> int:
                     idle_since = now
                     continue
                 timed_out = now - idle_since >= idle_s
+                if not noticed and not timed_out and now - idle_since >= IDLE_NOTICE_S:
+                    noticed = True
+                    print(_waiting(args, count), file=sys.stderr, flush=True)
                 if timed_out or now - checked >= TOPIC_CHECK_S:
                     checked = now
                     gone = not check.listed(args.topic)
@@ -106,6 +111,25 @@ def consume(args: argparse.Namespace) -> int:
         raise SystemExit(f"error: topic {args.topic!r} was deleted {hint}; {count} records consumed")
     print(f"{count} records consumed from {args.topic}", file=sys.stderr)
     return 0
+
+
+def _waiting(args: argparse.Namespace, count: int) -> str:
+    """The one line a consumer prints when nothing has arrived for a while: that it waits, why the
+    topic may look empty (it starts at the end), and how it stops."""
+    if count:
+        why = f"{count} record(s) so far"
+    elif args.offset is not None:
+        why = f"none at or after offset {args.offset} of partition {args.partition}"
+    elif args.from_beginning:
+        why = "none in the topic yet" + (f", or none after group {args.group}'s committed offsets" if args.group
+                                         else "")
+    else:
+        start = f"group {args.group}'s committed offsets, else at " if args.group else ""
+        why = (f"none new: consume starts at {start}the end of the topic, so it prints records produced from "
+               f"now on; --from-beginning reads the ones already there")
+    stop = "Ctrl-C to stop" if args.timeout_ms is None else \
+        f"exits after {args.timeout_ms} ms without a record (--timeout-ms), or Ctrl-C"
+    return f"waiting for records in {args.topic}: {why}; {stop}"
 
 
 def _format(record: ConsumerRecord, args: argparse.Namespace) -> bytes:

@@ -16,6 +16,7 @@ from ember.errors import (
     ElectionNotNeeded,
     ErrorCode,
     InvalidConfig,
+    OffsetOutOfRange,
     TopicAlreadyExists,
     error_for_code,
 )
@@ -33,6 +34,17 @@ def bootstrap_default() -> str:
     ``ember cluster up`` started under $EMBER_DATA (default data/cluster), else 127.0.0.1:9092
     (broker 1 of a cluster started with the default ports)."""
     return os.environ.get("EMBER_BOOTSTRAP") or local_bootstrap(Path(DEFAULT_DATA)) or DEFAULT_BOOTSTRAP
+
+
+def no_cluster_hint(bootstrap: str) -> str | None:
+    """What to do when no broker answers at ``bootstrap`` because it is only the last-resort default
+    (no --bootstrap, no $EMBER_BOOTSTRAP, no cluster recorded under $EMBER_DATA): typically a client
+    command run before ``ember cluster up``, or with another data directory. None otherwise."""
+    if bootstrap != DEFAULT_BOOTSTRAP or os.environ.get("EMBER_BOOTSTRAP") or local_bootstrap(Path(DEFAULT_DATA)):
+        return None
+    return (f"no cluster is running under {DEFAULT_DATA} (where client commands look for one; $EMBER_DATA "
+            f"sets it): start one with `ember cluster up --data {DEFAULT_DATA}`, or give a running broker's "
+            f"address with --bootstrap")
 
 
 def add_bootstrap(parser: argparse.ArgumentParser) -> None:
@@ -119,7 +131,11 @@ class TopicCheck:
         try:
             return self._metadata.refresh(names)
         except BrokerNotAvailable as exc:
-            raise SystemExit(f"error: no broker reachable at {self.args.bootstrap} ({exc}); is the cluster up? "
+            detail = str(exc).removesuffix(f" ({exc.hint})").removeprefix("no broker reachable: ")
+            hint = no_cluster_hint(self.args.bootstrap)
+            if hint:
+                raise SystemExit(f"error: no broker reachable at {self.args.bootstrap} ({detail}): {hint}") from None
+            raise SystemExit(f"error: no broker reachable at {self.args.bootstrap} ({detail}); is the cluster up? "
                              f"Give a broker's address with --bootstrap or $EMBER_BOOTSTRAP "
                              f"(`ember cluster up` prints it)") from None
 
@@ -321,7 +337,13 @@ def alter_topic(args: argparse.Namespace) -> int:
 
 def delete_topic_records(args: argparse.Namespace) -> int:
     with Admin(args.bootstrap, **client_options(args)) as admin:
-        (low,) = admin.delete_records({TopicPartition(args.topic, args.partition): args.offset}).values()
+        try:
+            (low,) = admin.delete_records({TopicPartition(args.topic, args.partition): args.offset}).values()
+        except OffsetOutOfRange as exc:   # its own hint is a consumer's (seek, auto_offset_reset)
+            raise SystemExit(f"error: OffsetOutOfRange: {args.topic}-{args.partition}: "
+                             f"{str(exc).removesuffix(f' ({exc.hint})')}; give an --offset between the log start "
+                             f"and the high watermark (`ember topics describe {args.topic}` shows both), or "
+                             f"--offset -1 to delete every record up to the high watermark") from None
     print(f"{args.topic}-{args.partition}: records before offset {low} deleted (log start {low})")
     return 0
 
