@@ -3,6 +3,7 @@ a lone ZooKeeper, and the one SparkSession of the test run."""
 from __future__ import annotations
 
 import os
+import subprocess
 import uuid
 from pathlib import Path
 from typing import Callable, Iterator
@@ -68,3 +69,27 @@ def spark():
 def topic_name() -> str:
     """A fresh topic name, so tests sharing a cluster never see each other's data."""
     return f"t-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def tmpfs(tmp_path: Path) -> Iterator[Callable[[str], Path]]:
+    """Mounts size-limited tmpfs file systems (``tmpfs("2m")``, a fresh directory each) for tests
+    of a full disk; all unmounted at teardown. Root only: the test is skipped otherwise."""
+    mounted: list[Path] = []
+
+    def mount(size: str) -> Path:
+        if os.geteuid() != 0:
+            pytest.skip("mounting a size-limited tmpfs needs root")
+        mount_point = tmp_path / f"tmpfs-{len(mounted)}"
+        mount_point.mkdir()
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount_point)],
+                              capture_output=True, text=True, timeout=30)
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip() or done.returncode}")
+        mounted.append(mount_point)
+        return mount_point
+
+    yield mount
+    for mount_point in reversed(mounted):
+        if subprocess.run(["umount", str(mount_point)], capture_output=True, timeout=30).returncode != 0:
+            subprocess.run(["umount", "-l", str(mount_point)], capture_output=True, timeout=30)

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Callable
 
 import pytest
 
@@ -23,21 +23,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def small_fs(tmp_path: Path) -> Iterator[Path]:
-    """A 64 MiB tmpfs mounted at a fresh directory; unmounted at teardown."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a size-limited tmpfs needs root")
-    mount_point = tmp_path / "small-fs"
-    mount_point.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mount_point)],
-                             capture_output=True, text=True, timeout=30)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-    try:
-        yield mount_point
-    finally:
-        if subprocess.run(["umount", str(mount_point)], capture_output=True, timeout=30).returncode != 0:
-            subprocess.run(["umount", "-l", str(mount_point)], capture_output=True, timeout=30)
+def small_fs(tmpfs: Callable[[str], Path]) -> Path:
+    """A 64m tmpfs (root only; unmounted at teardown)."""
+    return tmpfs("64m")
 
 
 def fill(directory: Path) -> None:

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import errno
 import os
-import subprocess
 from pathlib import Path
-from typing import Iterator
+from typing import Callable
 
 import pytest
 from disk_faults import DiskFault
@@ -17,20 +16,9 @@ from ember.log.disk import PROBE_FILE, probe
 
 
 @pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 1 MiB tmpfs mounted at a temp directory (needs root)."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a size-limited tmpfs needs root")
-    mount_point = tmp_path / "disk"
-    mount_point.mkdir()
-    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount_point)],
-                            capture_output=True, text=True)
-    if result.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {result.stderr.strip() or result.returncode}")
-    try:
-        yield mount_point
-    finally:
-        subprocess.run(["umount", "-l", str(mount_point)], check=False)
+def small_disk(tmpfs: Callable[[str], Path]) -> Path:
+    """A 1m tmpfs (root only; unmounted at teardown)."""
+    return tmpfs("1m")
 
 
 def fill(directory: Path) -> Path:

@@ -4,9 +4,6 @@ space is freed appending continues at the next offset; reopening recovers every 
 batch."""
 from __future__ import annotations
 
-import os
-import subprocess
-
 import pytest
 from log_helpers import numbered, values_batch
 
@@ -16,20 +13,9 @@ from ember.record.batch import check_batch
 
 
 @pytest.fixture
-def small_disk(tmp_path):
-    """A size-limited tmpfs mounted at a temp directory (needs root)."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a size-limited tmpfs needs root")
-    mount_point = tmp_path / "disk"
-    mount_point.mkdir()
-    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount_point)],
-                            capture_output=True, text=True)
-    if result.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {result.stderr.strip() or result.returncode}")
-    try:
-        yield mount_point
-    finally:
-        subprocess.run(["umount", "-l", str(mount_point)], check=False)
+def small_disk(tmpfs):
+    """A 2m tmpfs (root only; unmounted at teardown)."""
+    return tmpfs("2m")
 
 
 def assert_whole_batches(path):
