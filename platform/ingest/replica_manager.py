@@ -408,9 +408,11 @@ class ReplicaManager:
                 log_ = await asyncio.shield(future)
             except asyncio.CancelledError:
                 # the broker is closing: hand the reopened log over, so close() closes it with the rest
+                # (no bound of its own: close() drains the I/O pool it runs on anyway)
                 await asyncio.wait([future])
                 if not future.cancelled() and future.exception() is None:
-                    self._put_partition(partition.topic, partition.index, partition.topic_id, future.result(),
+                    self._put_partition(partition.topic, partition.index, partition.topic_id,
+                                        future.result(),   # done: waited for above
                                         partition.config)
                 raise
             fresh = self._put_partition(partition.topic, partition.index, partition.topic_id, log_, partition.config)
