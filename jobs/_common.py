@@ -24,6 +24,8 @@ SECURITY_PREFIXES = ("security.", "ssl.", "sasl.")
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 #: A job that works longer than this without printing says what it is doing (seconds).
 PROGRESS_EVERY_S = 5.0
+#: ... and while no Spark stage runs (a streaming query waiting for data), once a minute.
+IDLE_PROGRESS_EVERY_S = 60.0
 
 Offsets = dict[tuple[str, int], int]
 """Offsets per (topic, partition)."""
@@ -191,19 +193,26 @@ def job_session(app_name: str) -> "SparkSession":
 
 
 @contextlib.contextmanager
-def progress(spark: "SparkSession", label: str, every_s: float = PROGRESS_EVERY_S) -> Iterator[None]:
-    """Print what Spark is doing every ``every_s`` while the block runs (a job's first write of a
-    Delta table takes tens of seconds; nobody should stare at a silent terminal that long)."""
+def progress(spark: "SparkSession", label: str, every_s: float = PROGRESS_EVERY_S,
+             idle_every_s: float = IDLE_PROGRESS_EVERY_S) -> Iterator[None]:
+    """Print what Spark is doing every ``every_s`` while the block runs, and every ``idle_every_s``
+    while no Spark stage runs (a job's first write of a Delta table takes tens of seconds; nobody
+    should stare at a silent terminal that long, nor at a line every 5 s from an idle stream)."""
     print(f"{label}: running (a line every {every_s:g} s until it is done)", flush=True)
     started, done = time.monotonic(), threading.Event()
 
     def report() -> None:
         tracker = spark.sparkContext.statusTracker()
+        said_idle = 0.0
         while not done.wait(every_s):
             stages = [info for info in (tracker.getStageInfo(s) for s in tracker.getActiveStageIds()) if info]
+            now = time.monotonic()
+            if not stages and now - said_idle < idle_every_s:
+                continue    # a streaming query between batches: a line a minute, not every few seconds
+            said_idle = now if not stages else 0.0
             work = ", ".join(f"stage {st.stageId} {st.name.split(' at ')[0]}: {st.numCompletedTasks}/{st.numTasks} tasks"
-                             for st in stages) or "planning or committing"
-            print(f"{label}: {time.monotonic() - started:.0f} s, {work}", flush=True)
+                             for st in stages) or "no Spark stage running (planning, committing or waiting for data)"
+            print(f"{label}: {now - started:.0f} s, {work}", flush=True)
 
     reporter = threading.Thread(target=report, name="job-progress", daemon=True)
     reporter.start()

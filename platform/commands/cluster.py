@@ -98,7 +98,11 @@ def cluster_up(args: argparse.Namespace) -> int:
         print(warning)
     cluster.start(progress=print)   # stops what it started when it fails
     if base:
-        (args.data / PORT_BASE_FILE).write_text(f"{base}\n")
+        try:
+            (args.data / PORT_BASE_FILE).write_text(f"{base}\n")
+        except OSError as exc:   # e.g. a full disk: the cluster runs; only the next `up` may pick other ports
+            print(f"note: could not record the port base in {args.data / PORT_BASE_FILE} ({exc}); give "
+                  f"--port-base {base} to the next `ember cluster up` to keep these addresses", file=sys.stderr)
     print(f"\nZooKeeper: {cluster.zk_connect}\nbootstrap: {cluster.bootstrap}"
           f"\nKafka bootstrap (any Kafka client): {cluster.kafka_bootstrap}")
     if args.metrics:

@@ -255,7 +255,7 @@ class Partition:
         return result
 
     def _append(self, raw: memoryview, leader_epoch: int) -> "AppendResult":
-        if self.space is not None:
+        if self.space is not None and len(raw) <= self.config.max_message_bytes:   # larger: the log refuses it
             self.space.check(self.log.directory, len(raw))
         result = self.log.append_as_leader(raw, leader_epoch)
         self._advance_high_watermark()

@@ -199,10 +199,10 @@ class Broker:
         core = BrokerCore(options.broker_id, cluster_id, self.config, self.cache, self.replicas, view, topics,
                           producer_ids, self.groups, self.controller, scram, self.access, self.acls)
         max_bytes, max_idle_ms = self.config.socket_request_max_bytes, self.config.connections_max_idle_ms
-        # queued.max.request.bytes: one pool for the client listeners, one for the inter-broker listener, so
-        # follower fetches never wait behind client produce requests that wait for those followers.
+        # queued.max.request.bytes: one pool for the client listeners, one for the inter-broker listener
+        # (docs/broker.md: shared with ember's clients when that is the EMBER listener, the default)
         budgets = {"": RequestBudget(self.config.queued_max_request_bytes),
-                   self.config.inter_broker_listener_name or "": RequestBudget(self.config.queued_max_request_bytes)}
+                   options.listeners.inter_broker: RequestBudget(self.config.queued_max_request_bytes)}
         self.servers = [(listener.name, EmberServer(dispatcher, listener.host, listener.port, max_bytes, max_idle_ms,
                                                     self._request_observer(listener.name),
                                                     self.listener_security[listener.name],

@@ -29,6 +29,7 @@ from ember.cluster.records import NO_LEADER, PartitionState, Reassignment
 from ember.errors import (
     FencedLeaderEpoch,
     LeaderNotAvailable,
+    MessageTooLarge,
     NotEnoughReplicas,
     NotLeaderOrFollower,
     OffsetOutOfRange,
@@ -576,5 +577,24 @@ def test_an_append_that_would_leave_less_than_the_minimum_free_space_is_refused_
             with pytest.raises(StorageError, match="log.dir.min.free.bytes"):
                 await partition.append(memoryview(batch(2)), 1)
             assert partition.log.offline and partition.log.log_end_offset == 0
+
+    run(scenario())
+
+
+def test_a_batch_over_max_message_bytes_is_refused_as_too_large_not_as_a_full_disk(tmp_path: Path) -> None:
+    """Near the free-space minimum, an oversized batch must get MESSAGE_TOO_LARGE (not retriable)
+    and leave the log online: refused as a full disk it would take a healthy replica offline, and
+    the client's retry at the next leader that one too."""
+    free = os.statvfs(tmp_path).f_bavail * os.statvfs(tmp_path).f_frsize
+    cache = FakeMetadataCache()
+    cache.put_topic(TOPIC, {0: [ME, OTHER]}, config={"max.message.bytes": "200"},
+                    states={0: state(ME, 5, [ME, OTHER], 7)})
+
+    async def scenario() -> None:
+        async with replica_manager(tmp_path / "data", cache, config={"log.dir.min.free.bytes": str(free * 2)}) as replicas:
+            partition = partition_of(replicas, 0)
+            with pytest.raises(MessageTooLarge):
+                await partition.append(memoryview(batch(40)), 1)
+            assert not partition.log.offline
 
     run(scenario())
