@@ -13,6 +13,7 @@ from ember.errors import InvalidConfig
 from ember.ingest.broker_config import BROKER_CONFIGS, BrokerConfig, parse_log_dirs
 from ember.ingest.listeners import ListenerConfig
 from ember.server.broker import Broker, BrokerOptions
+from ember.wire.config_def import read_properties
 
 #: How long a stopped broker waits for worker threads before it exits anyway.
 EXECUTOR_SHUTDOWN_S = 3.0
@@ -38,6 +39,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                             "default: the --data directory)")
     start.add_argument("--config", type=Path, metavar="FILE",
                        help="broker properties (Kafka names; see conf/broker.properties)")
+    start.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                       help="a broker property over the --config file's, as kafka-server-start's --override "
+                            "(repeatable)")
     start.add_argument("--metrics-listen", metavar="HOST:PORT",
                        help="serve /metrics, /livez and /readyz here (overrides metrics.listen; off by default)")
     start.set_defaults(func=start_broker)
@@ -64,7 +68,13 @@ def setup_logging(data_dir: Path) -> None:
 def start_broker(args: argparse.Namespace) -> int:
     if args.config is not None and not args.config.is_file():
         raise InvalidConfig(f"--config {args.config}: no such file")
-    config = BrokerConfig.load(args.config)
+    properties = read_properties(args.config) if args.config is not None else {}
+    for pair in args.override:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise InvalidConfig(f"--override {pair!r}: expected KEY=VALUE, e.g. --override log.retention.ms=60000")
+        properties[key.strip()] = value.strip()
+    config = BrokerConfig.from_properties(properties)
     listeners = ListenerConfig.resolve(parse_listen(args.listen) if args.listen else None,
                                        args.listeners or config.listeners,
                                        args.advertised_listeners or config.advertised_listeners,

@@ -157,8 +157,6 @@ class LocalCluster:
     _processes: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
     _started: bool = field(default=False, repr=False)
     _context: ssl.SSLContext | None = field(default=None, repr=False)
-    #: Free space the brokers keep on a file system they share with ZooKeeper (``log.dir.min.free.bytes``).
-    _zookeeper_room: int = field(default=0, repr=False)
     #: Loaded from the state file (:meth:`load`): ``broker_config`` is not known (the state file does
     #: not keep it), so a broker started again reuses the overrides file ``up`` wrote.
     _loaded: bool = field(default=False, repr=False)
@@ -348,12 +346,14 @@ class LocalCluster:
             command += ["--log-dirs", ",".join(str(d) for d in broker.log_dirs)]
         listeners = ("EMBER", "KAFKA")
         properties = {**DEVELOPMENT_BROKER_CONFIG, **(self.tls.broker_properties(listeners) if self.tls else {}),
-                      **({"log.dir.min.free.bytes": str(self._zookeeper_room)} if self._zookeeper_room else {}),
                       **(self.scram.broker_properties(listeners) if self.scram else {}), **self.broker_config}
         config = self.data_dir / "broker-overrides.properties"
         if not (self._loaded and config.exists()):
             write_private(config, "".join(f"{k}={v}\n" for k, v in properties.items()))
         command += ["--config", str(config)]
+        room = self._zookeeper_room(broker)
+        if room:
+            command += ["--override", f"log.dir.min.free.bytes={room}"]
         if broker.metrics_port is not None:
             command += ["--metrics-listen", f"{broker.host}:{broker.metrics_port}"]
         with open(broker.log_path, "ab") as log:
@@ -501,6 +501,20 @@ class LocalCluster:
                                                             b.get("log_dir_count", 1))
         return cluster
 
+    def _zookeeper_room(self, broker: BrokerProcess) -> int:
+        """Free space ``broker`` keeps (``log.dir.min.free.bytes``) when a log directory of it shares
+        ZooKeeper's file system: the reserve's size, so its appends stop before they take ZooKeeper's
+        room; 0 when none does (its own disk, e.g. a mount of its own)."""
+        if self.zookeeper is None:
+            return 0
+        try:
+            zookeeper_fs = self.zookeeper.data_dir.stat().st_dev
+            if all(d.stat().st_dev != zookeeper_fs for d in broker.log_dirs if d.exists()):
+                return 0
+            return zookeeper_reserve_size(self.zookeeper.data_dir)
+        except OSError:     # ZooKeeper's directory gone or unreadable: nothing to keep room for
+            return 0
+
     def _reserve_for_zookeeper(self, progress: Callable[[str], object]) -> None:
         """Keep room for ZooKeeper when it shares the log directories' file system: the brokers
         stop appending before less than the reserve size is free (``log.dir.min.free.bytes``), and
@@ -510,7 +524,6 @@ class LocalCluster:
         if self.data_dir.stat().st_dev != self.zookeeper.data_dir.stat().st_dev:
             return   # its own file system: the brokers' logs cannot fill it
         size = zookeeper_reserve_size(self.data_dir)
-        self._zookeeper_room = size     # the brokers stop appending before they take ZooKeeper's room
         try:
             self.zookeeper.make_reserve(size)
         except OSError as exc:

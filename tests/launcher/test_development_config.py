@@ -64,3 +64,26 @@ def test_a_new_groups_first_member_is_assigned_without_waiting(shared_cluster: L
         consumer.close()
     assert assigned == 2, "no assignment within 10 s"
     assert waited < 2.5, f"first assignment after {waited:.1f}s (Kafka's production default alone waits 3 s)"
+
+
+def _spawned_command(monkeypatch: pytest.MonkeyPatch, cluster: LocalCluster, broker: BrokerProcess) -> list[str]:
+    spawned: list[_Spawned] = []
+    monkeypatch.setattr(local.subprocess, "Popen", lambda command, **kw: spawned.append(_Spawned(command)) or spawned[-1])
+    cluster._spawn(broker)
+    (command,) = [s.command for s in spawned]
+    return command
+
+
+def test_a_broker_sharing_zookeepers_file_system_keeps_room_for_it_and_one_on_its_own_disk_does_not(
+        tmp_path: Path, tmpfs, monkeypatch: pytest.MonkeyPatch) -> None:   # tmpfs first: unmounted after Popen is back
+    """log.dir.min.free.bytes only where ZooKeeper's file system is a broker's log disk: set on every
+    broker, it refused every append of a broker on a small disk of its own (a CI fault run)."""
+    own_disk_dir = tmpfs("8m") / "broker-2"     # mounted before Popen is replaced
+    cluster = LocalCluster(tmp_path)
+    cluster.zookeeper = local.ZooKeeperServer(tmp_path / "zookeeper", 2181)
+    cluster.zookeeper.data_dir.mkdir(parents=True)
+    shared = _spawned_command(monkeypatch, cluster, BrokerProcess(1, 9092, tmp_path / "broker-1"))
+    room = local.zookeeper_reserve_size(tmp_path)
+    assert shared[shared.index("--override") + 1] == f"log.dir.min.free.bytes={room}"
+    own_disk = _spawned_command(monkeypatch, cluster, BrokerProcess(2, 9094, own_disk_dir))
+    assert "--override" not in own_disk
