@@ -231,22 +231,23 @@ def eventually(check: Callable[[], Any], timeout_s: float, step_s: float = 0.25)
         time.sleep(step_s)
 
 
-def isr_full(bootstrap: str) -> bool:
-    """Whether every partition has a leader and every broker in its ISR."""
+def _partitions(bootstrap: str) -> dict[int, Any]:
+    """The topic's partitions as a Kafka client's metadata shows them ({} while it cannot tell)."""
     try:
         topics = AdminClient({"bootstrap.servers": bootstrap}).list_topics(TOPIC, timeout=5).topics
     except Exception:
-        return False
-    parts = topics[TOPIC].partitions if TOPIC in topics and topics[TOPIC].error is None else {}
+        return {}
+    return dict(topics[TOPIC].partitions) if TOPIC in topics and topics[TOPIC].error is None else {}
+
+
+def isr_full(bootstrap: str) -> bool:
+    """Whether every partition has a leader and every broker in its ISR."""
+    parts = _partitions(bootstrap)
     return len(parts) == PARTITIONS and all(p.leader >= 0 and len(p.isrs) == BROKERS for p in parts.values())
 
 
 def partitions_online(bootstrap: str) -> bool:
-    try:
-        topics = AdminClient({"bootstrap.servers": bootstrap}).list_topics(TOPIC, timeout=5).topics
-    except Exception:
-        return False
-    parts = topics[TOPIC].partitions if TOPIC in topics and topics[TOPIC].error is None else {}
+    parts = _partitions(bootstrap)
     return len(parts) == PARTITIONS and all(p.leader >= 0 for p in parts.values())
 
 
