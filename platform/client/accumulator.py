@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from ember.client.futures import FutureRecordMetadata, ProduceResult
 from ember.errors import KafkaTimeoutError
-from ember.record.batch import RECORD_SCHEMA
+from ember.record.schema import RECORD_SCHEMA
 from ember.wire.types import TopicPartition
 
 #: Per-record bytes on top of key and value in the Arrow payload (offsets, timestamp, validity; measured ~29).

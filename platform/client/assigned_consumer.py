@@ -23,7 +23,8 @@ import pyarrow as pa
 from ember.client.metadata import STALE_METADATA, MetadataClient
 from ember.client.offsets import EARLIEST, LATEST, list_offsets
 from ember.errors import EmberError, ErrorCode, OffsetOutOfRange, error_for_code
-from ember.record.batch import HEADER_SIZE, BatchHeader, check_batch, decode_payload
+from ember.record.batch import check_batch, decode_payload
+from ember.record.header import HEADER_SIZE, BatchHeader
 from ember.security.client import ClientSecurity
 from ember.wire.api_keys import ApiKey
 from ember.wire.frame import Response, response_error, split_payload

@@ -25,7 +25,7 @@ from ember.errors import (
 )
 from ember.net.channel import Address
 from ember.net.connection import Connection, ConnectionPool, parse_bootstrap
-from ember.record.batch import Buffer
+from ember.record.header import Buffer
 from ember.security.client import ClientSecurity
 from ember.wire.api_keys import ApiKey
 from ember.wire.frame import Response, response_error

@@ -25,7 +25,8 @@ from ember.client.metadata import MetadataClient
 from ember.client.partitioner import StickyPartitioner, partition_for_key, partitions_for_keys
 from ember.client.sender import Sender, SenderConfig
 from ember.errors import EmberError, KafkaTimeoutError, MessageTooLarge, UnknownTopicOrPartition
-from ember.record.batch import COMPRESSION_TYPES, RECORD_SCHEMA
+from ember.record.header import COMPRESSION_TYPES
+from ember.record.schema import RECORD_SCHEMA
 from ember.security.client import ClientSecurity
 from ember.wire.types import BatchMetadata, TopicPartition
 

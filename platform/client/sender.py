@@ -27,7 +27,8 @@ from ember.errors import (
     UnknownProducerId,
     error_for_code,
 )
-from ember.record.batch import build_batch, increment_sequence
+from ember.record.batch import build_batch
+from ember.record.header import increment_sequence
 from ember.wire.api_keys import ApiKey
 from ember.wire.frame import Response, response_error
 from ember.wire.types import TopicPartition

@@ -20,7 +20,7 @@ from ember.commands.topics import (
     parse_configs,
 )
 from ember.errors import InvalidConfig
-from ember.record.batch import COMPRESSION_TYPES
+from ember.record.header import COMPRESSION_TYPES
 from ember.security.client import OPTION_NAMES, SecurityOptions
 from ember.wire.config_def import read_properties
 

@@ -41,7 +41,7 @@ from ember.ingest.isr import FollowerProgress, now_ms
 from ember.ingest.log_dir_space import LogDirSpace
 from ember.ingest.signals import Signal, wait_any
 from ember.log.config import LogConfig
-from ember.record.batch import NO_EPOCH
+from ember.record.header import NO_EPOCH
 
 if TYPE_CHECKING:
     from ember.log import AppendResult, FetchSlice, Log

@@ -14,7 +14,7 @@ from typing import Awaitable, Sequence
 
 from ember.errors import InvalidRequiredAcks
 from ember.ingest.replica_manager import ReplicaManager
-from ember.record.batch import Buffer
+from ember.record.header import Buffer
 from ember.security.authorizer.model import Operation
 
 NO_TIMESTAMP = -1

@@ -36,7 +36,7 @@ from ember.ingest.broker_client import BrokerClient, InterBroker
 from ember.ingest.broker_config import BrokerConfig
 from ember.ingest.partition import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Partition
 from ember.net.channel import Address
-from ember.record.batch import NO_EPOCH
+from ember.record.header import NO_EPOCH
 from ember.wire.api_keys import ApiKey
 from ember.wire.frame import split_payload
 from ember.wire.replication import (

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from ember.log import checkpoint
-from ember.record.batch import NO_EPOCH
+from ember.record.header import NO_EPOCH
 
 UNDEFINED_OFFSET = -1
 

@@ -33,16 +33,8 @@ from ember.log.disk import UntrustedFiles
 from ember.log.epoch_cache import LeaderEpochCache
 from ember.log.producer_state import ProducerStateManager
 from ember.log.segment import DELETED_SUFFIX, LogSegment
-from ember.record.batch import (
-    HEADER_SIZE,
-    BatchHeader,
-    Buffer,
-    decode_payload,
-    iter_batches,
-    patch_base_offset,
-    patch_leader_epoch,
-    stamp_log_append_time,
-)
+from ember.record.batch import decode_payload, iter_batches, stamp_log_append_time
+from ember.record.header import HEADER_SIZE, BatchHeader, Buffer, patch_base_offset, patch_leader_epoch
 
 _log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, NamedTuple, Optional, Sequence
 
 from ember import errors
-from ember.record.batch import NO_EPOCH, BatchHeader, increment_sequence
+from ember.record.header import NO_EPOCH, BatchHeader, increment_sequence
 
 MAX_CACHED_BATCHES = 5  # Kafka's max.in.flight.requests.per.connection limit for idempotence
 

@@ -19,7 +19,8 @@ from typing import Iterator, NamedTuple, Optional, Sequence
 from ember import errors
 from ember.log.disk import UntrustedFiles, fsync
 from ember.log.index import OffsetIndex, TimeIndex
-from ember.record.batch import HEADER_SIZE, BatchHeader, Buffer, check_batch
+from ember.record.batch import check_batch
+from ember.record.header import HEADER_SIZE, BatchHeader, Buffer
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"

@@ -21,7 +21,7 @@ import time
 from typing import Sequence
 
 from ember.errors import BrokerNotAvailable, EmberError, NetworkError, SslAuthenticationFailed
-from ember.record.batch import Buffer
+from ember.record.header import Buffer
 from ember.security.client import ClientSecurity
 
 Address = tuple[str, int]

@@ -39,7 +39,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from ember.errors import BrokerNotAvailable, EmberError, NetworkError, RequestTimedOut
 from ember.net.channel import Address, diagnose_refusal, identify_foreign_service, open_channel
 from ember.net.sasl import authenticate, exchange
-from ember.record.batch import Buffer
+from ember.record.header import Buffer
 from ember.security.client import ClientSecurity
 from ember.wire.api_keys import ApiKey
 from ember.wire.frame import (

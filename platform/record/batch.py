@@ -25,7 +25,6 @@ offset     field                   type   meaning
 """
 from __future__ import annotations
 
-import struct
 import time
 from typing import Any, Iterable, Iterator, NamedTuple, Optional, Sequence, Union
 
@@ -34,118 +33,24 @@ import pyarrow.compute as pc
 
 from ember import errors
 from ember.record.crc import crc32
-
-MAGIC = 1
-LOG_OVERHEAD = 12  # base_offset + batch_length: the bytes batch_length does not count
-HEADER_SIZE = 61
-CRC_START = 21  # first byte covered by the CRC (attributes)
-NO_PRODUCER_ID = -1
-NO_EPOCH = -1
-NO_SEQUENCE = -1
-
-_HEADER = struct.Struct(">qiibIhiqqqhii")
-_BASE_OFFSET = struct.Struct(">q")
-_LEADER_EPOCH = struct.Struct(">i")
-_LEADER_EPOCH_POS = 12
-assert _HEADER.size == HEADER_SIZE
-
-CODECS = {"none": 0, "lz4": 1, "zstd": 2}
-#: Kafka's ``compression.type`` values: the payload codec each is stored in and the Kafka codec bits it
-#: sets. Arrow's IPC format compresses only with lz4 frames and zstd, so gzip is stored as zstd and
-#: snappy as lz4; the header remembers gzip or snappy, and Kafka consumers get the batch back in it.
-COMPRESSION_TYPES = {"none": ("none", 0), "gzip": ("zstd", 1), "snappy": ("lz4", 2), "lz4": ("lz4", 0),
-                     "zstd": ("zstd", 0)}
-_ARROW_CODEC = {0: None, 1: "lz4", 2: "zstd"}
-_CODEC_MASK = 0x07
-LOG_APPEND_TIME_FLAG = 0x08
-#: Bits 8-10: the Kafka codec (1 gzip .. 4 zstd) of the Kafka record batch this batch was converted
-#: from, 0 for batches from ember's clients; Kafka consumers get the batch back in that codec.
-_KAFKA_CODEC_SHIFT = 8
-
-_HEADER_TYPE = pa.list_(pa.struct([pa.field("key", pa.string(), nullable=False),
-                                   pa.field("value", pa.binary())]))
-RECORD_SCHEMA = pa.schema([
-    pa.field("key", pa.binary()),
-    pa.field("value", pa.binary()),
-    pa.field("timestamp", pa.int64(), nullable=False),
-    pa.field("headers", _HEADER_TYPE),
-])
-"""Columns of a batch payload."""
-
-DECODED_SCHEMA = pa.schema([pa.field("offset", pa.int64(), nullable=False),
-                            RECORD_SCHEMA.field("timestamp"), RECORD_SCHEMA.field("key"),
-                            RECORD_SCHEMA.field("value"), RECORD_SCHEMA.field("headers")])
-"""Columns readers get back: the payload plus each record's offset."""
-
-Buffer = Union[bytes, bytearray, memoryview]
-
-
-class BatchHeader(NamedTuple):
-    base_offset: int
-    batch_length: int
-    partition_leader_epoch: int
-    magic: int
-    crc: int
-    attributes: int
-    last_offset_delta: int
-    first_timestamp: int
-    max_timestamp: int
-    producer_id: int
-    producer_epoch: int
-    base_sequence: int
-    record_count: int
-
-    @classmethod
-    def parse(cls, buf: Buffer, pos: int = 0) -> "BatchHeader":
-        return cls._make(_HEADER.unpack_from(buf, pos))
-
-    def pack(self) -> bytes:
-        return _HEADER.pack(*self)
-
-    @property
-    def size(self) -> int:
-        """Bytes the whole batch occupies, header included."""
-        return self.batch_length + LOG_OVERHEAD
-
-    @property
-    def last_offset(self) -> int:
-        return self.base_offset + self.last_offset_delta
-
-    @property
-    def codec(self) -> int:
-        return self.attributes & _CODEC_MASK
-
-    @property
-    def kafka_codec(self) -> int:
-        return (self.attributes >> _KAFKA_CODEC_SHIFT) & _CODEC_MASK
-
-    @property
-    def log_append_time(self) -> bool:
-        return bool(self.attributes & LOG_APPEND_TIME_FLAG)
-
-    @property
-    def last_sequence(self) -> int:
-        return increment_sequence(self.base_sequence, self.last_offset_delta)
-
-    def problem(self) -> Optional[str]:
-        """Why this header cannot describe a valid batch, or None; needs no payload bytes."""
-        if self.magic != MAGIC:
-            return f"unsupported magic {self.magic}"
-        if self.batch_length < HEADER_SIZE - LOG_OVERHEAD:
-            return f"invalid batch length {self.batch_length}"
-        if self.record_count <= 0 or self.last_offset_delta != self.record_count - 1:
-            return (f"invalid record count {self.record_count} "
-                    f"(last offset delta {self.last_offset_delta})")
-        if self.codec not in _ARROW_CODEC:
-            return f"unknown compression codec {self.codec}"
-        if self.base_offset < 0:
-            return f"negative base offset {self.base_offset}"
-        return None
-
-
-def increment_sequence(sequence: int, increment: int) -> int:
-    """Producer sequences wrap to 0 after int32 max, as in Kafka."""
-    return (sequence + increment) % (1 << 31)
+from ember.record.header import (
+    ARROW_CODECS,
+    CODEC_MASK,
+    CODECS,
+    COMPRESSION_TYPES,
+    CRC_START,
+    HEADER_SIZE,
+    KAFKA_CODEC_SHIFT,
+    LOG_APPEND_TIME_FLAG,
+    LOG_OVERHEAD,
+    MAGIC,
+    NO_EPOCH,
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
+    BatchHeader,
+    Buffer,
+)
+from ember.record.schema import DECODED_SCHEMA, HEADERS_TYPE, RECORD_SCHEMA, record_offsets
 
 
 def check_batch(buf: Buffer, pos: int = 0, *, verify_crc: bool = True,
@@ -181,16 +86,6 @@ def iter_batches(buf: Buffer, *, verify_crc: bool = True) -> Iterator[tuple[Batc
         header = check_batch(view, pos, verify_crc=verify_crc)
         yield header, view[pos:pos + header.size]
         pos += header.size
-
-
-def patch_base_offset(buf: Union[bytearray, memoryview], base_offset: int, pos: int = 0) -> None:
-    """Set a batch's base offset in place (not covered by the CRC)."""
-    _BASE_OFFSET.pack_into(buf, pos, base_offset)
-
-
-def patch_leader_epoch(buf: Union[bytearray, memoryview], epoch: int, pos: int = 0) -> None:
-    """Set a batch's partition leader epoch in place (not covered by the CRC)."""
-    _LEADER_EPOCH.pack_into(buf, pos + _LEADER_EPOCH_POS, epoch)
 
 
 def stamp_log_append_time(header: bytearray, payload: Buffer, timestamp_ms: int) -> None:
@@ -239,7 +134,7 @@ def build_batch(records: RecordsLike, *, compression: str = "none", producer_id:
     codec = CODECS[stored]
     kafka_codec = kafka_codec or implied_kafka_codec
     sink = pa.BufferOutputStream()
-    options = pa.ipc.IpcWriteOptions(compression=_ARROW_CODEC[codec])
+    options = pa.ipc.IpcWriteOptions(compression=ARROW_CODECS[codec])
     with pa.ipc.new_stream(sink, RECORD_SCHEMA, options=options) as writer:
         writer.write_batch(batch)
     payload = sink.getvalue()
@@ -247,7 +142,7 @@ def build_batch(records: RecordsLike, *, compression: str = "none", producer_id:
     header = BatchHeader(
         base_offset=base_offset, batch_length=HEADER_SIZE - LOG_OVERHEAD + payload.size,
         partition_leader_epoch=partition_leader_epoch, magic=MAGIC, crc=0,
-        attributes=codec | (kafka_codec & _CODEC_MASK) << _KAFKA_CODEC_SHIFT,
+        attributes=codec | (kafka_codec & CODEC_MASK) << KAFKA_CODEC_SHIFT,
         last_offset_delta=batch.num_rows - 1, first_timestamp=timestamps[0].as_py(),
         max_timestamp=pc.max(timestamps).as_py(), producer_id=producer_id,
         producer_epoch=producer_epoch, base_sequence=base_sequence, record_count=batch.num_rows)
@@ -289,7 +184,7 @@ def _table_from_python(records: Iterable[Union[Record, tuple[Any, ...]]]) -> pa.
         "key": pa.array([r.key for r in rows], pa.binary()),
         "value": pa.array([r.value for r in rows], pa.binary()),
         "timestamp": pa.array([r.timestamp for r in rows], pa.int64()),
-        "headers": pa.array(headers, _HEADER_TYPE),
+        "headers": pa.array(headers, HEADERS_TYPE),
     })
 
 
@@ -308,7 +203,7 @@ def decode_payload(header: BatchHeader, batch: Buffer) -> pa.RecordBatch:
         if header.log_append_time:
             timestamps = pa.repeat(pa.scalar(header.max_timestamp, pa.int64()), n)
         return pa.RecordBatch.from_arrays(
-            [_offsets(header.base_offset, n), timestamps, records.column("key"), records.column("value"),
+            [record_offsets(header.base_offset, n), timestamps, records.column("key"), records.column("value"),
              records.column("headers")], schema=DECODED_SCHEMA)
     except (pa.ArrowException, OSError, KeyError, TypeError, ValueError) as exc:  # in-memory: OSError is pyarrow's
         # The CRC only proves the bytes are the producer's; they may still not be a valid record
@@ -316,18 +211,6 @@ def decode_payload(header: BatchHeader, batch: Buffer) -> pa.RecordBatch:
         raise errors.CorruptRecord(
             f"batch at offset {header.base_offset} has a payload that is not a valid ember record batch: "
             f"{type(exc).__name__}: {exc}") from None
-
-
-_arange = pa.array([0], pa.int64())  # 0, 1, 2, ... grown on demand; immutable, so thread-safe
-
-
-def _offsets(base_offset: int, n: int) -> pa.Array:
-    """base_offset + [0, n): one vectorized add over a cached range (pass pa scalars: pyarrow's
-    inference of a Python int costs ten times the add)."""
-    global _arange
-    while len(_arange) < n:
-        _arange = pa.concat_arrays([_arange, pc.add(_arange, pa.scalar(len(_arange), pa.int64()))])
-    return pc.add(_arange.slice(0, n), pa.scalar(base_offset, pa.int64()))
 
 
 def decode_batches(raw: Buffer, *, verify_crc: bool = True) -> Iterator[pa.RecordBatch]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from ember.errors import EmberError, InvalidRequest, MessageTooLarge, error_for_code
-from ember.record.batch import Buffer
+from ember.record.header import Buffer
 
 FRAME_LENGTH = struct.Struct(">I")
 REQUEST_HEADER = struct.Struct(">hhiI")   # api_key, api_version, correlation_id, json_length

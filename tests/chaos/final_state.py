@@ -14,7 +14,7 @@ from ember.client.admin import PartitionDescription
 from ember.errors import EmberError
 from ember.launcher.local import LocalCluster
 from ember.log.reader import read_offset_range
-from ember.record.batch import DECODED_SCHEMA
+from ember.record.schema import DECODED_SCHEMA
 
 from .history import FinalState, History
 

@@ -9,7 +9,8 @@ import pytest
 from ember.client.accumulator import RecordAccumulator
 from ember.client.futures import ProduceResult
 from ember.errors import KafkaTimeoutError, NotLeaderOrFollower
-from ember.record.batch import RECORD_SCHEMA, build_batch, decode_batches
+from ember.record.batch import build_batch, decode_batches
+from ember.record.schema import RECORD_SCHEMA
 from ember.wire.types import RecordMetadata, TopicPartition
 
 TP = TopicPartition("t", 0)

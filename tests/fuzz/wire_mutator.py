@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ember.record import HEADER_SIZE, BatchHeader, build_batch
-from ember.record.batch import CRC_START
 from ember.record.crc import crc32
+from ember.record.header import CRC_START
 from ember.wire.api_keys import ApiKey
 from ember.wire.frame import FRAME_LENGTH, REQUEST_HEADER
 

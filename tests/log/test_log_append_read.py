@@ -8,7 +8,7 @@ from log_helpers import numbered, values_batch
 from ember import errors
 from ember.log import Log, LogConfig, read_offset_range
 from ember.record import HEADER_SIZE, to_table
-from ember.record.batch import BatchHeader
+from ember.record.header import BatchHeader
 
 
 def test_offsets_are_assigned_by_the_leader(open_log):

@@ -10,6 +10,7 @@ from log_helpers import values_batch
 
 from ember import errors
 from ember.record import batch as b
+from ember.record import header as h
 
 
 def test_header_is_61_bytes_and_round_trips():
@@ -57,8 +58,8 @@ def test_compression_round_trip_and_codec_bits(codec):
 
 def test_crc_excludes_base_offset_and_leader_epoch_but_covers_the_rest():
     raw = bytearray(values_batch([b"a", b"b"]))
-    b.patch_base_offset(raw, 1234)
-    b.patch_leader_epoch(raw, 9)
+    h.patch_base_offset(raw, 1234)
+    h.patch_leader_epoch(raw, 9)
     header, _ = next(b.iter_batches(raw))
     assert (header.base_offset, header.partition_leader_epoch) == (1234, 9)
     assert header.crc == zlib.crc32(bytes(raw[b.CRC_START:]))

@@ -31,17 +31,9 @@ from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBat
 from aiokafka.record.util import calc_crc32c
 
 from ember.errors import CorruptRecord, InvalidRecord
-from ember.record.batch import (
-    CRC_START,
-    HEADER_SIZE,
-    LOG_APPEND_TIME_FLAG,
-    LOG_OVERHEAD,
-    RECORD_SCHEMA,
-    BatchHeader,
-    Buffer,
-    build_batch,
-    decode_payload,
-)
+from ember.record.batch import build_batch, decode_payload
+from ember.record.header import CRC_START, HEADER_SIZE, LOG_APPEND_TIME_FLAG, LOG_OVERHEAD, BatchHeader, Buffer
+from ember.record.schema import RECORD_SCHEMA
 
 KAFKA_MAGIC = 2
 _CODEC_MASK = 0x07

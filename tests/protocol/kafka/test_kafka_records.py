@@ -9,17 +9,8 @@ from aiokafka.record.util import calc_crc32c
 
 from ember.errors import CorruptRecord, InvalidRecord
 from ember.protocol.kafka.records import split_batches, to_ember_batch, to_kafka_batch
-from ember.record.batch import (
-    CRC_START,
-    HEADER_SIZE,
-    LOG_OVERHEAD,
-    BatchHeader,
-    build_batch,
-    check_batch,
-    patch_base_offset,
-    stamp_log_append_time,
-    to_table,
-)
+from ember.record.batch import build_batch, check_batch, stamp_log_append_time, to_table
+from ember.record.header import CRC_START, HEADER_SIZE, LOG_OVERHEAD, BatchHeader, patch_base_offset
 
 CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 RECORDS = [(i, 1_700_000_000_000 + 7 * i, None if i == 1 else f"k{i}".encode(),
