@@ -7,27 +7,48 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.metadata
 import pkgutil
 import sys
 
 import ember.commands
-from ember.commands.topics import no_cluster_hint
 from ember.errors import BrokerNotAvailable, EmberError
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line; with ``command`` (the first argument) naming one of the commands,
+    only that one is registered, so ``ember broker start`` does not import what the other commands
+    need (the clients, the launcher's TLS, SASL and Prometheus modules: megabytes a broker would hold)."""
     parser = argparse.ArgumentParser(prog="ember", description="ember: a Spark-native streaming platform")
-    parser.add_argument("--version", action="version", version=f"ember {_version()}",
-                        help="print ember's version and exit")
+    parser.add_argument("--version", action=_VersionAction, help="print ember's version and exit")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in sorted(pkgutil.iter_modules(ember.commands.__path__), key=lambda m: m.name):
-        importlib.import_module(f"ember.commands.{module.name}").register(subparsers)
+    names = sorted(module.name for module in pkgutil.iter_modules(ember.commands.__path__))
+    for name in [command] if command in names else names:
+        importlib.import_module(f"ember.commands.{name}").register(subparsers)
     return parser
+
+
+def _command(argv: list[str]) -> str | None:
+    """The command a command line names (its first argument), None when it starts with an option."""
+    return argv[0] if argv and not argv[0].startswith("-") else None
+
+
+class _VersionAction(argparse.Action):
+    """argparse's ``version`` action, with the version read only when asked for: reading it
+    imports importlib.metadata (and the email package, ~2.5 MB), which a broker never needs."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, default=argparse.SUPPRESS, nargs=0, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        print(f"ember {_version()}")
+        parser.exit()
 
 
 def _version() -> str:
     """The installed package's version (its metadata), "unknown" when ember runs uninstalled."""
+    import importlib.metadata  # here, not at start-up: see _VersionAction
+
     try:
         return importlib.metadata.version("ember")
     except importlib.metadata.PackageNotFoundError:
@@ -35,15 +56,19 @@ def _version() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(_command(argv)).parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except EmberError as exc:
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         for note in getattr(exc, "__notes__", ()):
             print(f"  {note}", file=sys.stderr)
-        hint = no_cluster_hint(args.bootstrap) if isinstance(exc, BrokerNotAvailable) and \
-            isinstance(getattr(args, "bootstrap", None), str) else None
+        hint = None
+        if isinstance(exc, BrokerNotAvailable) and isinstance(getattr(args, "bootstrap", None), str):
+            from ember.commands.topics import no_cluster_hint
+
+            hint = no_cluster_hint(args.bootstrap)
         if hint:   # e.g. a client command before `ember cluster up`
             print(f"  {hint}", file=sys.stderr)
         return 1

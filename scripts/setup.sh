@@ -69,6 +69,14 @@ if [ ! -f "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ]; then
     touch "$STAMP"
 fi
 
+# 3b. ember's C extension (the Kafka RecordBatch v2 <-> Arrow codec, platform/record/_v2codec.c), built in
+#     place next to its source (gcc and Python's headers): rebuilt when the source is newer than the build.
+codec_so="$(ls platform/record/_v2codec.*.so 2>/dev/null | head -1 || true)"
+if [ -z "$codec_so" ] || [ platform/record/_v2codec.c -nt "$codec_so" ]; then
+    say "building the Kafka record codec (platform/record/_v2codec.c)"
+    "$VENV/bin/python" setup.py -q build_ext --inplace
+fi
+
 # 4. `.venv/bin/spark-submit` must work without an activated venv: pip's launcher looks for
 #    SPARK_HOME by running `python3` from PATH, which has no pyspark; make it run the venv's Python.
 if grep -q '"python3"' "$VENV/bin/find-spark-home"; then

@@ -1,6 +1,8 @@
-"""Write the results of an ember-vs-Kafka run: a markdown table, a PNG chart and the raw JSON.
+"""Write the results of an ember-vs-Kafka run: a markdown table, a PNG chart and the raw JSON
+(every sample of every row), plus a copy of the JSON under ``history/`` named by date and commit.
 
-The table gives absolute figures for both systems and the ratio ember/Kafka; the "ember" column
+The table gives, for both systems, the median of the runs with their spread (min-max) and the best
+run, and the ratio ember/Kafka of the medians; the "ember" column
 of the verdict says whether that ratio is good for ember (higher throughput, or lower latency,
 memory or start time). The chart plots, per row, how many times better ember is (>1) or worse
 (<1), on a log scale, so a 2x win and a 2x loss are the same length.
@@ -9,11 +11,17 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Sequence
 
+from samples import Stats
 from workloads import Row
+
+#: Version of vs_kafka.json's layout: 2 = samples and stats per row (1, unversioned: best only).
+FORMAT = 2
 
 
 def format_figure(value: float, unit: str) -> str:
@@ -31,17 +39,55 @@ def advantage(row: Row) -> float:
     return row.ratio if row.higher_is_better else 1 / row.ratio
 
 
+def format_spread(figures: Stats, unit: str) -> str:
+    """min-max without the unit (the median next to it has it)."""
+    if figures.n < 2:
+        return "one run"
+    low, high = (format_figure(v, unit).removesuffix(f" {unit}") for v in (figures.low, figures.high))
+    return f"{low}–{high}"
+
+
+def cell(figures: Stats, unit: str, mode: str, single: bool) -> str:
+    """The median with its mode, then (min–max, best) on a second line."""
+    text = format_figure(figures.median, unit) + (f" ({mode})" if mode else "")
+    if single:
+        return text
+    return f"{text}<br>{format_spread(figures, unit)}, best {format_figure(figures.best, unit)}"
+
+
 def markdown(rows: Sequence[Row], header: str) -> str:
     lines = [header, "",
-             "| workload | case | ember | Kafka | ember / Kafka | better |",
+             "| workload | case | ember: median (mode)<br>min–max, best | Kafka: median (mode)<br>min–max, best "
+             "| ember / Kafka (medians) | better |",
              "|---|---|---:|---:|---:|---|"]
     for row in rows:
-        ember = format_figure(row.ember, row.unit) + (f" ({row.ember_mode})" if row.ember_mode else "")
-        kafka = format_figure(row.kafka, row.unit) + (f" ({row.kafka_mode})" if row.kafka_mode else "")
+        ember = cell(row.ember_stats, row.unit, row.ember_mode, row.single)
+        kafka = cell(row.kafka_stats, row.unit, row.kafka_mode, row.single)
         verdict = f"ember {advantage(row):.2f}x" if row.ember_wins else f"Kafka {1 / advantage(row):.2f}x"
         unit = "records/s" if row.unit == "records/s" else row.unit
         lines.append(f"| {row.group} | {row.case} [{unit}] | {ember} | {kafka} | {row.ratio:.2f} | {verdict} |")
     return "\n".join(lines) + "\n"
+
+
+def row_json(row: Row) -> dict[str, object]:
+    """A row with its samples and, for readers that do not recompute them, its stats; ``ember`` and
+    ``kafka`` are the medians (format 1 held the best there)."""
+    data: dict[str, object] = asdict(row)
+    data["ember"], data["kafka"] = row.ember, row.kafka
+    data["ember_stats"], data["kafka_stats"] = asdict(row.ember_stats), asdict(row.kafka_stats)
+    return data
+
+
+def commit_label(source: str | None) -> str:
+    """The short commit of $EMBER_BENCH_SOURCE (run.sh sets "commit <10 hex>"), "worktree" otherwise."""
+    words = (source or "").split()
+    return words[1][:7] if len(words) == 2 and words[0] == "commit" else "worktree"
+
+
+def history_path(out: Path, source: str | None, now: float | None = None) -> Path:
+    """history/<UTC date and time>-<short commit>.json: one file per run, sorted by time."""
+    stamp = time.strftime("%Y-%m-%dT%H%MZ", time.gmtime(now))
+    return out / "history" / f"{stamp}-{commit_label(source)}.json"
 
 
 def chart(rows: Sequence[Row], path: Path, title: str) -> None:
@@ -73,9 +119,17 @@ def chart(rows: Sequence[Row], path: Path, title: str) -> None:
     plt.close(figure)
 
 
-def write(rows: Sequence[Row], out: Path, header: str, settings: dict[str, object]) -> None:
+def write(rows: Sequence[Row], out: Path, header: str, settings: dict[str, object]) -> Path:
+    """Writes vs_kafka.{md,png,json} and the history copy of the JSON; returns the history file."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "vs_kafka.md").write_text(markdown(rows, header))
-    chart(rows, out / "vs_kafka.png", "ember vs Apache Kafka, same machine, same run")
-    (out / "vs_kafka.json").write_text(json.dumps({"settings": settings, "rows": [asdict(r) for r in rows]},
-                                                  indent=2) + "\n")
+    chart(rows, out / "vs_kafka.png", "ember vs Apache Kafka, same machine, same run (medians)")
+    source = os.environ.get("EMBER_BENCH_SOURCE")
+    document = json.dumps({"format": FORMAT, "source": source or "working tree",
+                           "run_at_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                           "settings": settings, "rows": [row_json(r) for r in rows]}, indent=2) + "\n"
+    (out / "vs_kafka.json").write_text(document)
+    history = history_path(out, source)
+    history.parent.mkdir(parents=True, exist_ok=True)
+    history.write_text(document)
+    return history

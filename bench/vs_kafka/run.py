@@ -1,9 +1,12 @@
 """ember vs Apache Kafka 4.x (KRaft) and Spark's Kafka connector, side by side in one run.
 
 Starts a 3-broker ember cluster (ZooKeeper + 3 brokers) and a 3-node Kafka KRaft cluster on
-127.0.0.1, runs the same workloads against both (interleaved, best of ``--repeats``), and writes
-``vs_kafka.md`` (table), ``vs_kafka.png`` (chart) and ``vs_kafka.json`` to ``--out``. Everything
-it started is stopped and its temporary directory removed, also on failure or Ctrl-C.
+127.0.0.1, runs the same workloads against both (interleaved, ``--repeats`` runs each; the table
+shows the median, min-max and best of them), and writes ``vs_kafka.md`` (table), ``vs_kafka.png``
+(chart) and ``vs_kafka.json`` (every sample) to ``--out``, and the JSON again as
+``--out``/history/<UTC date>T<time>Z-<short commit>.json. ``--compare-to OLD.json`` then compares
+this run with an older one (compare.py; exit code 1 when a headline row regressed). Everything it
+started is stopped and its temporary directory removed, also on failure or Ctrl-C.
 
 Workloads (``--only`` takes a comma list of these names):
 
@@ -33,6 +36,7 @@ from typing import Any, Callable
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]           # this folder's modules, then bench/'s
 
+import compare  # noqa: E402
 import workloads  # noqa: E402
 from report import write  # noqa: E402
 from systems import EmberSystem, KafkaSystem, System  # noqa: E402
@@ -52,13 +56,21 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--write-records", type=int, default=1_000_000, help="rows per Spark streaming write (default 1M)")
     parser.add_argument("--latency-rate", type=int, default=20_000, help="records/s for the latency run (default 20k)")
     parser.add_argument("--latency-seconds", type=float, default=10.0, help="length of one latency run (default 10 s)")
-    parser.add_argument("--repeats", type=int, default=3, help="runs per system and case; the best counts (default 3)")
+    parser.add_argument("--repeats", type=int, default=5,
+                        help="runs per system and case, interleaved; the median is the headline figure (default 5)")
     parser.add_argument("--out", type=Path, default=HERE.parent / "results", help="where the results go (default bench/results)")
+    parser.add_argument("--compare-to", type=Path, metavar="OLD.json",
+                        help="after the run, compare it with this earlier vs_kafka.json (or a history/ file): "
+                             "compare.py's table; exit code 1 when a headline row regressed")
     args = parser.parse_args()
     args.only = [name.strip() for name in args.only.split(",") if name.strip()]
     unknown = sorted(set(args.only) - set(ALL))
     if unknown:
         parser.error(f"unknown workload(s) {unknown}; choose from {', '.join(ALL)}")
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
+    if args.compare_to is not None and not args.compare_to.is_file():
+        parser.error(f"--compare-to {args.compare_to}: no such file")   # before minutes of benchmarking
     return args
 
 
@@ -118,11 +130,11 @@ def header(args: argparse.Namespace) -> str:
     return "\n".join([
         "# ember vs Apache Kafka",
         "",
-        f"Run {time.strftime('%Y-%m-%d %H:%M %Z')} on {machine()}, shared with other work (best of "
-        f"{args.repeats} interleaved runs). Both clusters run at once on 127.0.0.1: ember = ZooKeeper + 3 broker "
-        f"processes; Kafka {kafka} = 3 combined broker+controller KRaft nodes (JVM options of "
-        f"kafka-server-start.sh: 1 GiB heap, G1). Clients: ember.client vs confluent-kafka "
-        f"{client} (librdkafka {confluent_kafka.libversion()[0]}); Spark {pyspark.__version__} "
+        f"Run {time.strftime('%Y-%m-%d %H:%M %Z')} on {machine()}, shared with other work (median of "
+        f"{args.repeats} interleaved runs per system and case, with their min–max and best). Both clusters run "
+        f"at once on 127.0.0.1: ember = ZooKeeper + 3 broker processes; Kafka {kafka} = 3 combined "
+        f"broker+controller KRaft nodes (JVM options of kafka-server-start.sh: 1 GiB heap, G1). Clients: "
+        f"ember.client vs confluent-kafka {client} (librdkafka {confluent_kafka.libversion()[0]}); Spark {pyspark.__version__} "
         f"local[2]: the ember source/sink vs spark-sql-kafka-0-10. Topics have 6 partitions. ember measured: "
         f"{os.environ.get('EMBER_BENCH_SOURCE', 'working tree')}.",
         "",
@@ -132,7 +144,8 @@ def header(args: argparse.Namespace) -> str:
         f"(both), off for acks=1. Command: `bash bench/vs_kafka/run.sh` "
         f"(`bench/vs_kafka/README.md` says what each row measures).",
         "",
-        "ember / Kafka is the plain ratio of the two figures; *better* says which system wins the row and by how much.",
+        "ember / Kafka is the plain ratio of the two medians; *better* says which system wins the row and by how much. "
+        "Footprint rows are measured once.",
     ])
 
 
@@ -169,10 +182,13 @@ def main() -> int:
                 log(f"stopping {system.name} failed: {error!r}")
         shutil.rmtree(work, ignore_errors=True)
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
-    write(rows, args.out, header(args), settings)
-    log(f"done in {time.perf_counter() - started_at:.0f} s: {args.out / 'vs_kafka.md'}, {args.out / 'vs_kafka.png'}")
+    history = write(rows, args.out, header(args), settings)
+    log(f"done in {time.perf_counter() - started_at:.0f} s: {args.out / 'vs_kafka.md'}, {args.out / 'vs_kafka.png'}, "
+        f"{history}")
     print()
     print((args.out / "vs_kafka.md").read_text())
+    if args.compare_to is not None:
+        return compare.main([str(args.compare_to), str(args.out / "vs_kafka.json")])
     return 0
 
 

@@ -1,8 +1,9 @@
 """The workloads of the ember-vs-Kafka benchmark, each written once against ``systems.System``.
 
 Every workload runs its cases for both systems interleaved (ember, Kafka, then Kafka, ember, ...)
-and keeps the best of ``repeats`` runs, because other processes share the machine's two cores and
-the best run is the one least disturbed by them. Each returns ``Row``s: one figure per system.
+and keeps every one of the ``repeats`` runs: other processes share the machine's two cores, so one
+case can run 2-3x apart from one run to the next. Each returns ``Row``s: the samples of each system;
+the median is the headline figure, min-max its spread (``stats``).
 """
 from __future__ import annotations
 
@@ -11,13 +12,14 @@ import os
 import queue
 import struct
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 from produce_bench import percentile  # bench/ helpers (run.py puts bench/ on sys.path)
+from samples import Stats, stats
 from spark_read_bench import records as keyed_records
 from systems import Clients, ProduceSettings, System, rss_mb
 
@@ -28,16 +30,35 @@ MB = 1e6
 
 @dataclass
 class Row:
-    """One line of the results: a figure for each system and which direction is better."""
+    """One line of the results: every sample of each system and which direction is better.
+    ``ember`` and ``kafka`` are the medians; ratios are of medians."""
 
     group: str
     case: str
     unit: str
-    ember: float
-    kafka: float
+    ember_samples: list[float]
+    kafka_samples: list[float]
     higher_is_better: bool
     ember_mode: str = ""
     kafka_mode: str = ""
+    #: Rows the run measured once (footprint): no spread to show.
+    single: bool = field(default=False)
+
+    @property
+    def ember_stats(self) -> Stats:
+        return stats(self.ember_samples, self.higher_is_better)
+
+    @property
+    def kafka_stats(self) -> Stats:
+        return stats(self.kafka_samples, self.higher_is_better)
+
+    @property
+    def ember(self) -> float:
+        return self.ember_stats.median
+
+    @property
+    def kafka(self) -> float:
+        return self.kafka_stats.median
 
     @property
     def ratio(self) -> float:
@@ -67,9 +88,9 @@ def best_time(run: Callable[[], object]) -> float:
 
 
 def pair_rows(group: str, case: str, unit: str, higher_is_better: bool,
-              figures: dict[tuple[str, str], float], ember_modes: Sequence[str], kafka_mode: str) -> list[Row]:
+              samples: dict[tuple[str, str], list[float]], ember_modes: Sequence[str], kafka_mode: str) -> list[Row]:
     """One row per ember mode, each against Kafka's single mode for the same case."""
-    return [Row(group, case, unit, figures[("ember", mode)], figures[("kafka", kafka_mode)], higher_is_better,
+    return [Row(group, case, unit, samples[("ember", mode)], samples[("kafka", kafka_mode)], higher_is_better,
                 mode, kafka_mode) for mode in ember_modes]
 
 
@@ -81,7 +102,7 @@ def producer_throughput(systems: Sequence[System], records: int, repeats: int) -
     value = os.urandom(VALUE_SIZE)
     rows: list[Row] = []
     for settings in (ProduceSettings("1", 1), ProduceSettings("all", 3)):
-        best: dict[tuple[str, str], float] = {}
+        samples: dict[tuple[str, str], list[float]] = {}
         for system in systems:              # warm-up, not counted: Kafka's JIT, both sides' caches
             for mode in system.clients.produce_modes:
                 produce_run(system, mode, settings, value, max(1, records // 5), f"warm-{settings.acks}-{mode}")
@@ -89,9 +110,9 @@ def producer_throughput(systems: Sequence[System], records: int, repeats: int) -
             for mode in system.clients.produce_modes:
                 rate = produce_run(system, mode, settings, value, records, f"produce-{settings.acks}-{mode}-{run}")
                 log(f"produce {settings.label:13s} {system.name:5s} {mode:10s} {rate:>12,.0f} records/s")
-                best[(system.name, mode)] = max(best.get((system.name, mode), 0.0), rate)
+                samples.setdefault((system.name, mode), []).append(rate)
         ember_modes, kafka_modes = modes(systems, "produce_modes")
-        rows += pair_rows("Producer throughput (100 B records)", settings.label, "records/s", True, best,
+        rows += pair_rows("Producer throughput (100 B records)", settings.label, "records/s", True, samples,
                           ember_modes, kafka_modes[0])
     return rows
 
@@ -129,17 +150,18 @@ def _tail_process(clients: Clients, topic: str, expected: int, ready: Any, resul
 def end_to_end_latency(systems: Sequence[System], rate: int, seconds: float, repeats: int) -> list[Row]:
     """Produce at a fixed ``rate`` (acks=all, RF=3) with the send time in each value; a consumer in
     its own process (so neither side's client threads share a GIL) measures receive - send.
-    The first second is warm-up and not counted."""
+    The first second is warm-up and not counted. Each percentile's row keeps that percentile of
+    every run (its median is the headline, as elsewhere)."""
     settings = ProduceSettings("all", 3)
-    best: dict[str, list[float]] = {}
+    runs: dict[str, list[list[float]]] = {}
     for run, system in enumerate(interleaved(systems, repeats)):
         figures = latency_percentiles(latency_run(system, system.clients, f"latency-{run}", rate, seconds))
         log(f"latency {system.name:5s} at {rate:,}/s: p50 {figures[0]:.2f} ms  p99 {figures[1]:.2f} ms  "
             f"p99.9 {figures[2]:.2f} ms")
-        if system.name not in best or figures[1] < best[system.name][1]:   # the run with the best p99
-            best[system.name] = figures
+        runs.setdefault(system.name, []).append(figures)
     group = f"End-to-end latency at {rate:,} records/s ({settings.label})"
-    return [Row(group, name, "ms", best["ember"][i], best["kafka"][i], False, "send → poll_batches", "produce → consume")
+    return [Row(group, name, "ms", [run[i] for run in runs["ember"]], [run[i] for run in runs["kafka"]], False,
+                "send → poll_batches", "produce → consume")
             for i, name in enumerate(("p50", "p99", "p99.9"))]
 
 
@@ -223,15 +245,15 @@ def load_read_topic(systems: Sequence[System], topic: str, records: int, chunk: 
 
 def consumer_throughput(systems: Sequence[System], topic: str, records: int, repeats: int) -> list[Row]:
     """Read the first ``records`` of the topic from the beginning; records/s."""
-    best: dict[tuple[str, str], float] = {}
+    samples: dict[tuple[str, str], list[float]] = {}
     for system in interleaved(systems, repeats):
         for mode in system.clients.consume_modes:
             with system.clients.consume_job(mode, topic, PARTITIONS, records) as job:
                 rate = records / best_time(job)
             log(f"consume {system.name:5s} {mode:12s} {rate:>12,.0f} records/s")
-            best[(system.name, mode)] = max(best.get((system.name, mode), 0.0), rate)
+            samples.setdefault((system.name, mode), []).append(rate)
     ember_modes, kafka_modes = modes(systems, "consume_modes")
-    return pair_rows("Consumer throughput (116 B records, RF=1)", "from the beginning", "records/s", True, best,
+    return pair_rows("Consumer throughput (116 B records, RF=1)", "from the beginning", "records/s", True, samples,
                      ember_modes, kafka_modes[0])
 
 
@@ -247,7 +269,7 @@ def spark_read(spark: Any, systems: Sequence[System], topic: str, records: int, 
             count = system.clients.spark_read(spark, mode, topic).count()
             if count != records:
                 raise RuntimeError(f"{system.name} Spark read ({mode}) counted {count:,} records, expected {records:,}")
-    best: dict[tuple[str, str, str], float] = {}
+    samples: dict[tuple[str, str, str], list[float]] = {}
     for system in interleaved(systems, repeats):
         for mode in system.clients.spark_read_modes:
             for name, query in queries.items():
@@ -256,11 +278,10 @@ def spark_read(spark: Any, systems: Sequence[System], topic: str, records: int, 
                 if answer[0] != expected[name]:
                     raise RuntimeError(f"{system.name} {mode} {name} = {answer[0]}, expected {expected[name]}")
                 log(f"spark read {system.name:5s} {mode:7s} {name:19s} {records / elapsed:>12,.0f} records/s")
-                key = (system.name, mode, name)
-                best[key] = max(best.get(key, 0.0), records / elapsed)
+                samples.setdefault((system.name, mode, name), []).append(records / elapsed)
     ember_modes, kafka_modes = modes(systems, "spark_read_modes")
     group = f"Spark batch read of {records:,} records (local[2])"
-    return [Row(group, name, "records/s", best[("ember", mode, name)], best[("kafka", kafka_modes[0], name)], True,
+    return [Row(group, name, "records/s", samples[("ember", mode, name)], samples[("kafka", kafka_modes[0], name)], True,
                 'format("kafka") via the Kafka listener' if mode == "kafka" else f"readPath={mode}", 'format("kafka")')
             for name in queries for mode in ember_modes]
 
@@ -289,13 +310,13 @@ def spark_write(spark: Any, systems: Sequence[System], records: int, repeats: in
 
     for system in systems:
         run(system, warm, 1000, "spark-write-warm")
-    best: dict[str, float] = {}
+    samples: dict[str, list[float]] = {}
     for index, system in enumerate(interleaved(systems, repeats)):
         rate = run(system, source, records, f"spark-write-{index}")
         log(f"spark write {system.name:5s} {rate:>12,.0f} records/s")
-        best[system.name] = max(best.get(system.name, 0.0), rate)
+        samples.setdefault(system.name, []).append(rate)
     return [Row("Spark streaming write (availableNow)", f"{records:,} rows → RF=3 topic", "records/s",
-                best["ember"], best["kafka"], True, 'format("ember")', 'format("kafka")')]
+                samples["ember"], samples["kafka"], True, 'format("ember")', 'format("kafka")')]
 
 
 def write_parquet(directory: Path, records: int, files: int) -> None:
@@ -323,14 +344,15 @@ def footprint(systems: Sequence[System], cold_starts: dict[str, float]) -> list[
     restarts = {name: s.restart_broker_s() for name, s in by_name.items()}
     log("broker restart: " + ", ".join(f"{name} {s:.2f} s" for name, s in restarts.items()))
     group = "Footprint"
-    return [
-        Row(group, "RSS per broker after the load (mean)", "MB", mean(brokers("ember")), mean(brokers("kafka")), False),
-        Row(group, "RSS of the whole cluster", "MB", sum(rss["ember"].values()), sum(rss["kafka"].values()), False,
-            "3 brokers + ZooKeeper", "3 KRaft nodes"),
+    return [   # measured once each: one sample per system
+        Row(group, "RSS per broker after the load (mean)", "MB", [mean(brokers("ember"))], [mean(brokers("kafka"))],
+            False, single=True),
+        Row(group, "RSS of the whole cluster", "MB", [sum(rss["ember"].values())], [sum(rss["kafka"].values())], False,
+            "3 brokers + ZooKeeper", "3 KRaft nodes", single=True),
         Row(group, "cold start of the cluster (→ every broker answers)", "s",
-            cold_starts["ember"], cold_starts["kafka"], False, "ZooKeeper + 3 brokers", "3 KRaft nodes"),
+            [cold_starts["ember"]], [cold_starts["kafka"]], False, "ZooKeeper + 3 brokers", "3 KRaft nodes", single=True),
         Row(group, "restart of one broker (process start → ApiVersions)", "s",
-            restarts["ember"], restarts["kafka"], False),
+            [restarts["ember"]], [restarts["kafka"]], False, single=True),
     ]
 
 

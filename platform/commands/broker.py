@@ -8,12 +8,15 @@ import os
 import sys
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ember.errors import InvalidConfig
 from ember.ingest.broker_config import BROKER_CONFIGS, BrokerConfig, parse_log_dirs
 from ember.ingest.listeners import ListenerConfig
-from ember.server.broker import Broker, BrokerOptions
 from ember.wire.config_def import read_properties
+
+if TYPE_CHECKING:
+    from ember.server.broker import Broker, BrokerOptions
 
 #: How long a stopped broker waits for worker threads before it exits anyway.
 EXECUTOR_SHUTDOWN_S = 3.0
@@ -83,9 +86,28 @@ def start_broker(args: argparse.Namespace) -> int:
     metrics_listen = BROKER_CONFIGS["metrics.listen"].parse(args.metrics_listen) if args.metrics_listen \
         else config.metrics_listen
     log_dirs = parse_log_dirs(args.log_dirs, "--log-dirs") if args.log_dirs else config.log_dir_paths()
-    options = BrokerOptions(args.id, args.zookeeper, listeners, args.data.resolve(), config, metrics_listen, log_dirs)
-    run_until_stopped(Broker(options))
+    broker_class, options_class = _import_broker()
+    options = options_class(args.id, args.zookeeper, listeners, args.data.resolve(), config, metrics_listen, log_dirs)
+    run_until_stopped(broker_class(options))
     return 0
+
+
+def _import_broker() -> tuple[type[Broker], type[BrokerOptions]]:
+    """ember.server.broker, imported when a broker starts (not when the command line is built),
+    without hypothesis: kio, the Kafka listener's codecs, imports ``hypothesis.strategies`` when it
+    is installed (a test dependency) to register a strategy per Kafka type, ~10 MB of modules
+    (hypothesis, unittest, sortedcontainers, zoneinfo...) a broker never uses. A ``None`` in
+    ``sys.modules`` makes that import fail, which kio expects (it skips the strategies); the entry
+    is removed again, so the process could still import hypothesis later."""
+    hide = "hypothesis" not in sys.modules and "kio" not in sys.modules
+    if hide:
+        sys.modules["hypothesis"] = None  # type: ignore[assignment]
+    try:
+        from ember.server.broker import Broker, BrokerOptions
+    finally:
+        if hide:
+            del sys.modules["hypothesis"]
+    return Broker, BrokerOptions
 
 
 def run_until_stopped(broker: Broker) -> None:

@@ -33,6 +33,7 @@ from ember.log.disk import UntrustedFiles
 from ember.log.epoch_cache import LeaderEpochCache
 from ember.log.producer_state import ProducerStateManager
 from ember.log.segment import DELETED_SUFFIX, LogSegment
+from ember.record import kafka_v2
 from ember.record.batch import decode_payload, iter_batches, stamp_log_append_time
 from ember.record.header import HEADER_SIZE, BatchHeader, Buffer, patch_base_offset, patch_leader_epoch
 
@@ -649,12 +650,16 @@ class Log:
 
 def _validate(view: memoryview, max_batch_bytes: Optional[int]) -> list[tuple[int, BatchHeader]]:
     """(position, header) of every batch, all checked (length, header, CRC, size) before any is
-    written; raises CorruptRecord or MessageTooLarge."""
+    written; raises CorruptRecord, InvalidRecord or MessageTooLarge. A producer's Kafka batch
+    (``max_batch_bytes`` given: a leader append) has its records checked too, as Kafka's broker
+    does: it is stored and served as it came, so a malformed one would fail every reader."""
     batches, position = [], 0
-    for header, _ in iter_batches(view):
+    for header, raw in iter_batches(view):
         if max_batch_bytes is not None and header.size > max_batch_bytes:
             raise errors.MessageTooLarge(
                 f"batch of {header.size} bytes exceeds max.message.bytes {max_batch_bytes}")
+        if max_batch_bytes is not None and header.is_kafka:
+            kafka_v2.validate_records(header, raw)
         batches.append((position, header))
         position += header.size
     if not batches:

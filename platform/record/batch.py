@@ -32,7 +32,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ember import errors
-from ember.record.crc import crc32
+from ember.record import kafka_v2
+from ember.record.crc import batch_crc, crc32
 from ember.record.header import (
     ARROW_CODECS,
     CODEC_MASK,
@@ -70,7 +71,7 @@ def check_batch(buf: Buffer, pos: int = 0, *, verify_crc: bool = True,
         reason = f"truncated batch: needs {header.size} bytes, {len(buf) - pos} left"
     if reason is None and verify_crc:
         with memoryview(buf) as view:
-            crc = crc32(view[pos + CRC_START:pos + header.size])
+            crc = batch_crc(header.magic, view[pos + CRC_START:pos + header.size])
         if crc != header.crc:
             reason = f"CRC mismatch (stored {header.crc:#010x}, computed {crc:#010x})"
     if reason is not None:
@@ -97,7 +98,7 @@ def stamp_log_append_time(header: bytearray, payload: Buffer, timestamp_ms: int)
     fields = fields._replace(attributes=fields.attributes | LOG_APPEND_TIME_FLAG,
                              first_timestamp=timestamp_ms, max_timestamp=timestamp_ms)
     packed = fields.pack()
-    crc = crc32(payload, crc32(packed[CRC_START:]))
+    crc = batch_crc(fields.magic, payload, batch_crc(fields.magic, packed[CRC_START:]))
     header[:] = fields._replace(crc=crc).pack()
 
 
@@ -191,7 +192,10 @@ def _table_from_python(records: Iterable[Union[Record, tuple[Any, ...]]]) -> pa.
 # --- decoding ---------------------------------------------------------------------------------
 
 def decode_payload(header: BatchHeader, batch: Buffer) -> pa.RecordBatch:
-    """Columns of one raw batch (``batch`` = header + payload), offsets derived from the header."""
+    """Columns of one raw batch (``batch`` = header + payload), offsets derived from the header;
+    a Kafka batch (magic 2) is decoded in one native pass."""
+    if header.is_kafka:
+        return kafka_v2.decode_records(header, batch)
     payload = pa.py_buffer(batch)[HEADER_SIZE:header.size]
     try:
         records = pa.ipc.open_stream(payload).read_next_batch()

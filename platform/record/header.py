@@ -9,7 +9,8 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple, Optional, Union
 
-MAGIC = 1
+MAGIC = 1          # ember's batches: an Arrow IPC payload, CRC-32 (zlib's)
+KAFKA_MAGIC = 2    # Kafka's RecordBatch v2, stored as its producer sent it: CRC-32C
 LOG_OVERHEAD = 12  # base_offset + batch_length: the bytes batch_length does not count
 HEADER_SIZE = 61
 CRC_START = 21  # first byte covered by the CRC (attributes)
@@ -30,6 +31,10 @@ CODECS = {"none": 0, "lz4": 1, "zstd": 2}
 COMPRESSION_TYPES = {"none": ("none", 0), "gzip": ("zstd", 1), "snappy": ("lz4", 2), "lz4": ("lz4", 0),
                      "zstd": ("zstd", 0)}
 ARROW_CODECS = {0: None, 1: "lz4", 2: "zstd"}
+#: Kafka's codec numbers (attributes bits 0-2 of a magic-2 batch) and their ``compression.type`` names
+KAFKA_CODECS = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+TRANSACTIONAL_FLAG = 0x10   # Kafka v2 attributes bit 4
+CONTROL_FLAG = 0x20         # Kafka v2 attributes bit 5
 CODEC_MASK = 0x07
 LOG_APPEND_TIME_FLAG = 0x08
 #: Bits 8-10: the Kafka codec (1 gzip .. 4 zstd) of the Kafka record batch this batch was converted
@@ -79,6 +84,11 @@ class BatchHeader(NamedTuple):
         return (self.attributes >> KAFKA_CODEC_SHIFT) & CODEC_MASK
 
     @property
+    def is_kafka(self) -> bool:
+        """A Kafka RecordBatch v2, stored as its producer sent it (offsets and epoch patched)."""
+        return self.magic == KAFKA_MAGIC
+
+    @property
     def log_append_time(self) -> bool:
         return bool(self.attributes & LOG_APPEND_TIME_FLAG)
 
@@ -88,14 +98,14 @@ class BatchHeader(NamedTuple):
 
     def problem(self) -> Optional[str]:
         """Why this header cannot describe a valid batch, or None; needs no payload bytes."""
-        if self.magic != MAGIC:
-            return f"unsupported magic {self.magic}"
+        if self.magic not in (MAGIC, KAFKA_MAGIC):
+            return f"unsupported magic {self.magic} (1: ember's Arrow batches, 2: Kafka's RecordBatch v2)"
         if self.batch_length < HEADER_SIZE - LOG_OVERHEAD:
             return f"invalid batch length {self.batch_length}"
         if self.record_count <= 0 or self.last_offset_delta != self.record_count - 1:
             return (f"invalid record count {self.record_count} "
                     f"(last offset delta {self.last_offset_delta})")
-        if self.codec not in ARROW_CODECS:
+        if self.codec not in (KAFKA_CODECS if self.magic == KAFKA_MAGIC else ARROW_CODECS):
             return f"unknown compression codec {self.codec}"
         if self.base_offset < 0:
             return f"negative base offset {self.base_offset}"

@@ -13,8 +13,6 @@ import contextvars
 from dataclasses import dataclass
 from typing import Optional
 
-from cryptography import x509
-
 from ember.security.protocol import SecurityProtocol
 
 ANONYMOUS = "User:ANONYMOUS"
@@ -53,4 +51,6 @@ def certificate_principal(der: Optional[bytes]) -> str:
     """Kafka's default principal for a TLS peer: its certificate's subject, or ANONYMOUS without one."""
     if not der:
         return ANONYMOUS
+    from cryptography import x509  # ~8 MB of modules a broker without TLS client certificates never needs
+
     return "User:" + x509.load_der_x509_certificate(der).subject.rfc4514_string()

@@ -64,11 +64,11 @@ from ember.security.sasl.credential_store import CredentialStore
 from ember.security.sasl.scram import PLAIN, check_mechanism
 from ember.security.sasl.scram_admin import ScramAdmin
 from ember.security.sasl.server import SaslServerSettings
-from ember.server.metrics_service import MetricsService
 from ember.zk.zk_session import ZkSession, ensure_cluster_id
 
 if TYPE_CHECKING:
     from ember.metrics.requests import RequestObserver
+    from ember.server.metrics_service import MetricsService
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +146,7 @@ class Broker:
         self.groups = GroupCoordinator(options.broker_id, self.cache, GroupStore(self.session),
                                        self.config.group_initial_rebalance_delay_ms,
                                        self.config.group_max_session_timeout_ms, self.access)
-        self.telemetry = MetricsService(self, *options.metrics_listen) if options.metrics_listen else None
+        self.telemetry = _metrics_service(self, options.metrics_listen) if options.metrics_listen else None
         self.metrics = self.telemetry.metrics if self.telemetry is not None else None
         self.controller = Controller(self.session, self.cache, options.broker_id, self.config.controller_config(),
                                      self.metrics)
@@ -333,3 +333,11 @@ class Broker:
             await stop.wait()
         finally:
             await self.stop()
+
+
+def _metrics_service(broker: Broker, listen: tuple[str, int]) -> MetricsService:
+    """The /metrics endpoint, imported only when metrics.listen is set: prometheus_client and the
+    http.server, urllib and email modules it loads (~3 MB) stay out of a broker without it."""
+    from ember.server.metrics_service import MetricsService
+
+    return MetricsService(broker, *listen)

@@ -122,8 +122,11 @@ def test_header_sanity_checks():
     with pytest.raises(errors.CorruptRecord, match="record count"):
         list(b.iter_batches(raw, verify_crc=False))
     raw = bytearray(values_batch([b"a"]))
-    raw[16] = 2  # magic
-    with pytest.raises(errors.CorruptRecord, match="magic"):
+    raw[16] = 3  # magic: 1 is ember's, 2 Kafka's
+    with pytest.raises(errors.CorruptRecord, match="magic 3"):
+        list(b.iter_batches(raw))
+    raw[16] = 2  # Kafka's magic, but the CRC is ember's CRC-32, not CRC-32C
+    with pytest.raises(errors.CorruptRecord, match="CRC"):
         list(b.iter_batches(raw))
 
 

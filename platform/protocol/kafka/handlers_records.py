@@ -1,5 +1,5 @@
-"""Produce, Fetch, ListOffsets and OffsetForLeaderEpoch over Kafka's protocol: translation only. Records are converted
-between Kafka RecordBatch v2 and ember batches (:mod:`ember.protocol.kafka.records`); appending, long-poll
+"""Produce, Fetch, ListOffsets and OffsetForLeaderEpoch over Kafka's protocol: translation only. Kafka's record
+batches are stored as they came, ember's are served as Kafka's (:mod:`ember.protocol.kafka.records`); appending, long-poll
 reading, offset lookups and the leader-epoch cache are the broker core's (``ember.ingest.produce``,
 ``ember.ingest.fetch``, ``ReplicaManager.answer_at_leader``, ``Partition.end_offset_for_epoch``), the
 same code the ember protocol runs."""
@@ -19,8 +19,8 @@ from ember.log import FetchSlice
 from ember.protocol.kafka.codec import KafkaRequest, build, millis, response_class
 from ember.protocol.kafka.dispatcher import Api
 from ember.protocol.kafka.names import ZERO_UUID, TopicNames
-from ember.protocol.kafka.records import split_batches, to_ember_batch, to_kafka_batch
-from ember.record.batch import iter_batches
+from ember.protocol.kafka.records import fetched_batches, produced_batch
+from ember.record.header import Buffer
 from ember.security.authorizer.model import Operation
 from ember.wire.api_keys import ApiKey
 from ember.wire.reply import OK, CloseConnection, error_fields
@@ -36,14 +36,6 @@ def _produce_fields(outcome: Produced | Exception) -> dict[str, Any]:
         return {**error_fields(outcome), "base_offset": -1, "log_append_time": -1, "log_start_offset": -1}
     return {**OK, "base_offset": outcome.base_offset, "log_append_time": outcome.log_append_time,
             "log_start_offset": outcome.log_start_offset}
-
-
-def _convert(records: bytes | None) -> bytes:
-    """A partition's records field (exactly one v2 batch, as Kafka requires) as an ember batch."""
-    batches = split_batches(records or b"")
-    if len(batches) != 1:
-        raise InvalidRecord(f"a Produce request must carry exactly one record batch per partition, not {len(batches)}")
-    return to_ember_batch(batches[0])
 
 
 class RecordHandlers:
@@ -62,7 +54,7 @@ class RecordHandlers:
             return _reject_old_produce(request)
         body = request.body
         names = TopicNames(self.core.cache.topics())
-        listed: list[tuple[dict[str, Any], int, bytes | Exception]] = []   # topic ref, partition, batch
+        listed: list[tuple[dict[str, Any], int, Buffer | Exception]] = []   # topic ref, partition, batch
         for topic in body.topic_data:
             try:
                 ref = names.ref(names.name_of(topic))
@@ -75,7 +67,7 @@ class RecordHandlers:
                 try:
                     if body.transactional_id is not None:
                         raise InvalidRecord("transactional produce is not supported (ember has no transactions)")
-                    listed.append((ref, part.index, _convert(part.records)))
+                    listed.append((ref, part.index, produced_batch(part.records)))
                 except Exception as exc:
                     listed.append((ref, part.index, exc))
         entries = [ProduceEntry(ref["name"], index, batch) for ref, index, batch in listed
@@ -147,7 +139,7 @@ class RecordHandlers:
         index = result.target.partition
         if result.error is not None:
             return _fetch_fields(index, result.error)
-        records = _NO_RECORDS
+        records: Buffer = _NO_RECORDS
         if result.slice is not None and result.leader is not None:
             try:
                 records = await result.leader.run(_kafka_batches, result.slice, version)
@@ -208,17 +200,16 @@ def _answer_fields(answer: LeaderAnswer[tuple[int, int]], names: tuple[str, str]
 
 
 def _fetch_fields(index: int, error: Exception | None, offsets: LogOffsets = LogOffsets(),
-                  records: bytes | None = _NO_RECORDS) -> dict[str, Any]:
+                  records: Buffer | None = _NO_RECORDS) -> dict[str, Any]:
     return {"partition_index": index, **(error_fields(error) if error is not None else OK),
             "high_watermark": offsets.high_watermark, "last_stable_offset": offsets.high_watermark,
             "log_start_offset": offsets.log_start_offset, "aborted_transactions": [],
             "preferred_read_replica": -1, "records": records}
 
 
-def _kafka_batches(piece: FetchSlice, version: int) -> bytes:
-    """The slice's ember batches as Kafka v2 batches (I/O thread: reads the segment file)."""
-    data = piece.read_bytes()
-    return b"".join(to_kafka_batch(raw, version) for _, raw in iter_batches(data, verify_crc=False))
+def _kafka_batches(piece: FetchSlice, version: int) -> Buffer:
+    """The slice's batches as Kafka v2 batches (I/O thread: reads the segment file)."""
+    return fetched_batches(piece.read_bytes(), version)
 
 
 def _reject_old_produce(request: KafkaRequest) -> bytes | None:

@@ -6,9 +6,7 @@ that does not hold the user's credential cannot pass for one); PLAIN sends
 """
 from __future__ import annotations
 
-from typing import Optional
-
-import scramp
+from typing import Any, Optional
 
 from ember.errors import SaslAuthenticationFailed
 from ember.security.sasl.scram import PLAIN
@@ -18,7 +16,7 @@ class SaslClient:
     def __init__(self, mechanism: str, username: str, password: str) -> None:
         self.mechanism, self.username = mechanism, username
         self._password = password
-        self._scram = None if mechanism == PLAIN else scramp.ScramClient([mechanism], username, password)
+        self._scram = None if mechanism == PLAIN else _scramp().ScramClient([mechanism], username, password)
         self.complete = False
 
     def __repr__(self) -> str:
@@ -34,6 +32,7 @@ class SaslClient:
         if self._scram is None:
             self.complete = True
             return None
+        scramp = _scramp()
         try:
             if self._scram.stage == scramp.core.ClientStage.get_client_first:
                 self._scram.set_server_first(token.decode())
@@ -44,3 +43,11 @@ class SaslClient:
                                            f"hold user {self.username!r}'s credential") from None
         self.complete = True
         return None
+
+
+def _scramp() -> Any:
+    """:mod:`scramp`, imported on the first SCRAM login: it loads ``asn1crypto`` and
+    ``importlib.metadata`` (~2 MB), which a process without SCRAM users never needs."""
+    import scramp
+
+    return scramp

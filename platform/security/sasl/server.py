@@ -27,8 +27,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Protocol
 
-import scramp
-
 from ember.errors import ErrorCode, IllegalSaslState, RequestTimedOut, SaslAuthenticationFailed
 from ember.security.sasl.config import FAILED_AUTHENTICATION_DELAY_MS
 from ember.security.sasl.credential_store import CredentialStore
@@ -80,6 +78,8 @@ class _Scram:
         self.user: Optional[str] = None
         self.complete = False
         self._known = True
+        import scramp  # here, not at start-up: ~2 MB a broker without SCRAM never needs
+
         self._server = scramp.ScramMechanism(name).make_server(self._auth_info)
 
     def _auth_info(self, user: str) -> tuple[bytes, bytes, bytes, int]:
@@ -95,6 +95,8 @@ class _Scram:
         return ScramCredential(seed[:24], secrets.token_bytes(64), secrets.token_bytes(64), 4096)
 
     def step(self, token: bytes) -> bytes:
+        import scramp
+
         try:
             if self._server.stage is None:
                 self._server.set_client_first(token.decode())
