@@ -24,6 +24,10 @@ if [ "${EMBER_BENCH_SOURCE:-commit}" != worktree ] && git -C "$ROOT" rev-parse -
         rm -rf "$HERE/.cache/ember-src"
         mkdir -p "$snapshot/path"
         git -C "$ROOT" archive "$commit" platform conf | tar -x -C "$snapshot"
+        if git -C "$ROOT" cat-file -e "$commit:setup.py" 2>/dev/null; then    # ember's C extension, built for this copy
+            git -C "$ROOT" archive "$commit" setup.py pyproject.toml README.md | tar -x -C "$snapshot"
+            (cd "$snapshot" && "$ROOT/.venv/bin/python" setup.py -q build_ext --inplace >/dev/null)
+        fi
         ln -s ../platform "$snapshot/path/ember"
     fi
     export PYTHONPATH="$snapshot/path${PYTHONPATH:+:$PYTHONPATH}"
