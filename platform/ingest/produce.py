@@ -1,10 +1,9 @@
 """Appending producers' batches at the partition leaders: the Produce work of both wire protocols.
 
 Every partition's batch is appended first, then (acks=all) the replication waits run together,
-so one slow partition does not delay the next one's append. The wire layers only translate: the
-ember protocol passes its batches as they came, the Kafka protocol converts Kafka record batches
-into ember batches first (``ember.protocol.kafka.records``), so offsets, order and idempotent
-deduplication are the same whichever protocol wrote.
+so one slow partition does not delay the next one's append. Both wire protocols pass batches as
+they came (ember's Arrow batches, Kafka's RecordBatch v2: docs/log.md "Batch format"), and the log
+assigns offsets, orders and deduplicates them from the header both share, whichever protocol wrote.
 """
 from __future__ import annotations
 
@@ -32,7 +31,7 @@ class Produced:
 class ProduceEntry:
     topic: str
     partition: int
-    batch: Buffer               # one or more ember batches (header + Arrow payload)
+    batch: Buffer               # one or more stored-format batches (ember's or Kafka's, docs/log.md)
 
 
 def check_acks(acks: int) -> None:

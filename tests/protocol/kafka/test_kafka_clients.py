@@ -37,7 +37,7 @@ def test_idempotent_confluent_producer_and_seeking_consumer_see_exact_records(sh
     want = expected(items, offsets)
     assert consume(bootstrap, topic_name, {0: 0, 1: 0, 2: 0}, 60) == want
     assert consume(bootstrap, topic_name, {1: 15}, 5) == [m for m in want if m[0] == 1 and m[1] >= 15]
-    # the same records through ember's own consumer (Kafka batches stored as ember batches)
+    # the same records through ember's own consumer (the stored Kafka batches, decoded natively on the consumer's side)
     assert ember_read(shared_cluster, topic_name, 3, 60) == sorted(
         (p, o, k, v, [(hk, hv) for hk, hv in h], ts) for p, o, k, v, h, (_, ts) in want)
 
