@@ -196,25 +196,33 @@ def decode_payload(header: BatchHeader, batch: Buffer) -> pa.RecordBatch:
     a Kafka batch (magic 2) is decoded in one native pass."""
     if header.is_kafka:
         return kafka_v2.decode_records(header, batch)
+    records = stored_columns(header, batch)
+    n = records.num_rows
+    timestamps = records.column("timestamp")
+    if header.log_append_time:
+        timestamps = pa.repeat(pa.scalar(header.max_timestamp, pa.int64()), n)
+    return pa.RecordBatch.from_arrays(
+        [record_offsets(header.base_offset, n), timestamps, records.column("key"), records.column("value"),
+         records.column("headers")], schema=DECODED_SCHEMA)
+
+
+def stored_columns(header: BatchHeader, batch: Buffer) -> pa.RecordBatch:
+    """The Arrow payload of one of ember's batches as stored (``RECORD_SCHEMA``: no offsets, the
+    records' own timestamps), for work that needs neither, such as building a Kafka batch from it."""
     payload = pa.py_buffer(batch)[HEADER_SIZE:header.size]
     try:
         records = pa.ipc.open_stream(payload).read_next_batch()
-        n = records.num_rows
-        if n != header.record_count:
-            raise errors.CorruptRecord(
-                f"batch at offset {header.base_offset} holds {n} records, header says {header.record_count}")
-        timestamps = records.column("timestamp")
-        if header.log_append_time:
-            timestamps = pa.repeat(pa.scalar(header.max_timestamp, pa.int64()), n)
-        return pa.RecordBatch.from_arrays(
-            [record_offsets(header.base_offset, n), timestamps, records.column("key"), records.column("value"),
-             records.column("headers")], schema=DECODED_SCHEMA)
     except (pa.ArrowException, OSError, KeyError, TypeError, ValueError) as exc:  # in-memory: OSError is pyarrow's
         # The CRC only proves the bytes are the producer's; they may still not be a valid record
         # batch (a buggy or hostile producer). Readers get a typed error, never a pyarrow one.
         raise errors.CorruptRecord(
             f"batch at offset {header.base_offset} has a payload that is not a valid ember record batch: "
             f"{type(exc).__name__}: {exc}") from None
+    if records.num_rows != header.record_count or not records.schema.equals(RECORD_SCHEMA):
+        raise errors.CorruptRecord(
+            f"batch at offset {header.base_offset} holds {records.num_rows} records of columns "
+            f"{records.schema.names}, its header says {header.record_count} of {RECORD_SCHEMA.names}")
+    return records
 
 
 def decode_batches(raw: Buffer, *, verify_crc: bool = True) -> Iterator[pa.RecordBatch]:

@@ -14,7 +14,7 @@ remember it), else by their Arrow codec: lz4 as lz4, zstd as zstd. zstd goes to 
 from __future__ import annotations
 
 from ember.errors import CorruptRecord, InvalidRecord
-from ember.record.batch import decode_payload, iter_batches
+from ember.record.batch import iter_batches, stored_columns
 from ember.record.header import (
     CONTROL_FLAG,
     HEADER_SIZE,
@@ -24,7 +24,7 @@ from ember.record.header import (
     BatchHeader,
     Buffer,
 )
-from ember.record.kafka_v2 import encode_batch
+from ember.record.kafka_v2 import decode_records, encode_batch
 
 NONE, GZIP, SNAPPY, LZ4, ZSTD = range(5)
 #: Kafka codec an ember payload codec (batch attributes bits 0-2) is served as
@@ -76,7 +76,8 @@ def fetched_batches(data: Buffer, fetch_version: int) -> Buffer:
             continue
         if end > start:
             parts.append(view[start:end])
-        parts.append(encode_batch(header, decode_payload(header, raw), codec))
+        columns = decode_records(header, raw) if header.is_kafka else stored_columns(header, raw)
+        parts.append(encode_batch(header, columns, codec))
         start = end = end + header.size
     if not parts:
         return view[start:end]
