@@ -56,6 +56,7 @@ EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3               # the record with the largest timestamp (v7+)
 EARLIEST_LOCAL_TIMESTAMP = -4    # v8+
 LATEST_TIERED_TIMESTAMP = -5     # v9+: -1, as Kafka answers for a topic without remote storage
+_IN_MEMORY_TIMESTAMPS = frozenset((EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP, LATEST_TIMESTAMP, LATEST_TIERED_TIMESTAMP))
 CONSUMER_REPLICA_ID = -1
 #: DeleteRecords' offset meaning "up to the high watermark" (Kafka's DeleteRecordsRequest.HIGH_WATERMARK)
 DELETE_TO_HIGH_WATERMARK = -1
@@ -305,7 +306,10 @@ class Partition:
 
     async def offset_for_timestamp(self, timestamp: int, replica_id: int) -> tuple[int, int]:
         """ListOffsets: (offset, timestamp) for a timestamp or one of the special timestamps above;
-        (-1, -1) when no visible record answers it."""
+        (-1, -1) when no visible record answers it. Earliest and latest are answered on the event
+        loop, from offsets held in memory: Spark's Kafka connector asks for both after every poll."""
+        if timestamp in _IN_MEMORY_TIMESTAMPS:
+            return self._offset(timestamp, replica_id)
         return await self.run(self._offset, timestamp, replica_id)
 
     def _offset(self, timestamp: int, replica_id: int) -> tuple[int, int]:

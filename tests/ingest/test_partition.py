@@ -393,6 +393,31 @@ def test_list_offsets_answers_the_special_timestamps(make_partition: MakePartiti
     run(scenario())
 
 
+def test_earliest_and_latest_are_answered_while_the_io_pool_is_busy(make_partition: MakePartition) -> None:
+    """Spark's Kafka connector asks for both after every poll: they come from memory, never wait
+    behind the partition's disk work (a timestamp lookup does)."""
+    async def scenario() -> None:
+        partition = make_partition(replicas=(1,))
+        lead(partition, [1])
+        await append_records(partition, 3)
+        release = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        blockers = [partition.run(lambda: asyncio.run_coroutine_threadsafe(release.wait(), loop).result(10))
+                    for _ in range(2)]                        # both I/O threads held
+        busy = asyncio.gather(*blockers)
+        answer = partition.offset_for_timestamp
+        assert await asyncio.wait_for(answer(EARLIEST_TIMESTAMP, CONSUMER), 1) == (0, -1)
+        assert await asyncio.wait_for(answer(LATEST_TIMESTAMP, CONSUMER), 1) == (3, -1)
+        lookup = asyncio.ensure_future(answer(1, CONSUMER))
+        await asyncio.sleep(0.2)
+        assert not lookup.done(), "a timestamp lookup reads the log on the I/O pool"
+        release.set()
+        await busy
+        assert (await lookup)[0] == 0
+
+    run(scenario())
+
+
 def test_end_offset_for_epoch_answers_where_each_epoch_ended(make_partition: MakePartition) -> None:
     async def scenario() -> None:
         partition = make_partition()
