@@ -11,7 +11,7 @@ import pkgutil
 import sys
 
 import ember.commands
-from ember.errors import BrokerNotAvailable, EmberError
+from ember.errors import BrokerNotAvailable, EmberError, SslAuthenticationFailed
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -69,7 +69,11 @@ def main(argv: list[str] | None = None) -> int:
             from ember.commands.topics import no_cluster_hint
 
             hint = no_cluster_hint(args.bootstrap)
-        if hint:   # e.g. a client command before `ember cluster up`
+        if isinstance(exc, SslAuthenticationFailed) and hasattr(args, "command_config"):
+            from ember.commands.topics import secure_cluster_hint
+
+            hint = secure_cluster_hint(args.command_config)
+        if hint:   # e.g. a client command before `ember cluster up`, or without a secure cluster's settings
             print(f"  {hint}", file=sys.stderr)
         return 1
     except ValueError as exc:  # a malformed argument value (address, number, config), caught late

@@ -105,7 +105,7 @@ def produce(args: argparse.Namespace) -> int:
         print(f"{count - len(failures)} of {count} records sent to {args.topic}; first error: "
               f"{type(failures[0]).__name__}: {failures[0]}", file=sys.stderr)
         return 1
-    print(f"{count} records sent to {args.topic}", file=sys.stderr)
+    print(f"{count} record{'' if count == 1 else 's'} sent to {args.topic}", file=sys.stderr)
     if bad_line is not None:
         print(f"error: {bad_line}; stopped there", file=sys.stderr)
         return 1

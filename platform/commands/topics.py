@@ -47,6 +47,18 @@ def no_cluster_hint(bootstrap: str) -> str | None:
             f"address with --bootstrap")
 
 
+def secure_cluster_hint(command_config: str | None) -> str | None:
+    """What to do when a broker refused a client command's plaintext connection because its
+    listeners need TLS: the command had no client configuration (None when it had one)."""
+    if command_config is not None:
+        return None
+    written = Path(DEFAULT_DATA) / "tls" / "client.properties"
+    where = (f": `ember cluster up --secure` wrote it at {written}" if written.is_file()
+             else " (`ember cluster up --secure` writes it as <data>/tls/client.properties)")
+    return (f"the cluster is secure and this command had no client configuration: pass it with --command-config "
+            f"FILE or export EMBER_CLIENT_CONFIG=FILE{where}")
+
+
 def add_bootstrap(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bootstrap", default=bootstrap_default(), metavar="HOST:PORT[,...]",
                         help=f"brokers to bootstrap from (default: $EMBER_BOOTSTRAP, else the cluster `ember cluster "

@@ -71,6 +71,9 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in (
           "connections.max.idle.ms); a frame arriving when nothing else is in flight always fits. -1 = unbounded "
           "(Kafka's default, kept: an acks=all produce holds its bytes until answered, so a bound below the "
           "producers' working set would queue requests behind replication; docs/broker.md).", -1),
+    _int("fetch.max.bytes", 57671680, "Most bytes a fetch reads over all its partitions (the request's max_bytes "
+         "is capped by it; the first batch is always returned, even a larger one). The Kafka listener converts a "
+         "fetch's batches in memory, so this bounds what one Fetch costs there (docs/operations.md).", 1024),
     _long("connections.max.idle.ms", 600000, "A connection that takes longer than this to send the next "
           "request, to send the rest of a started request, or to accept a response is closed.", 1),
     _int("zookeeper.session.timeout.ms", 6000,
@@ -181,6 +184,7 @@ class BrokerConfig:
     log_offline_retry_interval_ms: int
     socket_request_max_bytes: int
     queued_max_request_bytes: int
+    fetch_max_bytes: int
     connections_max_idle_ms: int
     zookeeper_session_timeout_ms: int
     zookeeper_ssl_client_enable: bool

@@ -3,7 +3,13 @@
 A fetch answers once ``min_bytes`` are readable, a partition fails, or ``max_wait`` passes;
 waiting parks on the partitions' ``changed`` signals (woken by appends and high-watermark moves).
 The result is a list of segment slices; the ember protocol sends them with ``sendfile``, the
-Kafka protocol converts the batches they hold into Kafka record batches.
+Kafka protocol converts the batches they hold into Kafka record batches (in memory).
+
+A fetch reads at most ``min(request max_bytes, broker fetch.max.bytes)`` over all its partitions
+and each partition at most its own ``max_bytes``, but always the first batch of the first
+partition that has one (so a batch larger than the limits still makes progress), as Kafka's
+``KafkaApis.handleFetchRequest``/``ReplicaManager.readFromLog`` do; ``min_bytes`` is capped by the
+same limit. Without the broker's cap a request asking for 2 GiB read that much from segments.
 """
 from __future__ import annotations
 
@@ -40,10 +46,18 @@ class FetchResult:
         return self.slice.size if self.slice is not None else 0
 
 
+def response_limit(replicas: ReplicaManager, max_bytes: int) -> int:
+    """Bytes a fetch may read over all its partitions: the request's ``max_bytes`` capped by the
+    broker's ``fetch.max.bytes`` (Kafka's ``fetchMaxBytes``); never negative."""
+    return max(0, min(max_bytes, replicas.config.fetch_max_bytes))
+
+
 async def fetch_at_leaders(replicas: ReplicaManager, targets: Sequence[FetchTarget], replica_id: int,
                            min_bytes: int, max_bytes: int, max_wait_s: float) -> list[FetchResult]:
     """Long poll: read every target, again whenever one changes, until there is enough."""
     loop = asyncio.get_running_loop()
+    max_bytes = response_limit(replicas, max_bytes)
+    min_bytes = min(min_bytes, max_bytes)
     deadline = loop.time() + max_wait_s
     while True:
         results = await _read_all(replicas, targets, replica_id, max_bytes)
@@ -56,7 +70,8 @@ async def fetch_at_leaders(replicas: ReplicaManager, targets: Sequence[FetchTarg
 
 async def _read_all(replicas: ReplicaManager, targets: Sequence[FetchTarget], replica_id: int,
                     max_bytes: int) -> list[FetchResult]:
-    """At least one whole batch (of the first partition that has one), then up to ``max_bytes``."""
+    """At least one whole batch (of the first partition that has one), then up to ``max_bytes`` in
+    all and each partition's own ``max_bytes`` (a negative one reads nothing but that first batch)."""
     results: list[FetchResult] = []
     room = max_bytes
     for target in targets:
@@ -69,7 +84,7 @@ async def _read_all(replicas: ReplicaManager, targets: Sequence[FetchTarget], re
             if replica_id >= 0:
                 await replicas.follower_fetched(partition, replica_id, target.offset)
             piece, offsets = await partition.read(
-                target.offset, min(target.max_bytes, room), not any(r.size for r in results), replica_id)
+                target.offset, max(0, min(target.max_bytes, room)), not any(r.size for r in results), replica_id)
         except Exception as exc:
             results.append(FetchResult(target, error=exc))
             continue

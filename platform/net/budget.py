@@ -1,12 +1,17 @@
 """Bytes of request frames a broker holds at once: Kafka's ``queued.max.request.bytes``.
 
 A connection charges a frame's declared size *before* reading the frame (its 4-byte length is all
-that was read) and gives it back once the request is answered (or its connection closes). A frame
+that was read). Once the request is handled, the frame is dropped and its bytes are given back, and
+the response's in-memory bytes are charged instead until it is written (or the connection closes):
+a client that does not read its responses holds what they take, and a large response (a Kafka
+Fetch of up to ``fetch.max.bytes``) keeps new frames out while it is written. A frame
 that does not fit waits: the connection reads nothing more meanwhile, so the client's bytes stay
 in the socket buffers (back-pressure), and the wait is bounded by ``connections.max.idle.ms`` like
 any other step of a connection. A frame is admitted when it fits under the limit, or when nothing
 else is in flight (so one frame of up to ``socket.request.max.bytes`` is always served, even above
-a smaller limit): frames in flight never hold more than ``max(limit, socket.request.max.bytes)``.
+a smaller limit): frames in flight never hold more than ``max(limit, socket.request.max.bytes)``;
+responses being written are charged without waiting (they exist already), so frames and responses
+together exceed the limit by at most the responses of the requests handled meanwhile.
 Waiting frames are admitted in arrival order, so a large frame is not starved by small ones.
 
 One accounting step per frame; a limit of -1 (Kafka's default) counts but never waits.
@@ -48,6 +53,14 @@ class RequestBudget:
                     self._waiters.remove(entry)
                 self._admit()    # a large frame that left may have blocked smaller ones behind it
             raise
+
+    def swap(self, released: int, charged: int) -> None:
+        """Give back ``released`` bytes and charge ``charged`` at once, without waiting: a handled
+        request's frame is replaced by its response, which exists already (waiting would not free
+        it), while it is written; new frames wait while the responses being written fill the limit."""
+        self.in_flight -= released
+        self._charge(charged)
+        self._admit()
 
     def release(self, size: int) -> None:
         self.in_flight -= size

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import select
 from typing import TYPE_CHECKING, Awaitable, Callable
 
 from ember.errors import EmberError
@@ -50,8 +51,12 @@ Dispatch = Callable[[Request], Awaitable[Reply | None]]
 Authenticate = Callable[[Request, SaslServer, Dispatch], Awaitable[Reply | None]]
 
 
+#: Bytes charged for an ember response's JSON body (small; its payload is counted exactly).
+_RESPONSE_OVERHEAD = 1024
 #: While a request is handled, how often the broker looks whether its client is still there.
 CLIENT_CHECK_S = 1.0
+#: Frames above this are read in chunks of this size into a buffer of their own (:func:`_read_frame`).
+LARGE_FRAME = 1 << 20
 #: Bytes of a file region read per write on a TLS connection (bounds the memory of a large fetch).
 TLS_CHUNK = 1 << 20
 #: A failed authentication of the same (listener, user, mechanism, peer host) is logged at most
@@ -89,9 +94,9 @@ class _Watchdog:
         self._limit = limit or (self._max_idle_ms, f"connections.max.idle.ms={self._max_idle_ms}")
         self._handle = asyncio.get_running_loop().call_later(self._limit[0] / 1000, self._expire)
 
-    def watch_client(self, reader: asyncio.StreamReader) -> None:
+    def watch_client(self, reader: asyncio.StreamReader, transport: asyncio.BaseTransport) -> None:
         self.disarm()
-        self._handle = asyncio.get_running_loop().call_later(CLIENT_CHECK_S, self._check_client, reader)
+        self._handle = asyncio.get_running_loop().call_later(CLIENT_CHECK_S, self._check_client, reader, transport)
 
     def disarm(self) -> None:
         if self._handle is not None:
@@ -109,16 +114,39 @@ class _Watchdog:
         self.expired = f"{self._step} took longer than {self._limit[1]}; the client may reconnect"
         self._task.cancel()
 
-    def _check_client(self, reader: asyncio.StreamReader) -> None:
+    def _check_client(self, reader: asyncio.StreamReader, transport: asyncio.BaseTransport) -> None:
         # EOF or a reset: nobody will read the answer. EOF counts even with pipelined frames still
         # unread in the buffer (``at_eof()`` waits for them to be read): a client that pipelined a
         # long-poll fetch and more requests, then closed, held its connection for the fetch's
         # whole max_wait (found by the Kafka fuzzer). StreamReader has no public "EOF received".
-        if reader.exception() is not None or reader.at_eof() or getattr(reader, "_eof", False):
+        # Once more than 128 KiB of pipelined frames wait in the reader, the transport stops reading
+        # (asyncio's flow control), so it never sees the EOF: the socket itself is asked too. Such a
+        # connection stayed in CLOSE_WAIT for as long as its request could wait (a DeleteTopics with a
+        # 24-day timeout, say): the sockets the Kafka fuzzer found held after its run.
+        if reader.exception() is not None or reader.at_eof() or getattr(reader, "_eof", False) \
+                or _peer_closed(transport):
             self.expired = "the client went away while its request was being handled"
             self._task.cancel()
         else:
-            self.watch_client(reader)
+            self.watch_client(reader, transport)
+
+
+#: poll() events of a socket whose peer closed (or shut down its sending side) or reset it. POLLRDHUP
+#: (Linux) is reported however much unread data precedes the FIN.
+_PEER_GONE = getattr(select, "POLLRDHUP", 0) | select.POLLHUP | select.POLLERR
+
+
+def _peer_closed(transport: asyncio.BaseTransport) -> bool:
+    """Whether the connection's peer has closed or reset it, even if the transport is not reading."""
+    sock = transport.get_extra_info("socket")
+    if sock is None or not _PEER_GONE & getattr(select, "POLLRDHUP", 0):
+        return False
+    try:
+        poller = select.poll()
+        poller.register(sock.fileno(), _PEER_GONE)
+        return any(events & _PEER_GONE for _, events in poller.poll(0))
+    except (OSError, ValueError):    # closed meanwhile
+        return True
 
 
 class BrokerServer:
@@ -191,26 +219,28 @@ class BrokerServer:
                     break
                 request, charged = read
                 timer = None
-                try:   # the frame's bytes stay charged to the budget until its request is answered
+                try:   # the frame's bytes stay charged until its request is handled, then its response's
                     if pending is None and sasl is not None and sasl.expires_at is not None:
                         pending = self._renewal(sasl, request, session)
                         sasl = pending or sasl
                     timer = self.observer.start(request.api_key) if self.observer is not None else None
-                    watchdog.watch_client(reader)
+                    watchdog.watch_client(reader, writer.transport)
                     reply = await (self.dispatch(request) if pending is None
                                    else self._authenticate(request, pending))
                     watchdog.disarm()
                     if timer is not None:
                         timer.handled(reply)
-                    if reply is not None:
+                    correlation_id = request.correlation_id
+                    del read, request   # the frame is freed before the response is written (nor kept while
+                    if reply is not None:   # the next frame waits for room) ...
+                        charged = self._charge_response(charged, reply)   # ... which is charged instead
                         watchdog.arm("writing a response")
-                        await self._write(writer, request.correlation_id, reply)
+                        await self._write(writer, correlation_id, reply)
                         watchdog.disarm()
                 finally:
                     self.budget.release(charged)
                     if timer is not None:
                         timer.done()
-                del read, request   # its frame is freed with its bytes given back, not kept while the next one waits
                 if pending is not None and pending.close_reason is not None:
                     raise CloseConnection(f"on listener {self.security.listener}: {pending.close_reason}")
         except EmberError as exc:
@@ -234,6 +264,16 @@ class BrokerServer:
                 writer.transport.abort()   # close() would wait forever to flush to a client that does not read
             else:
                 writer.close()
+
+    def _charge_response(self, charged: int, reply: Reply) -> int:
+        """Give back a handled request's frame bytes and charge its response's in-memory bytes (the
+        file regions of an ember fetch go out with sendfile and are not held) while it is written:
+        a client that does not read its responses holds what they really take, and new frames wait
+        for room meanwhile. Charged without waiting (the response exists already); returns it."""
+        size = len(reply) if isinstance(reply, (bytes, bytearray, memoryview)) else \
+            _RESPONSE_OVERHEAD + sum(len(p) for p in reply.payload if not isinstance(p, FileRegion))
+        self.budget.swap(charged, size)
+        return size
 
     async def _authenticate(self, request: Request, sasl: SaslServer) -> Reply | None:
         """:attr:`authenticate`; when the authentication fails, its answer (or the close, after
@@ -295,9 +335,10 @@ class BrokerServer:
         await budget.acquire(size)
         try:
             watchdog.arm(f"sending a request frame of {size} bytes", _sasl_limit(sasl))
-            frame = await reader.readexactly(size)
+            frame = await _read_frame(reader, size)
             request = RawSaslToken(frame) if sasl is not None and sasl.raw else self.decode_frame(frame)
-        except BaseException:
+        except BaseException:   # the connection ends: its part of the frame goes with the charge, not at the next GC
+            _discard_buffered(reader)
             budget.release(size)
             raise
         return request, size  # type: ignore[return-value]
@@ -334,6 +375,35 @@ class BrokerServer:
 async def _failure_delay(sasl: SaslServer) -> None:
     if sasl.failed and sasl.settings.failed_authentication_delay_ms > 0:
         await asyncio.sleep(sasl.settings.failed_authentication_delay_ms / 1000)
+
+
+async def _read_frame(reader: asyncio.StreamReader, size: int) -> bytes:
+    """A frame's ``size`` bytes. A large one is read in chunks into a buffer of its size, then
+    copied once (twice its size at the peak): ``readexactly`` lets the reader's own buffer grow to
+    the whole frame, copying it as it grows, and took three times a 100 MiB frame (+300 MB RSS) when
+    the next frame was pipelined right behind it."""
+    if size <= LARGE_FRAME:
+        return await reader.readexactly(size)
+    buffer = bytearray(size)
+    got = 0
+    with memoryview(buffer) as view:
+        while got < size:
+            chunk = await reader.read(min(size - got, LARGE_FRAME))
+            if not chunk:
+                raise asyncio.IncompleteReadError(b"", size)
+            view[got:got + len(chunk)] = chunk
+            got += len(chunk)
+    return bytes(buffer)
+
+
+def _discard_buffered(reader: asyncio.StreamReader) -> None:
+    """Drop what a reader holds of a frame that will never be read whole (a client stalled or gone
+    mid-frame, a cancelled read): up to ``socket.request.max.bytes``. Otherwise the bytes stay until
+    the connection's objects are collected (a cancelled task's traceback keeps them in a cycle),
+    after their charge was given back, and the next large frame is admitted on top of them."""
+    buffered = getattr(reader, "_buffer", None)   # StreamReader has no public way to drop its buffer
+    if isinstance(buffered, bytearray):
+        buffered.clear()
 
 
 def _sasl_limit(sasl: SaslServer | None) -> tuple[int, str] | None:

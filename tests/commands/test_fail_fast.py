@@ -65,7 +65,7 @@ def test_produce_with_wait_for_topic_waits_for_it_to_be_created(shared_cluster: 
         _, err = proc.communicate("hello\n", timeout=HANG_S)
     finally:
         proc.kill()
-    assert proc.returncode == 0 and f"1 records sent to {topic_name}" in err, err
+    assert proc.returncode == 0 and f"1 record sent to {topic_name}" in err, err
 
 
 def test_produce_max_block_ms_bounds_the_wait(shared_cluster: LocalCluster, topic_name: str) -> None:

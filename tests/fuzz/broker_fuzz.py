@@ -23,6 +23,16 @@ mutations are listed so a real hang can be told apart.
     .venv/bin/python tests/fuzz/broker_fuzz.py --frames 1000000 --seed 1 [--brokers 1]
     .venv/bin/python tests/fuzz/broker_fuzz.py --protocol kafka --frames 1000000 --seed 1
 
+``--max-size-share`` makes that share of connections send one frame of the largest declared size
+the broker takes (``socket.request.max.bytes``, 100 MiB): an ApiVersions padded to it, sent whole
+(it must be answered) or stopped part-way (closed by ``connections.max.idle.ms``, or reset by the
+client), so ``queued.max.request.bytes`` is tried with the frames it exists for. A frame waits for
+room behind them (one 100 MiB frame at a time under the fuzz brokers' 32 MiB), and one that waits
+longer than ``connections.max.idle.ms`` has its connection closed, by design: in that mode a closed
+connection of well-formed frames is no finding (the well-behaved client must still be served):
+
+    .venv/bin/python tests/fuzz/broker_fuzz.py --protocol ember --frames 3000 --max-size-share 0.05
+
 ``--protocol kafka`` fuzzes the brokers' Kafka listeners instead, with mutated Kafka requests
 (``kafka_mutator``); there a request whose bytes were damaged may be answered or have its
 connection closed, as Kafka does, and no error count is read from responses.
@@ -79,6 +89,9 @@ PROBE_TIMEOUT_S = 10.0
 RECREATE_INTERVAL_S = 2.0
 #: Share of connections reset right after their frames are sent, unread (a client that crashed).
 ABANDON_SHARE = 0.05
+#: socket.request.max.bytes of the fuzz brokers (the default): the largest frame --max-size-share sends.
+MAX_FRAME_BYTES = 100 * 1024 * 1024
+_ZEROS = bytes(1 << 20)
 
 
 @dataclass
@@ -91,6 +104,7 @@ class FuzzConfig:
     pipeline: int = 48                 # most frames per connection
     answer_timeout_s: float = 20.0
     max_seconds: float = 3600.0
+    max_size_share: float = 0.0        # connections sending one frame of socket.request.max.bytes
 
 
 @dataclass
@@ -167,6 +181,30 @@ def process_stats(pid: int) -> ProcessStats:
 # -- the protocols ------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
+class MaxSizeMutant(Mutant):
+    """A frame declaring ``len(data) + pad`` bytes: ``data`` (length prefix and header) is followed
+    by ``pad`` zero bytes, written in chunks (never built whole); ``sent`` of them go out before the
+    client stops (all: the frame is whole and answered)."""
+    pad: int = 0
+    sent: int = 0
+
+
+def max_size_mutant(protocol: str, rng: random.Random, correlation_id: int) -> MaxSizeMutant:
+    """An ApiVersions request padded to MAX_FRAME_BYTES, whole or stopped part-way (a stalled client:
+    the broker closes it after connections.max.idle.ms, holding its budget charge meanwhile)."""
+    if protocol == "kafka":     # ApiVersions v0, header v1 (null client id); the padding is ignored
+        head = (18).to_bytes(2, "big") + (0).to_bytes(2, "big") + correlation_id.to_bytes(4, "big") + b"\xff\xff"
+    else:
+        head = b"".join(encode_request(ApiKey.API_VERSIONS, 0, correlation_id, {}))[FRAME_LENGTH.size:]
+    pad = MAX_FRAME_BYTES - len(head)
+    data = FRAME_LENGTH.pack(MAX_FRAME_BYTES) + head
+    if rng.random() < 0.5:
+        return MaxSizeMutant(data, False, f"max-size frame {MAX_FRAME_BYTES} bytes", pad=pad, sent=pad)
+    sent = rng.randrange(pad)
+    return MaxSizeMutant(data, True, f"max-size frame {MAX_FRAME_BYTES} bytes stalled after {sent}", pad=pad, sent=sent)
+
+
+@dataclass(frozen=True)
 class Dialect:
     """How the fuzzer speaks to one kind of listener: where, what it sends, how it ends a
     pipeline (a request that is always answered) and how it reads a response frame's body."""
@@ -219,6 +257,9 @@ class _Pipeline:
     address: tuple[str, int]
     mutants: list[Mutant]
     abandon: bool = False      # reset the connection right after sending, as a crashed client would
+    #: The broker may close it before the end although every frame is well-formed: with max-size frames in the
+    #: run, a frame that waits for room in queued.max.request.bytes longer than connections.max.idle.ms is closed.
+    may_wait_out: bool = False
     client_port: int = 0       # the connection's local port: the broker's log names it on a close
 
     @property
@@ -228,7 +269,7 @@ class _Pipeline:
     @property
     def may_close(self) -> bool:
         """Whether the broker may close this connection before answering the sentinel."""
-        return any(m.fatal or m.silent or m.lenient for m in self.mutants)
+        return self.may_wait_out or any(m.fatal or m.silent or m.lenient for m in self.mutants)
 
     def describe(self) -> str:
         return (f"pipeline {self.index} from port {self.client_port} to {self.address[1]}: "
@@ -247,8 +288,12 @@ class _Fuzzer:
         self._next_pipeline += 1
         rng = random.Random(f"{self.config.seed}/{index}")
         count = min(rng.randint(1, self.config.pipeline), self.config.frames - self.report.frames)
+        if self.config.max_size_share and rng.random() < self.config.max_size_share and count:
+            return _Pipeline(index, rng.choice(self.addresses), [max_size_mutant(self.config.protocol, rng, 0)],
+                             abandon=rng.random() < 0.25, may_wait_out=True)
         mutants = [self.dialect.mutant(rng, i, i == count - 1 and rng.random() < 0.5) for i in range(count)]
-        return _Pipeline(index, rng.choice(self.addresses), mutants, abandon=rng.random() < ABANDON_SHARE)
+        return _Pipeline(index, rng.choice(self.addresses), mutants, abandon=rng.random() < ABANDON_SHARE,
+                         may_wait_out=self.config.max_size_share > 0)
 
     async def run(self) -> None:
         self._deadline = time.monotonic() + self.config.max_seconds
@@ -286,6 +331,8 @@ class _Fuzzer:
             for mutant in pipeline.mutants:
                 writer.write(mutant.data)
                 await writer.drain()
+                if isinstance(mutant, MaxSizeMutant):
+                    await _write_zeros(writer, mutant.sent)
             if pipeline.abandon:
                 self.report.abandoned += 1
                 responses.cancel()
@@ -373,6 +420,14 @@ class _Fuzzer:
             while True:
                 await asyncio.sleep(RECREATE_INTERVAL_S)
                 self.report.recreated_topics += await asyncio.to_thread(create_fuzz_topics, admin, len(self.addresses))
+
+
+async def _write_zeros(writer: asyncio.StreamWriter, size: int) -> None:
+    while size > 0:
+        chunk = min(size, len(_ZEROS))
+        writer.write(_ZEROS[:chunk])
+        await writer.drain()
+        size -= chunk
 
 
 def create_fuzz_topics(admin: Admin, brokers: int) -> int:
@@ -495,10 +550,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="which listener to fuzz (default: %(default)s)")
     parser.add_argument("--connections", type=int, default=FuzzConfig.connections)
     parser.add_argument("--max-minutes", type=float, default=FuzzConfig.max_seconds / 60)
+    parser.add_argument("--max-size-share", type=float, default=FuzzConfig.max_size_share,
+                        help="share of connections sending one frame of socket.request.max.bytes (100 MiB)")
     parser.add_argument("--data", type=Path, help="cluster directory (default: a temporary one)")
     args = parser.parse_args(argv)
     config = FuzzConfig(frames=args.frames, seed=args.seed, brokers=args.brokers, protocol=args.protocol,
-                        connections=args.connections,
+                        connections=args.connections, max_size_share=args.max_size_share,
                         max_seconds=args.max_minutes * 60)
     with tempfile.TemporaryDirectory(prefix="ember-fuzz-") as tmp:
         report = run(config, args.data or Path(tmp))

@@ -67,3 +67,68 @@ def test_unbounded_counts_but_never_waits() -> None:
         assert budget.in_flight == 3 << 30
 
     asyncio.run(scenario())
+
+
+def test_a_swap_gives_back_a_frame_and_charges_its_response_without_waiting() -> None:
+    async def scenario() -> None:
+        budget = RequestBudget(100)
+        await budget.acquire(10)                   # a small request frame, handled
+        other = asyncio.create_task(budget.acquire(60))
+        await asyncio.sleep(0)
+        assert other.done()                        # 70 in flight
+        budget.swap(10, 500)                       # its large response is being written: charged at once
+        assert budget.in_flight == 560 and budget.peak == 560
+        waiting = asyncio.create_task(budget.acquire(1))
+        await asyncio.sleep(0)
+        assert not waiting.done()                  # no new frame is read while the responses fill the limit
+        budget.release(500)                        # written
+        budget.release(60)
+        await waiting
+        assert budget.in_flight == 1
+
+    asyncio.run(scenario())
+
+
+def test_a_handled_requests_frame_is_given_back_and_its_unread_response_charged_until_written() -> None:
+    """Through the server: a client that does not read a 4 MiB response holds those bytes (not its
+    small frame's) until it reads them; then nothing is in flight."""
+    from ember.net.server import BrokerServer
+    from ember.wire.api_keys import ApiKey
+    from ember.wire.frame import encode_request
+    from ember.wire.reply import Reply
+
+    response_bytes = 4 << 20
+
+    async def dispatch(request: object) -> Reply:
+        return Reply({"error_code": 0}, [bytes(response_bytes)])
+
+    async def scenario() -> None:
+        budget = RequestBudget(1 << 20)
+        server = BrokerServer(dispatch, "127.0.0.1", 0, 1 << 20, 60_000, budget=budget)   # type: ignore[arg-type]
+        await server.bind()
+        await server.start_serving()
+        assert server._server is not None
+        port = server._server.sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=1 << 10)
+        try:
+            frame = b"".join(encode_request(ApiKey.API_VERSIONS, 0, 1, {}))
+            writer.write(frame)
+            await writer.drain()
+            for _ in range(100):
+                if budget.in_flight > len(frame):
+                    break
+                await asyncio.sleep(0.02)
+            # the frame's bytes were given back; the unread response's are charged
+            assert response_bytes <= budget.in_flight <= response_bytes + 2048
+            head = await reader.readexactly(4)
+            await reader.readexactly(int.from_bytes(head, "big"))
+            for _ in range(100):
+                if budget.in_flight == 0:
+                    break
+                await asyncio.sleep(0.02)
+            assert budget.in_flight == 0
+        finally:
+            writer.close()
+            await server.close()
+
+    asyncio.run(scenario())

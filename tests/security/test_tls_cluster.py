@@ -20,6 +20,7 @@ from confluent_kafka import Producer as KafkaProducer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from kafka_helpers import WAIT_S, run_tool
 
+from ember.cli import main
 from ember.client import Admin, Consumer, Producer, TopicPartition
 from ember.errors import SslAuthenticationFailed
 from ember.launcher.cluster_tls import ClusterTls
@@ -106,6 +107,13 @@ def test_a_fetch_of_several_megabytes_over_tls_returns_the_exact_bytes(cluster, 
 def test_a_plaintext_client_is_refused_with_a_typed_error(cluster):
     with pytest.raises(SslAuthenticationFailed, match="requires TLS; set security_protocol='SSL'"):
         Admin(cluster.bootstrap, request_timeout_ms=10_000).list_topics()
+
+
+def test_a_cli_command_without_the_client_configuration_is_told_to_pass_it(cluster, capsys, monkeypatch):
+    monkeypatch.delenv("EMBER_CLIENT_CONFIG", raising=False)
+    assert main(["topics", "list", "--bootstrap", cluster.bootstrap]) == 1
+    err = capsys.readouterr().err
+    assert "SslAuthenticationFailed" in err and "--command-config FILE or export EMBER_CLIENT_CONFIG=FILE" in err, err
 
 
 def test_a_client_without_its_certificate_is_refused(cluster):
