@@ -52,12 +52,20 @@ class _TopicWatch:
         if not self.active:
             return False
         record = TopicRecord.from_bytes(data) if data else None
-        self.cache._set_topic(self.name, record)
+        renewed = self.cache._set_topic(self.name, record)
         for index in (record.assignment if record else ()):
             if index not in self.watched:
                 self.watched.add(index)
                 DataWatch(self.cache.session.client, zk_paths.partition_state(self.name, index),
                           self._state_watcher(index))
+            elif renewed:
+                # The topic was deleted and created again while this watch lagged: the state watch
+                # may already have delivered the new topic's state, stored under the old record and
+                # dropped with it just now, and it fires again only on the next state change (the
+                # next leader election: a partition without a leader for minutes). Read it again.
+                data, stat = self.cache._get(zk_paths.partition_state(self.name, index))
+                self.cache._set_state(self.name, index, PartitionState.from_bytes(data, stat.version)
+                                      if data and isinstance(stat, ZnodeStat) else None)
         return True
 
     def _state_watcher(self, index: int) -> Callable[[bytes | None, ZnodeStat | None], bool]:
@@ -160,15 +168,19 @@ class MetadataCache:
         for name in new:
             self._watches[name] = _TopicWatch(self, name)
 
-    def _set_topic(self, name: str, record: TopicRecord | None) -> None:
+    def _set_topic(self, name: str, record: TopicRecord | None) -> bool:
+        """Store a topic's record; True when it is another topic than the one stored (a new topic
+        id, or none stored): its partition states start empty."""
         with self._lock:
             old = self._topics.get(name)
+            renewed = record is not None and (old is None or old.topic_id != record.topic_id)
             if record is None:
                 self._topics.pop(name, None)
             else:
-                keep = old.states if old and old.topic_id == record.topic_id else {}
+                keep = {} if renewed or old is None else old.states
                 self._topics[name] = TopicMetadata(name, record, dict(keep))
         self._notify(name)
+        return renewed
 
     def _set_state(self, name: str, index: int, state: PartitionState | None) -> None:
         with self._lock:

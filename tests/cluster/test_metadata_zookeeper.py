@@ -3,12 +3,14 @@ driven caches on several sessions, controller election and failover, offline rep
 brokers, producer-id blocks."""
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any, Callable, Iterator
 
 import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
+from kazoo.protocol.states import Callback
 
 from ember.cluster.controller import Controller
 from ember.cluster.metadata_cache import MetadataCache
@@ -95,6 +97,34 @@ def test_topic_lifecycle_reaches_every_cache(nodes, topic_name):
     again = admin.create_topic(topic_name, 1, 1, {})
     assert again.topic_id != record.topic_id
     eventually(lambda: (m := nodes[3].cache.topic(topic_name)) and m.topic_id == again.topic_id and 0 in m.states)
+
+
+def test_a_cache_lagging_behind_a_delete_and_recreate_still_gets_the_new_leader(nodes, topic_name):
+    """A broker's watch thread held up (a loaded machine) while a topic is deleted, created again
+    and given a leader: the deleted state's event comes first (the delete removes states before
+    the topic) and reads the *new* state, stored under the old record, which the topic's event then
+    replaces. The cache must still end with the new topic's leader, not without one for minutes."""
+    lagging = nodes[3]
+    first = nodes[1].admin.create_topic(topic_name, 1, 1, {})
+    eventually(lambda: (m := lagging.cache.topic(topic_name)) and 0 in m.states)
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        held.set()
+        release.wait(30)
+    lagging.session.client.handler.dispatch_callback(Callback("watch", hold, ()))
+    assert held.wait(10)
+    try:
+        nodes[1].admin.delete_topic(topic_name)
+        again = nodes[1].admin.create_topic(topic_name, 1, 1, {})
+        eventually(lambda: (m := nodes[1].cache.topic(topic_name)) and m.topic_id == again.topic_id
+                   and m.states.get(0) is not None and m.states[0].leader >= 0)
+    finally:
+        release.set()
+    assert again.topic_id != first.topic_id
+    meta = eventually(lambda: (m := lagging.cache.topic(topic_name)) and m.topic_id == again.topic_id
+                      and m.states.get(0) is not None and m.states[0].leader >= 0 and m, timeout_s=10)
+    assert meta.states[0].leader == again.assignment[0][0]
 
 
 def test_controller_failover_elects_new_leaders(nodes, topic_name):
