@@ -73,6 +73,12 @@ fi
 #     place next to its source (gcc and Python's headers): rebuilt when the source is newer than the build.
 codec_so="$(ls platform/record/_v2codec.*.so 2>/dev/null | head -1 || true)"
 if [ -z "$codec_so" ] || [ platform/record/_v2codec.c -nt "$codec_so" ]; then
+    if ! command -v gcc >/dev/null 2>&1; then
+        apt_install gcc
+    fi
+    if [ ! -f "$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')/Python.h" ]; then
+        apt_install python3-dev
+    fi
     say "building the Kafka record codec (platform/record/_v2codec.c)"
     "$VENV/bin/python" setup.py -q build_ext --inplace
 fi
