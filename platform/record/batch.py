@@ -1,27 +1,10 @@
-"""Record batch wire/disk format: a fixed 61-byte big-endian header and an Arrow IPC payload.
+"""ember's record batches (magic 1): the shared 61-byte header (``ember.record.header``) and an Arrow
+IPC payload, so readers get columns without per-record Python work; and decoding either stored
+format to columns (a Kafka batch, magic 2, through ``ember.record.kafka_v2``).
 
-The header follows Kafka's v2 batch layout so brokers can validate, assign offsets and index a
-batch from the header alone; the payload is an Arrow IPC *stream* (schema + one record batch) so
-readers get columns without per-record Python work. The CRC starts at ``attributes``: a broker
-patches ``base_offset`` and ``partition_leader_epoch`` without recomputing it.
-
-=========  ======================  =====  ===========================================
-offset     field                   type   meaning
-=========  ======================  =====  ===========================================
-0          base_offset             int64  offset of the first record
-8          batch_length            int32  bytes after this field
-12         partition_leader_epoch  int32  leader epoch that appended the batch
-16         magic                   int8   format version, ``MAGIC``
-17         crc                     uint32 zlib crc32 of bytes 21..end
-21         attributes              int16  bits 0-2 codec, bit 3 LogAppendTime, bits 8-10 Kafka codec
-23         last_offset_delta       int32  record_count - 1
-27         first_timestamp         int64  timestamp of the first record (ms)
-35         max_timestamp           int64  largest record timestamp (ms)
-43         producer_id             int64  -1 when not idempotent
-51         producer_epoch          int16
-53         base_sequence           int32
-57         record_count            int32
-=========  ======================  =====  ===========================================
+The CRC (zlib's CRC-32 here, CRC-32C for Kafka's) starts at ``attributes``: a broker patches
+``base_offset`` and ``partition_leader_epoch`` without recomputing it. docs/log.md ("Batch
+format") has the header table and why the log stores both formats.
 """
 from __future__ import annotations
 
@@ -117,23 +100,22 @@ RecordsLike = Union[pa.Table, pa.RecordBatch, Iterable[Union[Record, tuple[Any, 
 
 def build_batch(records: RecordsLike, *, compression: str = "none", producer_id: int = NO_PRODUCER_ID,
                 producer_epoch: int = NO_EPOCH, base_sequence: int = NO_SEQUENCE,
-                partition_leader_epoch: int = NO_EPOCH, base_offset: int = 0, kafka_codec: int = 0) -> bytes:
+                partition_leader_epoch: int = NO_EPOCH, base_offset: int = 0) -> bytes:
     """Encode records into one raw batch (header + Arrow IPC payload).
 
     ``records`` is an Arrow table/record batch with any of the columns key, value, timestamp,
     headers (missing ones are null, a missing or null timestamp is now), or Python records
     ``(key, value[, timestamp_ms[, headers]])``. ``compression`` is one of Kafka's codec names
-    (:data:`COMPRESSION_TYPES`); ``kafka_codec`` records the codec of the Kafka batch the records
-    came in (``ember.protocol.kafka.records``).
+    (:data:`COMPRESSION_TYPES`); gzip and snappy, which Arrow cannot store, are remembered in the
+    header for Kafka consumers.
     """
     if compression not in COMPRESSION_TYPES:
         raise ValueError(f"compression must be one of {sorted(COMPRESSION_TYPES)}, not {compression!r}")
     batch = _to_record_batch(records)
     if batch.num_rows == 0:
         raise ValueError("a batch needs at least one record")
-    stored, implied_kafka_codec = COMPRESSION_TYPES[compression]
+    stored, kafka_codec = COMPRESSION_TYPES[compression]
     codec = CODECS[stored]
-    kafka_codec = kafka_codec or implied_kafka_codec
     sink = pa.BufferOutputStream()
     options = pa.ipc.IpcWriteOptions(compression=ARROW_CODECS[codec])
     with pa.ipc.new_stream(sink, RECORD_SCHEMA, options=options) as writer:

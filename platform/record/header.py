@@ -37,8 +37,8 @@ TRANSACTIONAL_FLAG = 0x10   # Kafka v2 attributes bit 4
 CONTROL_FLAG = 0x20         # Kafka v2 attributes bit 5
 CODEC_MASK = 0x07
 LOG_APPEND_TIME_FLAG = 0x08
-#: Bits 8-10: the Kafka codec (1 gzip .. 4 zstd) of the Kafka record batch this batch was converted
-#: from, 0 for batches from ember's clients; Kafka consumers get the batch back in that codec.
+#: Bits 8-10 of an ember batch (magic 1): the Kafka codec (1 gzip .. 4 zstd) Kafka consumers get it in,
+#: set by ember's producer for gzip and snappy (which Arrow cannot store); 0: served by its Arrow codec.
 KAFKA_CODEC_SHIFT = 8
 
 Buffer = Union[bytes, bytearray, memoryview]
