@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 from produce_bench import percentile  # bench/ helpers (run.py puts bench/ on sys.path)
 from samples import Stats, stats
 from spark_read_bench import records as keyed_records
-from systems import Clients, ProduceSettings, System, rss_mb
+from systems import Clients, KafkaClients, ProduceSettings, System, rss_mb
 
 VALUE_SIZE = 100
 PARTITIONS = 6
@@ -155,14 +155,25 @@ def end_to_end_latency(systems: Sequence[System], rate: int, seconds: float, rep
     settings = ProduceSettings("all", 3)
     runs: dict[str, list[list[float]]] = {}
     for run, system in enumerate(interleaved(systems, repeats)):
-        figures = latency_percentiles(latency_run(system, system.clients, f"latency-{run}", rate, seconds))
-        log(f"latency {system.name:5s} at {rate:,}/s: p50 {figures[0]:.2f} ms  p99 {figures[1]:.2f} ms  "
-            f"p99.9 {figures[2]:.2f} ms")
-        runs.setdefault(system.name, []).append(figures)
+        # ember twice: its own clients, and confluent-kafka through its Kafka listener (the same client as Kafka's row)
+        kafka_bootstrap = getattr(system.clients, "kafka_bootstrap", "")
+        cases = [(system.name, system.clients)] + ([("ember-kafka-client", KafkaClients(kafka_bootstrap))]
+                                                    if system.name == "ember" and kafka_bootstrap else [])
+        for name, clients in cases:
+            figures = latency_percentiles(latency_run(system, clients, f"latency-{run}-{len(runs.get(name, []))}-"
+                                                      f"{name}", rate, seconds))
+            log(f"latency {name:18s} at {rate:,}/s: p50 {figures[0]:.2f} ms  p99 {figures[1]:.2f} ms  "
+                f"p99.9 {figures[2]:.2f} ms")
+            runs.setdefault(name, []).append(figures)
     group = f"End-to-end latency at {rate:,} records/s ({settings.label})"
-    return [Row(group, name, "ms", [run[i] for run in runs["ember"]], [run[i] for run in runs["kafka"]], False,
+    rows = [Row(group, name, "ms", [run[i] for run in runs["ember"]], [run[i] for run in runs["kafka"]], False,
                 "send → poll_batches", "produce → consume")
             for i, name in enumerate(("p50", "p99", "p99.9"))]
+    if "ember-kafka-client" in runs:
+        rows += [Row(group, name, "ms", [run[i] for run in runs["ember-kafka-client"]],
+                     [run[i] for run in runs["kafka"]], False, "kafka-client: produce → consume", "produce → consume")
+                 for i, name in enumerate(("p50", "p99", "p99.9"))]
+    return rows
 
 
 def latency_run(owner: System, clients: Clients, topic: str, rate: int, seconds: float) -> list[int]:
