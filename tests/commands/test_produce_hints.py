@@ -42,7 +42,7 @@ def test_a_record_over_max_request_size_names_that_limit_and_the_flag_raises_it(
     out = ember("produce", topic_name, "--bootstrap", shared_cluster.bootstrap, "--max-request-size", "2100000",
                 stdin=record)
     assert out.returncode == 0, out
-    assert "1 records sent" in out.stderr
+    assert "1 record sent" in out.stderr
 
 
 def test_tls_settings_without_security_protocol_name_the_property_to_set(tmp_path: Path) -> None:

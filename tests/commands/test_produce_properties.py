@@ -77,7 +77,7 @@ def test_a_line_without_its_separator_stops_the_producer_naming_the_line(shared_
     out = ember("produce", topic_name, "--bootstrap", shared_cluster.bootstrap, "--property", "parse.key=true",
                 "--property", "key.separator=:", stdin="k:v\nno separator\nk:w\n")
     assert out.returncode == 1, out
-    assert "1 records sent" in out.stderr
+    assert "1 record sent" in out.stderr
     assert "line 2 has no key.separator ':'" in out.stderr and "ignore.error=true" in out.stderr
 
 
