@@ -69,17 +69,24 @@ if [ ! -f "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ]; then
     touch "$STAMP"
 fi
 
-# 3b. ember's C extension (the Kafka RecordBatch v2 <-> Arrow codec, platform/record/_v2codec.c), built in
-#     place next to its source (gcc and Python's headers): rebuilt when the source is newer than the build.
-codec_so="$(ls platform/record/_v2codec.*.so 2>/dev/null | head -1 || true)"
-if [ -z "$codec_so" ] || [ platform/record/_v2codec.c -nt "$codec_so" ]; then
+# 3b. ember's C extensions (the Kafka RecordBatch v2 <-> Arrow codec, platform/record/_v2codec.c; the
+#     producer's per-record send path, platform/client/_append.c), built in place next to their sources
+#     (gcc and Python's headers): rebuilt when a source is newer than its build.
+stale_extension=""
+for source in platform/record/_v2codec.c platform/client/_append.c; do
+    built="$(ls "${source%.c}".*.so 2>/dev/null | head -1 || true)"
+    if [ -z "$built" ] || [ "$source" -nt "$built" ]; then
+        stale_extension="$source"
+    fi
+done
+if [ -n "$stale_extension" ]; then
     if ! command -v gcc >/dev/null 2>&1; then
         apt_install gcc
     fi
     if [ ! -f "$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')/Python.h" ]; then
         apt_install python3-dev
     fi
-    say "building the Kafka record codec (platform/record/_v2codec.c)"
+    say "building ember's C extensions (platform/record/_v2codec.c, platform/client/_append.c)"
     "$VENV/bin/python" setup.py -q build_ext --inplace
 fi
 

@@ -5,7 +5,9 @@ The table gives, for both systems, the median of the runs with their spread (min
 run, and the ratio ember/Kafka of the medians; the "ember" column
 of the verdict says whether that ratio is good for ember (higher throughput, or lower latency,
 memory or start time). The chart plots, per row, how many times better ember is (>1) or worse
-(<1), on a log scale, so a 2x win and a 2x loss are the same length.
+(<1), on a log scale, so a 2x win and a 2x loss are the same length. The scale rows (many cases of
+one family each) get their own chart instead, ``vs_kafka_scale.png``: one panel per family, each
+client's median records/s per case with its min-max, so a trend shows as a line.
 """
 from __future__ import annotations
 
@@ -19,6 +21,9 @@ from typing import Sequence
 
 from samples import Stats
 from workloads import Row
+
+#: Groups of the scale workload start with this (workloads.scale_cases).
+SCALE_PREFIX = "Scale: "
 
 #: Version of vs_kafka.json's layout: 2 = samples and stats per row (1, unversioned: best only).
 FORMAT = 2
@@ -119,11 +124,51 @@ def chart(rows: Sequence[Row], path: Path, title: str) -> None:
     plt.close(figure)
 
 
+def scale_chart(rows: Sequence[Row], path: Path) -> None:
+    """One panel per scale family: median records/s per case (log axis) with min-max bars, a line per
+    client (ember's modes, then Kafka's, which every ember mode's row repeats)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    families = list(dict.fromkeys(row.group for row in rows))
+    figure, panels = plt.subplots(len(families), 1, figsize=(9, 3.3 * len(families)), squeeze=False)
+    for axes, family in zip(panels[:, 0], families):
+        members = [row for row in rows if row.group == family]
+        cases = list(dict.fromkeys(row.case for row in members))
+        series: dict[str, list[Stats]] = {}
+        for mode in dict.fromkeys(row.ember_mode for row in members):
+            series[f"ember: {mode}"] = [next(r for r in members if r.case == c and r.ember_mode == mode).ember_stats
+                                        for c in cases]
+        series[f"Kafka: {members[0].kafka_mode}"] = [next(r for r in members if r.case == c).kafka_stats for c in cases]
+        for label, figures in series.items():
+            medians = [f.median for f in figures]
+            spread = [[f.median - f.low for f in figures], [f.high - f.median for f in figures]]
+            axes.errorbar(range(len(cases)), medians, yerr=spread, marker="o", capsize=3, label=label,
+                          color="#c92a2a" if label.startswith("Kafka") else None)
+        axes.set_yscale("log")
+        axes.set_xticks(range(len(cases)), cases, fontsize=8)
+        axes.set_ylabel("records/s")
+        axes.set_title(family.removeprefix(SCALE_PREFIX), fontsize=10)
+        axes.grid(True, which="both", axis="y", alpha=0.3)
+        axes.legend(fontsize=8)
+    figure.suptitle("ember vs Apache Kafka: the cost per record (median, min-max)", fontsize=11)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
 def write(rows: Sequence[Row], out: Path, header: str, settings: dict[str, object]) -> Path:
-    """Writes vs_kafka.{md,png,json} and the history copy of the JSON; returns the history file."""
+    """Writes vs_kafka.{md,png,json} (and vs_kafka_scale.png with scale rows) and the history copy of
+    the JSON; returns the history file."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "vs_kafka.md").write_text(markdown(rows, header))
-    chart(rows, out / "vs_kafka.png", "ember vs Apache Kafka, same machine, same run (medians)")
+    scaled = [row for row in rows if row.group.startswith(SCALE_PREFIX)]
+    others = [row for row in rows if not row.group.startswith(SCALE_PREFIX)]
+    if others:
+        chart(others, out / "vs_kafka.png", "ember vs Apache Kafka, same machine, same run (medians)")
+    if scaled:
+        scale_chart(scaled, out / "vs_kafka_scale.png")
     source = os.environ.get("EMBER_BENCH_SOURCE")
     document = json.dumps({"format": FORMAT, "source": source or "working tree",
                            "run_at_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -16,6 +16,8 @@ Workloads (``--only`` takes a comma list of these names):
   spark-read   Spark batch read: count() and sum(length(value))
   spark-write  Spark streaming write, availableNow, into an RF=3 topic
   footprint    broker RSS after the load, cluster cold start, one broker restart
+  scale        the cost per record: 1-8 producer processes, records of 10 B-100 KB, each compression.type
+               (per-record clients: ember's send, confluent-kafka through ember's Kafka listener and on Kafka)
 
 Run it with ``bash bench/vs_kafka/run.sh [options]`` (set-up first: Kafka jars, Spark's connector,
 confluent-kafka and matplotlib into .venv), or directly with ``.venv/bin/python bench/vs_kafka/run.py``.
@@ -42,7 +44,7 @@ from report import write  # noqa: E402
 from systems import EmberSystem, KafkaSystem, System  # noqa: E402
 from workloads import Row, log  # noqa: E402
 
-ALL = ("produce", "latency", "consume", "spark-read", "spark-write", "footprint")
+ALL = ("produce", "latency", "consume", "spark-read", "spark-write", "footprint", "scale")
 READ_TOPIC = "read"
 
 
@@ -58,6 +60,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--latency-seconds", type=float, default=10.0, help="length of one latency run (default 10 s)")
     parser.add_argument("--repeats", type=int, default=5,
                         help="runs per system and case, interleaved; the median is the headline figure (default 5)")
+    parser.add_argument("--scale-repeats", type=int, default=3,
+                        help="runs per system and case of the scale rows (default 3: they are many)")
     parser.add_argument("--out", type=Path, default=HERE.parent / "results", help="where the results go (default bench/results)")
     parser.add_argument("--compare-to", type=Path, metavar="OLD.json",
                         help="after the run, compare it with this earlier vs_kafka.json (or a history/ file): "
@@ -107,8 +111,10 @@ def run_workloads(args: argparse.Namespace, systems: list[System], work: Path) -
                 rows += workloads.spark_write(spark, systems, args.write_records, args.repeats, work)
         finally:
             spark.stop()
-    if "footprint" in selected:
+    if "footprint" in selected:   # before scale: "after the load" means the same load as in earlier runs
         rows += workloads.footprint(systems, {s.name: s.cold_start_s for s in systems})
+    if "scale" in selected:
+        rows += workloads.scale(systems, args.scale_repeats)
     return rows
 
 

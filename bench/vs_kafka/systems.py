@@ -46,6 +46,9 @@ class ProduceSettings:
     replication_factor: int
     linger_ms: int = 5
     batch_size: int = 256 * 1024
+    #: compression.type: none, gzip, snappy, lz4 or zstd (ember's own producer maps gzip and snappy to its
+    #: Arrow codecs, zstd level 1 and lz4; a Kafka client's batches keep the codec they were sent with)
+    compression: str = "none"
 
     @property
     def idempotent(self) -> bool:
@@ -86,6 +89,7 @@ class System(Protocol):
     cold_start_s: float
 
     def create_topic(self, topic: str, partitions: int, replication_factor: int) -> None: ...
+    def delete_topic(self, topic: str) -> None: ...
     def record_count(self, topic: str) -> int: ...
     def processes(self) -> dict[str, int]: ...
     def restart_broker_s(self) -> float: ...
@@ -109,7 +113,8 @@ class EmberClients:
 
     def _producer(self, settings: ProduceSettings) -> Producer:
         return Producer(self.bootstrap, acks=settings.acks, linger_ms=settings.linger_ms,
-                        batch_size=settings.batch_size, enable_idempotence=settings.idempotent, **dict(self.security))
+                        batch_size=settings.batch_size, enable_idempotence=settings.idempotent,
+                        compression_type=settings.compression, **dict(self.security))
 
     @contextmanager
     def produce_job(self, mode: str, topic: str, settings: ProduceSettings, value: bytes,
@@ -237,6 +242,9 @@ class EmberSystem:
         wait_for(lambda: all(p.leader >= 0 and len(p.isr) == replication_factor
                              for p in self.admin.describe_topic(topic).partitions), f"ember topic {topic}")
 
+    def delete_topic(self, topic: str) -> None:
+        self.admin.delete_topic(topic)
+
     def record_count(self, topic: str) -> int:
         return sum(p.high_watermark for p in self.admin.describe_topic(topic).partitions)
 
@@ -279,6 +287,7 @@ class KafkaClients:
         return KafkaProducer({
             "bootstrap.servers": self.bootstrap, "acks": settings.acks, "linger.ms": settings.linger_ms,
             "batch.size": settings.batch_size, "enable.idempotence": settings.idempotent,
+            "compression.type": settings.compression,
             "queue.buffering.max.kbytes": 64 * 1024,           # ember's buffer_memory
             "queue.buffering.max.messages": 2_000_000, "log_level": 3, **dict(self.config)})
 
@@ -426,6 +435,10 @@ class KafkaSystem:
             return len(meta.partitions) == partitions and all(
                 p.leader >= 0 and len(p.isrs) == replication_factor for p in meta.partitions.values())
         wait_for(ready, f"Kafka topic {topic}")
+
+    def delete_topic(self, topic: str) -> None:
+        for future in self.admin.delete_topics([topic]).values():
+            future.result(TOPIC_READY_TIMEOUT_S)
 
     def record_count(self, topic: str) -> int:
         from confluent_kafka import Consumer as KafkaConsumer

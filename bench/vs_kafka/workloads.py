@@ -10,6 +10,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import queue
+import random
 import struct
 import time
 from dataclasses import dataclass, field
@@ -369,3 +370,140 @@ def footprint(systems: Sequence[System], cold_starts: dict[str, float]) -> list[
 
 def mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else float("nan")
+
+
+# -- scale: the cost per record as producers, record sizes and codecs change ---------------------
+
+#: The families of the scale rows: every case runs both systems' per-record clients (ember's ``send``,
+#: confluent-kafka through ember's Kafka listener, confluent-kafka on Kafka), acks=1 RF=1.
+SCALE_PRODUCERS = (1, 2, 4, 8)
+SCALE_SIZES = (10, 100, 1_000, 10_000, 100_000)
+SCALE_CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
+#: Bytes of values per run, and records at most (a 10-byte run would otherwise take millions).
+SCALE_BYTES = 50_000_000
+SCALE_RECORDS = 300_000
+#: Values of the codec family: JSON-like text, compressible about 3x as real events are (random bytes
+#: would not compress, and every codec would measure its incompressible-input path).
+CODEC_VALUE_SIZE = 1_000
+SCALE_MODES = ("send", "kafka-client")
+
+
+@dataclass(frozen=True)
+class ScaleCase:
+    group: str
+    case: str
+    producers: int
+    value_size: int
+    codec: str = "none"
+    #: JSON-like values (the codec family, "none" included, so its rows compare the same records)
+    text: bool = False
+
+    @property
+    def records(self) -> int:
+        return max(100, min(SCALE_RECORDS, SCALE_BYTES // self.value_size))
+
+
+def scale_cases() -> list[ScaleCase]:
+    settings = "acks=1 RF=1"
+    return ([ScaleCase(f"Scale: producer processes (100 B records, {settings})", f"{n} producer{'s' * (n > 1)}", n,
+                       VALUE_SIZE) for n in SCALE_PRODUCERS]
+            + [ScaleCase(f"Scale: record size (1 producer, {settings})", f"{_size_label(size)} records", 1, size)
+               for size in SCALE_SIZES]
+            + [ScaleCase(f"Scale: compression.type ({CODEC_VALUE_SIZE:,} B JSON-like records, {settings})", codec, 1,
+                         CODEC_VALUE_SIZE, codec, text=True) for codec in SCALE_CODECS])
+
+
+def _size_label(size: int) -> str:
+    return f"{size // 1000} KB" if size >= 1000 else f"{size} B"
+
+
+def scale_value(case: ScaleCase) -> bytes:
+    if not case.text:
+        return os.urandom(case.value_size)
+    rng = random.Random(7)
+    text = ""
+    while len(text) < case.value_size:
+        text += (f'{{"user_id":{rng.randrange(10**6)},"event":"{rng.choice(["view", "click", "buy"])}",'
+                 f'"page":"/products/{rng.randrange(5000)}","ms":{rng.randrange(10**4)}}}')
+    return text[:case.value_size].encode()
+
+
+def _scale_producer(clients: Clients, mode: str, topic: str, settings: ProduceSettings, value: bytes, count: int,
+                    ready: Any, go: Any, results: Any) -> None:
+    """Child process: one producer, ready before the clock starts (connections, metadata), then
+    ``count`` records once ``go`` is set; reports when it finished (time.monotonic, shared by all
+    processes of the machine)."""
+    try:
+        with clients.produce_job(mode, topic, settings, value, count) as job:
+            ready.release()
+            if not go.wait(300):
+                raise TimeoutError("the scale run never started")
+            job()
+        results.put(("done", time.monotonic()))
+    except BaseException as error:   # the parent reports it instead of waiting out its timeout
+        results.put(("error", repr(error)))
+        raise
+
+
+def scale_run(system: System, clients: Clients, mode: str, case: ScaleCase, value: bytes, topic: str) -> float:
+    """records/s of ``case.producers`` producer processes together, from their common start to the
+    last one's last acknowledgement."""
+    settings = ProduceSettings("1", 1, compression=case.codec)
+    system.create_topic(topic, PARTITIONS, settings.replication_factor)
+    context = mp.get_context("spawn")
+    ready, go, results = context.Semaphore(0), context.Event(), context.Queue()
+    each = -(-case.records // case.producers)
+    children = [context.Process(target=_scale_producer, args=(clients, mode, topic, settings, value, each, ready, go,
+                                                              results), daemon=True) for _ in range(case.producers)]
+    for child in children:
+        child.start()
+    try:
+        for _ in children:
+            if not ready.acquire(timeout=120):
+                raise TimeoutError(f"a {mode} producer process did not start within 120 s")
+        started = time.monotonic()
+        go.set()
+        ends = []
+        deadline = started + 600
+        while len(ends) < len(children):
+            try:
+                kind, what = results.get(timeout=1)
+            except queue.Empty:
+                if time.monotonic() > deadline or not any(child.is_alive() for child in children):
+                    raise RuntimeError(f"{len(children) - len(ends)} {mode} producer process(es) did not "
+                                       f"report") from None
+                continue
+            if kind != "done":
+                raise RuntimeError(f"a {mode} producer process failed: {what}")
+            ends.append(what)
+        return each * case.producers / (max(ends) - started)
+    finally:
+        for child in children:
+            child.join(30)
+            if child.is_alive():
+                child.kill()
+        system.delete_topic(topic)   # ~130 topics otherwise: the later cases would run on a fuller cluster
+
+
+def scale(systems: Sequence[System], repeats: int) -> list[Row]:
+    """The scale rows (``scale_cases``), each case's systems interleaved ``repeats`` times."""
+    rows: list[Row] = []
+    by_name = {s.name: s for s in systems}
+    ember_clients = by_name["ember"].clients
+    kafka_bootstrap = getattr(ember_clients, "kafka_bootstrap", "")
+    runners: list[tuple[str, System, Clients, str]] = [("ember", by_name["ember"], ember_clients, "send")]
+    if kafka_bootstrap:
+        runners.append(("ember", by_name["ember"], KafkaClients(kafka_bootstrap), "kafka-client"))
+    runners.append(("kafka", by_name["kafka"], by_name["kafka"].clients, "produce"))
+    for index, case in enumerate(scale_cases()):
+        value = scale_value(case)
+        samples: dict[tuple[str, str], list[float]] = {}
+        for run in range(repeats):
+            for name, system, clients, mode in (runners if run % 2 == 0 else runners[::-1]):
+                client_mode = "produce" if mode == "kafka-client" else mode
+                rate = scale_run(system, clients, client_mode, case, value, f"scale-{index}-{run}-{mode}")
+                log(f"scale {case.case:14s} {name:5s} {mode:12s} {rate:>12,.0f} records/s")
+                samples.setdefault((name, mode), []).append(rate)
+        rows += pair_rows(case.group, case.case, "records/s", True, samples,
+                          [m for n, _, _, m in runners if n == "ember"], "produce")
+    return rows

@@ -1,8 +1,11 @@
 """The producer's record accumulator: per-partition batches waiting for the sender thread.
 
-``append`` only pushes Python objects onto lists (cheap enough for hundreds of thousands of
-``send`` calls a second); the Arrow payload is built once, by the sender, when the batch leaves.
-Memory is bounded by ``buffer_memory``: a full buffer blocks ``append`` up to ``max_block_ms``.
+``append`` only pushes Python objects onto lists; the Arrow payload is built once, by the sender,
+when the batch leaves. The common append (a keyless bytes value into an open batch with room) is
+done in C by :attr:`RecordAccumulator.appender`, which ``Producer.send`` is (``ember.client._append``):
+it holds the bytes in use and writes a batch's lists, size and count (a C base of
+:class:`ProducerBatch`) under the same lock as this module. Memory is bounded by ``buffer_memory``: a
+full buffer blocks ``append`` up to ``max_block_ms``.
 
 Batches of one partition leave in order. A batch that must be retried goes back to the *front*
 of its partition's queue in sequence order, and :meth:`drain` holds the partition until it is
@@ -19,6 +22,7 @@ from typing import Iterable, Literal, Optional, overload
 
 import pyarrow as pa
 
+from ember.client._append import BatchRecords, RecordAppender
 from ember.client.futures import FutureRecordMetadata, ProduceResult
 from ember.errors import KafkaTimeoutError
 from ember.record.schema import RECORD_SCHEMA
@@ -43,11 +47,12 @@ def record_size(key: Optional[bytes], value: Optional[bytes], headers: Optional[
     return size
 
 
-class ProducerBatch:
-    """Records for one partition, sent (and retried) as one unit."""
+class ProducerBatch(BatchRecords):
+    """Records for one partition, sent (and retried) as one unit. ``keys``, ``values``,
+    ``timestamps``, ``headers``, ``size``, ``count`` and ``future`` are fields of the C base."""
 
-    __slots__ = ("tp", "keys", "values", "timestamps", "headers", "table", "size", "count", "created",
-                 "future", "settled", "attempts", "retry_at", "base_sequence", "encoded", "last_error")
+    __slots__ = ("tp", "table", "created", "settled", "attempts", "retry_at", "base_sequence", "encoded",
+                 "last_error")
 
     def __init__(self, tp: TopicPartition, now: float, table: Optional[pa.Table] = None, size: int = 0) -> None:
         self.tp = tp
@@ -92,15 +97,25 @@ class RecordAccumulator:
         self.batch_size = batch_size
         self.buffer_memory = buffer_memory
         self.linger_s = linger_ms / 1000
-        self.used = 0
         self.flushing = 0
         self.closing = False
         self._queues: dict[TopicPartition, deque[ProducerBatch]] = {}
         self._open: dict[TopicPartition, ProducerBatch] = {}   # the batch append() adds to
         self._in_flight: dict[TopicPartition, list[ProducerBatch]] = {}
         self._lock = threading.Lock()
+        #: The C append path (what ``Producer.send`` is once configured); it holds :attr:`used`.
+        self.appender = RecordAppender(self._open, self._lock, batch_size, buffer_memory, FutureRecordMetadata)
         self._space = threading.Condition(self._lock)
         self.wakeup = threading.Event()   # set when the sender should look again
+
+    @property
+    def used(self) -> int:
+        """Bytes of queued records (``buffer_memory``'s count); written under the lock only."""
+        return self.appender.used
+
+    @used.setter
+    def used(self, value: int) -> None:
+        self.appender.used = value
 
     # -- producer side -----------------------------------------------------------------------
 

@@ -2,7 +2,8 @@
 
 One :class:`concurrent.futures.Future` per *batch* carries the broker's answer; each record gets a
 tiny :class:`FutureRecordMetadata` pointing into it (as Kafka's FutureRecordMetadata does), so
-``send`` never pays for a lock or condition variable per record.
+``send`` never pays for a lock or condition variable per record. Its fields live in a C base
+(``ember.client._append.RecordFuture``) so the C send path makes one without running Python code.
 """
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Callable, NamedTuple
 
+from ember.client._append import RecordFuture
 from ember.errors import KafkaTimeoutError
 from ember.wire.types import RecordMetadata
 
@@ -22,13 +24,12 @@ class ProduceResult(NamedTuple):
     log_append_time: int = -1
 
 
-class FutureRecordMetadata:
-    """The eventual :class:`RecordMetadata` of one record sent with ``Producer.send``."""
+class FutureRecordMetadata(RecordFuture):
+    """The eventual :class:`RecordMetadata` of one record sent with ``Producer.send``:
+    ``FutureRecordMetadata(batch_future, index_in_batch, timestamp_ms)``."""
 
-    __slots__ = ("_batch", "_index", "_timestamp")
-
-    def __init__(self, batch: "Future[ProduceResult]", index: int, timestamp: int) -> None:
-        self._batch, self._index, self._timestamp = batch, index, timestamp
+    __slots__ = ()
+    _batch: "Future[ProduceResult]"
 
     def _metadata(self, result: ProduceResult) -> RecordMetadata:
         offset = result.base_offset + self._index if result.base_offset >= 0 else -1

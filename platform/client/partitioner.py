@@ -59,19 +59,20 @@ class StickyPartitioner:
     """The partition for records without a key, per topic; changes only when told a batch left."""
 
     def __init__(self) -> None:
-        self._current: dict[str, int] = {}
+        #: The current partition per topic (read by the producer's C send path, ember.client._append).
+        self.current: dict[str, int] = {}
 
     def partition(self, topic: str, num_partitions: int) -> int:
-        current = self._current.get(topic)
+        current = self.current.get(topic)
         if current is None or current >= num_partitions:
-            current = self._current[topic] = random.randrange(num_partitions)
+            current = self.current[topic] = random.randrange(num_partitions)
         return current
 
     def on_new_batch(self, topic: str, num_partitions: int, previous: int) -> None:
         """A batch for ``previous`` was sealed: move to another partition (if there is one)."""
-        if num_partitions > 1 and self._current.get(topic) == previous:
+        if num_partitions > 1 and self.current.get(topic) == previous:
             choice = random.randrange(num_partitions - 1)
-            self._current[topic] = choice + (choice >= previous)
+            self.current[topic] = choice + (choice >= previous)
 
 
 # -- columnar ---------------------------------------------------------------------------------

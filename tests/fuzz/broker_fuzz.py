@@ -84,6 +84,10 @@ WARM_UP_S = 60.0
 PROBE_INTERVAL_S = 5.0
 #: How often each broker's RSS is sampled during the run (its maximum is reported and bounded).
 RSS_SAMPLE_INTERVAL_S = 1.0
+#: A sample this much above the run's maximum so far records the pipelines in flight ("RSS rises").
+RSS_RISE_KB = 20 * 1024
+MAX_RSS_RISES = 20
+PROGRESS_INTERVAL_S = 60.0
 PROBE_TIMEOUT_S = 10.0
 #: Mutated requests may delete the fuzz topics (an api key turned into DeleteTopics): recreate them.
 RECREATE_INTERVAL_S = 2.0
@@ -105,6 +109,9 @@ class FuzzConfig:
     answer_timeout_s: float = 20.0
     max_seconds: float = 3600.0
     max_size_share: float = 0.0        # connections sending one frame of socket.request.max.bytes
+    #: Replay only these pipelines (indices from a run's "RSS rises" lines): each is rebuilt from (seed, index).
+    only_pipelines: tuple[int, ...] = ()
+    progress: bool = False             # a line to stderr every PROGRESS_INTERVAL_S
 
 
 @dataclass
@@ -132,6 +139,8 @@ class FuzzReport:
     #: Largest RSS (kB) sampled during the run, per broker, and how many samples were taken.
     rss_max_kb: dict[int, int] = field(default_factory=dict)
     rss_samples: int = 0
+    #: Each new RSS maximum (by RSS_RISE_KB or more): when, how high, and the pipelines in flight then.
+    rss_rises: list[str] = field(default_factory=list)
     apis: set[str] = field(default_factory=set)
     recreated_topics: int = 0
     good_records: int = 0
@@ -157,6 +166,9 @@ class FuzzReport:
             lines.append(f"log audit: {self.audit.partitions} partitions, {self.audit.batches} batches, "
                          f"{self.audit.records} records, {self.audit.undecodable} accepted batches with a valid CRC "
                          f"but no Arrow payload")
+        if self.rss_rises:
+            lines.append("RSS rises (replay with --pipelines I,J,...):")
+            lines += [f"  {r}" for r in self.rss_rises]
         lines.append(f"fuzz topics deleted by fuzzed requests and recreated: {self.recreated_topics}")
         lines.append(f"unanswered pipelines (closed by the fuzzer): {len(self.unanswered)}")
         lines += [f"  {u}" for u in self.unanswered[:20]]
@@ -282,9 +294,13 @@ class _Fuzzer:
         self.addresses = dialect.addresses
         self._next_pipeline = 0
         self._deadline = 0.0
+        self._started = time.monotonic()
+        self._in_flight: dict[int, _Pipeline] = {}
 
-    def pipeline(self) -> _Pipeline:
-        index = self._next_pipeline
+    def pipeline(self) -> _Pipeline | None:
+        if self.config.only_pipelines and self._next_pipeline >= len(self.config.only_pipelines):
+            return None
+        index = self.config.only_pipelines[self._next_pipeline] if self.config.only_pipelines else self._next_pipeline
         self._next_pipeline += 1
         rng = random.Random(f"{self.config.seed}/{index}")
         count = min(rng.randint(1, self.config.pipeline), self.config.frames - self.report.frames)
@@ -296,7 +312,8 @@ class _Fuzzer:
                          may_wait_out=self.config.max_size_share > 0)
 
     async def run(self) -> None:
-        self._deadline = time.monotonic() + self.config.max_seconds
+        self._started = time.monotonic()
+        self._deadline = self._started + self.config.max_seconds
         workers = [asyncio.create_task(self._worker()) for _ in range(self.config.connections)]
         background = [asyncio.create_task(self._probe_forever()), asyncio.create_task(self._recreate_forever()),
                       asyncio.create_task(self._sample_rss_forever())]
@@ -311,13 +328,17 @@ class _Fuzzer:
         while self.report.frames < self.config.frames and time.monotonic() < self._deadline \
                 and len(self.report.findings) < 100:
             pipeline = self.pipeline()
-            if not pipeline.mutants:
+            if pipeline is None or not pipeline.mutants:
                 return
             self.report.frames += len(pipeline.mutants)
             self.report.fatal_frames += sum(m.fatal for m in pipeline.mutants)
             self.report.apis.update(m.what.split(":")[0].split(" ")[0] for m in pipeline.mutants)
             self.report.pipelines += 1
-            await self._send(pipeline)
+            self._in_flight[pipeline.index] = pipeline
+            try:
+                await self._send(pipeline)
+            finally:
+                del self._in_flight[pipeline.index]
 
     async def _send(self, pipeline: _Pipeline) -> None:
         try:
@@ -397,15 +418,31 @@ class _Fuzzer:
         """Each broker's RSS every RSS_SAMPLE_INTERVAL_S, the run long: a request that briefly takes
         memory shows here even when the broker gives it back before the run ends."""
         pids = {i: b.pid for i, b in self.cluster.brokers.items() if b.pid}
+        next_progress = time.monotonic() + PROGRESS_INTERVAL_S
         while True:
             for broker_id, pid in pids.items():
                 try:
                     rss = process_stats(pid).rss_kb
                 except OSError:
                     continue
-                self.report.rss_max_kb[broker_id] = max(self.report.rss_max_kb.get(broker_id, 0), rss)
+                highest = self.report.rss_max_kb.get(broker_id, 0)
+                if highest and rss >= highest + RSS_RISE_KB and len(self.report.rss_rises) < MAX_RSS_RISES:
+                    self._record_rise(broker_id, rss)
+                self.report.rss_max_kb[broker_id] = max(highest, rss)
             self.report.rss_samples += 1
+            if self.config.progress and time.monotonic() >= next_progress:
+                next_progress += PROGRESS_INTERVAL_S
+                print(f"{time.monotonic() - self._started:.0f}s: {self.report.frames} frames, RSS max "
+                      + ", ".join(f"{k // 1024} MB" for k in self.report.rss_max_kb.values()), file=sys.stderr, flush=True)
             await asyncio.sleep(RSS_SAMPLE_INTERVAL_S)
+
+    def _record_rise(self, broker_id: int, rss_kb: int) -> None:
+        """Which pipelines were in flight when a broker's RSS rose to a new maximum: the frames that may
+        have taken it (a pipeline is rebuilt from the seed and its index, so ``--pipelines`` replays it)."""
+        in_flight = " || ".join(p.describe()[:400] for p in sorted(self._in_flight.values(), key=lambda p: p.index))
+        self.report.rss_rises.append(f"{time.monotonic() - self._started:.0f}s, frame {self.report.frames}: broker "
+                                     f"{broker_id} RSS {rss_kb // 1024} MB; pipelines "
+                                     f"{','.join(str(i) for i in sorted(self._in_flight))} in flight: {in_flight}")
 
     async def _probe_forever(self) -> None:
         """Every broker process alive and answering a fresh connection, all run long."""
@@ -552,11 +589,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-minutes", type=float, default=FuzzConfig.max_seconds / 60)
     parser.add_argument("--max-size-share", type=float, default=FuzzConfig.max_size_share,
                         help="share of connections sending one frame of socket.request.max.bytes (100 MiB)")
+    parser.add_argument("--pipelines", default="",
+                        help="replay only these pipelines (comma-separated indices, as the 'RSS rises' lines name them)")
+    parser.add_argument("--progress", action="store_true", help="print frames and RSS to stderr every minute")
     parser.add_argument("--data", type=Path, help="cluster directory (default: a temporary one)")
     args = parser.parse_args(argv)
     config = FuzzConfig(frames=args.frames, seed=args.seed, brokers=args.brokers, protocol=args.protocol,
                         connections=args.connections, max_size_share=args.max_size_share,
-                        max_seconds=args.max_minutes * 60)
+                        max_seconds=args.max_minutes * 60, progress=args.progress,
+                        only_pipelines=tuple(int(i) for i in args.pipelines.split(",") if i))
     with tempfile.TemporaryDirectory(prefix="ember-fuzz-") as tmp:
         report = run(config, args.data or Path(tmp))
     print(report.summary())

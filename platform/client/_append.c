@@ -1,0 +1,531 @@
+/* ember.client._append: the producer's per-record path in C (Producer.send of a keyless bytes value).
+ *
+ * Producer.send in Python costs about a microsecond per record (argument checks, the sticky partition,
+ * the accumulator's lock, four list appends, a future), twice what librdkafka's produce() costs. The
+ * common call, send(topic, value) with a bytes value and nothing else, appending to the partition's open
+ * batch, is done here in one call; every other case (a key, headers, a partition, a timestamp,
+ * serializers, a topic without metadata yet, a full batch, a full buffer, a closed producer) goes to the
+ * Python send, which stays the reference behaviour.
+ *
+ * Three types:
+ *   RecordFuture  the base of FutureRecordMetadata: (batch future, index, timestamp), allocated here
+ *                 without running Python code;
+ *   BatchRecords  the base of ProducerBatch: the open batch's record lists, size and count, read and
+ *                 written here at fixed offsets (no attribute lookups);
+ *   RecordAppender  owned by the RecordAccumulator: the bytes in use (buffer_memory's count, shared
+ *                 with the Python side under the accumulator's lock) and, once configure_send() is
+ *                 called, the fast send itself (tp_call / vectorcall).
+ * The accumulator's lock (a threading.Lock) is taken around every change, as the Python side does, so
+ * the sender thread sees a batch's lists, size and count change together.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <time.h>
+
+/* ------------------------------------------------------------ RecordFuture ---- */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *batch;          /* the batch's concurrent.futures.Future */
+    Py_ssize_t index;         /* the record's index in its batch */
+    long long timestamp;      /* the record's timestamp (ms) */
+} RecordFuture;
+
+static int
+future_init(RecordFuture *self, PyObject *args, PyObject *kwds)
+{
+    static char *names[] = {"batch", "index", "timestamp", NULL};
+    PyObject *batch;
+    Py_ssize_t index;
+    long long timestamp;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OnL", names, &batch, &index, &timestamp))
+        return -1;
+    Py_INCREF(batch);
+    Py_XSETREF(self->batch, batch);
+    self->index = index;
+    self->timestamp = timestamp;
+    return 0;
+}
+
+static int
+future_traverse(RecordFuture *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->batch);
+    return 0;
+}
+
+static int
+future_clear(RecordFuture *self)
+{
+    Py_CLEAR(self->batch);
+    return 0;
+}
+
+/* A Python subclass's dealloc (subtype_dealloc) calls this, then drops its reference to the heap type
+ * itself; and its traverse visits the type: neither is done here. */
+static void
+future_dealloc(RecordFuture *self)
+{
+    PyObject_GC_UnTrack(self);
+    future_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef future_members[] = {
+    {"_batch", T_OBJECT_EX, offsetof(RecordFuture, batch), READONLY, "the batch's future"},
+    {"_index", T_PYSSIZET, offsetof(RecordFuture, index), READONLY, "the record's index in its batch"},
+    {"_timestamp", T_LONGLONG, offsetof(RecordFuture, timestamp), READONLY, "the record's timestamp (ms)"},
+    {NULL},
+};
+
+static PyTypeObject RecordFutureType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "ember.client._append.RecordFuture",
+    .tp_basicsize = sizeof(RecordFuture),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "A record's place in its batch: the base of FutureRecordMetadata.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)future_init,
+    .tp_traverse = (traverseproc)future_traverse,
+    .tp_clear = (inquiry)future_clear,
+    .tp_dealloc = (destructor)future_dealloc,
+    .tp_members = future_members,
+};
+
+/* ------------------------------------------------------------ BatchRecords ---- */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *keys, *values, *timestamps, *headers;   /* lists, one item per record */
+    PyObject *future;                                  /* the batch's Future */
+    Py_ssize_t size;                                   /* estimated encoded bytes */
+    Py_ssize_t count;                                  /* records */
+} BatchRecords;
+
+static int
+batch_traverse(BatchRecords *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->keys);
+    Py_VISIT(self->values);
+    Py_VISIT(self->timestamps);
+    Py_VISIT(self->headers);
+    Py_VISIT(self->future);
+    return 0;
+}
+
+static int
+batch_clear(BatchRecords *self)
+{
+    Py_CLEAR(self->keys);
+    Py_CLEAR(self->values);
+    Py_CLEAR(self->timestamps);
+    Py_CLEAR(self->headers);
+    Py_CLEAR(self->future);
+    return 0;
+}
+
+/* A Python subclass's dealloc (subtype_dealloc) calls this, then drops its reference to the heap type
+ * itself; and its traverse visits the type: neither is done here. */
+static void
+batch_dealloc(BatchRecords *self)
+{
+    PyObject_GC_UnTrack(self);
+    batch_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef batch_members[] = {
+    {"keys", T_OBJECT_EX, offsetof(BatchRecords, keys), 0, "the records' keys"},
+    {"values", T_OBJECT_EX, offsetof(BatchRecords, values), 0, "the records' values"},
+    {"timestamps", T_OBJECT_EX, offsetof(BatchRecords, timestamps), 0, "the records' timestamps (ms)"},
+    {"headers", T_OBJECT_EX, offsetof(BatchRecords, headers), 0, "the records' headers"},
+    {"future", T_OBJECT_EX, offsetof(BatchRecords, future), 0, "the batch's future"},
+    {"size", T_PYSSIZET, offsetof(BatchRecords, size), 0, "estimated encoded bytes"},
+    {"count", T_PYSSIZET, offsetof(BatchRecords, count), 0, "records"},
+    {NULL},
+};
+
+static PyTypeObject BatchRecordsType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "ember.client._append.BatchRecords",
+    .tp_basicsize = sizeof(BatchRecords),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "An open batch's records, size and count: the base of ProducerBatch.",
+    .tp_new = PyType_GenericNew,
+    .tp_traverse = (traverseproc)batch_traverse,
+    .tp_clear = (inquiry)batch_clear,
+    .tp_dealloc = (destructor)batch_dealloc,
+    .tp_members = batch_members,
+};
+
+/* ---------------------------------------------------------- RecordAppender ---- */
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *open;            /* dict TopicPartition -> ProducerBatch (RecordAccumulator._open) */
+    PyObject *acquire;         /* the accumulator's lock's bound acquire and release */
+    PyObject *release;
+    PyTypeObject *future_type; /* FutureRecordMetadata */
+    Py_ssize_t batch_size;
+    long long buffer_memory;
+    long long used;            /* bytes of queued records (buffer_memory's count), under the lock */
+    int closed;
+    /* configure_send: */
+    PyObject *partitions;      /* dict topic -> list[TopicPartition] (Producer._partitions) */
+    PyObject *sticky;          /* dict topic -> int (StickyPartitioner's current partition per topic) */
+    PyObject *slow;            /* the Python send: every case not handled here */
+    Py_ssize_t max_request_size;
+    Py_ssize_t record_overhead, batch_overhead;
+} RecordAppender;
+
+static PyObject *str_value, *str_key;
+
+static int
+appender_init(RecordAppender *self, PyObject *args, PyObject *kwds)
+{
+    static char *names[] = {"open", "lock", "batch_size", "buffer_memory", "future_type", NULL};
+    PyObject *open, *lock, *future_type;
+    Py_ssize_t batch_size;
+    long long buffer_memory;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OnLO!", names, &PyDict_Type, &open, &lock, &batch_size,
+                                     &buffer_memory, &PyType_Type, &future_type))
+        return -1;
+    if (!PyType_IsSubtype((PyTypeObject *)future_type, &RecordFutureType)) {
+        PyErr_SetString(PyExc_TypeError, "future_type must subclass RecordFuture");
+        return -1;
+    }
+    if (((PyTypeObject *)future_type)->tp_basicsize != RecordFutureType.tp_basicsize) {
+        PyErr_SetString(PyExc_TypeError, "future_type must add no fields to RecordFuture (__slots__ = ())");
+        return -1;
+    }
+    PyObject *acquire = PyObject_GetAttrString(lock, "acquire");
+    if (acquire == NULL)
+        return -1;
+    PyObject *release = PyObject_GetAttrString(lock, "release");
+    if (release == NULL) {
+        Py_DECREF(acquire);
+        return -1;
+    }
+    Py_INCREF(open);
+    Py_XSETREF(self->open, open);
+    Py_XSETREF(self->acquire, acquire);
+    Py_XSETREF(self->release, release);
+    Py_INCREF(future_type);
+    Py_XSETREF(self->future_type, (PyTypeObject *)future_type);
+    self->batch_size = batch_size;
+    self->buffer_memory = buffer_memory;
+    return 0;
+}
+
+static PyObject *
+appender_configure_send(RecordAppender *self, PyObject *args, PyObject *kwds)
+{
+    static char *names[] = {"partitions", "sticky", "max_request_size", "record_overhead", "batch_overhead",
+                            "slow", NULL};
+    PyObject *partitions, *sticky, *slow;
+    Py_ssize_t max_request_size, record_overhead, batch_overhead;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!nnnO", names, &PyDict_Type, &partitions, &PyDict_Type, &sticky,
+                                     &max_request_size, &record_overhead, &batch_overhead, &slow))
+        return NULL;
+    if (!PyCallable_Check(slow)) {
+        PyErr_SetString(PyExc_TypeError, "slow must be callable");
+        return NULL;
+    }
+    Py_INCREF(partitions);
+    Py_XSETREF(self->partitions, partitions);
+    Py_INCREF(sticky);
+    Py_XSETREF(self->sticky, sticky);
+    Py_INCREF(slow);
+    Py_XSETREF(self->slow, slow);
+    self->max_request_size = max_request_size;
+    self->record_overhead = record_overhead;
+    self->batch_overhead = batch_overhead;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+appender_close(RecordAppender *self, PyObject *Py_UNUSED(ignored))
+{
+    self->closed = 1;
+    Py_RETURN_NONE;
+}
+
+static inline PyObject *
+slow_send(RecordAppender *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    if (self->slow == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "RecordAppender: configure_send() was not called");
+        return NULL;
+    }
+    return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
+}
+
+static inline int
+locked(RecordAppender *self, PyObject *method)
+{
+    PyObject *r = PyObject_CallNoArgs(method);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* send(topic, value) / send(topic, value=..., key=None): None when the fast path does not apply. */
+static PyObject *
+fast_append(RecordAppender *self, PyObject *topic, PyObject *value)
+{
+    if (self->closed || self->partitions == NULL || !PyUnicode_CheckExact(topic) || !PyBytes_CheckExact(value))
+        return Py_None;
+    PyObject *tps = PyDict_GetItemWithError(self->partitions, topic);
+    if (tps == NULL)
+        return PyErr_Occurred() ? NULL : Py_None;
+    if (!PyList_CheckExact(tps) || PyList_GET_SIZE(tps) == 0)
+        return Py_None;
+    PyObject *current = PyDict_GetItemWithError(self->sticky, topic);
+    if (current == NULL)
+        return PyErr_Occurred() ? NULL : Py_None;
+    Py_ssize_t partition = PyLong_AsSsize_t(current);
+    if (partition == -1 && PyErr_Occurred())
+        return NULL;
+    if (partition < 0 || partition >= PyList_GET_SIZE(tps))
+        return Py_None;
+    PyObject *tp = PyList_GET_ITEM(tps, partition);
+    Py_ssize_t size = self->record_overhead + PyBytes_GET_SIZE(value);
+    if (size + self->batch_overhead > self->max_request_size)
+        return Py_None;      /* the Python send raises MessageTooLarge */
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    long long timestamp = (long long)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+    PyObject *stamp = PyLong_FromLongLong(timestamp);
+    if (stamp == NULL)
+        return NULL;
+    Py_INCREF(tp);           /* the lock's acquire may run other threads, which may drop tps */
+    if (locked(self, self->acquire) < 0) {
+        Py_DECREF(tp);
+        Py_DECREF(stamp);
+        return NULL;
+    }
+    PyObject *result = Py_None;
+    PyObject *batch = self->closed ? NULL : PyDict_GetItemWithError(self->open, tp);
+    if (batch == NULL) {
+        if (PyErr_Occurred())
+            result = NULL;
+        goto unlock;
+    }
+    if (!PyObject_TypeCheck(batch, &BatchRecordsType))
+        goto unlock;
+    BatchRecords *b = (BatchRecords *)batch;
+    if ((b->size + size > self->batch_size && b->count) || (self->used + size > self->buffer_memory && self->used))
+        goto unlock;          /* a new batch, or a wait for buffer memory: the Python path */
+    if (b->keys == NULL || b->values == NULL || b->timestamps == NULL || b->headers == NULL || b->future == NULL)
+        goto unlock;
+    RecordFuture *future = (RecordFuture *)self->future_type->tp_alloc(self->future_type, 0);
+    if (future == NULL) {
+        result = NULL;
+        goto unlock;
+    }
+    /* appending to a list only fails without memory; undo the ones done so the lists stay aligned */
+    if (PyList_Append(b->keys, Py_None) < 0) {
+        result = NULL;
+    } else if (PyList_Append(b->values, value) < 0) {
+        result = NULL;
+        PyList_SetSlice(b->keys, PyList_GET_SIZE(b->keys) - 1, PyList_GET_SIZE(b->keys), NULL);
+    } else if (PyList_Append(b->timestamps, stamp) < 0) {
+        result = NULL;
+        PyList_SetSlice(b->keys, PyList_GET_SIZE(b->keys) - 1, PyList_GET_SIZE(b->keys), NULL);
+        PyList_SetSlice(b->values, PyList_GET_SIZE(b->values) - 1, PyList_GET_SIZE(b->values), NULL);
+    } else if (PyList_Append(b->headers, Py_None) < 0) {
+        result = NULL;
+        PyList_SetSlice(b->keys, PyList_GET_SIZE(b->keys) - 1, PyList_GET_SIZE(b->keys), NULL);
+        PyList_SetSlice(b->values, PyList_GET_SIZE(b->values) - 1, PyList_GET_SIZE(b->values), NULL);
+        PyList_SetSlice(b->timestamps, PyList_GET_SIZE(b->timestamps) - 1, PyList_GET_SIZE(b->timestamps), NULL);
+    }
+    if (result == NULL) {
+        Py_DECREF(future);
+        goto unlock;
+    }
+    self->used += size;
+    b->size += size;
+    b->count += 1;
+    Py_INCREF(b->future);
+    future->batch = b->future;
+    future->index = b->count - 1;
+    future->timestamp = timestamp;
+    result = (PyObject *)future;
+unlock:
+    Py_DECREF(tp);
+    Py_DECREF(stamp);
+    if (locked(self, self->release) < 0) {
+        if (result != NULL && result != Py_None)
+            Py_DECREF(result);    /* cannot happen with a held threading.Lock; fail loudly if it does */
+        return NULL;
+    }
+    return result;
+}
+
+static PyObject *
+appender_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    RecordAppender *self = (RecordAppender *)callable;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyObject *topic = NULL, *value = NULL;
+    if (nargs >= 1)
+        topic = args[0];
+    if (nargs >= 2)
+        value = args[1];
+    if (nargs <= 2 && kwnames != NULL) {
+        /* value= and key=None are taken here (kafka-python's callers name them); anything else is not */
+        Py_ssize_t nkw = PyTuple_GET_SIZE(kwnames);
+        for (Py_ssize_t i = 0; i < nkw; i++) {
+            PyObject *name = PyTuple_GET_ITEM(kwnames, i), *arg = args[nargs + i];
+            if (value == NULL && PyUnicode_Check(name) && PyUnicode_Compare(name, str_value) == 0)
+                value = arg;
+            else if (arg == Py_None && PyUnicode_Check(name) && PyUnicode_Compare(name, str_key) == 0)
+                continue;
+            else
+                return slow_send(self, args, nargsf, kwnames);
+        }
+    } else if (nargs != 2) {
+        return slow_send(self, args, nargsf, kwnames);
+    }
+    if (topic == NULL || value == NULL)
+        return slow_send(self, args, nargsf, kwnames);
+    PyObject *result = fast_append(self, topic, value);
+    if (result == Py_None)
+        return slow_send(self, args, nargsf, kwnames);
+    return result;
+}
+
+static PyObject *
+appender_get_used(RecordAppender *self, void *Py_UNUSED(closure))
+{
+    return PyLong_FromLongLong(self->used);
+}
+
+static int
+appender_set_used(RecordAppender *self, PyObject *value, void *Py_UNUSED(closure))
+{
+    if (value == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "used cannot be deleted");
+        return -1;
+    }
+    long long used = PyLong_AsLongLong(value);
+    if (used == -1 && PyErr_Occurred())
+        return -1;
+    self->used = used;
+    return 0;
+}
+
+static int
+appender_traverse(RecordAppender *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->open);
+    Py_VISIT(self->acquire);
+    Py_VISIT(self->release);
+    Py_VISIT(self->future_type);
+    Py_VISIT(self->partitions);
+    Py_VISIT(self->sticky);
+    Py_VISIT(self->slow);
+    return 0;
+}
+
+static int
+appender_clear(RecordAppender *self)
+{
+    Py_CLEAR(self->open);
+    Py_CLEAR(self->acquire);
+    Py_CLEAR(self->release);
+    Py_CLEAR(self->future_type);
+    Py_CLEAR(self->partitions);
+    Py_CLEAR(self->sticky);
+    Py_CLEAR(self->slow);
+    return 0;
+}
+
+static void
+appender_dealloc(RecordAppender *self)
+{
+    PyObject_GC_UnTrack(self);
+    appender_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *
+appender_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    RecordAppender *self = (RecordAppender *)PyType_GenericNew(type, args, kwds);
+    if (self != NULL)
+        self->vectorcall = appender_vectorcall;
+    return (PyObject *)self;
+}
+
+static PyGetSetDef appender_getset[] = {
+    {"used", (getter)appender_get_used, (setter)appender_set_used,
+     "bytes of queued records (buffer_memory's count); read and written under the accumulator's lock", NULL},
+    {NULL},
+};
+
+static PyMemberDef appender_members[] = {
+    {"closed", T_INT, offsetof(RecordAppender, closed), READONLY, "whether close() was called"},
+    {NULL},
+};
+
+static PyMethodDef appender_methods[] = {
+    {"configure_send", (PyCFunction)(void (*)(void))appender_configure_send, METH_VARARGS | METH_KEYWORDS,
+     "configure_send(partitions, sticky, max_request_size, record_overhead, batch_overhead, slow): make "
+     "calling this object Producer.send"},
+    {"close", (PyCFunction)appender_close, METH_NOARGS, "send every later call to the Python send"},
+    {NULL},
+};
+
+static PyTypeObject RecordAppenderType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "ember.client._append.RecordAppender",
+    .tp_basicsize = sizeof(RecordAppender),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "The accumulator's bytes in use, and Producer.send's path for a keyless bytes value.",
+    .tp_new = appender_new,
+    .tp_init = (initproc)appender_init,
+    .tp_traverse = (traverseproc)appender_traverse,
+    .tp_clear = (inquiry)appender_clear,
+    .tp_dealloc = (destructor)appender_dealloc,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(RecordAppender, vectorcall),
+    .tp_getset = appender_getset,
+    .tp_members = appender_members,
+    .tp_methods = appender_methods,
+};
+
+/* ------------------------------------------------------------------ module ---- */
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "ember.client._append",
+    "The producer's per-record path in C (see platform/client/_append.c).", -1, NULL,
+};
+
+PyMODINIT_FUNC
+PyInit__append(void)
+{
+    if (PyType_Ready(&RecordFutureType) < 0 || PyType_Ready(&BatchRecordsType) < 0 ||
+        PyType_Ready(&RecordAppenderType) < 0)
+        return NULL;
+    str_value = PyUnicode_InternFromString("value");
+    str_key = PyUnicode_InternFromString("key");
+    if (str_value == NULL || str_key == NULL)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    Py_INCREF(&RecordFutureType);
+    Py_INCREF(&BatchRecordsType);
+    Py_INCREF(&RecordAppenderType);
+    if (PyModule_AddObject(m, "RecordFuture", (PyObject *)&RecordFutureType) < 0 ||
+        PyModule_AddObject(m, "BatchRecords", (PyObject *)&BatchRecordsType) < 0 ||
+        PyModule_AddObject(m, "RecordAppender", (PyObject *)&RecordAppenderType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,44 @@
+"""bench/vs_kafka's scale rows: which cases run, how much each sends, and the values they send."""
+from __future__ import annotations
+
+import sys
+import zlib
+from pathlib import Path
+
+import pytest
+
+VS_KAFKA = Path(__file__).resolve().parents[1] / "bench" / "vs_kafka"
+
+
+@pytest.fixture(scope="module")
+def workloads():  # type: ignore[no-untyped-def]
+    sys.path[:0] = [str(VS_KAFKA), str(VS_KAFKA.parent)]
+    try:
+        import workloads
+        yield workloads
+    finally:
+        del sys.path[:2]
+
+
+def test_every_family_of_the_issue_has_its_cases(workloads) -> None:  # type: ignore[no-untyped-def]
+    cases = workloads.scale_cases()
+    families = list(dict.fromkeys(case.group for case in cases))
+    assert len(families) == 3 and all(f.startswith("Scale: ") for f in families)
+    assert [c.producers for c in cases if c.group == families[0]] == [1, 2, 4, 8]
+    assert [c.value_size for c in cases if c.group == families[1]] == [10, 100, 1_000, 10_000, 100_000]
+    assert [c.codec for c in cases if c.group == families[2]] == ["none", "gzip", "snappy", "lz4", "zstd"]
+
+
+def test_a_run_sends_a_bounded_amount_whatever_the_record_size(workloads) -> None:  # type: ignore[no-untyped-def]
+    for case in workloads.scale_cases():
+        assert 100 <= case.records <= workloads.SCALE_RECORDS
+        assert case.records * case.value_size <= max(workloads.SCALE_BYTES, 100 * case.value_size)
+
+
+def test_the_codec_family_sends_compressible_values_and_the_others_random_ones(workloads) -> None:  # type: ignore[no-untyped-def]
+    for case in workloads.scale_cases():
+        value = workloads.scale_value(case)
+        assert len(value) == case.value_size
+        ratio = len(value) / len(zlib.compress(value))
+        assert (ratio > 2) if case.text else (ratio < 1.1 or case.value_size < 100)
+    assert [c.codec for c in workloads.scale_cases() if c.text] == ["none", "gzip", "snappy", "lz4", "zstd"]
