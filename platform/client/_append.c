@@ -1,10 +1,11 @@
-/* ember.client._append: the producer's per-record path in C (Producer.send of a keyless bytes value).
+/* ember.client._append: the producer's per-record path in C (Producer.send of bytes).
  *
- * Producer.send in Python costs about a microsecond per record (argument checks, the sticky partition,
- * the accumulator's lock, four list appends, a future), twice what librdkafka's produce() costs. The
- * common call, send(topic, value) with a bytes value and nothing else, appending to the partition's open
- * batch, is done here in one call; every other case (a key, headers, a partition, a timestamp,
- * serializers, a topic without metadata yet, a full batch, a full buffer, a closed producer) goes to the
+ * Producer.send in Python costs about a microsecond per record (argument checks, the partition, the
+ * accumulator's lock, four list appends, a future), twice what librdkafka's produce() costs. The common
+ * call, send(topic, value[, key]) with bytes (a key: bytes or None) and nothing else, appending to the
+ * partition's open batch, is done here in one call: a keyless record goes to the sticky partition, a
+ * keyed one to Kafka's murmur2 partition. Every other case (headers, a partition, a timestamp, a value
+ * serializer, a topic without metadata yet, a full batch, a full buffer, a closed producer) goes to the
  * Python send, which stays the reference behaviour.
  *
  * Three types:
@@ -21,6 +22,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <stdint.h>
+#include <stdint.h>
 #include <time.h>
 
 /* ------------------------------------------------------------ RecordFuture ---- */
@@ -262,6 +265,40 @@ slow_send(RecordAppender *self, PyObject *const *args, size_t nargsf, PyObject *
     return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
 }
 
+/* Kafka's Utils.murmur2 (seed 0x9747b28c), as ember.client.partitioner.murmur2, unsigned. */
+static uint32_t
+murmur2(const unsigned char *data, Py_ssize_t length)
+{
+    const uint32_t m = 0x5bd1e995u;
+    uint32_t h = 0x9747b28cu ^ (uint32_t)length;
+    Py_ssize_t words = length / 4;
+    for (Py_ssize_t i = 0; i < words; i++) {
+        const unsigned char *w = data + 4 * i;
+        uint32_t k = (uint32_t)w[0] | ((uint32_t)w[1] << 8) | ((uint32_t)w[2] << 16) | ((uint32_t)w[3] << 24);
+        k *= m;
+        k ^= k >> 24;
+        k *= m;
+        h *= m;
+        h ^= k;
+    }
+    const unsigned char *tail = data + (length & ~(Py_ssize_t)3);
+    switch (length & 3) {
+    case 3:
+        h ^= (uint32_t)tail[2] << 16;
+        /* fall through */
+    case 2:
+        h ^= (uint32_t)tail[1] << 8;
+        /* fall through */
+    case 1:
+        h ^= tail[0];
+        h *= m;
+    }
+    h ^= h >> 13;
+    h *= m;
+    h ^= h >> 15;
+    return h;
+}
+
 static inline int
 locked(RecordAppender *self, PyObject *method)
 {
@@ -272,27 +309,34 @@ locked(RecordAppender *self, PyObject *method)
     return 0;
 }
 
-/* send(topic, value) / send(topic, value=..., key=None): None when the fast path does not apply. */
+/* send(topic, value, key): Py_None when the fast path does not apply (key: Py_None or bytes). */
 static PyObject *
-fast_append(RecordAppender *self, PyObject *topic, PyObject *value)
+fast_append(RecordAppender *self, PyObject *topic, PyObject *value, PyObject *key)
 {
-    if (self->closed || self->partitions == NULL || !PyUnicode_CheckExact(topic) || !PyBytes_CheckExact(value))
+    if (self->closed || self->partitions == NULL || !PyUnicode_CheckExact(topic) || !PyBytes_CheckExact(value)
+        || (key != Py_None && !PyBytes_CheckExact(key)))
         return Py_None;
     PyObject *tps = PyDict_GetItemWithError(self->partitions, topic);
     if (tps == NULL)
         return PyErr_Occurred() ? NULL : Py_None;
     if (!PyList_CheckExact(tps) || PyList_GET_SIZE(tps) == 0)
         return Py_None;
-    PyObject *current = PyDict_GetItemWithError(self->sticky, topic);
-    if (current == NULL)
-        return PyErr_Occurred() ? NULL : Py_None;
-    Py_ssize_t partition = PyLong_AsSsize_t(current);
-    if (partition == -1 && PyErr_Occurred())
-        return NULL;
-    if (partition < 0 || partition >= PyList_GET_SIZE(tps))
-        return Py_None;
+    Py_ssize_t partition, size = self->record_overhead + PyBytes_GET_SIZE(value);
+    if (key != Py_None) {
+        uint32_t hash = murmur2((const unsigned char *)PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key));
+        partition = (Py_ssize_t)((hash & 0x7fffffffu) % (uint32_t)PyList_GET_SIZE(tps));
+        size += PyBytes_GET_SIZE(key);
+    } else {
+        PyObject *current = PyDict_GetItemWithError(self->sticky, topic);
+        if (current == NULL)
+            return PyErr_Occurred() ? NULL : Py_None;
+        partition = PyLong_AsSsize_t(current);
+        if (partition == -1 && PyErr_Occurred())
+            return NULL;
+        if (partition < 0 || partition >= PyList_GET_SIZE(tps))
+            return Py_None;
+    }
     PyObject *tp = PyList_GET_ITEM(tps, partition);
-    Py_ssize_t size = self->record_overhead + PyBytes_GET_SIZE(value);
     if (size + self->batch_overhead > self->max_request_size)
         return Py_None;      /* the Python send raises MessageTooLarge */
     struct timespec now;
@@ -327,7 +371,7 @@ fast_append(RecordAppender *self, PyObject *topic, PyObject *value)
         goto unlock;
     }
     /* appending to a list only fails without memory; undo the ones done so the lists stay aligned */
-    if (PyList_Append(b->keys, Py_None) < 0) {
+    if (PyList_Append(b->keys, key) < 0) {
         result = NULL;
     } else if (PyList_Append(b->values, value) < 0) {
         result = NULL;
@@ -370,29 +414,31 @@ appender_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, Py
 {
     RecordAppender *self = (RecordAppender *)callable;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    PyObject *topic = NULL, *value = NULL;
+    PyObject *topic = NULL, *value = NULL, *key = NULL;
+    if (nargs > 3)
+        return slow_send(self, args, nargsf, kwnames);
     if (nargs >= 1)
         topic = args[0];
     if (nargs >= 2)
         value = args[1];
-    if (nargs <= 2 && kwnames != NULL) {
-        /* value= and key=None are taken here (kafka-python's callers name them); anything else is not */
+    if (nargs >= 3)
+        key = args[2];
+    if (kwnames != NULL) {
+        /* value= and key= are taken here (kafka-python's callers name them); anything else is not */
         Py_ssize_t nkw = PyTuple_GET_SIZE(kwnames);
         for (Py_ssize_t i = 0; i < nkw; i++) {
             PyObject *name = PyTuple_GET_ITEM(kwnames, i), *arg = args[nargs + i];
-            if (value == NULL && PyUnicode_Check(name) && PyUnicode_Compare(name, str_value) == 0)
+            if (value == NULL && PyUnicode_Compare(name, str_value) == 0)
                 value = arg;
-            else if (arg == Py_None && PyUnicode_Check(name) && PyUnicode_Compare(name, str_key) == 0)
-                continue;
+            else if (key == NULL && PyUnicode_Compare(name, str_key) == 0)
+                key = arg;
             else
                 return slow_send(self, args, nargsf, kwnames);
         }
-    } else if (nargs != 2) {
-        return slow_send(self, args, nargsf, kwnames);
     }
     if (topic == NULL || value == NULL)
         return slow_send(self, args, nargsf, kwnames);
-    PyObject *result = fast_append(self, topic, value);
+    PyObject *result = fast_append(self, topic, value, key == NULL ? Py_None : key);
     if (result == Py_None)
         return slow_send(self, args, nargsf, kwnames);
     return result;

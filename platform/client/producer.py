@@ -2,8 +2,9 @@
 
 ``send`` partitions a record, appends it to the partition's open batch and returns a future; a
 background :class:`~ember.client.sender.Sender` ships batches to partition leaders. On an instance,
-``send`` is the C path of ``ember.client._append`` (a keyless bytes value appended to an open batch,
-about a quarter of the Python method's cost); every other call falls through to the method below. ``send_batch``
+``send`` is the C path of ``ember.client._append`` (a bytes value, with a bytes key or none, appended to
+an open batch, about a quarter of the Python method's cost); every other call falls through to the
+method below. ``send_batch``
 is the columnar path: it partitions a whole Arrow table with vectorized murmur2 and queues large,
 ready-made batches. Config names are Kafka's in snake_case (``linger_ms`` = ``linger.ms``).
 
@@ -85,7 +86,7 @@ class Producer:
             idempotent=idempotent, producer_id=-1 if producer_id is None else producer_id,
             producer_epoch=producer_epoch), self._topics)
         self._sender.start()
-        if value_serializer is None:   # the C path takes bytes values as they are
+        if value_serializer is None and key_serializer is None:   # the C path takes bytes as they are
             appender = self._accumulator.appender
             appender.configure_send(self._partitions, self._sticky.current, max_request_size, RECORD_OVERHEAD,
                                     BATCH_OVERHEAD, partial(Producer.send, self))

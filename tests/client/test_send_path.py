@@ -1,4 +1,5 @@
-"""The producer's C send path (ember.client._append): which calls it takes, what it appends, and that
+"""The producer's C send path (ember.client._append): which calls it takes, where it puts a record
+(the sticky partition, or Kafka's murmur2 partition of its key), what it appends, and that
 it and the Python path share one batch's lists, size, count and the buffer's bytes in use."""
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 from ember.client._append import RecordAppender
 from ember.client.accumulator import BATCH_OVERHEAD, RECORD_OVERHEAD, RecordAccumulator
 from ember.client.futures import FutureRecordMetadata, ProduceResult
+from ember.client.partitioner import partition_for_key
 from ember.wire.types import TopicPartition
 
 TPS = [TopicPartition("t", 0), TopicPartition("t", 1)]
@@ -61,8 +63,9 @@ def test_a_keyless_bytes_value_is_appended_to_the_sticky_partitions_open_batch()
 
 
 @pytest.mark.parametrize("args, kwargs", [
-    (("t", b"v"), {"key": b"k"}),
-    (("t", b"v", b"k"), {}),
+    (("t", b"v"), {"key": "a str key"}),
+    (("t", b"v", b"k"), {"key": b"k"}),
+    (("t", b"v"), {"value": b"twice"}),
     (("t", b"v"), {"headers": [("h", b"1")]}),
     (("t", b"v"), {"partition": 0}),
     (("t", b"v"), {"timestamp_ms": 5}),
@@ -87,6 +90,23 @@ def test_value_and_key_none_by_keyword_take_the_c_path() -> None:
     assert isinstance(send("t", b"b", key=None), FutureRecordMetadata)
     assert isinstance(send("t", key=None, value=b"c"), FutureRecordMetadata)
     assert slow.calls == [] and acc.peek(TPS[1]).values == [b"v0", b"a", b"b", b"c"]   # type: ignore[union-attr]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=64), st.integers(min_value=1, max_value=2))
+def test_a_keyed_record_goes_to_kafkas_murmur2_partition(key: bytes, partitions: int) -> None:
+    acc = RecordAccumulator(batch_size=1 << 20, buffer_memory=1 << 30, linger_ms=5)
+    slow = SlowPath()
+    acc.appender.configure_send({"t": TPS[:partitions]}, {}, 1 << 20, RECORD_OVERHEAD, BATCH_OVERHEAD, slow)
+    for tp in TPS[:partitions]:
+        open_batch(acc, tp)
+    future = acc.appender("t", b"v", key=key)
+    expected = TPS[partition_for_key(key, partitions)]
+    assert isinstance(future, FutureRecordMetadata) and slow.calls == []
+    batch = acc.peek(expected)
+    assert batch is not None and batch.keys[-1] == key and batch.values[-1] == b"v"
+    assert batch.size == 2 * RECORD_OVERHEAD + 7 + 1 + len(key)
+    assert isinstance(acc.appender("t", b"w", key), FutureRecordMetadata) and batch.keys[-1] == key
 
 
 def test_a_new_batch_a_full_buffer_a_large_record_or_no_sticky_choice_take_the_python_path() -> None:
