@@ -255,18 +255,35 @@ def load_read_topic(systems: Sequence[System], topic: str, records: int, chunk: 
         log(f"loaded {records:,} records into {system.name} {topic} in {time.perf_counter() - started:.1f} s")
 
 
+def broker_cpu_s(system: System) -> float:
+    """CPU seconds (user + system) the system's broker processes have used so far."""
+    return sum(cpu_seconds(pid) for label, pid in system.processes().items() if label.startswith("broker"))
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")    # utime, stime (fields 14, 15)
+
+
 def consumer_throughput(systems: Sequence[System], topic: str, records: int, repeats: int) -> list[Row]:
-    """Read the first ``records`` of the topic from the beginning; records/s."""
+    """Read the first ``records`` of the topic from the beginning; records/s, and the CPU the
+    brokers spent per million records meanwhile (what the serving side costs, apart from the client)."""
     samples: dict[tuple[str, str], list[float]] = {}
+    cpu: dict[tuple[str, str], list[float]] = {}
     for system in interleaved(systems, repeats):
         for mode in system.clients.consume_modes:
             with system.clients.consume_job(mode, topic, PARTITIONS, records) as job:
+                before = broker_cpu_s(system)
                 rate = records / best_time(job)
-            log(f"consume {system.name:5s} {mode:12s} {rate:>12,.0f} records/s")
+                per_million = (broker_cpu_s(system) - before) * 1e6 / records
+            log(f"consume {system.name:5s} {mode:12s} {rate:>12,.0f} records/s, brokers {per_million:.2f} CPU s per 1M")
             samples.setdefault((system.name, mode), []).append(rate)
+            cpu.setdefault((system.name, mode), []).append(per_million)
     ember_modes, kafka_modes = modes(systems, "consume_modes")
-    return pair_rows("Consumer throughput (116 B records, RF=1)", "from the beginning", "records/s", True, samples,
-                     ember_modes, kafka_modes[0])
+    return (pair_rows("Consumer throughput (116 B records, RF=1)", "from the beginning", "records/s", True, samples,
+                      ember_modes, kafka_modes[0])
+            + pair_rows("Broker CPU while consuming (116 B records, RF=1)", "all brokers, per 1M records read", "s",
+                        False, cpu, ember_modes, kafka_modes[0]))
 
 
 def spark_read(spark: Any, systems: Sequence[System], topic: str, records: int, repeats: int) -> list[Row]:
@@ -282,20 +299,30 @@ def spark_read(spark: Any, systems: Sequence[System], topic: str, records: int, 
             if count != records:
                 raise RuntimeError(f"{system.name} Spark read ({mode}) counted {count:,} records, expected {records:,}")
     samples: dict[tuple[str, str, str], list[float]] = {}
+    cpu: dict[tuple[str, str], list[float]] = {}
     for system in interleaved(systems, repeats):
         for mode in system.clients.spark_read_modes:
             for name, query in queries.items():
                 answer: list[object] = []
+                before = broker_cpu_s(system)
                 elapsed = best_time(lambda: answer.append(query(system.clients.spark_read(spark, mode, topic))))
+                per_million = (broker_cpu_s(system) - before) * 1e6 / records
                 if answer[0] != expected[name]:
                     raise RuntimeError(f"{system.name} {mode} {name} = {answer[0]}, expected {expected[name]}")
-                log(f"spark read {system.name:5s} {mode:7s} {name:19s} {records / elapsed:>12,.0f} records/s")
+                log(f"spark read {system.name:5s} {mode:7s} {name:19s} {records / elapsed:>12,.0f} records/s, "
+                    f"brokers {per_million:.2f} CPU s per 1M")
                 samples.setdefault((system.name, mode, name), []).append(records / elapsed)
+                cpu.setdefault((system.name, mode), []).append(per_million)
     ember_modes, kafka_modes = modes(systems, "spark_read_modes")
     group = f"Spark batch read of {records:,} records (local[2])"
-    return [Row(group, name, "records/s", samples[("ember", mode, name)], samples[("kafka", kafka_modes[0], name)], True,
-                'format("kafka") via the Kafka listener' if mode == "kafka" else f"readPath={mode}", 'format("kafka")')
-            for name in queries for mode in ember_modes]
+
+    def label(mode: str) -> str:
+        return 'format("kafka") via the Kafka listener' if mode == "kafka" else f"readPath={mode}"
+    return ([Row(group, name, "records/s", samples[("ember", mode, name)], samples[("kafka", kafka_modes[0], name)],
+                 True, label(mode), 'format("kafka")') for name in queries for mode in ember_modes]
+            + [Row(f"Broker CPU during the Spark batch read ({records:,} records)", "all brokers, per 1M records read",
+                   "s", cpu[("ember", mode)], cpu[("kafka", kafka_modes[0])], False, label(mode), 'format("kafka")')
+               for mode in ember_modes if mode != "direct"])   # the direct path reads segment files, not brokers
 
 
 def spark_write(spark: Any, systems: Sequence[System], records: int, repeats: int, work: Path) -> list[Row]:
