@@ -1,7 +1,10 @@
-"""bench/vs_kafka's scale rows: which cases run, how much each sends, and the values they send."""
+"""bench/vs_kafka's workloads: the scale rows (which cases run, how much each sends, the values they send)
+and the CPU accounting of the brokers."""
 from __future__ import annotations
 
+import os
 import sys
+import time
 import zlib
 from pathlib import Path
 
@@ -42,3 +45,12 @@ def test_the_codec_family_sends_compressible_values_and_the_others_random_ones(w
         ratio = len(value) / len(zlib.compress(value))
         assert (ratio > 2) if case.text else (ratio < 1.1 or case.value_size < 100)
     assert [c.codec for c in workloads.scale_cases() if c.text] == ["none", "gzip", "snappy", "lz4", "zstd"]
+
+
+def test_cpu_seconds_counts_what_a_process_spent(workloads) -> None:  # type: ignore[no-untyped-def]
+    before = workloads.cpu_seconds(os.getpid())
+    deadline = time.process_time() + 0.3
+    while time.process_time() < deadline:
+        pass
+    spent = workloads.cpu_seconds(os.getpid()) - before
+    assert 0.2 <= spent <= 5
