@@ -40,8 +40,12 @@ class GroupAdminHandlers:
                 ApiKey.OFFSET_DELETE: Api(0, 0, self.offset_delete)}
 
     async def describe_groups(self, request: KafkaRequest) -> Any:
+        """Each named group once, in the order first named: a group's description holds every
+        member's subscription and assignment, so a 75 KB request naming one group 7,500 times made
+        the broker build 220 MB of answers (found by the Kafka fuzzer). Clients match the answers
+        by group id (Kafka's Admin keeps them in a map)."""
         described = []
-        for group_id in request.body.groups:
+        for group_id in dict.fromkeys(request.body.groups):
             try:
                 described.append({**OK, **_described(await self.core.groups.describe(group_id))})
             except GroupIdNotFound as exc:

@@ -190,9 +190,12 @@ class GroupHandlers:
         body = request.body
         names = TopicNames(self.core.cache.topics())
         cls = response_class(ApiKey.OFFSET_FETCH, request.api_version)
-        if request.api_version >= 8:
+        if request.api_version >= 8:   # each group once (its first entry), as DescribeGroups: no answer per repeat
+            first: dict[str, Any] = {}
+            for group in body.groups:
+                first.setdefault(group.group_id, group)
             groups = [{"group_id": g.group_id, **await self._fetch_group(g.group_id, g.topics, names)}
-                      for g in body.groups]
+                      for g in first.values()]
             return build(cls, {"groups": groups})
         return build(cls, await self._fetch_group(body.group_id, body.topics, names))
 
