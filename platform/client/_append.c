@@ -371,24 +371,16 @@ fast_append(RecordAppender *self, PyObject *topic, PyObject *value, PyObject *ke
         goto unlock;
     }
     /* appending to a list only fails without memory; undo the ones done so the lists stay aligned */
-    if (PyList_Append(b->keys, key) < 0) {
-        result = NULL;
-    } else if (PyList_Append(b->values, value) < 0) {
-        result = NULL;
-        PyList_SetSlice(b->keys, PyList_GET_SIZE(b->keys) - 1, PyList_GET_SIZE(b->keys), NULL);
-    } else if (PyList_Append(b->timestamps, stamp) < 0) {
-        result = NULL;
-        PyList_SetSlice(b->keys, PyList_GET_SIZE(b->keys) - 1, PyList_GET_SIZE(b->keys), NULL);
-        PyList_SetSlice(b->values, PyList_GET_SIZE(b->values) - 1, PyList_GET_SIZE(b->values), NULL);
-    } else if (PyList_Append(b->headers, Py_None) < 0) {
-        result = NULL;
-        PyList_SetSlice(b->keys, PyList_GET_SIZE(b->keys) - 1, PyList_GET_SIZE(b->keys), NULL);
-        PyList_SetSlice(b->values, PyList_GET_SIZE(b->values) - 1, PyList_GET_SIZE(b->values), NULL);
-        PyList_SetSlice(b->timestamps, PyList_GET_SIZE(b->timestamps) - 1, PyList_GET_SIZE(b->timestamps), NULL);
-    }
-    if (result == NULL) {
-        Py_DECREF(future);
-        goto unlock;
+    PyObject *lists[4] = {b->keys, b->values, b->timestamps, b->headers};
+    PyObject *items[4] = {key, value, stamp, Py_None};
+    for (int i = 0; i < 4; i++) {
+        if (PyList_Append(lists[i], items[i]) < 0) {
+            while (i-- > 0)
+                PyList_SetSlice(lists[i], PyList_GET_SIZE(lists[i]) - 1, PyList_GET_SIZE(lists[i]), NULL);
+            Py_DECREF(future);
+            result = NULL;
+            goto unlock;
+        }
     }
     self->used += size;
     b->size += size;
