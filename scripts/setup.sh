@@ -52,6 +52,15 @@ if ! compgen -G '/usr/lib/*/libfuse.so.2' >/dev/null && ! compgen -G '/lib/*/lib
     fi
 fi
 
+# 2d. gcc and Python's headers: ember's C extensions (platform/record/_v2codec.c, platform/client/_append.c)
+#     are compiled by pip's editable install (step 3) and by step 3b.
+if ! command -v gcc >/dev/null 2>&1; then
+    apt_install gcc
+fi
+if [ ! -f "$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])')/Python.h" ]; then
+    apt_install python3-dev
+fi
+
 # 3. Python virtual environment with pinned packages (re-installed only when pyproject.toml changes).
 #    Debian ships venv's ensurepip separately; a venv left without pip by a failed run is rebuilt.
 if ! python3 -c 'import ensurepip' >/dev/null 2>&1; then
@@ -71,7 +80,7 @@ fi
 
 # 3b. ember's C extensions (the Kafka RecordBatch v2 <-> Arrow codec, platform/record/_v2codec.c; the
 #     producer's per-record send path, platform/client/_append.c), built in place next to their sources
-#     (gcc and Python's headers): rebuilt when a source is newer than its build.
+#     (with step 2d's gcc and headers): rebuilt when a source is newer than its build.
 stale_extension=""
 for source in platform/record/_v2codec.c platform/client/_append.c; do
     built="$(ls "${source%.c}".*.so 2>/dev/null | head -1 || true)"
@@ -80,12 +89,6 @@ for source in platform/record/_v2codec.c platform/client/_append.c; do
     fi
 done
 if [ -n "$stale_extension" ]; then
-    if ! command -v gcc >/dev/null 2>&1; then
-        apt_install gcc
-    fi
-    if [ ! -f "$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')/Python.h" ]; then
-        apt_install python3-dev
-    fi
     say "building ember's C extensions (platform/record/_v2codec.c, platform/client/_append.c)"
     "$VENV/bin/python" setup.py -q build_ext --inplace
 fi

@@ -23,7 +23,6 @@
 #include <Python.h>
 #include <structmember.h>
 #include <stdint.h>
-#include <stdint.h>
 #include <time.h>
 
 /* ------------------------------------------------------------ RecordFuture ---- */
@@ -300,7 +299,7 @@ murmur2(const unsigned char *data, Py_ssize_t length)
 }
 
 static inline int
-locked(RecordAppender *self, PyObject *method)
+call_lock(PyObject *method)
 {
     PyObject *r = PyObject_CallNoArgs(method);
     if (r == NULL)
@@ -313,8 +312,9 @@ locked(RecordAppender *self, PyObject *method)
 static PyObject *
 fast_append(RecordAppender *self, PyObject *topic, PyObject *value, PyObject *key)
 {
-    if (self->closed || self->partitions == NULL || !PyUnicode_CheckExact(topic) || !PyBytes_CheckExact(value)
-        || (key != Py_None && !PyBytes_CheckExact(key)))
+    if (self->closed || self->partitions == NULL || self->open == NULL || self->acquire == NULL
+        || self->release == NULL || self->future_type == NULL      /* configured, and __init__ ran */
+        || !PyUnicode_CheckExact(topic) || !PyBytes_CheckExact(value) || (key != Py_None && !PyBytes_CheckExact(key)))
         return Py_None;
     PyObject *tps = PyDict_GetItemWithError(self->partitions, topic);
     if (tps == NULL)
@@ -345,14 +345,19 @@ fast_append(RecordAppender *self, PyObject *topic, PyObject *value, PyObject *ke
     PyObject *stamp = PyLong_FromLongLong(timestamp);
     if (stamp == NULL)
         return NULL;
-    Py_INCREF(tp);           /* the lock's acquire may run other threads, which may drop tps */
-    if (locked(self, self->acquire) < 0) {
+    /* Strong references to what is used across the lock's acquire, which lets other threads run (they may
+     * drop tps, or re-run __init__), and across tp_alloc, which may run the collector and finalizers. */
+    PyObject *acquire = Py_NewRef(self->acquire), *release = Py_NewRef(self->release);
+    Py_INCREF(tp);
+    if (call_lock(acquire) < 0) {
+        Py_DECREF(acquire);
+        Py_DECREF(release);
         Py_DECREF(tp);
         Py_DECREF(stamp);
         return NULL;
     }
     PyObject *result = Py_None;
-    PyObject *batch = self->closed ? NULL : PyDict_GetItemWithError(self->open, tp);
+    PyObject *batch = self->closed ? NULL : Py_XNewRef(PyDict_GetItemWithError(self->open, tp));
     if (batch == NULL) {
         if (PyErr_Occurred())
             result = NULL;
@@ -363,7 +368,10 @@ fast_append(RecordAppender *self, PyObject *topic, PyObject *value, PyObject *ke
     BatchRecords *b = (BatchRecords *)batch;
     if ((b->size + size > self->batch_size && b->count) || (self->used + size > self->buffer_memory && self->used))
         goto unlock;          /* a new batch, or a wait for buffer memory: the Python path */
-    if (b->keys == NULL || b->values == NULL || b->timestamps == NULL || b->headers == NULL || b->future == NULL)
+    /* the fields are writable from Python: only lists (as ProducerBatch sets them) are appended to here */
+    if (b->keys == NULL || b->values == NULL || b->timestamps == NULL || b->headers == NULL || b->future == NULL
+        || !PyList_CheckExact(b->keys) || !PyList_CheckExact(b->values) || !PyList_CheckExact(b->timestamps)
+        || !PyList_CheckExact(b->headers))
         goto unlock;
     RecordFuture *future = (RecordFuture *)self->future_type->tp_alloc(self->future_type, 0);
     if (future == NULL) {
@@ -391,12 +399,25 @@ fast_append(RecordAppender *self, PyObject *topic, PyObject *value, PyObject *ke
     future->timestamp = timestamp;
     result = (PyObject *)future;
 unlock:
+    Py_XDECREF(batch);
     Py_DECREF(tp);
     Py_DECREF(stamp);
-    if (locked(self, self->release) < 0) {
-        if (result != NULL && result != Py_None)
-            Py_DECREF(result);    /* cannot happen with a held threading.Lock; fail loudly if it does */
-        return NULL;
+    Py_DECREF(acquire);
+    {
+        /* an error raised under the lock stays the error: release() must not run with it pending */
+        PyObject *type, *error, *traceback;
+        PyErr_Fetch(&type, &error, &traceback);
+        int released = call_lock(release);
+        Py_DECREF(release);
+        if (released < 0) {          /* cannot happen with a held threading.Lock; fail loudly if it does */
+            Py_XDECREF(type);
+            Py_XDECREF(error);
+            Py_XDECREF(traceback);
+            if (result != NULL && result != Py_None)
+                Py_DECREF(result);
+            return NULL;
+        }
+        PyErr_Restore(type, error, traceback);
     }
     return result;
 }
@@ -472,12 +493,12 @@ appender_traverse(RecordAppender *self, visitproc visit, void *arg)
 static int
 appender_clear(RecordAppender *self)
 {
+    Py_CLEAR(self->partitions);     /* first: without it, a call during the teardown takes the Python path */
+    Py_CLEAR(self->sticky);
     Py_CLEAR(self->open);
     Py_CLEAR(self->acquire);
     Py_CLEAR(self->release);
     Py_CLEAR(self->future_type);
-    Py_CLEAR(self->partitions);
-    Py_CLEAR(self->sticky);
     Py_CLEAR(self->slow);
     return 0;
 }
@@ -556,12 +577,9 @@ PyInit__append(void)
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
-    Py_INCREF(&RecordFutureType);
-    Py_INCREF(&BatchRecordsType);
-    Py_INCREF(&RecordAppenderType);
-    if (PyModule_AddObject(m, "RecordFuture", (PyObject *)&RecordFutureType) < 0 ||
-        PyModule_AddObject(m, "BatchRecords", (PyObject *)&BatchRecordsType) < 0 ||
-        PyModule_AddObject(m, "RecordAppender", (PyObject *)&RecordAppenderType) < 0) {
+    if (PyModule_AddObjectRef(m, "RecordFuture", (PyObject *)&RecordFutureType) < 0 ||
+        PyModule_AddObjectRef(m, "BatchRecords", (PyObject *)&BatchRecordsType) < 0 ||
+        PyModule_AddObjectRef(m, "RecordAppender", (PyObject *)&RecordAppenderType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

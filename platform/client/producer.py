@@ -86,7 +86,8 @@ class Producer:
             idempotent=idempotent, producer_id=-1 if producer_id is None else producer_id,
             producer_epoch=producer_epoch), self._topics)
         self._sender.start()
-        if value_serializer is None and key_serializer is None:   # the C path takes bytes as they are
+        # the C path takes bytes as they are, and stands for Producer.send only (not a subclass's override)
+        if value_serializer is None and key_serializer is None and type(self).send is Producer.send:
             appender = self._accumulator.appender
             appender.configure_send(self._partitions, self._sticky.current, max_request_size, RECORD_OVERHEAD,
                                     BATCH_OVERHEAD, partial(Producer.send, self))

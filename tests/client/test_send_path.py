@@ -136,6 +136,43 @@ def test_after_close_every_send_takes_the_python_path() -> None:
     assert send("t", b"v") == "slow"
 
 
+def test_a_batch_whose_lists_were_replaced_takes_the_python_path_and_the_lock_is_released() -> None:
+    acc, send, slow = make()
+    open_batch(acc)
+    batch = acc.peek(TPS[1])
+    assert batch is not None
+    batch.values = ("not", "a list")  # type: ignore[assignment]
+    assert send("t", b"v") == "slow"
+    assert acc._lock.acquire(timeout=1)
+    acc._lock.release()
+
+
+def test_an_appender_whose_init_never_ran_takes_the_python_path() -> None:
+    appender = RecordAppender.__new__(RecordAppender)
+    slow = SlowPath()
+    appender.configure_send({"t": TPS}, {"t": 0}, 1 << 20, RECORD_OVERHEAD, BATCH_OVERHEAD, slow)
+    assert appender("t", b"v") == "slow"
+
+
+def test_a_subclass_overriding_send_keeps_its_override() -> None:
+    from ember.client import Producer
+
+    class Recording(Producer):
+        def send(self, *args: Any, **kwargs: Any) -> Any:   # type: ignore[override]
+            return "overridden"
+
+    producer = Recording("127.0.0.1:1", max_block_ms=100)
+    try:
+        assert producer.send("t", b"v") == "overridden"
+    finally:
+        producer.close(0)
+    plain = Producer("127.0.0.1:1", max_block_ms=100)
+    try:
+        assert isinstance(plain.send, RecordAppender)
+    finally:
+        plain.close(0)
+
+
 def test_an_appender_without_configure_send_refuses_calls() -> None:
     acc = RecordAccumulator(batch_size=1000, buffer_memory=1000, linger_ms=5)
     with pytest.raises(RuntimeError, match="configure_send"):
