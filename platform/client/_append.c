@@ -264,7 +264,7 @@ slow_send(RecordAppender *self, PyObject *const *args, size_t nargsf, PyObject *
     return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
 }
 
-/* Kafka's Utils.murmur2 (seed 0x9747b28c), as ember.client.partitioner.murmur2, unsigned. */
+/* Kafka's Utils.murmur2 (seed 0x9747b28c), unsigned; ember.client.partitioner.murmur2 is module_murmur2. */
 static uint32_t
 murmur2(const unsigned char *data, Py_ssize_t length)
 {
@@ -559,9 +559,25 @@ static PyTypeObject RecordAppenderType = {
 
 /* ------------------------------------------------------------------ module ---- */
 
+static PyObject *
+module_murmur2(PyObject *Py_UNUSED(module), PyObject *arg)
+{
+    Py_buffer data;
+    if (PyObject_GetBuffer(arg, &data, PyBUF_SIMPLE) < 0)
+        return NULL;
+    uint32_t hash = murmur2((const unsigned char *)data.buf, data.len);
+    PyBuffer_Release(&data);
+    return PyLong_FromLong((long)(int32_t)hash);
+}
+
+static PyMethodDef module_methods[] = {
+    {"murmur2", module_murmur2, METH_O, "murmur2(data): Kafka's Utils.murmur2 of a bytes-like object, a signed 32-bit int"},
+    {NULL},
+};
+
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "ember.client._append",
-    "The producer's per-record path in C (see platform/client/_append.c).", -1, NULL,
+    "The producer's per-record path in C (see platform/client/_append.c).", -1, module_methods,
 };
 
 PyMODINIT_FUNC

@@ -3,6 +3,8 @@ from concurrent.futures import Future
 from threading import Lock
 from typing import Any, Callable
 
+def murmur2(data: bytes | bytearray | memoryview) -> int: ...
+
 class RecordFuture:
     _batch: Future[Any]
     _index: int

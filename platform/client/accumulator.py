@@ -1,7 +1,7 @@
 """The producer's record accumulator: per-partition batches waiting for the sender thread.
 
 ``append`` only pushes Python objects onto lists; the Arrow payload is built once, by the sender,
-when the batch leaves. The common append (a keyless bytes value into an open batch with room) is
+when the batch leaves. The common append (a bytes record into an open batch with room) is
 done in C by :attr:`RecordAccumulator.appender`, which ``Producer.send`` is (``ember.client._append``):
 it holds the bytes in use and writes a batch's lists, size and count (a C base of
 :class:`ProducerBatch`) under the same lock as this module. Memory is bounded by ``buffer_memory``: a

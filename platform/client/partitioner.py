@@ -11,43 +11,16 @@ Arrow column with ``pyarrow.compute`` (grouped by key length) instead of a Pytho
 from __future__ import annotations
 
 import random
-import struct
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ember.client._append import murmur2  # Kafka's Utils.murmur2, a signed 32-bit int (C, shared with send)
+
 SEED = 0x9747B28C
 M = 0x5BD1E995
-MASK = 0xFFFFFFFF
 
-_WORDS: dict[int, struct.Struct] = {}
-
-
-def murmur2(data: bytes) -> int:
-    """Kafka's ``Utils.murmur2``: a signed 32-bit hash of ``data``."""
-    length = len(data)
-    n4 = length >> 2
-    words = _WORDS.get(n4)
-    if words is None:
-        words = _WORDS[n4] = struct.Struct(f"<{n4}I")
-    h = SEED ^ length
-    for k in words.unpack_from(data):
-        k = (k * M) & MASK
-        k ^= k >> 24
-        h = ((h * M) & MASK) ^ ((k * M) & MASK)
-    tail = length & 3
-    if tail:
-        base = length & ~3
-        if tail == 3:
-            h ^= data[base + 2] << 16
-        if tail >= 2:
-            h ^= data[base + 1] << 8
-        h ^= data[base]
-        h = (h * M) & MASK
-    h ^= h >> 13
-    h = (h * M) & MASK
-    h ^= h >> 15
-    return h - 0x100000000 if h & 0x80000000 else h
+__all__ = ["StickyPartitioner", "murmur2", "partition_for_key", "partitions_for_keys"]
 
 
 def partition_for_key(key: bytes, num_partitions: int) -> int:

@@ -3,7 +3,7 @@
 ``send`` partitions a record, appends it to the partition's open batch and returns a future; a
 background :class:`~ember.client.sender.Sender` ships batches to partition leaders. On an instance,
 ``send`` is the C path of ``ember.client._append`` (a bytes value, with a bytes key or none, appended to
-an open batch, about a quarter of the Python method's cost); every other call falls through to the
+an open batch, a sixth to a tenth of the Python method's cost, docs/clients.md); every other call falls through to the
 method below. ``send_batch``
 is the columnar path: it partitions a whole Arrow table with vectorized murmur2 and queues large,
 ready-made batches. Config names are Kafka's in snake_case (``linger_ms`` = ``linger.ms``).
