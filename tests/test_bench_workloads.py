@@ -54,3 +54,23 @@ def test_cpu_seconds_counts_what_a_process_spent(workloads) -> None:  # type: ig
         pass
     spent = workloads.cpu_seconds(os.getpid()) - before
     assert 0.2 <= spent <= 5
+
+
+def test_the_spark_cpu_counts_the_jvm_and_its_children(workloads) -> None:  # type: ignore[no-untyped-def]
+    """tree_cpu_seconds adds a process's living descendants (Spark's Python workers are the JVM's
+    children): a busy grandchild is counted, an idle tree is not."""
+    import subprocess
+    busy = "import time\nend = time.process_time() + 0.5\nwhile time.process_time() < end: pass\ntime.sleep(10)"  # then exits
+    parent = subprocess.Popen([sys.executable, "-c",
+                               f"import subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', {busy!r}])\n"
+                               "time.sleep(30)"])
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and workloads.tree_cpu_seconds(parent.pid) < 0.5:
+            time.sleep(0.1)
+        total = workloads.tree_cpu_seconds(parent.pid)
+        assert total >= 0.5 > workloads.cpu_seconds(parent.pid)
+        assert workloads.client_cpu_s(parent.pid) >= workloads.client_cpu_s() + 0.5
+    finally:
+        parent.kill()
+        parent.wait(10)

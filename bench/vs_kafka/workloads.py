@@ -107,22 +107,37 @@ def producer_throughput(systems: Sequence[System], records: int, repeats: int) -
         for system in systems:              # warm-up, not counted: Kafka's JIT, both sides' caches
             for mode in system.clients.produce_modes:
                 produce_run(system, mode, settings, value, max(1, records // 5), f"warm-{settings.acks}-{mode}")
+        broker_cpu: dict[tuple[str, str], list[float]] = {}
+        client_cpu: dict[tuple[str, str], list[float]] = {}
         for run, system in enumerate(interleaved(systems, repeats)):
             for mode in system.clients.produce_modes:
-                rate = produce_run(system, mode, settings, value, records, f"produce-{settings.acks}-{mode}-{run}")
-                log(f"produce {settings.label:13s} {system.name:5s} {mode:10s} {rate:>12,.0f} records/s")
-                samples.setdefault((system.name, mode), []).append(rate)
+                sample = produce_run(system, mode, settings, value, records, f"produce-{settings.acks}-{mode}-{run}")
+                log(f"produce {settings.label:13s} {system.name:5s} {mode:10s} {sample.rate:>12,.0f} records/s, "
+                    f"per 1M: brokers {sample.broker_s:.2f} CPU s, client {sample.client_s:.2f}")
+                samples.setdefault((system.name, mode), []).append(sample.rate)
+                broker_cpu.setdefault((system.name, mode), []).append(sample.broker_s)
+                client_cpu.setdefault((system.name, mode), []).append(sample.client_s)
         ember_modes, kafka_modes = modes(systems, "produce_modes")
         rows += pair_rows("Producer throughput (100 B records)", settings.label, "records/s", True, samples,
                           ember_modes, kafka_modes[0])
+        rows += cpu_rows(f"producing (100 B records, {settings.label})", "written", broker_cpu, client_cpu,
+                         ember_modes, kafka_modes[0])
     return rows
 
 
-def produce_run(system: System, mode: str, settings: ProduceSettings, value: bytes, records: int, topic: str) -> float:
-    """records/s of one producer run into a new topic."""
+def produce_run(system: System, mode: str, settings: ProduceSettings, value: bytes, records: int,
+                topic: str) -> "CpuSample":
+    """records/s of one producer run into a new topic, with the CPU both sides spent on it. The
+    topic is deleted afterwards: these rows measure the cost per record, and ~40 topics left
+    behind would make the later runs measure the partition count too (issue 25's rows do that)."""
     system.create_topic(topic, PARTITIONS, settings.replication_factor)
-    with system.clients.produce_job(mode, topic, settings, value, records) as job:
-        return records / best_time(job)
+    try:
+        with system.clients.produce_job(mode, topic, settings, value, records) as job:
+            with CpuMeter(system) as meter:
+                rate = records / best_time(job)
+            return CpuSample(rate, *meter.per_million(records))
+    finally:
+        system.delete_topic(topic)
 
 
 def modes(systems: Sequence[System], attribute: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -198,6 +213,7 @@ def latency_run(owner: System, clients: Clients, topic: str, rate: int, seconds:
         tail.join(10)
         if tail.is_alive():
             tail.kill()
+        owner.delete_topic(topic)   # as produce_run: later runs measure records, not the partition count
 
 
 def latency_percentiles(latencies: list[int]) -> list[float]:
@@ -265,25 +281,94 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")    # utime, stime (fields 14, 15)
 
 
+def client_cpu_s(jvm_pid: int | None = None) -> float:
+    """CPU seconds the client side has used so far: this process (every thread: librdkafka's, the
+    ember clients') and, for Spark rows, the Spark JVM with its Python workers (its process tree).
+    Brokers are children of this process too, but not of the JVM, so neither count is theirs."""
+    times = os.times()
+    return times.user + times.system + (tree_cpu_seconds(jvm_pid) if jvm_pid else 0.0)
+
+
+def tree_cpu_seconds(root: int) -> float:
+    """CPU seconds of ``root`` and its living descendants."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue    # exited meanwhile
+            children.setdefault(parent, []).append(int(entry.name))
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        try:
+            total += cpu_seconds(pid)
+        except OSError:
+            continue
+        todo += children.get(pid, [])
+    return total
+
+
+@dataclass
+class CpuSample:
+    """One run's rate and the CPU seconds per million records of the brokers and of the client."""
+    rate: float
+    broker_s: float
+    client_s: float
+
+
+class CpuMeter:
+    """CPU both sides spent between ``__enter__`` and ``__exit__``: where the time of a run went.
+    When the client's CPU about equals the run's wall time, the client is the bottleneck whatever
+    the broker does (the note of issue 24 and the README's "Where ember loses" use these rows)."""
+
+    def __init__(self, system: System, jvm_pid: int | None = None) -> None:
+        self.system, self.jvm_pid = system, jvm_pid
+        self.broker_s = self.client_s = 0.0
+
+    def __enter__(self) -> "CpuMeter":
+        self._broker, self._client = broker_cpu_s(self.system), client_cpu_s(self.jvm_pid)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.broker_s = broker_cpu_s(self.system) - self._broker
+        self.client_s = client_cpu_s(self.jvm_pid) - self._client
+
+    def per_million(self, records: int) -> tuple[float, float]:
+        return self.broker_s * 1e6 / records, self.client_s * 1e6 / records
+
+
+def cpu_rows(what: str, verb: str, broker_cpu: dict[tuple[str, str], list[float]],
+             client_cpu: dict[tuple[str, str], list[float]], ember_modes: Sequence[str], kafka_mode: str) -> list[Row]:
+    """The two CPU rows of a workload: the brokers' and the client's CPU seconds per 1M records."""
+    return (pair_rows(f"Broker CPU while {what}", f"all brokers, per 1M records {verb}", "s", False, broker_cpu,
+                      ember_modes, kafka_mode)
+            + pair_rows(f"Client CPU while {what}", f"the client process(es), per 1M records {verb}", "s", False,
+                        client_cpu, ember_modes, kafka_mode))
+
+
 def consumer_throughput(systems: Sequence[System], topic: str, records: int, repeats: int) -> list[Row]:
     """Read the first ``records`` of the topic from the beginning; records/s, and the CPU the
     brokers spent per million records meanwhile (what the serving side costs, apart from the client)."""
     samples: dict[tuple[str, str], list[float]] = {}
-    cpu: dict[tuple[str, str], list[float]] = {}
+    broker_cpu: dict[tuple[str, str], list[float]] = {}
+    client_cpu: dict[tuple[str, str], list[float]] = {}
     for system in interleaved(systems, repeats):
         for mode in system.clients.consume_modes:
             with system.clients.consume_job(mode, topic, PARTITIONS, records) as job:
-                before = broker_cpu_s(system)
-                rate = records / best_time(job)
-                per_million = (broker_cpu_s(system) - before) * 1e6 / records
-            log(f"consume {system.name:5s} {mode:12s} {rate:>12,.0f} records/s, brokers {per_million:.2f} CPU s per 1M")
+                with CpuMeter(system) as meter:
+                    rate = records / best_time(job)
+            broker_s, client_s = meter.per_million(records)
+            log(f"consume {system.name:5s} {mode:12s} {rate:>12,.0f} records/s, per 1M: brokers {broker_s:.2f} CPU s, "
+                f"client {client_s:.2f}")
             samples.setdefault((system.name, mode), []).append(rate)
-            cpu.setdefault((system.name, mode), []).append(per_million)
+            broker_cpu.setdefault((system.name, mode), []).append(broker_s)
+            client_cpu.setdefault((system.name, mode), []).append(client_s)
     ember_modes, kafka_modes = modes(systems, "consume_modes")
     return (pair_rows("Consumer throughput (116 B records, RF=1)", "from the beginning", "records/s", True, samples,
                       ember_modes, kafka_modes[0])
-            + pair_rows("Broker CPU while consuming (116 B records, RF=1)", "all brokers, per 1M records read", "s",
-                        False, cpu, ember_modes, kafka_modes[0]))
+            + cpu_rows("consuming (116 B records, RF=1)", "read", broker_cpu, client_cpu, ember_modes, kafka_modes[0]))
 
 
 def spark_read(spark: Any, systems: Sequence[System], topic: str, records: int, repeats: int) -> list[Row]:
@@ -300,19 +385,22 @@ def spark_read(spark: Any, systems: Sequence[System], topic: str, records: int, 
                 raise RuntimeError(f"{system.name} Spark read ({mode}) counted {count:,} records, expected {records:,}")
     samples: dict[tuple[str, str, str], list[float]] = {}
     cpu: dict[tuple[str, str], list[float]] = {}
+    spark_cpu: dict[tuple[str, str], list[float]] = {}
+    jvm_pid = spark.sparkContext._gateway.proc.pid     # the Spark JVM (spark-submit execs java)
     for system in interleaved(systems, repeats):
         for mode in system.clients.spark_read_modes:
             for name, query in queries.items():
                 answer: list[object] = []
-                before = broker_cpu_s(system)
-                elapsed = best_time(lambda: answer.append(query(system.clients.spark_read(spark, mode, topic))))
-                per_million = (broker_cpu_s(system) - before) * 1e6 / records
+                with CpuMeter(system, jvm_pid) as meter:
+                    elapsed = best_time(lambda: answer.append(query(system.clients.spark_read(spark, mode, topic))))
+                broker_s, client_s = meter.per_million(records)
                 if answer[0] != expected[name]:
                     raise RuntimeError(f"{system.name} {mode} {name} = {answer[0]}, expected {expected[name]}")
                 log(f"spark read {system.name:5s} {mode:7s} {name:19s} {records / elapsed:>12,.0f} records/s, "
-                    f"brokers {per_million:.2f} CPU s per 1M")
+                    f"per 1M: brokers {broker_s:.2f} CPU s, Spark {client_s:.2f}")
                 samples.setdefault((system.name, mode, name), []).append(records / elapsed)
-                cpu.setdefault((system.name, mode), []).append(per_million)
+                cpu.setdefault((system.name, mode), []).append(broker_s)
+                spark_cpu.setdefault((system.name, mode), []).append(client_s)
     ember_modes, kafka_modes = modes(systems, "spark_read_modes")
     group = f"Spark batch read of {records:,} records (local[2])"
 
@@ -322,7 +410,10 @@ def spark_read(spark: Any, systems: Sequence[System], topic: str, records: int, 
                  True, label(mode), 'format("kafka")') for name in queries for mode in ember_modes]
             + [Row(f"Broker CPU during the Spark batch read ({records:,} records)", "all brokers, per 1M records read",
                    "s", cpu[("ember", mode)], cpu[("kafka", kafka_modes[0])], False, label(mode), 'format("kafka")')
-               for mode in ember_modes if mode != "direct"])   # the direct path reads segment files, not brokers
+               for mode in ember_modes if mode != "direct"]   # the direct path reads segment files, not brokers
+            + [Row(f"Spark CPU during the Spark batch read ({records:,} records)",
+                   "driver + JVM + Python workers, per 1M records read", "s", spark_cpu[("ember", mode)],
+                   spark_cpu[("kafka", kafka_modes[0])], False, label(mode), 'format("kafka")') for mode in ember_modes])
 
 
 def spark_write(spark: Any, systems: Sequence[System], records: int, repeats: int, work: Path) -> list[Row]:
