@@ -73,6 +73,7 @@ class ErrorCode(IntEnum):
     FENCED_INSTANCE_ID = 82
     GROUP_SUBSCRIBED_TO_TOPIC = 86
     FETCH_SESSION_ID_NOT_FOUND = 70
+    INVALID_FETCH_SESSION_EPOCH = 71
     INVALID_RECORD = 87
     UNSTABLE_OFFSET_COMMIT = 88
     UNKNOWN_TOPIC_ID = 100
@@ -328,8 +329,16 @@ class InvalidRecord(EmberError):
 
 
 class FetchSessionIdNotFound(EmberError):
-    """The fetch session is unknown to the broker (ember's Kafka listener keeps none)."""
+    """The fetch session is unknown to the broker (evicted, closed, or the broker restarted)."""
     code = ErrorCode.FETCH_SESSION_ID_NOT_FOUND
+    retriable = True
+    hint = "send a full fetch with session id 0"
+
+
+class InvalidFetchSessionEpoch(EmberError):
+    """The fetch's session epoch is not the one the broker expects next (a request was lost or
+    sent twice): the broker cannot know what the client holds."""
+    code = ErrorCode.INVALID_FETCH_SESSION_EPOCH
     retriable = True
     hint = "send a full fetch with session id 0"
 

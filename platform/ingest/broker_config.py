@@ -95,6 +95,9 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in (
           "Create a topic with default settings when a client asks for an unknown one."),
     _long("replica.lag.time.max.ms", 30000, "A follower that has not caught up for this long "
           "leaves the ISR.", 1),
+    _int("max.incremental.fetch.session.cache.slots", 1000, "Fetch sessions (KIP-227) the broker keeps at most: "
+         "followers, ember consumers and Kafka clients that ask for one. When full, a new session evicts one idle "
+         "for 2 minutes, or a smaller one (a follower's may evict a client's); else the fetch runs without one.", 0),
     _int("replica.fetch.wait.max.ms", 500, "How long a follower fetch waits at the leader for new data.", 0),
     _int("replica.fetch.min.bytes", 1, "Bytes a follower fetch waits for at the leader.", 1),
     _int("replica.fetch.max.bytes", 1048576, "Bytes a follower fetches per partition per request "
@@ -185,6 +188,7 @@ class BrokerConfig:
     socket_request_max_bytes: int
     queued_max_request_bytes: int
     fetch_max_bytes: int
+    max_incremental_fetch_session_cache_slots: int
     connections_max_idle_ms: int
     zookeeper_session_timeout_ms: int
     zookeeper_ssl_client_enable: bool

@@ -17,6 +17,15 @@ import asyncio
 from dataclasses import dataclass
 from typing import Sequence
 
+from ember.errors import EmberError
+from ember.ingest.fetch_session import (
+    FINAL_EPOCH,
+    INITIAL_EPOCH,
+    NO_SESSION,
+    FetchSession,
+    SessionPartition,
+    monotonic_ms,
+)
 from ember.ingest.partition import LogOffsets, Partition
 from ember.ingest.replica_manager import ReplicaManager
 from ember.ingest.signals import wait_any
@@ -55,6 +64,8 @@ def response_limit(replicas: ReplicaManager, max_bytes: int) -> int:
 async def fetch_at_leaders(replicas: ReplicaManager, targets: Sequence[FetchTarget], replica_id: int,
                            min_bytes: int, max_bytes: int, max_wait_s: float) -> list[FetchResult]:
     """Long poll: read every target, again whenever one changes, until there is enough."""
+    if not targets:
+        return []     # nothing could ever change: no waiting
     loop = asyncio.get_running_loop()
     max_bytes = response_limit(replicas, max_bytes)
     min_bytes = min(min_bytes, max_bytes)
@@ -68,12 +79,127 @@ async def fetch_at_leaders(replicas: ReplicaManager, targets: Sequence[FetchTarg
         await wait_any([r.leader.changed for r in results if r.leader is not None], remaining)
 
 
+async def fetch(replicas: ReplicaManager, targets: Sequence[FetchTarget], replica_id: int, min_bytes: int,
+                max_bytes: int, max_wait_s: float, session_id: int = NO_SESSION, epoch: int = FINAL_EPOCH,
+                forgotten: Sequence[tuple[str, int]] = ()) -> tuple[list[FetchResult], int]:
+    """A Fetch of either protocol with KIP-227's session fields: epoch -1 is sessionless (closing
+    ``session_id`` if one is named), 0 opens a session (when the cache has room; closing the named
+    one), 1, 2, ... continue ``session_id`` (FetchSessionIdNotFound, InvalidFetchSessionEpoch when
+    it cannot). Returns the results and the session id to answer (0: none)."""
+    sessions = replicas.fetch_sessions
+    session = None
+    if epoch in (INITIAL_EPOCH, FINAL_EPOCH):
+        if session_id != NO_SESSION:
+            sessions.remove(session_id)     # a full fetch closes the session it names, as Kafka's
+        if epoch == INITIAL_EPOCH:
+            session = sessions.create(replica_id >= 0, len(targets), monotonic_ms())
+    else:
+        session = sessions.get(session_id, epoch, monotonic_ms())
+    if session is None:
+        return await fetch_at_leaders(replicas, targets, replica_id, min_bytes, max_bytes, max_wait_s), NO_SESSION
+    results = await fetch_in_session(replicas, session, targets, forgotten, epoch == INITIAL_EPOCH, replica_id,
+                                     min_bytes, max_bytes, max_wait_s)
+    return results, session.id
+
+
+async def fetch_in_session(replicas: ReplicaManager, session: FetchSession, listed: Sequence[FetchTarget],
+                           forgotten: Sequence[tuple[str, int]], full: bool, replica_id: int, min_bytes: int,
+                           max_bytes: int, max_wait_s: float) -> list[FetchResult]:
+    """A fetch of ``session`` (docs/broker.md, "Fetch sessions"): ``listed`` partitions are added or
+    updated (a full fetch lists them all), ``forgotten`` ones dropped. Each pass of the long poll
+    reads the listed partitions and those with news (data past the fetcher's position, a new high
+    watermark or log start, a change of leadership); the rest cost one comparison each. The
+    answer holds every partition of a full fetch, else only those with something to say."""
+    loop = asyncio.get_running_loop()
+    session.forget(forgotten)
+    listed_entries: list[SessionPartition] = []
+    for target in listed:
+        key = (target.topic, target.partition)
+        entry = session.partitions.get(key)
+        if entry is None:
+            entry = session.partitions[key] = SessionPartition(target.topic, target.partition, target.offset,
+                                                               target.max_bytes, target.leader_epoch)
+        else:
+            entry.fetch_offset, entry.max_bytes, entry.leader_epoch = \
+                target.offset, target.max_bytes, target.leader_epoch
+        listed_entries.append(entry)
+    if replica_id >= 0:
+        _report_positions(replicas, session, replica_id, monotonic_ms())
+    max_bytes = response_limit(replicas, max_bytes)
+    min_bytes = min(min_bytes, max_bytes)
+    deadline = loop.time() + max_wait_s
+    first = True
+    while True:
+        if full:
+            entries = list(session.partitions.values())
+        else:
+            named = {id(e) for e in listed_entries} if first else set()
+            entries = [e for e in session.partitions.values()
+                       if id(e) in named or _has_news(e, replica_id)]
+        first = False
+        results = await _read_all(replicas, [FetchTarget(e.topic, e.index, e.fetch_offset, e.max_bytes, e.leader_epoch)
+                                             for e in entries], replica_id, max_bytes)
+        for entry, result in zip(entries, results):
+            session.watch(entry, result.leader)
+        remaining = deadline - loop.time()
+        if sum(r.size for r in results) >= min_bytes or remaining <= 0 or any(r.error for r in results):
+            answered = [(e, r) for e, r in zip(entries, results) if full or _must_answer(e, r)]
+            for entry, result in answered:
+                if result.error is None:
+                    entry.sent_high_watermark = result.offsets.high_watermark
+                    entry.sent_log_start = result.offsets.log_start_offset
+            session.move_to_end([e.key for e, r in answered if r.size])
+            _count_sent(results, replica_id)
+            return [r for _, r in answered]
+        await wait_any([session.changed], remaining)
+
+
+def _has_news(entry: SessionPartition, replica_id: int) -> bool:
+    """Whether a partition the fetcher did not name must be read: data past its position, a new
+    high watermark or log start, or its replica here no longer leading (or never found)."""
+    partition = entry.partition
+    if partition is None or not partition.is_leader or partition.log.closed:
+        return True
+    log = partition.log
+    visible = log.log_end_offset if replica_id >= 0 else log.high_watermark
+    return entry.fetch_offset != visible or log.high_watermark != entry.sent_high_watermark \
+        or log.log_start_offset != entry.sent_log_start
+
+
+def _must_answer(entry: SessionPartition, result: FetchResult) -> bool:
+    """KIP-227: an incremental answer holds a partition with data, an error, or new offsets."""
+    return result.error is not None or result.size > 0 \
+        or result.offsets.high_watermark != entry.sent_high_watermark \
+        or result.offsets.log_start_offset != entry.sent_log_start
+
+
+#: How often a follower session reports the positions of the partitions its fetches no longer name
+#: (they have not moved), so a caught-up follower stays caught up (``replica.lag.time.max.ms``).
+POSITION_REPORT_MS = 1000
+
+
+def _report_positions(replicas: ReplicaManager, session: FetchSession, replica_id: int, now_ms: float) -> None:
+    interval = min(POSITION_REPORT_MS, replicas.config.replica_lag_time_max_ms / 4)
+    if now_ms - session.positions_reported_ms < interval:
+        return
+    session.positions_reported_ms = now_ms
+    for entry in session.partitions.values():
+        partition = entry.partition
+        if partition is not None and partition.is_leader:
+            try:
+                partition.record_follower_position(replica_id, entry.fetch_offset)
+            except EmberError:
+                continue     # the next read of it answers the error
+            replicas.isr.maybe_expand(partition, replica_id)
+
+
 async def _read_all(replicas: ReplicaManager, targets: Sequence[FetchTarget], replica_id: int,
                     max_bytes: int) -> list[FetchResult]:
     """At least one whole batch (of the first partition that has one), then up to ``max_bytes`` in
     all and each partition's own ``max_bytes`` (a negative one reads nothing but that first batch)."""
     results: list[FetchResult] = []
     room = max_bytes
+    some_data = False
     for target in targets:
         try:
             operation = replicas.access.follower_or_topic(replica_id, Operation.READ)
@@ -84,12 +210,13 @@ async def _read_all(replicas: ReplicaManager, targets: Sequence[FetchTarget], re
             if replica_id >= 0:
                 await replicas.follower_fetched(partition, replica_id, target.offset)
             piece, offsets = await partition.read(
-                target.offset, max(0, min(target.max_bytes, room)), not any(r.size for r in results), replica_id)
+                target.offset, max(0, min(target.max_bytes, room)), not some_data, replica_id)
         except Exception as exc:
             results.append(FetchResult(target, error=exc))
             continue
         result = FetchResult(target, slice=piece, leader=partition, offsets=offsets)
         room = max(0, room - result.size)
+        some_data = some_data or result.size > 0
         results.append(result)
     return results
 

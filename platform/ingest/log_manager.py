@@ -113,7 +113,8 @@ class LogManager:
                 metrics.log_flush_time.observe(time.perf_counter() - started)
 
         async def flush(p: "Partition") -> None:
-            await p.run(timed_flush, p.log)
+            if p.log.flush_check_has_work():
+                await p.run(timed_flush, p.log)
 
         self._schedules = [
             asyncio.create_task(self._every(retention_interval_ms, partitions, "retention", retention),

@@ -36,6 +36,7 @@ from ember.cluster.records import NO_LEADER, OfflineReplica, PartitionState
 from ember.errors import InvalidConfig, LeaderNotAvailable, NotLeaderOrFollower, StorageError, UnknownTopicOrPartition
 from ember.ingest.broker_client import InterBroker
 from ember.ingest.broker_config import BrokerConfig
+from ember.ingest.fetch_session import FetchSessionCache
 from ember.ingest.isr import IsrManager, IsrWriter
 from ember.ingest.log_dir_space import LogDirSpace
 from ember.ingest.log_manager import LogManager
@@ -98,6 +99,8 @@ class ReplicaManager:
                                         inter_broker)
         self.isr = IsrManager(isr_writer, config.replica_lag_time_max_ms, self.all_partitions, self.apply_state,
                               metrics)
+        #: Fetch sessions of followers and clients fetching from the partitions this broker leads.
+        self.fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots)
         #: Fired after every reconcile, so admin requests can wait for their effect locally.
         self.reconciled = Signal()
         self._dirty: set[str] = set()

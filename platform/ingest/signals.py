@@ -2,15 +2,22 @@
 from __future__ import annotations
 
 import asyncio
+import weakref
 from typing import Iterable
 
 
 class Signal:
     """Wakes every coroutine waiting for "something changed" (an append, a new high watermark,
-    new metadata). Costs nothing when nobody waits: the future exists only while someone does."""
+    new metadata). Costs nothing when nobody waits: the future exists only while someone does.
+
+    A signal can also forward its fires to observers (``forward_to``): a fetch session observes
+    every partition it holds, so its long poll parks on one signal whatever its partition count."""
+
+    __slots__ = ("_future", "_observers", "__weakref__")
 
     def __init__(self) -> None:
         self._future: asyncio.Future[None] | None = None
+        self._observers: weakref.WeakSet[Signal] | None = None
 
     def future(self) -> asyncio.Future[None]:
         if self._future is None or self._future.done():
@@ -21,6 +28,20 @@ class Signal:
         if self._future is not None and not self._future.done():
             self._future.set_result(None)
         self._future = None
+        if self._observers:
+            for observer in list(self._observers):
+                observer.fire()
+
+    def forward_to(self, observer: "Signal") -> None:
+        """Fire ``observer`` too whenever this fires, until ``stop_forwarding`` (or until the
+        observer is garbage: held weakly, so a dropped session needs no clean-up here)."""
+        if self._observers is None:
+            self._observers = weakref.WeakSet()
+        self._observers.add(observer)
+
+    def stop_forwarding(self, observer: "Signal") -> None:
+        if self._observers is not None:
+            self._observers.discard(observer)
 
 
 async def wait_any(signals: Iterable[Signal], timeout_s: float) -> None:

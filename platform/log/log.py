@@ -337,6 +337,17 @@ class Log:
         with self._flush_lock:
             self._flush()
 
+    def flush_check_has_work(self, now_ms: Optional[int] = None) -> bool:
+        """Whether ``flush_if_due`` would do anything (flush, or delete files whose delay is over),
+        looked at without I/O or the lock, so the broker's flush timer sends only such logs to the
+        I/O pool (one thread hop per idle log per second adds up over thousands of partitions). A
+        stale look only moves the work to the timer's next round."""
+        now = self._now_ms() if now_ms is None else now_ms
+        if any(due <= now for due, _ in self._pending_deletes):
+            return True
+        dirty = self._unflushed_records > 0 or self._high_watermark != self._written.get(checkpoint.HIGH_WATERMARK)
+        return dirty and now - self._last_flush_ms >= self._config.flush_ms
+
     def flush_if_due(self, now_ms: Optional[int] = None) -> bool:
         """The broker's flush timer: flush if unflushed data is ``flush.ms`` old; True if it did."""
         now = self._now_ms() if now_ms is None else now_ms

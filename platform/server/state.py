@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Iterator
 
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from ember.cluster.records import BrokerInfo
@@ -47,6 +47,7 @@ class BrokerStateCollector(Collector):
 
     def collect(self) -> Iterator["Metric"]:
         yield from self._broker()
+        yield from self._fetch_sessions()
         yield from self._partitions()
         yield from self._controller()
         yield from self._disk()
@@ -68,6 +69,21 @@ class BrokerStateCollector(Collector):
         for name, server in self.broker.listener_servers():
             connections.add_metric([name], server.connection_count)
         yield connections
+
+    def _fetch_sessions(self) -> Iterator["Metric"]:
+        """Kafka's FetchSessionCache metrics (KIP-227): sessions held, partitions in them, evictions."""
+        replicas = self.broker.replicas
+        if replicas is None:
+            return
+        cache = replicas.fetch_sessions
+        yield GaugeMetricFamily("ember_server_fetchsessioncache_numincrementalfetchsessions",
+                                "Fetch sessions held (followers, ember consumers, Kafka clients).", value=len(cache))
+        yield GaugeMetricFamily("ember_server_fetchsessioncache_numincrementalfetchpartitionscached",
+                                "Partitions held over all fetch sessions.", value=cache.partition_count)
+        yield CounterMetricFamily("ember_server_fetchsessioncache_incrementalfetchsessionevictions",
+                                  "Fetch sessions evicted to make room for new ones "
+                                  "(max.incremental.fetch.session.cache.slots too small for the fetchers).",
+                                  value=cache.evictions)
 
     def _partitions(self) -> Iterator["Metric"]:
         replicas = self.broker.replicas

@@ -21,12 +21,23 @@ class FetchPartition(PartitionTarget):
     max_bytes: int
 
 
+class TopicPartitionRef(TypedDict):
+    topic: str
+    partition: int
+
+
 class FetchRequest(TypedDict):
+    """A fetch; with ``session_epoch`` 0, 1, 2, ... one of a fetch session (KIP-227): epoch 0
+    opens it and names every partition, later ones name only partitions that moved and those
+    ``forgotten``; -1 (the default) is sessionless."""
     replica_id: int
     max_wait_ms: int
     min_bytes: int
     max_bytes: int
     partitions: list[FetchPartition]
+    session_id: NotRequired[int]
+    session_epoch: NotRequired[int]
+    forgotten: NotRequired[list[TopicPartitionRef]]
 
 
 class EpochQuery(PartitionTarget):

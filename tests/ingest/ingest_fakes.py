@@ -11,7 +11,7 @@ from typing import Any, Awaitable, Callable, Coroutine, Iterable, Mapping, TypeV
 from ember.cluster.metadata_cache import TopicMetadata
 from ember.cluster.records import BrokerInfo, PartitionState, Reassignment, TopicRecord
 from ember.errors import EmberError, TopicAuthorizationFailed
-from ember.ingest.fetch import FetchTarget, fetch_at_leaders
+from ember.ingest.fetch import FetchTarget, fetch
 from ember.ingest.isr import IsrChange
 from ember.ingest.listeners import EMBER_LISTENER
 from ember.ingest.partition import Partition
@@ -242,14 +242,18 @@ def leader_broker(leader: ReplicaManager) -> LeaderHandler:
         if api_key == ApiKey.FETCH:
             targets = [FetchTarget(p["topic"], p["partition"], p["fetch_offset"], p["max_bytes"],
                                    p["current_leader_epoch"]) for p in body["partitions"]]
-            results = await fetch_at_leaders(leader, targets, replica_id, body["min_bytes"], body["max_bytes"],
-                                             body["max_wait_ms"] / 1000)
+            # a request-level error (an unknown session) raises, as BrokerClient.call does
+            results, session_id = await fetch(
+                leader, targets, replica_id, body["min_bytes"], body["max_bytes"], body["max_wait_ms"] / 1000,
+                body.get("session_id", 0), body.get("session_epoch", -1),
+                [(f["topic"], f["partition"]) for f in body.get("forgotten", [])])
             items, payload = [], b""
-            for target, result in zip(body["partitions"], results):
+            for result in results:
+                target = {"topic": result.target.topic, "partition": result.target.partition}
                 data = result.slice.read_bytes() if result.slice is not None else b""
                 items.append(answer_to(target, result.error, size=len(data), **dataclasses.asdict(result.offsets)))
                 payload += data
-            return Response(0, {"partitions": items}, memoryview(payload))
+            return Response(0, {"session_id": session_id, "partitions": items}, memoryview(payload))
         if api_key == ApiKey.OFFSET_FOR_LEADER_EPOCH:
             queries = [LeaderQuery(p["topic"], p["partition"], p["current_leader_epoch"], p["leader_epoch"])
                        for p in body["partitions"]]

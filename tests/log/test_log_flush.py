@@ -29,6 +29,20 @@ def test_flush_timer(open_log, clock, log_dir):
     assert log.flush_if_due(clock.now + 5000)  # a moved high watermark gets checkpointed too
 
 
+def test_the_timer_s_cheap_look_agrees_with_the_flush(open_log, clock):
+    """flush_check_has_work (the broker's timer skips logs without work) says True exactly when
+    flush_if_due would flush."""
+    log = open_log(flush_ms=1000)
+    assert not log.flush_check_has_work(clock.now + 10_000)
+    log.append_as_leader(values_batch(numbered(0, 2)), 0)
+    assert not log.flush_check_has_work(clock.now + 999)
+    assert log.flush_check_has_work(clock.now + 1000)
+    assert log.flush_if_due(clock.now + 1000)
+    assert not log.flush_check_has_work(clock.now + 1000)
+    log.update_high_watermark(2)
+    assert log.flush_check_has_work(clock.now + 5000)
+
+
 def test_flush_from_another_thread_while_appending(open_log, log_dir):
     log = open_log(segment_bytes=20_000)
     stop = threading.Event()

@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from ember.errors import OffsetOutOfRange
-from ember.ingest.fetch import FetchResult, FetchTarget, fetch_at_leaders
+from ember.ingest.fetch import FetchResult, FetchTarget, fetch
+from ember.ingest.fetch_session import FINAL_EPOCH, NO_SESSION
 from ember.ingest.partition import CONSUMER_REPLICA_ID, Partition
 from ember.ingest.produce import Produced, ProduceEntry, append_at_leaders
 from ember.ingest.replica_manager import ReplicaManager
@@ -58,19 +59,27 @@ class RecordApis:
         return Reply({**OK, "partitions": results})
 
     async def fetch(self, request: Request) -> Reply:
+        """A sessionless fetch (``session_epoch`` -1, the default), or one of a fetch session
+        (``ember.ingest.fetch_session``): epoch 0 opens one, 1, 2, ... continue it, naming only
+        partitions whose position changed and ``forgotten`` ones; the answer says ``session_id``."""
         body = request.body
         targets = [FetchTarget(*fields.topic_partition(e), fields.integer(e, "fetch_offset", bits=fields.INT64),
                                fields.integer(e, "max_bytes", DEFAULT_PARTITION_MAX_BYTES),
                                fields.integer(e, "current_leader_epoch", None))
                    for e in fields.partitions(body)]
-        results = await fetch_at_leaders(
-            self.replicas, targets, fields.integer(body, "replica_id", CONSUMER_REPLICA_ID),
-            fields.integer(body, "min_bytes", 1), fields.integer(body, "max_bytes", DEFAULT_FETCH_MAX_BYTES),
-            fields.integer(body, "max_wait_ms", 500) / 1000)
-        return self._fetch_reply(results)
+        replica_id = fields.integer(body, "replica_id", CONSUMER_REPLICA_ID)
+        min_bytes = fields.integer(body, "min_bytes", 1)
+        max_bytes = fields.integer(body, "max_bytes", DEFAULT_FETCH_MAX_BYTES)
+        max_wait_s = fields.integer(body, "max_wait_ms", 500) / 1000
+        forgotten = [fields.topic_partition(e) for e in fields.partitions(body, "forgotten", [])]
+        results, session_id = await fetch(
+            self.replicas, targets, replica_id, min_bytes, max_bytes, max_wait_s,
+            fields.integer(body, "session_id", NO_SESSION), fields.integer(body, "session_epoch", FINAL_EPOCH),
+            forgotten)
+        return self._fetch_reply(results, session_id)
 
     @staticmethod
-    def _fetch_reply(results: list[FetchResult]) -> Reply:
+    def _fetch_reply(results: list[FetchResult], session_id: int) -> Reply:
         """Open each slice's segment file before anything is written, so a segment removed by
         retention meanwhile becomes OFFSET_OUT_OF_RANGE for that partition, not a broken frame."""
         payload: list[bytes | memoryview | FileRegion] = []
@@ -91,7 +100,7 @@ class RecordApis:
                 except OffsetOutOfRange as exc:
                     fields.update(error_fields(exc))
             partitions.append({**fields, "size": size})
-        return Reply({**OK, "partitions": partitions}, payload)
+        return Reply({**OK, "session_id": session_id, "partitions": partitions}, payload)
 
     async def list_offsets(self, request: Request) -> Reply:
         replica_id = fields.integer(request.body, "replica_id", CONSUMER_REPLICA_ID)

@@ -9,9 +9,17 @@ import asyncio
 import struct
 from typing import Any, cast
 
-from ember.errors import ErrorCode, FetchSessionIdNotFound, InvalidRecord, InvalidRequest, UnsupportedVersion
+from ember.errors import (
+    ErrorCode,
+    FetchSessionIdNotFound,
+    InvalidFetchSessionEpoch,
+    InvalidRecord,
+    InvalidRequest,
+    UnsupportedVersion,
+)
 from ember.ingest.core import BrokerCore
-from ember.ingest.fetch import FetchResult, FetchTarget, fetch_at_leaders
+from ember.ingest.fetch import FetchResult, FetchTarget, fetch
+from ember.ingest.fetch_session import FINAL_EPOCH, NO_SESSION
 from ember.ingest.partition import CONSUMER_REPLICA_ID, LATEST_TIERED_TIMESTAMP, LogOffsets, Partition
 from ember.ingest.produce import Produced, ProduceEntry, append_at_leaders
 from ember.ingest.replica_manager import LeaderAnswer, LeaderQuery
@@ -88,52 +96,51 @@ class RecordHandlers:
     # -- Fetch ---------------------------------------------------------------------------------
 
     async def fetch(self, request: KafkaRequest) -> Any:
-        """Sessionless fetches (KIP-227's fallback, which every client supports): each request is
-        full and every response says session id 0, so the client keeps sending full requests."""
+        """Fetch with KIP-227's sessions (v7+; ``ember.ingest.fetch.fetch``): epoch 0 opens one, the
+        Java client's next fetches name only what moved and get only what changed; librdkafka and
+        older versions fetch sessionless (epoch -1: every partition named and answered)."""
         body = request.body
         cls = response_class(ApiKey.FETCH, request.api_version)
-        session_id = getattr(body, "session_id", 0)     # Fetch v7+
-        if session_id != 0:
-            return build(cls, {**error_fields(FetchSessionIdNotFound(
-                f"fetch session {session_id} is unknown: this broker keeps no fetch sessions")),
-                "session_id": 0, "responses": []})
         names = TopicNames(self.core.cache.topics())
         targets: list[FetchTarget] = []
-        slots: list[tuple[dict[str, Any], int, int | Exception]] = []   # topic ref, partition, target or error
+        failed: dict[tuple[object, int], tuple[dict[str, Any], Exception]] = {}   # unknown topic ids
         # Each partition once (its last entry's values at its first entry's place, as Kafka's fetch map): a request
         # naming a partition 10^4 times neither reads it 10^4 times nor gets that many answers.
-        seen: dict[tuple[object, int], int] = {}
-        failed: set[tuple[object, int]] = set()
+        seen: dict[tuple[str, int], int] = {}
         for topic in body.topics:
             try:
                 ref: dict[str, Any] = names.ref(names.name_of(topic))
             except Exception as exc:
                 ref = {"topic": getattr(topic, "topic", None), "topic_id": getattr(topic, "topic_id", ZERO_UUID)}
                 for p in topic.partitions:
-                    key = (ref["topic"] or ref["topic_id"], p.partition)
-                    if key not in failed:
-                        failed.add(key)
-                        slots.append((ref, p.partition, exc))
+                    failed.setdefault((ref["topic"] or ref["topic_id"], p.partition), (ref, exc))
                 continue
             for part in topic.partitions:
                 epoch = getattr(part, "current_leader_epoch", -1)
                 target = FetchTarget(ref["name"], part.partition, part.fetch_offset,
                                      part.partition_max_bytes, epoch if epoch >= 0 else None)
-                index = seen.get((ref["name"], part.partition))
-                if index is not None:
+                index = seen.setdefault((ref["name"], part.partition), len(targets))
+                if index < len(targets):
                     targets[index] = target
-                    continue
-                seen[(ref["name"], part.partition)] = len(targets)
-                slots.append((ref, part.partition, len(targets)))
-                targets.append(target)
-        results = await fetch_at_leaders(self.core.replicas, targets, CONSUMER_REPLICA_ID, body.min_bytes,
-                                         body.max_bytes, millis(body.max_wait) / 1000) if targets else []
+                else:
+                    targets.append(target)
+        forgotten = [(name, index) for topic in getattr(body, "forgotten_topics_data", ())
+                     for name in _known_names(names, topic) for index in topic.partitions]
+        try:
+            results, session_id = await fetch(
+                self.core.replicas, targets, CONSUMER_REPLICA_ID, body.min_bytes, body.max_bytes,
+                millis(body.max_wait) / 1000, getattr(body, "session_id", NO_SESSION),
+                getattr(body, "session_epoch", FINAL_EPOCH), forgotten)
+        except (FetchSessionIdNotFound, InvalidFetchSessionEpoch) as exc:
+            return build(cls, {**error_fields(exc), "session_id": NO_SESSION, "responses": []})
         converted = await asyncio.gather(*(self._fetch_partition(r, request.api_version) for r in results))
-        topics: dict[int, dict[str, Any]] = {}
-        for ref, index, slot in slots:
-            fields = _fetch_fields(index, slot) if isinstance(slot, Exception) else converted[slot]
-            topics.setdefault(id(ref), {**ref, "partitions": []})["partitions"].append(fields)
-        return build(cls, {**OK, "session_id": 0, "responses": list(topics.values())})
+        topics: dict[object, dict[str, Any]] = {}
+        for (_, index), (ref, error) in failed.items():
+            topics.setdefault(id(ref), {**ref, "partitions": []})["partitions"].append(_fetch_fields(index, error))
+        for result, fields in zip(results, converted):
+            name = result.target.topic
+            topics.setdefault(name, {**names.ref(name), "partitions": []})["partitions"].append(fields)
+        return build(cls, {**OK, "session_id": session_id, "responses": list(topics.values())})
 
     async def _fetch_partition(self, result: FetchResult, version: int) -> dict[str, Any]:
         index = result.target.partition
@@ -197,6 +204,14 @@ def _answer_fields(answer: LeaderAnswer[tuple[int, int]], names: tuple[str, str]
         return {**error_fields(answer.error), names[0]: -1, names[1]: -1}
     first, second = cast(tuple[int, int], answer.value)
     return {**OK, names[0]: first, names[1]: second}
+
+
+def _known_names(names: TopicNames, topic: Any) -> list[str]:
+    """The name of a forgotten topic, or none (an unknown id: none of it is in any session)."""
+    try:
+        return [names.name_of(topic)]
+    except Exception:
+        return []
 
 
 def _fetch_fields(index: int, error: Exception | None, offsets: LogOffsets = LogOffsets(),
