@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -22,6 +23,8 @@ from ember.zk.zk_session import ZkSession
 log = logging.getLogger(__name__)
 
 Listener = Callable[[str | None], None]
+#: Partition-state reads in flight at once while a new topic's watches are installed.
+WATCH_INSTALLERS = 16
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,9 @@ class _TopicWatch:
         self.cache, self.name = cache, name
         self.active = True
         self.watched: set[int] = set()
+        #: States read by the watches being installed (None: not installing): stored in one go.
+        self._loading: dict[int, PartitionState | None] | None = None
+        self._loading_lock = threading.Lock()
         DataWatch(cache.session.client, zk_paths.topic(name), self._on_topic)
 
     def _on_topic(self, data: bytes | None, _stat: object) -> bool:
@@ -53,12 +59,13 @@ class _TopicWatch:
             return False
         record = TopicRecord.from_bytes(data) if data else None
         renewed = self.cache._set_topic(self.name, record)
-        for index in (record.assignment if record else ()):
-            if index not in self.watched:
-                self.watched.add(index)
-                DataWatch(self.cache.session.client, zk_paths.partition_state(self.name, index),
-                          self._state_watcher(index))
-            elif renewed:
+        indexes = list(record.assignment) if record else []
+        new = [index for index in indexes if index not in self.watched]
+        if new:
+            self._watch_states(new)
+        installed = set(new)
+        for index in indexes:
+            if renewed and index not in installed:
                 # The topic was deleted and created again while this watch lagged: the state watch
                 # may already have delivered the new topic's state, stored under the old record and
                 # dropped with it just now, and it fires again only on the next state change (the
@@ -68,12 +75,32 @@ class _TopicWatch:
                                       if data and isinstance(stat, ZnodeStat) else None)
         return True
 
+    def _watch_states(self, indexes: list[int]) -> None:
+        """Install the state watches of new partitions, their first reads in flight together
+        (a watch's first read is a blocking round trip: one after the other, a topic of 1,000
+        partitions took seconds per broker), and store the states read in one update."""
+        self.watched.update(indexes)
+        client = self.cache.session.client
+        self._loading = {}
+        try:
+            list(self.cache.watch_pool.map(
+                lambda index: DataWatch(client, zk_paths.partition_state(self.name, index),
+                                        self._state_watcher(index)), indexes))
+        finally:
+            with self._loading_lock:
+                loaded, self._loading = self._loading, None
+        self.cache._set_states(self.name, loaded)
+
     def _state_watcher(self, index: int) -> Callable[[bytes | None, ZnodeStat | None], bool]:
         # Exactly two parameters: kazoo passes the event too to a function that takes three.
         def on_state(data: bytes | None, stat: ZnodeStat | None) -> bool:
             if not self.active:
                 return False
             state = PartitionState.from_bytes(data, stat.version) if data and stat else None
+            with self._loading_lock:
+                if self._loading is not None:
+                    self._loading[index] = state
+                    return True
             self.cache._set_state(self.name, index, state)
             return True
         return on_state
@@ -88,6 +115,8 @@ class MetadataCache:
         self._topics: dict[str, TopicMetadata] = {}
         self._watches: dict[str, _TopicWatch] = {}
         self._listeners: list[Listener] = []
+        #: Threads that install partition-state watches, so their first reads are in flight together.
+        self.watch_pool = ThreadPoolExecutor(WATCH_INSTALLERS, thread_name_prefix="state-watch")
 
     def add_listener(self, listener: Listener) -> None:
         self._listeners.append(listener)
@@ -183,17 +212,27 @@ class MetadataCache:
         return renewed
 
     def _set_state(self, name: str, index: int, state: PartitionState | None) -> None:
+        self._set_states(name, {index: state})
+
+    def _set_states(self, name: str, changed: dict[int, PartitionState | None]) -> None:
+        """Store partition states (None: the state node is gone); one copy and one notification
+        however many changed."""
         with self._lock:
             topic = self._topics.get(name)
             if topic is None:
                 return
             states = dict(topic.states)
-            if state is None:
-                states.pop(index, None)
-            else:
-                states[index] = state
+            for index, state in changed.items():
+                if state is None:
+                    states.pop(index, None)
+                else:
+                    states[index] = state
             self._topics[name] = TopicMetadata(name, topic.record, states)
         self._notify(name)
+
+    def close(self) -> None:
+        """Stop the watch installers (the watches end with the ZooKeeper session)."""
+        self.watch_pool.shutdown(wait=False, cancel_futures=True)
 
     def _get(self, path: str) -> tuple[bytes | None, object]:
         try:

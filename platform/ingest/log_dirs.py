@@ -210,8 +210,11 @@ class LogDirs:
         return None
 
     def _place(self, name: str) -> LogDirectory:
+        online = self.online()
+        if len(online) == 1:
+            return online[0]    # nothing to balance: no need to count (a scan per new partition)
         counts: list[tuple[int, int, LogDirectory]] = []
-        for order, directory in enumerate(self.online()):
+        for order, directory in enumerate(online):
             try:
                 counts.append((directory.partition_count(), order, directory))
             except OSError as exc:

@@ -105,6 +105,8 @@ class _Follow:
     truncated: bool = False
     #: The log went offline and this was logged: the partition is left out of every request.
     offline: bool = False
+    #: The error code of the leader's last answer for it, once logged (0: the last one worked).
+    failing: int = 0
 
     @property
     def key(self) -> tuple[str, int]:
@@ -332,6 +334,7 @@ class ReplicaFetcher:
                 raise error_for_code(code, item.get("error_message", ""))
             await self._write(follow, partition.append_as_follower(raw, follow.leader_epoch, item["high_watermark"],
                                                                    item.get("log_start_offset", 0)))
+            follow.failing = 0
             return True
         except UnexpectedAppendOffset as exc:
             log.warning("%s: %s; checking for divergence again", partition, exc)
@@ -342,8 +345,10 @@ class ReplicaFetcher:
         except EmberError as exc:
             if not self._current(follow) or partition.leader_epoch != follow.leader_epoch:
                 return True   # this broker moved on meanwhile
-            log.log(logging.INFO if exc.retriable else logging.WARNING, "%s: fetching from leader %d: %s",
-                    partition, self.leader_id, exc)
+            if follow.failing != exc.code:   # once per error, not every round (1,000 partitions: 1,000 lines)
+                follow.failing = exc.code
+                log.log(logging.INFO if exc.retriable else logging.WARNING, "%s: fetching from leader %d: %s",
+                        partition, self.leader_id, exc)
         return False
 
     async def _reset_out_of_range(self, client: BrokerClient, follow: _Follow) -> None:

@@ -340,20 +340,49 @@ class ReplicaManager:
                 await self._delete(partition, "its topic was re-created")
             elif self.broker_id not in meta.partitions.get(index, ()):
                 await self._delete(partition, "it is no longer assigned here")
+        failure = await self._open_new(meta, config)
         for index, replicas in meta.partitions.items():
             if self.broker_id in replicas:
                 await self._apply(meta, index, replicas, config)
+        if failure is not None:
+            raise failure
+
+    async def _open_new(self, meta: TopicMetadata, config: LogConfig) -> Exception | None:
+        """Open the logs of the topic's replicas new here in one I/O-pool job: a topic of 1,000
+        partitions would otherwise cost 1,000 round trips to the pool. Those that opened are put
+        even when another failed; the first failure is returned (raised once the rest is applied)."""
+        new = [index for index, replicas in meta.partitions.items()
+               if self.broker_id in replicas and (meta.name, index) not in self.partitions
+               and OfflineReplica(meta.name, index, meta.topic_id) not in self._in_offline_dirs]
+        if not new:
+            return None
+        opened = await asyncio.get_running_loop().run_in_executor(
+            self.logs.io_pool, self._open_logs, meta.name, new, meta.topic_id, config)
+        failure = None
+        for index, log_ in zip(new, opened):
+            if isinstance(log_, Exception):
+                failure = failure or log_
+                continue
+            partition = self._put_partition(meta.name, index, meta.topic_id, log_, config)
+            log.debug("opened %s (log end %d)", partition, log_.log_end_offset)
+        log.info("opened %d replica(s) of %s", sum(not isinstance(x, Exception) for x in opened), meta.name)
+        return failure
+
+    def _open_logs(self, topic: str, indexes: list[int], topic_id: str, config: LogConfig) -> list[Log | Exception]:
+        """Open each partition's log (I/O pool), keeping each one's failure instead of stopping."""
+        opened: list[Log | Exception] = []
+        for index in indexes:
+            try:
+                opened.append(self.logs.open_log(topic, index, topic_id, config))
+            except Exception as exc:
+                opened.append(exc)
+        return opened
 
     async def _apply(self, meta: TopicMetadata, index: int, replicas: list[int], config: LogConfig) -> None:
         partition = self.partitions.get((meta.name, index))
-        if partition is None and OfflineReplica(meta.name, index, meta.topic_id) in self._in_offline_dirs:
-            return
         if partition is None:
-            log_ = await asyncio.get_running_loop().run_in_executor(
-                self.logs.io_pool, self.logs.open_log, meta.name, index, meta.topic_id, config)
-            partition = self._put_partition(meta.name, index, meta.topic_id, log_, config)
-            log.info("opened %s (log end %d)", partition, log_.log_end_offset)
-        elif partition.config != config:
+            return        # not opened: in an offline log directory, or its open failed
+        if partition.config != config:
             await partition.run(partition.reconfigure, config)
             log.info("%s: applied new topic config", partition)
         move = meta.record.reassignments.get(index)

@@ -11,7 +11,7 @@ import asyncio
 from typing import Callable, Mapping, Sequence
 
 from ember.cluster.metadata_cache import MetadataCache
-from ember.cluster.records import TopicRecord
+from ember.cluster.records import PartitionState, TopicRecord
 from ember.cluster.topic_admin import TopicAdmin, validate_topic_name
 from ember.errors import UnknownTopicOrPartition
 from ember.ingest.broker_config import BrokerConfig
@@ -89,8 +89,14 @@ class TopicChanges:
         meta = self.cache.topic(name)
         if meta is None or meta.topic_id != topic_id or len(meta.partitions) < partitions:
             return False
-        return all((name, index) in self.replicas.partitions
+        return all(self._opened_and_led(name, index, meta.states.get(index))
                    for index, replicas in meta.partitions.items() if self.replicas.broker_id in replicas)
+
+    def _opened_and_led(self, name: str, index: int, state: PartitionState | None) -> bool:
+        """The replica is open here with the partition state the cache holds applied (a client
+        told "created" must find its leader: logs are opened in one batch before states apply)."""
+        partition = self.replicas.partitions.get((name, index))
+        return partition is not None and (state is None or partition.state.version >= state.version)
 
     async def until(self, done: Callable[[], bool], timeout_s: float) -> None:
         """Wait (bounded) until this broker has applied a metadata change."""

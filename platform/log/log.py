@@ -126,10 +126,15 @@ class Log:
         def read(name: str) -> Optional[int]:
             return checkpoint.read_offset(self.directory / name)
 
-        self._recovery_point = read(checkpoint.RECOVERY_POINT) or 0
+        recovery_point = read(checkpoint.RECOVERY_POINT)
+        self._recovery_point = recovery_point or 0
         self._written[checkpoint.RECOVERY_POINT] = self._recovery_point
         self._set_segments(recovery.load_segments(self.directory, self._config, self._recovery_point))
         checkpointed_start = read(checkpoint.LOG_START_OFFSET)
+        if not self._segments and recovery_point is None and checkpointed_start is None and \
+                read(checkpoint.HIGH_WATERMARK) is None:
+            self._start_empty()
+            return
         if not self._segments:
             self._set_segments([self._new_segment(checkpointed_start or 0)])
         first = self._segments[0].base_offset
@@ -147,6 +152,15 @@ class Log:
         with self._flush_lock:
             self._flush()
             self._checkpoint(checkpoint.LOG_START_OFFSET, self._log_start_offset)
+
+    def _start_empty(self) -> None:
+        """A new log (no segment, no checkpoint): one empty segment and nothing to fsync, since
+        no files read back as the same empty log. Creating a topic of 1,000 partitions spent most
+        of its time in the six fsyncs per log a recovery-style open made."""
+        self._set_segments([self._new_segment(0)])
+        self._log_start_offset = self._high_watermark = 0
+        self._written.update({checkpoint.LOG_START_OFFSET: 0, checkpoint.HIGH_WATERMARK: 0})
+        self._last_flush_ms = self._now_ms()
 
     # --- state ----------------------------------------------------------------------------------
 
