@@ -27,6 +27,7 @@ from ember.record.batch import check_batch, decode_payload
 from ember.record.header import HEADER_SIZE, BatchHeader
 from ember.security.client import ClientSecurity
 from ember.wire.api_keys import ApiKey
+from ember.wire.fetch_session import NO_SESSION, FetchSessionHandler
 from ember.wire.frame import Response, response_error, split_payload
 from ember.wire.types import ConsumerRecord, OffsetAndTimestamp, TopicPartition
 
@@ -71,6 +72,9 @@ class AssignedConsumer:
         self._pending_reset: dict[TopicPartition, Optional[int]] = {}
         self._buffers: dict[TopicPartition, deque[pa.RecordBatch]] = {}
         self._fetches: dict[int, tuple[Future[Response], dict[TopicPartition, int]]] = {}
+        #: The fetch session with each leader, and what the fetch in flight named and forgot.
+        self._sessions: dict[int, FetchSessionHandler[TopicPartition]] = {}
+        self._session_fetches: dict[int, tuple[list[TopicPartition], list[TopicPartition]]] = {}
         self._subscription: list[str] = []
         self._closed = False
         if topics:
@@ -298,17 +302,23 @@ class AssignedConsumer:
         if self._metadata.needs_refresh():
             self._refresh_metadata()
         for leader, offsets in by_leader.items():
+            # a fetch session per leader (KIP-227): only partitions whose position moved are named
+            session = self._sessions.setdefault(leader, FetchSessionHandler())
+            listed, forgotten = session.next_fetch(dict(offsets))
             body = {"replica_id": -1, "max_wait_ms": self.fetch_max_wait_ms, "min_bytes": self.fetch_min_bytes,
-                    "max_bytes": self.fetch_max_bytes,
-                    "partitions": [{"topic": tp.topic, "partition": tp.partition, "fetch_offset": offset,
-                                    "max_bytes": self.max_partition_fetch_bytes} for tp, offset in offsets.items()]}
+                    "max_bytes": self.fetch_max_bytes, **session.fields(),
+                    "partitions": [{"topic": tp.topic, "partition": tp.partition, "fetch_offset": offsets[tp],
+                                    "max_bytes": self.max_partition_fetch_bytes} for tp in listed],
+                    "forgotten": [{"topic": tp.topic, "partition": tp.partition} for tp in forgotten]}
             try:
                 future = self._metadata.connection(leader).request(
                     ApiKey.FETCH, body, timeout_s=self.request_timeout_s + self.fetch_max_wait_ms / 1000)
             except EmberError:
+                session.reset()
                 self._metadata.mark_stale()
                 continue
             self._fetches[leader] = (future, offsets)
+            self._session_fetches[leader] = (listed, forgotten)
 
     def _refresh_metadata(self) -> None:
         try:
@@ -321,17 +331,22 @@ class AssignedConsumer:
             if not future.done():
                 continue
             del self._fetches[leader]
+            listed, forgotten = self._session_fetches.pop(leader)
+            session = self._sessions[leader]
             error = future.exception()
             if error is not None:
+                session.reset()       # the broker may or may not have taken this epoch
                 self._metadata.mark_stale()
                 continue
             response = future.result()   # done (checked above): never waits
             error = response_error(response.body)
             if error is not None:
+                session.reset()       # FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH, or another
                 if not error.retriable:
                     raise error
                 self._metadata.mark_stale()
                 continue
+            session.answered(response.body.get("session_id", NO_SESSION), dict(offsets), listed, forgotten)
             items = response.body.get("partitions", [])
             payloads = split_payload(response.payload, [item.get("size", 0) for item in items])
             for item, payload in zip(items, payloads):

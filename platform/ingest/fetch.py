@@ -18,19 +18,13 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ember.errors import EmberError
-from ember.ingest.fetch_session import (
-    FINAL_EPOCH,
-    INITIAL_EPOCH,
-    NO_SESSION,
-    FetchSession,
-    SessionPartition,
-    monotonic_ms,
-)
+from ember.ingest.fetch_session import FetchSession, SessionPartition, monotonic_ms
 from ember.ingest.partition import LogOffsets, Partition
 from ember.ingest.replica_manager import ReplicaManager
 from ember.ingest.signals import wait_any
 from ember.log import FetchSlice
 from ember.security.authorizer.model import Operation
+from ember.wire.fetch_session import FINAL_EPOCH, INITIAL_EPOCH, NO_SESSION
 
 
 @dataclass(frozen=True)

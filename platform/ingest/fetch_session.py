@@ -23,15 +23,11 @@ from typing import TYPE_CHECKING, Iterable
 
 from ember.errors import FetchSessionIdNotFound, InvalidFetchSessionEpoch
 from ember.ingest.signals import Signal
+from ember.wire.fetch_session import INT32_MAX, NO_SESSION, next_epoch
 
 if TYPE_CHECKING:
     from ember.ingest.partition import Partition
 
-#: Epochs of a fetch request (Kafka's FetchMetadata).
-INITIAL_EPOCH = 0
-FINAL_EPOCH = -1
-NO_SESSION = 0
-INT32_MAX = 2**31 - 1
 #: A session unused this long may be evicted by any new one (Kafka's fixed 2 minutes).
 EVICTION_MS = 120_000
 
@@ -39,11 +35,6 @@ EVICTION_MS = 120_000
 def monotonic_ms() -> float:
     """The clock sessions are aged on (milliseconds; wall-clock jumps cannot evict a session)."""
     return time.monotonic() * 1000
-
-
-def next_epoch(epoch: int) -> int:
-    """The epoch after ``epoch``: 1, 2, ..., INT32_MAX, 1, ... (0 and -1 mean open and close)."""
-    return 1 if epoch >= INT32_MAX else epoch + 1
 
 
 @dataclass

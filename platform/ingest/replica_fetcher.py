@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, Hashable
 
 from ember.errors import (
     EmberError,
@@ -36,11 +36,11 @@ from ember.errors import (
 )
 from ember.ingest.broker_client import BrokerClient, InterBroker
 from ember.ingest.broker_config import BrokerConfig
-from ember.ingest.fetch_session import INITIAL_EPOCH, NO_SESSION, next_epoch
 from ember.ingest.partition import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Partition
 from ember.net.channel import Address
 from ember.record.header import NO_EPOCH
 from ember.wire.api_keys import ApiKey
+from ember.wire.fetch_session import NO_SESSION, FetchSessionHandler
 from ember.wire.frame import split_payload
 from ember.wire.replication import (
     FetchedPartition,
@@ -130,11 +130,8 @@ class ReplicaFetcher:
         self._follows: dict[tuple[str, int], _Follow] = {}
         self._wake = asyncio.Event()
         self._client: BrokerClient | None = None
-        #: The fetch session at the leader: its id, the epoch of the next fetch (0: a full fetch
-        #: opens a new one), and what it holds of each partition (log end, leader epoch).
-        self._session_id = NO_SESSION
-        self._session_epoch = INITIAL_EPOCH
-        self._in_session: dict[tuple[str, int], tuple[int, int]] = {}
+        #: The fetch session at the leader: what it holds of each partition (log end, leader epoch).
+        self._session: FetchSessionHandler[tuple[str, int]] = FetchSessionHandler()
         self._task = asyncio.create_task(self._run(), name=f"replica-fetcher-{leader_id}")
 
     def __len__(self) -> int:
@@ -271,15 +268,15 @@ class ReplicaFetcher:
         if not follows:
             return False
         config = self.config
-        full = self._session_epoch == INITIAL_EPOCH
-        positions = {key: (f.partition.log.log_end_offset, f.leader_epoch) for key, f in follows.items()}
-        listed = list(follows) if full else [key for key, at in positions.items() if self._in_session.get(key) != at]
-        forgotten = [] if full else [key for key in self._in_session if key not in follows]
+        wanted: dict[tuple[str, int], Hashable] = {
+            key: (f.partition.log.log_end_offset, f.leader_epoch) for key, f in follows.items()}
+        session = self._session
+        listed, forgotten = session.next_fetch(wanted)
         body: FetchRequest = {
             "replica_id": self.broker_id, "max_wait_ms": config.wait_max_ms, "min_bytes": config.min_bytes,
             "max_bytes": config.response_max_bytes,
-            "session_id": self._session_id, "session_epoch": self._session_epoch,
-            "partitions": [{**follows[key].target(), "fetch_offset": positions[key][0],
+            "session_id": session.session_id, "session_epoch": session.epoch,
+            "partitions": [{**follows[key].target(), "fetch_offset": follows[key].partition.log.log_end_offset,
                             "max_bytes": config.partition_max_bytes} for key in listed],
             "forgotten": [{"topic": topic, "partition": index} for topic, index in forgotten]}
         timeout_s = (config.socket_timeout_ms + config.wait_max_ms) / 1000
@@ -287,38 +284,18 @@ class ReplicaFetcher:
             response = await client.call(ApiKey.FETCH, body, timeout_s=timeout_s)
         except (FetchSessionIdNotFound, InvalidFetchSessionEpoch) as exc:
             log.info("replica fetcher for leader %d: %s; starting a new fetch session", self.leader_id, exc)
-            self._reset_session()
+            session.reset()
             return True
         except BaseException:
-            self._reset_session()     # the leader may or may not have taken this epoch
+            session.reset()     # the leader may or may not have taken this epoch
             raise
-        self._session_taken(response.body.get("session_id", NO_SESSION), full, positions, listed, forgotten)
+        session.answered(response.body.get("session_id", NO_SESSION), wanted, listed, forgotten)
         items = fetched_partitions(response.body)
         pieces = split_payload(response.payload, [item["size"] for item in items])
         outcomes = await asyncio.gather(*(self._apply(client, follows[key], item, raw)
                                           for item, raw in zip(items, pieces)
                                           if (key := (item["topic"], item["partition"])) in follows))
         return not outcomes or any(outcomes)
-
-    def _session_taken(self, session_id: int, full: bool, positions: dict[tuple[str, int], tuple[int, int]],
-                       listed: list[tuple[str, int]], forgotten: list[tuple[str, int]]) -> None:
-        """The leader answered this fetch: the session now holds what it named."""
-        if session_id == NO_SESSION:       # the leader keeps no session for us (its cache is full): all full
-            self._reset_session()
-            self._session_id = NO_SESSION
-            return
-        if full:
-            self._in_session.clear()
-        self._session_id, self._session_epoch = session_id, next_epoch(self._session_epoch)
-        for key in listed:
-            self._in_session[key] = positions[key]
-        for key in forgotten:
-            self._in_session.pop(key, None)
-
-    def _reset_session(self) -> None:
-        """Start over with a full fetch; it names the old session, so the leader closes it."""
-        self._session_epoch = INITIAL_EPOCH
-        self._in_session.clear()
 
     async def _apply(self, client: BrokerClient, follow: _Follow, item: FetchedPartition, raw: memoryview) -> bool:
         """Append one partition's fetched batches; False if it failed (the loop backs off)."""

@@ -16,19 +16,13 @@ from ember.cluster.records import PartitionState
 from ember.errors import FetchSessionIdNotFound, InvalidFetchSessionEpoch
 from ember.ingest.broker_config import BrokerConfig
 from ember.ingest.fetch import FetchTarget, fetch
-from ember.ingest.fetch_session import (
-    EVICTION_MS,
-    INT32_MAX,
-    FetchSession,
-    FetchSessionCache,
-    SessionPartition,
-    next_epoch,
-)
+from ember.ingest.fetch_session import EVICTION_MS, FetchSession, FetchSessionCache, SessionPartition
 from ember.ingest.log_manager import LogManager
 from ember.ingest.partition import CONSUMER_REPLICA_ID
 from ember.ingest.produce import ProduceEntry, append_at_leaders
 from ember.ingest.replica_manager import ReplicaManager
 from ember.record.batch import iter_batches
+from ember.wire.fetch_session import INT32_MAX, next_epoch
 
 ME = 1
 TOPIC = "t"

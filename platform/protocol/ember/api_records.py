@@ -8,7 +8,6 @@ from typing import Any
 
 from ember.errors import OffsetOutOfRange
 from ember.ingest.fetch import FetchResult, FetchTarget, fetch
-from ember.ingest.fetch_session import FINAL_EPOCH, NO_SESSION
 from ember.ingest.partition import CONSUMER_REPLICA_ID, Partition
 from ember.ingest.produce import Produced, ProduceEntry, append_at_leaders
 from ember.ingest.replica_manager import ReplicaManager
@@ -17,6 +16,7 @@ from ember.protocol.ember.leader_fields import answer_fields, leader_queries
 from ember.security.authorizer.model import Operation
 from ember.wire import fields
 from ember.wire.api_keys import ApiKey
+from ember.wire.fetch_session import FINAL_EPOCH, NO_SESSION
 from ember.wire.frame import Request, split_payload
 from ember.wire.reply import OK, CloseConnection, FileRegion, Reply, error_fields
 

@@ -19,7 +19,6 @@ from ember.errors import (
 )
 from ember.ingest.core import BrokerCore
 from ember.ingest.fetch import FetchResult, FetchTarget, fetch
-from ember.ingest.fetch_session import FINAL_EPOCH, NO_SESSION
 from ember.ingest.partition import CONSUMER_REPLICA_ID, LATEST_TIERED_TIMESTAMP, LogOffsets, Partition
 from ember.ingest.produce import Produced, ProduceEntry, append_at_leaders
 from ember.ingest.replica_manager import LeaderAnswer, LeaderQuery
@@ -31,6 +30,7 @@ from ember.protocol.kafka.records import fetched_batches, produced_batch
 from ember.record.header import Buffer
 from ember.security.authorizer.model import Operation
 from ember.wire.api_keys import ApiKey
+from ember.wire.fetch_session import FINAL_EPOCH, NO_SESSION
 from ember.wire.reply import OK, CloseConnection, error_fields
 
 #: Produce v0-2 (magic 0/1 message sets) are advertised, as Kafka 4 does because librdkafka before
