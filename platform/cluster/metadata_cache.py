@@ -89,7 +89,7 @@ class _TopicWatch:
         finally:
             with self._loading_lock:
                 loaded, self._loading = self._loading, None
-        self.cache._set_states(self.name, loaded)
+            self.cache._set_states(self.name, loaded)   # what was read, even if one watch failed
 
     def _state_watcher(self, index: int) -> Callable[[bytes | None, ZnodeStat | None], bool]:
         # Exactly two parameters: kazoo passes the event too to a function that takes three.
@@ -225,8 +225,8 @@ class MetadataCache:
             for index, state in changed.items():
                 if state is None:
                     states.pop(index, None)
-                else:
-                    states[index] = state
+                elif index not in states or states[index].version <= state.version:
+                    states[index] = state   # never an older read over a newer one (a batch stored late)
             self._topics[name] = TopicMetadata(name, topic.record, states)
         self._notify(name)
 

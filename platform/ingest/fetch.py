@@ -124,6 +124,8 @@ async def fetch_in_session(replicas: ReplicaManager, session: FetchSession, list
     deadline = loop.time() + max_wait_s
     first = True
     while True:
+        # taken before the read: a change while reading wakes the wait below at once, not after max_wait
+        changed = session.changed.future()
         if full:
             entries = list(session.partitions.values())
         else:
@@ -145,7 +147,7 @@ async def fetch_in_session(replicas: ReplicaManager, session: FetchSession, list
             session.move_to_end([e.key for e, r in answered if r.size])
             _count_sent(results, replica_id)
             return [r for _, r in answered]
-        await wait_any([session.changed], remaining)
+        await asyncio.wait([changed], timeout=remaining)
 
 
 def _has_news(entry: SessionPartition, replica_id: int) -> bool:

@@ -143,10 +143,20 @@ class ReplicaFetcher:
         current = self._follows.get(key)
         if current is None or current.leader_epoch != partition.leader_epoch or current.partition is not partition:
             self._follows[key] = _Follow(partition, partition.leader_epoch)
+            self._restart_session_if_held(key)
             self._wake.set()
 
     def unfollow(self, partition: Partition) -> None:
-        self._follows.pop((partition.topic, partition.index), None)
+        key = (partition.topic, partition.index)
+        if self._follows.pop(key, None) is not None:
+            self._restart_session_if_held(key)
+
+    def _restart_session_if_held(self, key: tuple[str, int]) -> None:
+        """A partition the leader's session holds was replaced (new epoch, reopened log) or dropped:
+        the session remembers what it last told the old one (high watermark, log start) and would
+        not tell the new one again, so the next fetch is a full one, in a new session."""
+        if self._session.holds(key):
+            self._session.reset()
 
     async def close(self) -> None:
         self._task.cancel()

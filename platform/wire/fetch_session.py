@@ -34,10 +34,12 @@ class FetchSessionHandler(Generic[K]):
         self.session_id = NO_SESSION
         self.epoch = INITIAL_EPOCH
         self._held: dict[K, Hashable] = {}
+        self._resets = self._resets_at_send = 0
 
     def next_fetch(self, wanted: dict[K, Hashable]) -> tuple[list[K], list[K]]:
         """The partitions the next fetch names and those it forgets, for ``wanted`` (partition:
         position). A full fetch names all of them."""
+        self._resets_at_send = self._resets
         if self.epoch == INITIAL_EPOCH:
             return list(wanted), []
         listed = [key for key, at in wanted.items() if self._held.get(key) != at]
@@ -49,7 +51,11 @@ class FetchSessionHandler(Generic[K]):
 
     def answered(self, session_id: int, wanted: dict[K, Hashable], listed: list[K], forgotten: list[K]) -> None:
         """The broker answered the fetch built by ``next_fetch(wanted)`` with ``session_id``
-        (0: it keeps no session for this fetcher, whose fetches stay full)."""
+        (0: it keeps no session for this fetcher, whose fetches stay full). After a ``reset``
+        while the fetch was in flight the next fetch is a full one all the same."""
+        if self._resets != self._resets_at_send:
+            self.session_id = session_id or self.session_id    # the full fetch closes it
+            return
         if session_id == NO_SESSION:
             self.reset()
             self.session_id = NO_SESSION
@@ -67,7 +73,8 @@ class FetchSessionHandler(Generic[K]):
         the fetcher could not apply. It names the old session, so the broker closes it."""
         self.epoch = INITIAL_EPOCH
         self._held.clear()
+        self._resets += 1
 
-    def drop(self, key: K) -> None:
-        """Forget what the session holds of ``key``: the next fetch names it again."""
-        self._held.pop(key, None)
+    def holds(self, key: K) -> bool:
+        """Whether the broker's session holds ``key`` (as far as the answers so far say)."""
+        return key in self._held

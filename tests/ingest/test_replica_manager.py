@@ -18,6 +18,7 @@ from ingest_fakes import (
     FakeInterBroker,
     FakeIsrWriter,
     FakeMetadataCache,
+    answer_to,
     batch,
     broker_info,
     leader_broker,
@@ -46,6 +47,8 @@ from ember.ingest.produce import Produced, ProduceEntry, append_at_leaders
 from ember.ingest.replica_manager import LeaderAnswer, LeaderQuery, ReplicaManager
 from ember.security.authorizer.access import ALLOW_ALL
 from ember.security.authorizer.model import Operation
+from ember.wire.api_keys import ApiKey
+from ember.wire.frame import Response
 
 TOPIC = "orders"
 ME, OTHER, THIRD = 1, 2, 3
@@ -596,5 +599,36 @@ def test_a_batch_over_max_message_bytes_is_refused_as_too_large_not_as_a_full_di
             with pytest.raises(MessageTooLarge):
                 await partition.append(memoryview(batch(40)), 1)
             assert not partition.log.offline
+
+    run(scenario())
+
+
+def test_a_partition_followed_anew_restarts_the_fetch_session_so_the_leader_tells_it_everything(
+        tmp_path: Path) -> None:
+    """A followed partition's new leader epoch replaces its follow: the leader's session still holds
+    what it last told the old one (high watermark, log start) and would never say it again, so the
+    next fetch is a full one (epoch 0), naming every partition."""
+    async def scenario() -> None:
+        cache = led_here_and_elsewhere()
+        requests: list[dict[str, Any]] = []
+
+        async def sessions_leader(api_key: ApiKey, body: dict[str, Any]) -> Response:
+            assert api_key == ApiKey.FETCH
+            requests.append(body)
+            await asyncio.sleep(0.01)
+            return Response(0, {"session_id": 42, "partitions": [
+                answer_to(p, high_watermark=0, log_start_offset=0, log_end_offset=0, size=0)
+                for p in body["partitions"]]})
+
+        async with replica_manager(tmp_path, cache, inter_broker=FakeInterBroker(sessions_leader)) as replicas:
+            await until(lambda: any(r["session_epoch"] >= 2 for r in requests), "incremental fetches")
+            assert requests[0]["session_epoch"] == 0 and [p["partition"] for p in requests[0]["partitions"]] == [1]
+            assert all(not r["partitions"] for r in requests[1:])          # nothing moved: nothing named
+            seen = len(requests)
+            await replicas.apply_state(partition_of(replicas, 1), cache.next_state(TOPIC, 1, leader=OTHER))
+            await until(lambda: len(requests) > seen + 1, "fetches after the new epoch")
+            restarted = requests[seen]
+            assert restarted["session_epoch"] == 0 and restarted["session_id"] == 42   # names the old one: closed
+            assert [(p["partition"], p["current_leader_epoch"]) for p in restarted["partitions"]] == [(1, 3)]
 
     run(scenario())

@@ -126,11 +126,14 @@ class RecordHandlers:
                     targets.append(target)
         forgotten = [(name, index) for topic in getattr(body, "forgotten_topics_data", ())
                      for name in _known_names(names, topic) for index in topic.partitions]
+        # A topic id this broker does not know yet (its metadata lags) cannot be held in a session: such a fetch
+        # runs sessionless and closes the session it names, so the client starts over with full fetches (which
+        # name every partition again) instead of leaving the partition out of its incremental ones for good.
+        epoch = FINAL_EPOCH if failed else getattr(body, "session_epoch", FINAL_EPOCH)
         try:
             results, session_id = await fetch(
                 self.core.replicas, targets, CONSUMER_REPLICA_ID, body.min_bytes, body.max_bytes,
-                millis(body.max_wait) / 1000, getattr(body, "session_id", NO_SESSION),
-                getattr(body, "session_epoch", FINAL_EPOCH), forgotten)
+                millis(body.max_wait) / 1000, getattr(body, "session_id", NO_SESSION), epoch, forgotten)
         except (FetchSessionIdNotFound, InvalidFetchSessionEpoch) as exc:
             return build(cls, {**error_fields(exc), "session_id": NO_SESSION, "responses": []})
         converted = await asyncio.gather(*(self._fetch_partition(r, request.api_version) for r in results))

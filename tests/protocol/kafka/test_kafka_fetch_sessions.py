@@ -57,3 +57,44 @@ def test_java_and_librdkafka_consumers_read_1000_partitions_the_java_one_in_a_se
             java.wait(10)
     values = [line for line in out.splitlines() if line.startswith("value-")]    # not the timeout's log line
     assert sorted(values) == sorted(value.decode() for _p, _k, value, _h, _t in items), err[-3000:]
+
+
+def test_fetch_frames_open_continue_and_leave_a_session_as_kip_227_says(make_cluster, topic_name):
+    """Frame by frame (Fetch v13, topic ids): epoch 0 opens a session and answers both partitions;
+    epoch 1 naming nothing answers nothing new; after an append only that partition comes back; a
+    fetch naming an unknown topic id runs sessionless (session id 0) instead of leaving it out."""
+    import datetime
+    import uuid
+
+    from kafka_wire import KafkaWire
+    from kio.schema.fetch.v13.request import FetchPartition, FetchRequest, FetchTopic
+    from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+
+    cluster = make_cluster(brokers=1)
+    bootstrap = cluster.kafka_bootstrap
+    create_topic(bootstrap, topic_name, partitions=2)
+    produce(bootstrap, topic_name, [(0, b"k", b"v", [], 1_700_000_000_000)])
+    with KafkaWire(bootstrap.split(",")[0]) as wire:
+        metadata = wire.call(MetadataRequest(topics=(MetadataRequestTopic(topic_id=None, name=topic_name),),
+                                             allow_auto_topic_creation=False,
+                                             include_topic_authorized_operations=False))
+        topic_id = metadata.topics[0].topic_id
+
+        def fetch(session_id: int, epoch: int, positions: dict[int, int], topic: uuid.UUID = topic_id):  # type: ignore[no-untyped-def]
+            parts = tuple(FetchPartition(partition=p, current_leader_epoch=-1, fetch_offset=o, last_fetched_epoch=-1,
+                                         log_start_offset=-1, partition_max_bytes=1 << 20) for p, o in positions.items())
+            answer = wire.call(FetchRequest(
+                replica_id=-1, max_wait=datetime.timedelta(milliseconds=100), min_bytes=1, max_bytes=1 << 20,
+                isolation_level=0, session_id=session_id, session_epoch=epoch,
+                topics=(FetchTopic(topic_id=topic, partitions=parts),) if parts else (), forgotten_topics_data=()))
+            assert answer.error_code == 0
+            return answer.session_id, {p.partition_index: p.high_watermark for t in answer.responses
+                                       for p in t.partitions}
+
+        session, answered = fetch(0, 0, {0: 0, 1: 0})
+        assert session > 0 and answered == {0: 1, 1: 0}
+        assert fetch(session, 1, {0: 1}) == (session, {})                 # nothing new
+        produce(bootstrap, topic_name, [(1, b"k", b"v", [], 1_700_000_000_001)])
+        assert fetch(session, 2, {}) == (session, {1: 1})                 # only what changed
+        unknown, answered = fetch(session, 3, {0: 1}, uuid.uuid4())
+        assert unknown == 0                                               # the client starts over
