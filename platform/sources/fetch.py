@@ -23,7 +23,7 @@ from ember.log.data_dir import META_FILE, broker_id_of
 from ember.log.reader import read_offset_range
 from ember.log.recovery import segment_bases
 from ember.sources.options import ReaderOptions
-from ember.sources.planning import OffsetRange, check_data_loss
+from ember.sources.planning import OffsetRange, RangeGroup, Task, check_data_loss
 from ember.sources.schema import slice_offsets, to_spark_batch
 
 FETCH_BYTES = 16 * 1024 * 1024  # per fetch: a task reads one partition, so large fetches pay off
@@ -43,6 +43,12 @@ class DirectReadError(EmberError):
 class FetchTimeout(KafkaTimeoutError):
     """A broker fetch made no progress within fetchTimeoutMs."""
     hint = "check that the brokers are up (`ember cluster status`) or raise fetchTimeoutMs"
+
+
+def read_task(task: Task, options: ReaderOptions, target: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """A planned Spark task's records: its range, or each range of a packed group in turn."""
+    for piece in task.ranges if isinstance(task, RangeGroup) else (task,):
+        yield from read_range(piece, options, target)
 
 
 def read_range(task: OffsetRange, options: ReaderOptions, target: pa.Schema) -> Iterator[pa.RecordBatch]:

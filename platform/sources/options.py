@@ -31,6 +31,12 @@ class OptionError(EmberError, ValueError):
     hint = "fix the option and start the read or write again; docs/spark.md lists every option"
 
 
+#: Default of the option maxPartitionBytes: about this much data per Spark task when small Kafka
+#: partitions are packed together (tens of MB: a Python task's start-up is paid per chunk of data,
+#: not per partition; bigger partitions are never merged, and minPartitions still splits them).
+DEFAULT_MAX_PARTITION_BYTES = 32 * 1024 * 1024
+
+
 @dataclass(frozen=True)
 class ReaderOptions:
     bootstrap: str
@@ -42,6 +48,8 @@ class ReaderOptions:
     max_records_per_trigger: Optional[int]
     max_bytes_per_trigger: Optional[int]
     min_partitions: Optional[int]
+    #: About this many bytes per Spark task when small partitions are packed together (0: never).
+    max_partition_bytes: int
     fail_on_data_loss: bool
     include_headers: bool
     group_id: Optional[str]
@@ -103,6 +111,7 @@ def reader_options(options: Mapping[str, str], *, streaming: bool) -> ReaderOpti
         max_records_per_trigger=_optional_int(options, "maxRecordsPerTrigger", minimum=1),
         max_bytes_per_trigger=_optional_int(options, "maxBytesPerTrigger", minimum=1),
         min_partitions=_optional_int(options, "minPartitions", minimum=1),
+        max_partition_bytes=_max_partition_bytes(options),
         fail_on_data_loss=_bool(options, "failOnDataLoss", True),
         include_headers=_bool(options, "includeHeaders", False),
         group_id=options.get("groupid"),
@@ -111,6 +120,11 @@ def reader_options(options: Mapping[str, str], *, streaming: bool) -> ReaderOpti
         fetch_timeout_ms=_optional_int(options, "fetchTimeoutMs", minimum=1) or 60_000,
         security=_security(options),
     )
+
+
+def _max_partition_bytes(options: Mapping[str, str]) -> int:
+    value = _optional_int(options, "maxPartitionBytes", minimum=0)
+    return DEFAULT_MAX_PARTITION_BYTES if value is None else value
 
 
 def wants_headers(options: Mapping[str, str]) -> bool:

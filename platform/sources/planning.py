@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Mapping, Optional
+from typing import Callable, Mapping, Optional, Union
 
 from pyspark.sql.datasource import InputPartition
 
@@ -57,6 +57,54 @@ def plan_ranges(start: Mapping[TopicPartition, int], end: Mapping[TopicPartition
         return ranges
     total = sum(r.size for r in ranges)
     return [piece for r in ranges for piece in _split(r, max(1, round(r.size / total * min_partitions)))]
+
+
+#: Partitions sampled for the average record size that turns maxPartitionBytes into records.
+SIZE_SAMPLES = 8
+
+
+@dataclass(frozen=True)
+class RangeGroup(InputPartition):
+    """One Spark task reading several small offset ranges, one after the other (each range's
+    records in offset order; checkpoints keep exact offsets per partition, not per task)."""
+    ranges: tuple[OffsetRange, ...]
+
+
+Task = Union[OffsetRange, RangeGroup]
+
+
+def plan_tasks(start: Mapping[TopicPartition, int], end: Mapping[TopicPartition, int],
+               replicas: Mapping[TopicPartition, tuple[int, ...]], min_partitions: Optional[int],
+               max_partition_bytes: int, record_bytes: Callable[[dict[TopicPartition, int]], float]) -> list[Task]:
+    """The Spark tasks of a read: ``plan_ranges``, then ranges packed into tasks of about
+    ``max_partition_bytes`` (0: no packing), ``record_bytes`` estimating the mean record size from
+    a sample of start positions; never fewer tasks than ``min_partitions``."""
+    ranges = plan_ranges(start, end, replicas, min_partitions)
+    if not max_partition_bytes or len(ranges) <= 1:
+        return list(ranges)
+    step = max(1, len(ranges) // SIZE_SAMPLES)
+    average = record_bytes({(r.topic, r.partition): r.start for r in ranges[::step][:SIZE_SAMPLES]})
+    max_records = max(1, int(max_partition_bytes // max(average, 1.0)))
+    if min_partitions:
+        max_records = min(max_records, -(-sum(r.size for r in ranges) // min_partitions))
+    return pack_ranges(ranges, max_records)
+
+
+def pack_ranges(ranges: list[OffsetRange], max_records: int) -> list[Task]:
+    """Consecutive ranges packed into tasks of at most ``max_records`` records; a range of more
+    stays a task of its own (``minPartitions`` is what splits ranges)."""
+    tasks: list[Task] = []
+    group: list[OffsetRange] = []
+    count = 0
+    for r in ranges:
+        if group and count + r.size > max_records:
+            tasks.append(group[0] if len(group) == 1 else RangeGroup(tuple(group)))
+            group, count = [], 0
+        group.append(r)
+        count += r.size
+    if group:
+        tasks.append(group[0] if len(group) == 1 else RangeGroup(tuple(group)))
+    return tasks
 
 
 def _split(r: OffsetRange, parts: int) -> list[OffsetRange]:

@@ -21,11 +21,11 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 
 from ember.client import Admin, TopicPartition
 from ember.errors import EmberError
-from ember.sources.fetch import read_range
+from ember.sources.fetch import read_task
 from ember.sources.metadata import ClusterView, starting_offsets
 from ember.sources.offsets import JsonOffsets, PartitionOffsets, offsets_from_json, offsets_to_json
 from ember.sources.options import ReaderOptions
-from ember.sources.planning import DataLossError, OffsetRange, check_data_loss, limit_records, plan_ranges
+from ember.sources.planning import DataLossError, Task, check_data_loss, limit_records, plan_tasks
 from ember.sources.schema import arrow_schema
 
 NEW_PARTITION_START = 0
@@ -133,7 +133,7 @@ class EmberStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def reportLatestOffset(self) -> Optional[JsonOffsets]:
         return None if self._latest is None else offsets_to_json(self._latest)
 
-    def partitions(self, start: JsonOffsets, end: JsonOffsets) -> Sequence[OffsetRange]:
+    def partitions(self, start: JsonOffsets, end: JsonOffsets) -> Sequence[Task]:
         begin, stop = offsets_from_json(start), offsets_from_json(end)
         for tp in stop:
             begin.setdefault(tp, NEW_PARTITION_START)
@@ -150,7 +150,8 @@ class EmberStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         log_start = self.cluster.earliest(pending)
         for tp in pending:
             begin[tp] = check_data_loss(*tp, begin[tp], log_start[tp], self._options.fail_on_data_loss)
-        return plan_ranges(begin, stop, self.cluster.replicas(), self._options.min_partitions)
+        return plan_tasks(begin, stop, self.cluster.replicas(), self._options.min_partitions,
+                          self._options.max_partition_bytes, self.cluster.average_record_bytes)
 
     def commit(self, end: JsonOffsets) -> None:
         """Spark's checkpoint stays the source of truth; with ``groupId`` the finished offsets are
@@ -182,9 +183,9 @@ class EmberStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- data (executors) --------------------------------------------------------------------
 
-    # Spark hands read() the partitions that partitions() planned: always an OffsetRange (the base says InputPartition).
-    def read(self, partition: OffsetRange) -> Iterator[pa.RecordBatch]:   # type: ignore[override]
-        return read_range(partition, self._options, self._target)
+    # Spark hands read() the partitions that partitions() planned: a Task (the base says InputPartition).
+    def read(self, partition: Task) -> Iterator[pa.RecordBatch]:   # type: ignore[override]
+        return read_task(partition, self._options, self._target)
 
 
 def _behind_message(tp: tuple[str, int], checkpointed: int, latest: int, planned: bool = False) -> str:

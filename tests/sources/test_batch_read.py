@@ -65,3 +65,20 @@ def test_direct_and_broker_paths_give_identical_rows(spark, shared_cluster, topi
     broker = reader(spark, shared_cluster, topic, readPath="broker", includeHeaders="true")
     assert sorted(direct.select(columns).collect()) == sorted(broker.select(columns).collect())
     assert direct.count() == sum(COUNTS.values())
+
+
+def test_many_small_partitions_are_packed_into_few_tasks_with_every_row(spark, shared_cluster) -> None:
+    """60 small partitions: one task reads them all (maxPartitionBytes, 32 MiB by default), not 60
+    Python tasks; with maxPartitionBytes=0 each partition is a task again. Rows are the same."""
+    name = "spark-batch-packed"
+    counts = {p: 3 for p in range(60)}
+    create_topic(shared_cluster.bootstrap, name, partitions=60, replication_factor=1)
+    produce(shared_cluster.bootstrap, name, counts)
+    packed = reader(spark, shared_cluster, name)
+    assert packed.rdd.getNumPartitions() == 1
+    assert rows(packed) == expected(counts)
+    one_each = reader(spark, shared_cluster, name, maxPartitionBytes="0")
+    assert one_each.rdd.getNumPartitions() == 60
+    assert rows(one_each) == expected(counts)
+    direct = reader(spark, shared_cluster, name, readPath="direct", storageRoot=str(shared_cluster.data_dir))
+    assert rows(direct) == expected(counts)

@@ -7,7 +7,17 @@ import pytest
 from ember.errors import EmberError
 from ember.sources.offsets import offsets_from_json, offsets_to_json
 from ember.sources.options import OptionError, reader_options
-from ember.sources.planning import DataLossError, OffsetRange, check_data_loss, limit_records, plan_ranges
+from ember.sources.planning import (
+    SIZE_SAMPLES,
+    DataLossError,
+    OffsetRange,
+    RangeGroup,
+    check_data_loss,
+    limit_records,
+    pack_ranges,
+    plan_ranges,
+    plan_tasks,
+)
 from ember.sources.schema import arrow_schema, slice_offsets, to_spark_batch
 
 A0, A1, B0 = ("a", 0), ("a", 1), ("b", 0)
@@ -92,3 +102,26 @@ def test_docs_options_table_describes_group_id_as_committing_offsets() -> None:
     doc = (Path(__file__).resolve().parents[2] / "docs" / "spark.md").read_text()
     row, = [line for line in doc.splitlines() if line.startswith("| `groupId` |")]
     assert "commit" in row and "offsets" in row and "future" not in row
+
+
+def test_small_ranges_are_packed_in_order_and_a_big_one_stays_alone() -> None:
+    ranges = [OffsetRange("a", p, 0, size) for p, size in enumerate([3, 4, 2, 50, 1, 1])]
+    tasks = pack_ranges(ranges, max_records=8)
+    assert tasks == [RangeGroup(tuple(ranges[0:2])), ranges[2], ranges[3], RangeGroup(tuple(ranges[4:6]))]
+    assert [r for t in tasks for r in (t.ranges if isinstance(t, RangeGroup) else (t,))] == ranges
+
+
+def test_plan_tasks_turns_max_partition_bytes_into_records_from_a_sample() -> None:
+    start = {("t", p): 0 for p in range(100)}
+    end = {("t", p): 10 for p in range(100)}
+    sampled: list[dict] = []
+
+    def record_bytes(positions: dict) -> float:
+        sampled.append(positions)
+        return 100.0
+    tasks = plan_tasks(start, end, {}, None, 25_000, record_bytes)       # 250 records (25 partitions) per task
+    assert len(sampled) == 1 and 0 < len(sampled[0]) <= SIZE_SAMPLES
+    assert [len(t.ranges) for t in tasks if isinstance(t, RangeGroup)] == [25, 25, 25, 25]
+    assert len(plan_tasks(start, end, {}, None, 0, record_bytes)) == 100   # 0: never packed
+    assert len(sampled) == 1                                               # and nothing sampled
+    assert len(plan_tasks(start, end, {}, 8, 25_000, record_bytes)) >= 8    # minPartitions still holds

@@ -32,10 +32,13 @@ class ScriptedCluster:
     def earliest(self, partitions) -> dict:
         return {tp: self.log_start[tp] for tp in partitions}
 
+    def average_record_bytes(self, positions) -> float:
+        return 100.0    # for maxPartitionBytes (off in these tests: they look at the ranges themselves)
+
 
 def stream(cluster: ScriptedCluster, fail_on_data_loss: bool, monkeypatch) -> EmberStreamReader:
     monkeypatch.setattr(stream_reader, "LATEST_RETRY_INTERVAL_S", 0)
-    reader = EmberStreamReader(reader_options({"bootstrap": "h:1", "topic": "t",
+    reader = EmberStreamReader(reader_options({"bootstrap": "h:1", "topic": "t", "maxPartitionBytes": "0",
                                                "failOnDataLoss": str(fail_on_data_loss).lower()}, streaming=True))
     reader._cluster = cluster
     return reader
