@@ -93,10 +93,10 @@ class TopicChanges:
                    for index, replicas in meta.partitions.items() if self.replicas.broker_id in replicas)
 
     def _opened_and_led(self, name: str, index: int, state: PartitionState | None) -> bool:
-        """The replica is open here with the partition state the cache holds applied (a client
-        told "created" must find its leader: logs are opened in one batch before states apply)."""
+        """The replica is open here with its partition state read and applied: a client told
+        "created" must find its leader (logs open in one batch before the states are read)."""
         partition = self.replicas.partitions.get((name, index))
-        return partition is not None and (state is None or partition.state.version >= state.version)
+        return partition is not None and state is not None and partition.state.version >= state.version
 
     async def until(self, done: Callable[[], bool], timeout_s: float) -> None:
         """Wait (bounded) until this broker has applied a metadata change."""
