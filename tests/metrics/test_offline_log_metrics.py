@@ -14,6 +14,7 @@ import pytest
 
 from ember.cluster.records import BrokerInfo, OfflineReplica, PartitionState
 from ember.errors import StorageError
+from ember.ingest.fetch_session import FetchSessionCache
 from ember.ingest.log_dirs import LogDirs
 from ember.ingest.partition import Partition
 from ember.log import Log, LogConfig
@@ -69,7 +70,7 @@ def scrape(partitions: list[Partition], tmp_path: Path, log_dirs: LogDirs | None
         registration=SimpleNamespace(info=ME), session=SimpleNamespace(client=SimpleNamespace(state="CONNECTED")),
         cache=Cache(), controller=SimpleNamespace(active=False), logs=SimpleNamespace(dirs=log_dirs or LogDirs([tmp_path])),
         replicas=SimpleNamespace(partitions={(p.topic, p.index): p for p in partitions},
-                                 in_offline_dirs=lambda: in_offline_dirs),
+                                 in_offline_dirs=lambda: in_offline_dirs, fetch_sessions=FetchSessionCache(10)),
         listener_servers=lambda: [])
     metrics = BrokerMetrics()
     metrics.register(BrokerStateCollector(broker))  # type: ignore[arg-type]
