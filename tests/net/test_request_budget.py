@@ -4,6 +4,7 @@ nothing else is in flight."""
 from __future__ import annotations
 
 import asyncio
+import socket
 
 from ember.net.budget import RequestBudget
 
@@ -97,7 +98,10 @@ def test_a_handled_requests_frame_is_given_back_and_its_unread_response_charged_
     from ember.wire.frame import encode_request
     from ember.wire.reply import Reply
 
-    response_bytes = 4 << 20
+    # more than the kernel can hold between the two sockets (the client's receive buffer is pinned to
+    # 64 KiB below; the server's send buffer autotunes up to net.ipv4.tcp_wmem's max, 4 MiB here), so
+    # part of the response must stay in the server until the client reads
+    response_bytes = 16 << 20
 
     async def dispatch(request: object) -> Reply:
         return Reply({"error_code": 0}, [bytes(response_bytes)])
@@ -109,7 +113,11 @@ def test_a_handled_requests_frame_is_given_back_and_its_unread_response_charged_
         await server.start_serving()
         assert server._server is not None
         port = server._server.sockets[0].getsockname()[1]
-        reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=1 << 10)
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 16)   # no autotuning up to tcp_rmem's max
+        sock.setblocking(False)
+        await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
+        reader, writer = await asyncio.open_connection(sock=sock, limit=1 << 10)
         try:
             frame = b"".join(encode_request(ApiKey.API_VERSIONS, 0, 1, {}))
             writer.write(frame)
