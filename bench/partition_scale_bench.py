@@ -27,24 +27,14 @@ sys.path[:0] = [str(HERE / "vs_kafka"), str(HERE)]
 from confluent_kafka import Consumer, Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from kafka_cluster import KafkaCluster  # noqa: E402
+from systems import rss_mb  # noqa: E402
+from workloads import cpu_seconds  # noqa: E402
 
 from ember.launcher.local import LocalCluster  # noqa: E402
 
 TOPIC = "partition-scale"
 IDLE_SETTLE_S = 10
 IDLE_MEASURE_S = 30
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def rss_mb(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS"):
-            return int(line.split()[1]) // 1024
-    return -1
 
 
 def run(name: str, bootstrap: str, pids: list[int], partitions: int, records: int,
@@ -80,7 +70,7 @@ def run(name: str, bootstrap: str, pids: list[int], partitions: int, records: in
     before = [cpu_seconds(pid) for pid in pids]
     time.sleep(IDLE_MEASURE_S)
     idle = [round((cpu_seconds(pid) - b) / IDLE_MEASURE_S * 100, 1) for pid, b in zip(pids, before)]
-    log(f"{name}: idle CPU per broker {idle} % of a core; RSS {[rss_mb(pid) for pid in pids]} MB")
+    log(f"{name}: idle CPU per broker {idle} % of a core; RSS {[round(rss_mb(pid)) for pid in pids]} MB")
 
 
 def main() -> int:
