@@ -316,8 +316,10 @@ class KafkaClients:
             producer.flush(30)
 
     def load_table(self, topic: str, table: pa.Table) -> None:
-        """Kafka has no columnar producer: produce the rows one by one (key, value, timestamp)."""
-        producer = self._producer(ProduceSettings("1", 1))
+        """Kafka has no columnar producer: produce the rows one by one (key, value, timestamp),
+        idempotent (acks=all), so a retried request cannot store a row twice (it did, with acks=1,
+        loading a topic of 1,000 partitions)."""
+        producer = self._producer(ProduceSettings("all", 1))
         produce, poll = producer.produce, producer.poll
         columns = table.to_pydict()
         for key, value, timestamp in zip(columns["key"], columns["value"], columns["timestamp"]):

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
 from kazoo.exceptions import KazooException, NoNodeError
-from kazoo.protocol.states import ZnodeStat
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
+from ember.cluster.partition_state_watches import PartitionStateWatches
 from ember.cluster.records import BrokerInfo, ControllerInfo, PartitionState, TopicRecord
 from ember.zk import zk_paths
 from ember.zk.zk_session import ZkSession
@@ -23,8 +22,6 @@ from ember.zk.zk_session import ZkSession
 log = logging.getLogger(__name__)
 
 Listener = Callable[[str | None], None]
-#: Partition-state reads in flight at once while a new topic's watches are installed.
-WATCH_INSTALLERS = 16
 
 
 @dataclass(frozen=True)
@@ -47,12 +44,16 @@ class _TopicWatch:
 
     def __init__(self, cache: "MetadataCache", name: str) -> None:
         self.cache, self.name = cache, name
-        self.active = True
-        self.watched: set[int] = set()
-        #: States read by the watches being installed (None: not installing): stored in one go.
-        self._loading: dict[int, PartitionState | None] | None = None
-        self._loading_lock = threading.Lock()
+        self.states = PartitionStateWatches(cache.session.client, name,
+                                            lambda loaded: cache._set_states(name, loaded))
         DataWatch(cache.session.client, zk_paths.topic(name), self._on_topic)
+
+    @property
+    def active(self) -> bool:
+        return self.states.active
+
+    def stop(self) -> None:
+        self.states.stop()
 
     def _on_topic(self, data: bytes | None, _stat: object) -> bool:
         if not self.active:
@@ -60,50 +61,13 @@ class _TopicWatch:
         record = TopicRecord.from_bytes(data) if data else None
         renewed = self.cache._set_topic(self.name, record)
         indexes = list(record.assignment) if record else []
-        new = [index for index in indexes if index not in self.watched]
-        if new:
-            self._watch_states(new)
-        installed = set(new)
-        for index in indexes:
-            if renewed and index not in installed:
-                # The topic was deleted and created again while this watch lagged: the state watch
-                # may already have delivered the new topic's state, stored under the old record and
-                # dropped with it just now, and it fires again only on the next state change (the
-                # next leader election: a partition without a leader for minutes). Read it again.
-                data, stat = self.cache._get(zk_paths.partition_state(self.name, index))
-                self.cache._set_state(self.name, index, PartitionState.from_bytes(data, stat.version)
-                                      if data and isinstance(stat, ZnodeStat) else None)
+        # A topic deleted and created again while this watch lagged: its old states were dropped
+        # with the old record, and the one-shot watches of the old state nodes fired on their
+        # deletion, so every partition is read and watched anew (not only the new ones).
+        wanted = indexes if renewed else [index for index in indexes if index not in self.states.indexes]
+        if wanted:
+            self.states.watch(wanted)
         return True
-
-    def _watch_states(self, indexes: list[int]) -> None:
-        """Install the state watches of new partitions, their first reads in flight together
-        (a watch's first read is a blocking round trip: one after the other, a topic of 1,000
-        partitions took seconds per broker), and store the states read in one update."""
-        self.watched.update(indexes)
-        client = self.cache.session.client
-        self._loading = {}
-        try:
-            list(self.cache.watch_pool.map(
-                lambda index: DataWatch(client, zk_paths.partition_state(self.name, index),
-                                        self._state_watcher(index)), indexes))
-        finally:
-            with self._loading_lock:
-                loaded, self._loading = self._loading, None
-            self.cache._set_states(self.name, loaded)   # what was read, even if one watch failed
-
-    def _state_watcher(self, index: int) -> Callable[[bytes | None, ZnodeStat | None], bool]:
-        # Exactly two parameters: kazoo passes the event too to a function that takes three.
-        def on_state(data: bytes | None, stat: ZnodeStat | None) -> bool:
-            if not self.active:
-                return False
-            state = PartitionState.from_bytes(data, stat.version) if data and stat else None
-            with self._loading_lock:
-                if self._loading is not None:
-                    self._loading[index] = state
-                    return True
-            self.cache._set_state(self.name, index, state)
-            return True
-        return on_state
 
 
 class MetadataCache:
@@ -115,8 +79,6 @@ class MetadataCache:
         self._topics: dict[str, TopicMetadata] = {}
         self._watches: dict[str, _TopicWatch] = {}
         self._listeners: list[Listener] = []
-        #: Threads that install partition-state watches, so their first reads are in flight together.
-        self.watch_pool = ThreadPoolExecutor(WATCH_INSTALLERS, thread_name_prefix="state-watch")
 
     def add_listener(self, listener: Listener) -> None:
         self._listeners.append(listener)
@@ -189,7 +151,7 @@ class MetadataCache:
         with self._lock:
             gone = [name for name in self._watches if name not in names]
             for name in gone:
-                self._watches.pop(name).active = False
+                self._watches.pop(name).stop()
                 self._topics.pop(name, None)
             new = [name for name in names if name not in self._watches]
         for name in gone:
@@ -211,9 +173,6 @@ class MetadataCache:
         self._notify(name)
         return renewed
 
-    def _set_state(self, name: str, index: int, state: PartitionState | None) -> None:
-        self._set_states(name, {index: state})
-
     def _set_states(self, name: str, changed: dict[int, PartitionState | None]) -> None:
         """Store partition states (None: the state node is gone); one copy and one notification
         however many changed."""
@@ -229,10 +188,6 @@ class MetadataCache:
                     states[index] = state   # never an older read over a newer one (a batch stored late)
             self._topics[name] = TopicMetadata(name, topic.record, states)
         self._notify(name)
-
-    def close(self) -> None:
-        """Stop the watch installers (the watches end with the ZooKeeper session)."""
-        self.watch_pool.shutdown(wait=False, cancel_futures=True)
 
     def _get(self, path: str) -> tuple[bytes | None, object]:
         try:

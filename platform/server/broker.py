@@ -310,7 +310,6 @@ class Broker:
             ("stop schedules", self.logs.stop_schedules),
             ("close replicas and logs", lambda: self.replicas.close() if self.replicas else asyncio.sleep(0)),
             ("end ZooKeeper session", lambda: _on_daemon_thread(lambda: self.session.close(max(zk_budget(), 1.0)))),
-            ("stop metadata watch installers", lambda: asyncio.to_thread(self.cache.close)),
             ("close log manager", lambda: asyncio.to_thread(self.logs.close)),
             ("stop metrics endpoint", lambda: self.telemetry.close() if self.telemetry else asyncio.sleep(0)),
         ]
