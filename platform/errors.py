@@ -7,6 +7,7 @@ about what to do, never a bare number.
 from __future__ import annotations
 
 from enum import IntEnum
+from typing import Any, Mapping
 
 
 class ErrorCode(IntEnum):
@@ -105,6 +106,12 @@ class OffsetOutOfRange(EmberError):
     """The requested offset is outside the partition's log."""
     code = ErrorCode.OFFSET_OUT_OF_RANGE
     hint = "seek to a valid offset, or set auto_offset_reset to earliest or latest"
+
+    def __init__(self, message: str = "", partitions: Mapping[Any, int] | None = None) -> None:
+        super().__init__(message)
+        #: {partition: the offset asked for}, where known (kafka-python's OffsetOutOfRangeError
+        #: carries the same), so a reader of many partitions knows which one to reposition.
+        self.partitions: dict[Any, int] = dict(partitions or {})
 
 
 class CorruptRecord(EmberError):

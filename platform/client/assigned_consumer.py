@@ -363,7 +363,7 @@ class AssignedConsumer:
                 raise OffsetOutOfRange(
                     f"offset {fetch_offset} is out of range for {tp.topic}-{tp.partition} (log start "
                     f"{item.get('log_start_offset', '?')}, high watermark {item.get('high_watermark', '?')}) "
-                    f"and auto_offset_reset='none'")
+                    f"and auto_offset_reset='none'", {tp: fetch_offset})
             self._positions[tp] = None
             self._pending_reset[tp] = where
             return

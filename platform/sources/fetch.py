@@ -46,13 +46,24 @@ class FetchTimeout(KafkaTimeoutError):
 
 
 def read_task(task: Task, options: ReaderOptions, target: pa.Schema) -> Iterator[pa.RecordBatch]:
-    """A planned Spark task's records: its range, or each range of a packed group in turn."""
+    """A planned Spark task's records, each range's in offset order: what stored copies give
+    (readPath direct or auto), then the rest of every range through the brokers, all ranges of a
+    packed group with one consumer (a consumer per range made a group of 1,000 small ranges
+    1,000 connections and metadata requests one after the other)."""
+    rest: list[tuple[OffsetRange, int]] = []
     for piece in task.ranges if isinstance(task, RangeGroup) else (task,):
-        yield from read_range(piece, options, target)
+        position = yield from _read_stored(piece, options, target)
+        if position < piece.end:
+            rest.append((piece, position))
+    if rest:
+        yield from _read_broker(rest, options, target)
 
 
-def read_range(task: OffsetRange, options: ReaderOptions, target: pa.Schema) -> Iterator[pa.RecordBatch]:
-    """Yield the range's records in offset order, each batch already in Spark's Arrow layout."""
+def _read_stored(task: OffsetRange, options: ReaderOptions, target: pa.Schema
+                 ) -> Generator[pa.RecordBatch, None, int]:
+    """The range's records from stored copies under storageRoot, as far as they go (none with
+    readPath=broker); returns the offset reached. readPath=direct waits for the brokers to flush
+    and fails if the copies cannot give the whole range."""
     position = task.start
     problems: list[str] = []
     if options.read_path != "broker" and options.storage_root:
@@ -71,13 +82,12 @@ def read_range(task: OffsetRange, options: ReaderOptions, target: pa.Schema) -> 
                                 f"offset {position}")
                 break
             time.sleep(FLUSH_POLL_S)
-    if position < task.end:
-        if options.read_path == "direct":
-            raise DirectReadError(
-                f"readPath=direct: no readable in-sync copy of topic {task.topic!r} partition {task.partition} "
-                f"holds offsets [{position}, {task.end}) under storageRoot {options.storage_root} "
-                f"(ISR {list(task.replicas)}): {'; '.join(problems) or 'no copy found'}")
-        yield from _read_broker(task, position, options, target)
+    if position < task.end and options.read_path == "direct":
+        raise DirectReadError(
+            f"readPath=direct: no readable in-sync copy of topic {task.topic!r} partition {task.partition} "
+            f"holds offsets [{position}, {task.end}) under storageRoot {options.storage_root} "
+            f"(ISR {list(task.replicas)}): {'; '.join(problems) or 'no copy found'}")
+    return position
 
 
 def _read_direct(task: OffsetRange, position: int, roots: list[Path], options: ReaderOptions, target: pa.Schema
@@ -160,32 +170,51 @@ def find_copies(roots: list[Path], topic: str, partition: int,
     return copies, problems
 
 
-def _read_broker(task: OffsetRange, position: int, options: ReaderOptions,
+def _read_broker(ranges: list[tuple[OffsetRange, int]], options: ReaderOptions,
                  target: pa.Schema) -> Iterator[pa.RecordBatch]:
-    tp = TopicPartition(task.topic, task.partition)
+    """The ranges' records from ``position`` on, through the brokers with one consumer: every
+    partition in each fetch, each partition's batches in offset order as they arrive."""
+    tasks = {TopicPartition(task.topic, task.partition): task for task, _ in ranges}
+    positions = {TopicPartition(task.topic, task.partition): position for task, position in ranges}
     consumer = Consumer(bootstrap_servers=options.bootstrap, enable_auto_commit=False, auto_offset_reset="none",
                         max_partition_fetch_bytes=FETCH_BYTES, fetch_max_bytes=FETCH_BYTES, **options.security.options())
     try:
-        consumer.assign([tp])
-        consumer.seek(tp, position)
+        consumer.assign(list(tasks))
+        for tp, position in positions.items():
+            consumer.seek(tp, position)
         deadline = time.monotonic() + options.fetch_timeout_ms / 1000
-        while position < task.end:
+        while positions:
             try:
-                batch = consumer.poll_batches(timeout_ms=500).get(tp)
-            except OffsetOutOfRange:
-                position = check_data_loss(task.topic, task.partition, position,
-                                           _log_start(task, options), options.fail_on_data_loss)
-                consumer.seek(tp, position)
+                fetched = consumer.poll_batches(timeout_ms=500)
+            except OffsetOutOfRange as exc:
+                for tp in exc.partitions.keys() & positions.keys():
+                    task = tasks[tp]
+                    positions[tp] = check_data_loss(task.topic, task.partition, positions[tp],
+                                                    _log_start(task, options), options.fail_on_data_loss)
+                    consumer.seek(tp, positions[tp])
+                if not exc.partitions.keys() & positions.keys():
+                    raise
                 continue
-            batch = None if batch is None else slice_offsets(batch, position, task.end)
-            if batch is not None and batch.num_rows:
-                position = batch.column("offset")[-1].as_py() + 1
-                deadline = time.monotonic() + options.fetch_timeout_ms / 1000
-                yield to_spark_batch(batch, task.topic, task.partition, target)
-            if position < task.end and time.monotonic() > deadline:
+            done = False
+            for tp, batch in fetched.items():
+                if tp not in positions:
+                    continue
+                task = tasks[tp]
+                batch = slice_offsets(batch, positions[tp], task.end)
+                if batch is not None and batch.num_rows:
+                    positions[tp] = batch.column("offset")[-1].as_py() + 1
+                    deadline = time.monotonic() + options.fetch_timeout_ms / 1000
+                    yield to_spark_batch(batch, task.topic, task.partition, target)
+                if positions[tp] >= task.end:
+                    del positions[tp]
+                    done = True
+            if done and positions:
+                consumer.assign(list(positions))   # fetch no further past a finished range's end
+            if positions and time.monotonic() > deadline:
+                tp, position = min(positions.items(), key=lambda item: item[1] - tasks[item[0]].start)
                 raise FetchTimeout(
-                    f"no records of topic {task.topic!r} partition {task.partition} at offset {position} "
-                    f"within fetchTimeoutMs={options.fetch_timeout_ms} (planned up to {task.end})")
+                    f"no records of topic {tp.topic!r} partition {tp.partition} at offset {position} "
+                    f"within fetchTimeoutMs={options.fetch_timeout_ms} (planned up to {tasks[tp].end})")
     finally:
         consumer.close()
 

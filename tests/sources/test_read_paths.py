@@ -12,7 +12,7 @@ from spark_helpers import create_topic, produce
 from ember.errors import EmberError, KafkaTimeoutError
 from ember.log import Log, LogConfig, checkpoint
 from ember.record import build_batch
-from ember.sources.fetch import DirectReadError, FetchTimeout, read_range
+from ember.sources.fetch import DirectReadError, FetchTimeout, read_task
 from ember.sources.options import reader_options
 from ember.sources.planning import OffsetRange
 from ember.sources.schema import arrow_schema
@@ -41,10 +41,10 @@ def write_copy(data_dir: Path, broker_id: Optional[int], batches: list[list[str]
 
 def read(root: Path, start: int, end: int, replicas: tuple[int, ...], *, read_path: str = "direct",
          bootstrap: str = NO_BROKER, **options: str) -> list[tuple[int, str]]:
-    """(offset, value) of every record ``read_range`` yields for [start, end) of partition 0."""
+    """(offset, value) of every record ``read_task`` yields for [start, end) of partition 0."""
     opts = reader_options({"bootstrap": bootstrap, "topic": TOPIC, "readPath": read_path,
                            "storageRoot": str(root), **options}, streaming=False)
-    batches = read_range(OffsetRange(TOPIC, 0, start, end, replicas), opts, arrow_schema(False))
+    batches = read_task(OffsetRange(TOPIC, 0, start, end, replicas), opts, arrow_schema(False))
     return [(r["offset"], r["value"].decode()) for b in batches for r in b.to_pylist()]
 
 
@@ -60,7 +60,7 @@ def test_fetch_timeout_is_a_typed_ember_error(shared_cluster, topic_name) -> Non
     opts = reader_options({"bootstrap": shared_cluster.bootstrap, "topic": topic_name, "readPath": "broker",
                            "fetchTimeoutMs": "300"}, streaming=False)
     with pytest.raises(FetchTimeout, match="at offset 2 within fetchTimeoutMs=300.*raise fetchTimeoutMs") as failure:
-        list(read_range(OffsetRange(topic_name, 0, 0, 5), opts, arrow_schema(False)))
+        list(read_task(OffsetRange(topic_name, 0, 0, 5), opts, arrow_schema(False)))
     assert isinstance(failure.value, KafkaTimeoutError) and isinstance(failure.value, EmberError)
 
 
@@ -70,8 +70,8 @@ def broker_calls(monkeypatch) -> list[int]:
 
     calls: list[int] = []
 
-    def fake_read_broker(task, position, options, target):
-        calls.append(position)
+    def fake_read_broker(ranges, options, target):
+        calls.extend(position for _, position in ranges)
         return iter(())
 
     monkeypatch.setattr(fetch, "_read_broker", fake_read_broker)
@@ -117,7 +117,7 @@ def test_direct_reads_stop_at_what_the_broker_has_flushed(tmp_path, monkeypatch)
     with pytest.raises(DirectReadError, match="flushed only up to offset 1.*waited fetchTimeoutMs=200"):
         opts = reader_options({"bootstrap": NO_BROKER, "topic": TOPIC, "readPath": "direct",
                                "storageRoot": str(tmp_path), "fetchTimeoutMs": "200"}, streaming=False)
-        for batch in read_range(OffsetRange(TOPIC, 0, 0, 3, (1,)), opts, arrow_schema(False)):
+        for batch in read_task(OffsetRange(TOPIC, 0, 0, 3, (1,)), opts, arrow_schema(False)):
             seen += batch.column("offset").to_pylist()
     assert seen == [0]
     calls = broker_calls(monkeypatch)
