@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
@@ -44,6 +45,7 @@ from ember.cluster.reassignment import (
     start_reassignment,
 )
 from ember.cluster.records import ControllerInfo, OfflineReplica, PartitionState, TopicRecord
+from ember.cluster.topic_admin import finish_creation, finish_deletion
 from ember.errors import ElectionNotNeeded, EmberError, NotController, PreferredLeaderNotAvailable, UnknownTopicOrPartition
 from ember.log.config import LogConfig
 from ember.zk import zk_paths
@@ -60,6 +62,10 @@ PREFERRED, UNCLEAN = 0, 1
 StateRule = Callable[[PartitionState], "PartitionState | None"]
 #: replica → brokers reporting their copy of it offline (``election.offline_by_replica``)
 Offline = Mapping[OfflineReplica, "set[int]"]
+#: How often the active controller looks for topics left half created or half deleted, and how
+#: long such a topic must have been left alone before it finishes the job (its writer died).
+INCOMPLETE_CHECK_S = 10.0
+INCOMPLETE_AFTER_S = 60.0
 
 
 def topic_unclean_election(overrides: Mapping[str, str]) -> bool:
@@ -112,6 +118,7 @@ class Controller:
         if self.config.auto_leader_rebalance_enable:
             threading.Thread(target=self._check_imbalance_periodically, name="leader-imbalance",
                              daemon=True).start()
+        threading.Thread(target=self._finish_incomplete_periodically, name="incomplete-topics", daemon=True).start()
 
     def close(self, timeout_s: float = 10.0) -> None:
         """Resign (so another broker takes over at once) and stop the event thread; gives up on
@@ -139,12 +146,12 @@ class Controller:
             return failed
         return self._events.submit(run)
 
-    def _submit(self, job: Callable[[], None]) -> None:
+    def _submit(self, job: Callable[[], object]) -> None:
         if not self._closed:
             self._events.submit(self._guard, job)
 
     @staticmethod
-    def _guard(job: Callable[[], None]) -> None:
+    def _guard(job: Callable[[], object]) -> None:
         try:
             job()
         except Exception:
@@ -368,6 +375,34 @@ class Controller:
             except EmberError as exc:
                 results.append(ElectionResult(name, index, leader, leader, exc))
         return results
+
+    def _finish_incomplete_periodically(self) -> None:
+        while not self._stopped.wait(INCOMPLETE_CHECK_S):
+            if self.active and self.cache.incomplete_topics():
+                self._submit(functools.partial(self.finish_incomplete_topics, INCOMPLETE_AFTER_S))
+
+    def finish_incomplete_topics(self, older_than_s: float) -> list[str]:
+        """Finish creating or deleting the topics left half done (their creator or deleter died
+        between two of its transactions) for at least ``older_than_s``; the names finished."""
+        finished = []
+        for name in sorted(self.cache.incomplete_topics()):
+            if not self.active:
+                break
+            try:
+                data, stat = self.session.client.get(zk_paths.topic(name))
+            except NoNodeError:
+                continue
+            record = TopicRecord.from_bytes(data)
+            if record.complete or time.time() - stat.mtime / 1000 < older_than_s:
+                continue
+            log.warning("topic %s was left half %s; the controller finishes it", name,
+                        "created" if record.creating else "deleted")
+            if record.creating:
+                finish_creation(self.session, name, self.epoch)
+            else:
+                finish_deletion(self.session, name)
+            finished.append(name)
+        return finished
 
     def _check_imbalance_periodically(self) -> None:
         while not self._stopped.wait(self.config.leader_imbalance_check_interval_s):

@@ -59,6 +59,10 @@ class _TopicWatch:
         if not self.active:
             return False
         record = TopicRecord.from_bytes(data) if data else None
+        incomplete = record is not None and not record.complete
+        self.cache._set_incomplete(self.name, incomplete)
+        if incomplete:
+            record = None     # being created or deleted chunk by chunk: served by no broker
         renewed = self.cache._set_topic(self.name, record)
         indexes = list(record.assignment) if record else []
         # A topic deleted and created again while this watch lagged: its old states were dropped
@@ -78,6 +82,7 @@ class MetadataCache:
         self._controller: ControllerInfo | None = None
         self._topics: dict[str, TopicMetadata] = {}
         self._watches: dict[str, _TopicWatch] = {}
+        self._incomplete: set[str] = set()
         self._listeners: list[Listener] = []
 
     def add_listener(self, listener: Listener) -> None:
@@ -112,6 +117,11 @@ class MetadataCache:
     def topic(self, name: str) -> TopicMetadata | None:
         with self._lock:
             return self._topics.get(name)
+
+    def incomplete_topics(self) -> set[str]:
+        """Topics whose record is marked creating or deleting (the controller finishes them)."""
+        with self._lock:
+            return set(self._incomplete)
 
     # -- watch callbacks (kazoo thread) --------------------------------------------------------
 
@@ -152,12 +162,20 @@ class MetadataCache:
             gone = [name for name in self._watches if name not in names]
             for name in gone:
                 self._watches.pop(name).stop()
+                self._incomplete.discard(name)
                 self._topics.pop(name, None)
             new = [name for name in names if name not in self._watches]
         for name in gone:
             self._notify(name)
         for name in new:
             self._watches[name] = _TopicWatch(self, name)
+
+    def _set_incomplete(self, name: str, incomplete: bool) -> None:
+        with self._lock:
+            if incomplete:
+                self._incomplete.add(name)
+            else:
+                self._incomplete.discard(name)
 
     def _set_topic(self, name: str, record: TopicRecord | None) -> bool:
         """Store a topic's record; True when it is another topic than the one stored (a new topic

@@ -75,6 +75,14 @@ class TopicRecord:
     assignment: dict[int, list[int]]
     config: dict[str, str] = field(default_factory=dict)
     reassignments: dict[int, Reassignment] = field(default_factory=dict)
+    #: The topic's partition nodes are still being written (a topic too large for one ZooKeeper
+    #: transaction, :mod:`ember.cluster.topic_admin`), or being deleted: no broker serves it.
+    creating: bool = False
+    deleting: bool = False
+
+    @property
+    def complete(self) -> bool:
+        return not (self.creating or self.deleting)
 
     def to_bytes(self) -> bytes:
         doc: dict[str, Any] = {"topic_id": self.topic_id,
@@ -82,6 +90,10 @@ class TopicRecord:
                                "config": self.config}
         if self.reassignments:
             doc["reassigning"] = {str(p): r.to_doc() for p, r in self.reassignments.items()}
+        if self.creating:
+            doc["creating"] = True
+        if self.deleting:
+            doc["deleting"] = True
         return _dump(doc)
 
     @classmethod
@@ -90,7 +102,8 @@ class TopicRecord:
         assignment = {int(p): [int(b) for b in r] for p, r in doc["partitions"].items()}
         reassignments = {int(p): Reassignment.from_doc(r) for p, r in doc.get("reassigning", {}).items()}
         return cls(str(doc["topic_id"]), dict(sorted(assignment.items())),
-                   {str(k): str(v) for k, v in doc.get("config", {}).items()}, dict(sorted(reassignments.items())))
+                   {str(k): str(v) for k, v in doc.get("config", {}).items()}, dict(sorted(reassignments.items())),
+                   bool(doc.get("creating", False)), bool(doc.get("deleting", False)))
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,10 @@ from __future__ import annotations
 import re
 import uuid
 from dataclasses import replace
-from typing import Mapping, Protocol, Sequence
+from typing import Iterable, Mapping, Protocol, Sequence
 
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.client import TransactionRequest
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 
 from ember.cluster.assignment import assign_replicas, check_assignment, check_replicas
 from ember.cluster.records import PartitionState, TopicRecord
@@ -31,8 +32,12 @@ from ember.zk.zk_session import ZkSession, multi_failure
 
 _LEGAL_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 MAX_NAME_LENGTH = 249
-#: Every partition's state lives in ZooKeeper and is created in one transaction.
-MAX_PARTITIONS = 1000
+#: Partitions whose nodes one ZooKeeper transaction creates or deletes (two nodes each): a
+#: transaction is one request, bounded by ZooKeeper's jute.maxbuffer (1 MB by default). A larger
+#: topic is written chunk by chunk behind a record marked creating or deleting.
+PARTITIONS_PER_TRANSACTION = 1000
+#: The topic record lists every partition's replicas in one znode (jute.maxbuffer again).
+MAX_PARTITIONS = 20_000
 _CAS_ATTEMPTS = 5
 
 
@@ -98,18 +103,24 @@ class TopicAdmin:
         if validate_only:
             return record
         epoch = read_controller_epoch(self.session)
+        large = len(record.assignment) > PARTITIONS_PER_TRANSACTION
         tx = client.transaction()
-        tx.create(zk_paths.topic(name), record.to_bytes())
+        tx.create(zk_paths.topic(name), replace(record, creating=large).to_bytes())
         tx.create(zk_paths.partitions(name))
-        for index, brokers in record.assignment.items():
-            tx.create(zk_paths.partition(name, index))
-            tx.create(zk_paths.partition_state(name, index),
-                      PartitionState(brokers[0], 0, list(brokers), epoch).to_bytes())
+        if not large:
+            _create_partition_nodes(tx, name, record, record.assignment, epoch)
         failure = multi_failure(tx.commit())
         if isinstance(failure, NodeExistsError):
             raise TopicAlreadyExists(f"topic {name!r} already exists")
         if failure is not None:
             raise failure
+        if large and not finish_creation(self.session, name, epoch):
+            try:
+                finished, _ = self._read(name)
+            except UnknownTopicOrPartition:
+                raise UnknownTopicOrPartition(f"topic {name!r} was deleted while it was being created") from None
+            if finished.topic_id != record.topic_id or not finished.complete:
+                raise UnknownTopicOrPartition(f"topic {name!r} was deleted while it was being created")
         return record
 
     def create_partitions(self, name: str, count: int, assignment: Sequence[Sequence[int]] | None = None,
@@ -127,6 +138,11 @@ class TopicAdmin:
                                         f"(asked for {count})")
             if count > MAX_PARTITIONS:
                 raise InvalidPartitions(f"{count} partitions requested; at most {MAX_PARTITIONS} per topic")
+            if count - current > PARTITIONS_PER_TRANSACTION:
+                raise InvalidPartitions(f"{count - current} partitions to add at once; add at most "
+                                        f"{PARTITIONS_PER_TRANSACTION} per request")
+            if not record.complete:
+                raise UnknownTopicOrPartition(f"topic {name!r} is being created or deleted; retry")
             live = [int(child) for child in client.get_children(zk_paths.BROKER_IDS)]
             replication_factor = len(next(iter(record.assignment.values())))
             added = self._new_replicas(name, current, count, replication_factor, live, assignment)
@@ -136,10 +152,7 @@ class TopicAdmin:
             epoch = read_controller_epoch(self.session)
             tx = client.transaction()
             tx.set_data(zk_paths.topic(name), updated.to_bytes(), version=version)
-            for index, replicas in added.items():
-                tx.create(zk_paths.partition(name, index))
-                tx.create(zk_paths.partition_state(name, index),
-                          PartitionState(replicas[0], 0, list(replicas), epoch).to_bytes())
+            _create_partition_nodes(tx, name, updated, added, epoch)
             failure = multi_failure(tx.commit())
             if isinstance(failure, BadVersionError):
                 continue
@@ -169,18 +182,29 @@ class TopicAdmin:
         return added
 
     def delete_topic(self, name: str) -> None:
+        """Delete the topic in one transaction, or (too large for one, or half created) mark it
+        deleting, so no broker serves it, and delete its partitions chunk by chunk."""
         client = self.session.client
         for _ in range(_CAS_ATTEMPTS):
             record, version = self._read(name)
-            tx = client.transaction()
-            for index in record.assignment:
-                tx.delete(zk_paths.partition_state(name, index))
-                tx.delete(zk_paths.partition(name, index))
-            tx.delete(zk_paths.partitions(name))
-            tx.delete(zk_paths.topic(name), version)
-            results = tx.commit()
-            if not any(isinstance(r, Exception) for r in results):
-                return
+            if record.complete and len(record.assignment) <= PARTITIONS_PER_TRANSACTION:
+                tx = client.transaction()
+                _delete_partition_nodes(tx, name, record.assignment)
+                tx.delete(zk_paths.partitions(name))
+                tx.delete(zk_paths.topic(name), version)
+                results = tx.commit()
+                if not any(isinstance(r, Exception) for r in results):
+                    return
+                continue
+            try:
+                client.set(zk_paths.topic(name), replace(record, creating=False, deleting=True).to_bytes(),
+                           version=version)
+            except BadVersionError:
+                continue
+            except NoNodeError:
+                raise UnknownTopicOrPartition(f"topic {name!r} does not exist") from None
+            finish_deletion(self.session, name)
+            return
         raise RequestTimedOut(f"topic {name!r} kept changing while it was being deleted; retry")
 
     def alter_config(self, name: str, set_: Mapping[str, str], delete: Sequence[str],
@@ -212,3 +236,90 @@ class TopicAdmin:
         except NoNodeError:
             raise UnknownTopicOrPartition(f"topic {name!r} does not exist") from None
         return TopicRecord.from_bytes(data), stat.version
+
+
+def _chunks(indexes: Sequence[int]) -> list[Sequence[int]]:
+    return [indexes[i:i + PARTITIONS_PER_TRANSACTION] for i in range(0, len(indexes), PARTITIONS_PER_TRANSACTION)]
+
+
+def _create_partition_nodes(tx: TransactionRequest, name: str, record: TopicRecord, indexes: Iterable[int],
+                            controller_epoch: int) -> None:
+    """Each partition's node and its first state: led by its first replica, every replica in sync."""
+    for index in indexes:
+        brokers = record.assignment[index]
+        tx.create(zk_paths.partition(name, index))
+        tx.create(zk_paths.partition_state(name, index),
+                  PartitionState(brokers[0], 0, list(brokers), controller_epoch).to_bytes())
+
+
+def _delete_partition_nodes(tx: TransactionRequest, name: str, indexes: Iterable[int]) -> None:
+    for index in indexes:
+        tx.delete(zk_paths.partition_state(name, index))
+        tx.delete(zk_paths.partition(name, index))
+
+
+def finish_creation(session: ZkSession, name: str, controller_epoch: int) -> bool:
+    """Write the partition nodes a topic marked creating lacks, one transaction per chunk, then
+    unmark it. Its creator does this, and the controller for a creator that died half-way; either
+    may find the other's nodes (it looks again). False: the topic is gone, or not creating."""
+    client = session.client
+    for _ in range(_CAS_ATTEMPTS):
+        try:
+            data, stat = client.get(zk_paths.topic(name))
+            present = {int(child) for child in client.get_children(zk_paths.partitions(name))}
+        except NoNodeError:
+            return False
+        record = TopicRecord.from_bytes(data)
+        if not record.creating:
+            return False
+        raced = False
+        for chunk in _chunks([index for index in record.assignment if index not in present]):
+            tx = client.transaction()
+            _create_partition_nodes(tx, name, record, chunk, controller_epoch)
+            failure = multi_failure(tx.commit())
+            if isinstance(failure, NodeExistsError):
+                raced = True      # the other writer: look again at what is there
+                break
+            if isinstance(failure, NoNodeError):
+                return False      # deleted meanwhile
+            if failure is not None:
+                raise failure
+        if raced:
+            continue
+        try:
+            client.set(zk_paths.topic(name), replace(record, creating=False).to_bytes(), version=stat.version)
+            return True
+        except BadVersionError:
+            continue
+        except NoNodeError:
+            return False
+    raise RequestTimedOut(f"topic {name!r} kept changing while its creation was finished; retry")
+
+
+def finish_deletion(session: ZkSession, name: str) -> None:
+    """Delete a topic marked deleting: its partition nodes a chunk per transaction, then the topic.
+    Its deleter does this, and the controller for a deleter that died half-way."""
+    client = session.client
+    for _ in range(_CAS_ATTEMPTS):
+        try:
+            present = sorted(int(child) for child in client.get_children(zk_paths.partitions(name)))
+        except NoNodeError:
+            present = []
+        raced = False
+        for chunk in _chunks(present):
+            tx = client.transaction()
+            _delete_partition_nodes(tx, name, chunk)
+            if multi_failure(tx.commit()) is not None:
+                raced = True      # the other deleter took some: look again
+                break
+        if raced:
+            continue
+        tx = client.transaction()
+        tx.delete(zk_paths.partitions(name))
+        tx.delete(zk_paths.topic(name))
+        failure = multi_failure(tx.commit())
+        if failure is None or isinstance(failure, NoNodeError):
+            return
+        if not isinstance(failure, NotEmptyError):
+            raise failure
+    raise RequestTimedOut(f"topic {name!r} kept changing while its deletion was finished; retry")

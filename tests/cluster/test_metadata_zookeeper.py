@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 from typing import Any, Callable, Iterator
 
 import pytest
@@ -12,11 +13,12 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
 from kazoo.protocol.states import Callback
 
+from ember.cluster import topic_admin
 from ember.cluster.controller import Controller
 from ember.cluster.metadata_cache import MetadataCache
 from ember.cluster.offline_replicas import OfflineReplicaWriter, read_offline_replicas
 from ember.cluster.producer_ids import ProducerIdAllocator
-from ember.cluster.records import BrokerInfo, OfflineReplica
+from ember.cluster.records import BrokerInfo, OfflineReplica, PartitionState, TopicRecord
 from ember.cluster.registration import BrokerRegistration
 from ember.cluster.topic_admin import TopicAdmin
 from ember.errors import InvalidConfig, TopicAlreadyExists, UnknownTopicOrPartition
@@ -97,6 +99,65 @@ def test_topic_lifecycle_reaches_every_cache(nodes, topic_name):
     again = admin.create_topic(topic_name, 1, 1, {})
     assert again.topic_id != record.topic_id
     eventually(lambda: (m := nodes[3].cache.topic(topic_name)) and m.topic_id == again.topic_id and 0 in m.states)
+
+
+def test_a_topic_larger_than_one_transaction_is_written_and_deleted_chunk_by_chunk(nodes, topic_name, monkeypatch):
+    monkeypatch.setattr(topic_admin, "PARTITIONS_PER_TRANSACTION", 10)
+    record = nodes[1].admin.create_topic(topic_name, 35, 3, {})
+    assert not record.creating
+    for node in nodes.values():
+        meta = eventually(lambda: (m := node.cache.topic(topic_name)) and len(m.states) == 35 and m)
+        assert all(meta.states[p].leader == r[0] for p, r in meta.partitions.items())
+        assert not meta.record.creating and topic_name not in node.cache.incomplete_topics()
+    nodes[2].admin.delete_topic(topic_name)
+    assert not nodes[1].session.client.exists(zk_paths.topic(topic_name))
+    for node in nodes.values():
+        eventually(lambda: node.cache.topic(topic_name) is None)
+
+
+def active_controller(nodes: dict[int, Node]) -> Controller:
+    return eventually(lambda: next((n.controller for n in nodes.values() if n.controller.active), None))
+
+
+def test_the_controller_finishes_a_topic_its_creator_left_half_created(nodes, topic_name, monkeypatch):
+    """The creator wrote the record (marked creating) and one chunk of partitions, then died:
+    no broker serves the topic until the controller writes the rest and unmarks it."""
+    monkeypatch.setattr(topic_admin, "PARTITIONS_PER_TRANSACTION", 10)
+    monkeypatch.setattr(topic_admin, "finish_creation", lambda *args: (_ for _ in ()).throw(OSError("died")))
+    with pytest.raises(OSError):
+        nodes[1].admin.create_topic(topic_name, 25, 3, {})
+    client = nodes[1].session.client
+    tx = client.transaction()      # the one chunk it got to write
+    for index in range(10):
+        tx.create(zk_paths.partition(topic_name, index))
+        tx.create(zk_paths.partition_state(topic_name, index), PartitionState(1, 0, [1, 2, 3], 1).to_bytes())
+    tx.commit()
+    eventually(lambda: topic_name in nodes[3].cache.incomplete_topics())
+    assert nodes[3].cache.topic(topic_name) is None
+    controller = active_controller(nodes)
+    assert controller.call(lambda: controller.finish_incomplete_topics(3600)).result(10) == []   # not yet
+    assert controller.call(lambda: controller.finish_incomplete_topics(0)).result(10) == [topic_name]
+    for node in nodes.values():
+        eventually(lambda: (m := node.cache.topic(topic_name)) and len(m.states) == 25)
+        assert topic_name not in node.cache.incomplete_topics()
+
+
+def test_the_controller_finishes_a_topic_its_deleter_left_half_deleted(nodes, topic_name):
+    nodes[1].admin.create_topic(topic_name, 4, 3, {})
+    eventually(lambda: (m := nodes[2].cache.topic(topic_name)) and len(m.states) == 4)
+    client = nodes[1].session.client
+    data, stat = client.get(zk_paths.topic(topic_name))
+    client.set(zk_paths.topic(topic_name), replace(TopicRecord.from_bytes(data), deleting=True).to_bytes())
+    client.delete(zk_paths.partition(topic_name, 0), recursive=True)
+    for node in nodes.values():
+        eventually(lambda: node.cache.topic(topic_name) is None)
+    controller = active_controller(nodes)
+    assert controller.call(lambda: controller.finish_incomplete_topics(0)).result(10) == [topic_name]
+    assert not client.exists(zk_paths.topic(topic_name))
+    with pytest.raises(UnknownTopicOrPartition):
+        nodes[1].admin.delete_topic(topic_name)
+    nodes[1].admin.create_topic(topic_name, 2, 3, {})      # the name is free again
+    eventually(lambda: (m := nodes[2].cache.topic(topic_name)) and len(m.states) == 2)
 
 
 def test_a_cache_lagging_behind_a_delete_and_recreate_still_gets_the_new_leader(nodes, topic_name):
