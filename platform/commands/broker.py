@@ -5,6 +5,7 @@ import argparse
 import asyncio
 import logging
 import os
+import resource
 import sys
 import threading
 from pathlib import Path
@@ -14,6 +15,8 @@ from ember.errors import InvalidConfig
 from ember.ingest.broker_config import BROKER_CONFIGS, BrokerConfig, parse_log_dirs
 from ember.ingest.listeners import ListenerConfig
 from ember.wire.config_def import read_properties
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from ember.server.broker import Broker, BrokerOptions
@@ -83,6 +86,7 @@ def start_broker(args: argparse.Namespace) -> int:
                                        args.advertised_listeners or config.advertised_listeners,
                                        config.listener_security_protocol_map, config.inter_broker_listener_name)
     setup_logging(args.data)
+    raise_open_file_limit()
     metrics_listen = BROKER_CONFIGS["metrics.listen"].parse(args.metrics_listen) if args.metrics_listen \
         else config.metrics_listen
     log_dirs = parse_log_dirs(args.log_dirs, "--log-dirs") if args.log_dirs else config.log_dir_paths()
@@ -90,6 +94,20 @@ def start_broker(args: argparse.Namespace) -> int:
     options = options_class(args.id, args.zookeeper, listeners, args.data.resolve(), config, metrics_listen, log_dirs)
     run_until_stopped(broker_class(options))
     return 0
+
+
+def raise_open_file_limit() -> None:
+    """Raise this process's soft limit on open files to the hard limit, as the JVM does for Kafka:
+    a broker holds a file per partition replica (its active segment) and one per connection, and
+    the usual soft limit (1,024) is too low for a broker of a few thousand partitions
+    (docs/operations.md, "Open files")."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or hard == resource.RLIM_INFINITY or soft >= hard:
+        return
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ValueError, OSError) as exc:
+        log.warning("could not raise the open-file limit from %d to %d (%s)", soft, hard, exc)
 
 
 def _import_broker() -> tuple[type[Broker], type[BrokerOptions]]:
