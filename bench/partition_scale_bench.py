@@ -70,7 +70,8 @@ def run(name: str, bootstrap: str, pids: list[int], partitions: int, records: in
     before = [cpu_seconds(pid) for pid in pids]
     time.sleep(IDLE_MEASURE_S)
     idle = [round((cpu_seconds(pid) - b) / IDLE_MEASURE_S * 100, 1) for pid, b in zip(pids, before)]
-    log(f"{name}: idle CPU per broker {idle} % of a core; RSS {[round(rss_mb(pid)) for pid in pids]} MB")
+    log(f"{name}: idle CPU per broker {idle} % of a core; RSS {[round(rss_mb(pid)) for pid in pids]} MB; "
+        f"open files {[len(os.listdir(f'/proc/{pid}/fd')) for pid in pids]}")
 
 
 def main() -> int:
