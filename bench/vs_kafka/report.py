@@ -24,6 +24,8 @@ from workloads import Row
 
 #: Groups of the scale workload start with this (workloads.scale_cases).
 SCALE_PREFIX = "Scale: "
+#: Groups of the partitions workload (partitions.py; not imported: it needs the benchmark's clients).
+PARTITIONS_PREFIX = "Partitions: "
 
 #: Version of vs_kafka.json's layout: 2 = samples and stats per row (1, unversioned: best only).
 FORMAT = 2
@@ -32,8 +34,10 @@ FORMAT = 2
 def format_figure(value: float, unit: str) -> str:
     if unit == "records/s":
         return f"{value:,.0f}"
-    if unit == "MB":
-        return f"{value:,.0f} MB"
+    if unit in ("MB", "files"):
+        return f"{value:,.0f} {unit}"
+    if unit.startswith("%"):
+        return f"{value:.1f} {unit}"
     if unit in ("ms", "s"):
         return f"{value:.2f} {unit}"
     return f"{value:g} {unit}"
@@ -158,17 +162,60 @@ def scale_chart(rows: Sequence[Row], path: Path) -> None:
     plt.close(figure)
 
 
+def partitions_chart(rows: Sequence[Row], path: Path) -> None:
+    """One panel per measure of the partitions workload: each system's median against the number
+    of partitions (log axes), ember's read paths apart for Spark."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def partitions(row: Row) -> int:
+        return int(row.group.removeprefix(PARTITIONS_PREFIX).split()[0].replace(",", ""))
+    cases = list(dict.fromkeys(row.case for row in rows))
+    figure, panels = plt.subplots((len(cases) + 1) // 2, 2, figsize=(11, 3.2 * ((len(cases) + 1) // 2)),
+                                  squeeze=False)
+    for axes, case in zip(panels.flat, cases):
+        members = [row for row in rows if row.case == case]
+        series: dict[str, list[tuple[int, float]]] = {}
+        for row in members:
+            series.setdefault(f"ember{f' {row.ember_mode}' if row.ember_mode else ''}", []).append(
+                (partitions(row), row.ember))
+            series.setdefault(f"Kafka{f' {row.kafka_mode}' if row.kafka_mode else ''}", []).append(
+                (partitions(row), row.kafka))
+        for label, points in series.items():
+            points = sorted(set(points))
+            axes.plot([p for p, _ in points], [v for _, v in points], marker="o", label=label,
+                      color="#c92a2a" if label.startswith("Kafka") else None)
+        axes.set_xscale("log")
+        axes.set_yscale("log")
+        axes.set_xlabel("partitions")
+        axes.set_ylabel(members[0].unit)
+        axes.set_title(case, fontsize=9)
+        axes.grid(True, which="both", alpha=0.3)
+        axes.legend(fontsize=7)
+    for axes in list(panels.flat)[len(cases):]:
+        axes.axis("off")
+    figure.suptitle("ember vs Apache Kafka by partition count (RF 3, 3 brokers each, medians)", fontsize=11)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
 def write(rows: Sequence[Row], out: Path, header: str, settings: dict[str, object]) -> Path:
-    """Writes vs_kafka.{md,png,json} (and vs_kafka_scale.png with scale rows) and the history copy of
+    """Writes vs_kafka.{md,png,json} (vs_kafka_scale.png with scale rows, vs_kafka_partitions.png with
+    partitions rows) and the history copy of
     the JSON; returns the history file."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "vs_kafka.md").write_text(markdown(rows, header))
     scaled = [row for row in rows if row.group.startswith(SCALE_PREFIX)]
-    others = [row for row in rows if not row.group.startswith(SCALE_PREFIX)]
+    by_partitions = [row for row in rows if row.group.startswith(PARTITIONS_PREFIX)]
+    others = [row for row in rows if row not in scaled and row not in by_partitions]
     if others:
         chart(others, out / "vs_kafka.png", "ember vs Apache Kafka, same machine, same run (medians)")
     if scaled:
         scale_chart(scaled, out / "vs_kafka_scale.png")
+    if by_partitions:
+        partitions_chart(by_partitions, out / "vs_kafka_partitions.png")
     source = os.environ.get("EMBER_BENCH_SOURCE")
     document = json.dumps({"format": FORMAT, "source": source or "working tree",
                            "run_at_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -18,6 +18,9 @@ Workloads (``--only`` takes a comma list of these names):
   footprint    broker RSS after the load, cluster cold start, one broker restart
   scale        the cost per record: 1-8 producer processes, records of 10 B-100 KB, each compression.type
                (per-record clients: ember's send, confluent-kafka through ember's Kafka listener and on Kafka)
+  partitions   topics of 6 to 5,000 partitions (RF 3): create, produce acks=all, consume, idle CPU, RSS and
+               open files per broker, Spark count() (partitions.py); not in the default set:
+               ``--only partitions --out bench/results/partitions``
 
 Run it with ``bash bench/vs_kafka/run.sh [options]`` (set-up first: Kafka jars, Spark's connector,
 confluent-kafka and matplotlib into .venv), or directly with ``.venv/bin/python bench/vs_kafka/run.py``.
@@ -40,17 +43,29 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]           # this folder's modules, 
 
 import compare  # noqa: E402
 import workloads  # noqa: E402
+from partitions import partition_scale  # noqa: E402
 from report import write  # noqa: E402
 from systems import EmberSystem, KafkaSystem, System  # noqa: E402
 from workloads import Row, log  # noqa: E402
 
-ALL = ("produce", "latency", "consume", "spark-read", "spark-write", "footprint", "scale")
+ALL = ("produce", "latency", "consume", "spark-read", "spark-write", "footprint", "scale", "partitions")
+#: What a run without ``--only`` measures: the partitions workload takes about 40 minutes on its own.
+DEFAULT = tuple(name for name in ALL if name != "partitions")
 READ_TOPIC = "read"
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", default=",".join(ALL), help=f"comma list of workloads (default: all of {', '.join(ALL)})")
+    parser.add_argument("--only", default=",".join(DEFAULT),
+                        help=f"comma list of workloads (default: {', '.join(DEFAULT)}; also: partitions)")
+    parser.add_argument("--partition-counts", default="6,100,1000,5000",
+                        help="partitions: topic sizes (default 6,100,1000,5000)")
+    parser.add_argument("--partition-records", type=int, default=100_000,
+                        help="partitions: records produced and consumed per topic (default 100k)")
+    parser.add_argument("--partition-repeats", type=int, default=3,
+                        help="partitions: create/produce/consume runs per size and system (default 3)")
+    parser.add_argument("--partition-spark-max", type=int, default=1000,
+                        help="partitions: Spark rows only up to this many partitions (default 1000; 0: none)")
     parser.add_argument("--records", type=int, default=1_000_000, help="records per producer run (default 1M)")
     parser.add_argument("--consume-records", type=int, default=1_000_000, help="records per consumer run (default 1M)")
     parser.add_argument("--spark-records", type=int, default=2_000_000,
@@ -115,6 +130,15 @@ def run_workloads(args: argparse.Namespace, systems: list[System], work: Path) -
         rows += workloads.footprint(systems, {s.name: s.cold_start_s for s in systems})
     if "scale" in selected:
         rows += workloads.scale(systems, args.scale_repeats)
+    if "partitions" in selected:
+        counts = [int(n) for n in args.partition_counts.split(",") if n.strip()]
+        spark = spark_with_kafka_connector() if args.partition_spark_max > 0 else None
+        try:
+            rows += partition_scale(systems, counts, args.partition_records, args.partition_repeats, spark,
+                                    args.partition_spark_max)
+        finally:
+            if spark is not None:
+                spark.stop()
     return rows
 
 

@@ -1,0 +1,157 @@
+"""The partitions workload: one topic of N partitions (RF 3) per system for each N of
+``--partition-counts``, the same confluent-kafka clients on both (ember through its Kafka listener):
+
+* create: CreateTopics until every partition has a leader and a full ISR (seconds);
+* produce: ``--partition-records`` records of 100 B, acks=all, linger 5 ms, idempotent;
+* consume: a new group reading them all from the beginning (join included);
+* then, once per N and system: idle CPU of each broker over IDLE_MEASURE_S (both clusters idle),
+  RSS and open files of each broker (the mean of the three);
+* Spark ``count()`` of that topic, ember's direct and broker paths vs Spark's Kafka connector on
+  Kafka, up to ``--partition-spark-max`` partitions (the connector pays a consumer per partition:
+  about 0.3 s each here, 5 minutes at 1,000).
+
+Create, produce and consume run ``--partition-repeats`` times per N, interleaved, each on a new
+topic (deleted afterwards); the other rows are measured once (``single``).
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import time
+import uuid
+from typing import Any, Callable, Sequence
+
+from report import PARTITIONS_PREFIX
+from systems import System, rss_mb
+from workloads import Row, cpu_seconds, interleaved, log
+
+VALUE = b"v" * 100
+IDLE_SETTLE_S = 5
+IDLE_MEASURE_S = 20
+TIMEOUT_S = 600
+
+
+def kafka_bootstrap(system: System) -> str:
+    """Where a Kafka client connects: ember's Kafka listener, or Kafka itself."""
+    return getattr(system.clients, "kafka_bootstrap", "") or system.clients.bootstrap
+
+
+def broker_pids(system: System) -> list[int]:
+    return [pid for name, pid in system.processes().items() if name != "zookeeper"]
+
+
+def produce(bootstrap: str, topic: str, records: int) -> float:
+    """acks=all, idempotent, linger 5 ms: records/s until every record is acknowledged."""
+    from confluent_kafka import Producer
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                         "linger.ms": 5, "log_level": 3})
+    started = time.perf_counter()
+    for _ in range(records):
+        while True:
+            try:
+                producer.produce(topic, VALUE)
+                break
+            except BufferError:
+                producer.poll(0.01)
+    undelivered = producer.flush(TIMEOUT_S)
+    if undelivered:
+        raise RuntimeError(f"{undelivered:,} records to {topic} undelivered after {TIMEOUT_S} s")
+    return records / (time.perf_counter() - started)
+
+
+def consume(bootstrap: str, topic: str, records: int) -> float:
+    """A new group from the beginning, join included: records/s until all are read."""
+    from confluent_kafka import Consumer
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"partitions-{uuid.uuid4().hex}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False, "log_level": 3})
+    started, seen = time.perf_counter(), 0
+    try:
+        consumer.subscribe([topic])
+        while seen < records:
+            if time.perf_counter() - started > TIMEOUT_S:
+                raise RuntimeError(f"consumed {seen:,} of {records:,} records of {topic} in {TIMEOUT_S} s")
+            seen += sum(1 for message in consumer.consume(10_000, 1.0) if message.error() is None)
+    finally:
+        consumer.close()
+    return seen / (time.perf_counter() - started)
+
+
+def idle_cpu_percent(systems: Sequence[System]) -> dict[str, float]:
+    """Mean CPU of each system's brokers while nothing runs, in % of a core."""
+    time.sleep(IDLE_SETTLE_S)
+    pids = {system.name: broker_pids(system) for system in systems}
+    before = {name: [cpu_seconds(pid) for pid in ps] for name, ps in pids.items()}
+    time.sleep(IDLE_MEASURE_S)
+    return {name: statistics.mean((cpu_seconds(pid) - b) / IDLE_MEASURE_S * 100 for pid, b in zip(ps, before[name]))
+            for name, ps in pids.items()}
+
+
+def spark_count(spark: Any, system: System, mode: str, topic: str, records: int) -> float:
+    started = time.perf_counter()
+    count = system.clients.spark_read(spark, mode, topic).count()
+    if count != records:
+        raise RuntimeError(f"{system.name} Spark read ({mode}) of {topic} counted {count:,}, expected {records:,}")
+    return records / (time.perf_counter() - started)
+
+
+def partition_scale(systems: Sequence[System], counts: Sequence[int], records: int, repeats: int,
+                    spark: Any = None, spark_max: int = 1000) -> list[Row]:
+    rows: list[Row] = []
+    ember, kafka = systems[0].name, systems[1].name
+    for count in counts:
+        group = f"{PARTITIONS_PREFIX}{count:,} partitions (RF 3)"
+        samples: dict[tuple[str, str], list[float]] = {}
+        kept: dict[str, str] = {}           # the last topic of each system: idle, footprint and Spark rows
+        for system in interleaved(systems, repeats):
+            for topic in [kept.pop(system.name)] if system.name in kept else []:
+                system.delete_topic(topic)
+            topic = f"partitions-{count}-{uuid.uuid4().hex[:8]}"
+            bootstrap = kafka_bootstrap(system)
+            started = time.perf_counter()
+            system.create_topic(topic, count, 3)
+            created = time.perf_counter() - started
+            produced = produce(bootstrap, topic, records)
+            consumed = consume(bootstrap, topic, records)
+            kept[system.name] = topic
+            log(f"{count:>6,} partitions {system.name:5s}: created in {created:.2f} s, produced {produced:,.0f} "
+                f"records/s (acks=all), consumed {consumed:,.0f} records/s")
+            for case, value in (("create", created), ("produce", produced), ("consume", consumed)):
+                samples.setdefault((system.name, case), []).append(value)
+        idle = idle_cpu_percent(systems)
+        footprint = {system.name: ([rss_mb(pid) for pid in broker_pids(system)],
+                                   [len(os.listdir(f"/proc/{pid}/fd")) for pid in broker_pids(system)])
+                     for system in systems}
+        log(f"{count:>6,} partitions: idle CPU per broker {idle}; RSS and open files {footprint}")
+
+        def row(case: str, unit: str, higher: bool, ember_samples: list[float], kafka_samples: list[float],
+                single: bool = False, ember_mode: str = "", kafka_mode: str = "") -> Row:
+            return Row(group, case, unit, ember_samples, kafka_samples, higher, ember_mode, kafka_mode, single)
+        rows += [row("create the topic (leaders and full ISRs)", "s", False,
+                     samples[(ember, "create")], samples[(kafka, "create")]),
+                 row("produce, acks=all, confluent-kafka", "records/s", True,
+                     samples[(ember, "produce")], samples[(kafka, "produce")]),
+                 row("consume, new group, confluent-kafka", "records/s", True,
+                     samples[(ember, "consume")], samples[(kafka, "consume")]),
+                 row("idle CPU per broker", "% of a core", False, [idle[ember]], [idle[kafka]], True),
+                 row("RSS per broker", "MB", False, [statistics.mean(footprint[ember][0])],
+                     [statistics.mean(footprint[kafka][0])], True),
+                 row("open files per broker", "files", False, [statistics.mean(footprint[ember][1])],
+                     [statistics.mean(footprint[kafka][1])], True)]
+        if spark is not None and count <= spark_max:
+            rows += spark_rows(spark, systems, kept, records, row, warm_connector=count <= 100)
+        for system in systems:
+            system.delete_topic(kept[system.name])
+    return rows
+
+
+def spark_rows(spark: Any, systems: Sequence[System], topics: dict[str, str], records: int,
+               row: Callable[..., Row], warm_connector: bool) -> list[Row]:
+    """count() once per path, each after a warm-up read (the connector's only with ``warm_connector``:
+    at 1,000 partitions one read takes minutes): ember direct and broker vs the connector."""
+    ember, kafka = systems
+    for system, mode in ((ember, "direct"), (ember, "broker"), (kafka, "kafka"))[:3 if warm_connector else 2]:
+        spark_count(spark, system, mode, topics[system.name], records)
+    connector = [spark_count(spark, kafka, "kafka", topics[kafka.name], records)]
+    return [row("Spark count()", "records/s", True,
+                [spark_count(spark, ember, mode, topics[ember.name], records)], connector, True,
+                f"readPath={mode}", 'format("kafka")') for mode in ("direct", "broker")]
