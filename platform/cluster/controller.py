@@ -398,9 +398,9 @@ class Controller:
             log.warning("topic %s was left half %s; the controller finishes it", name,
                         "created" if record.creating else "deleted")
             if record.creating:
-                finish_creation(self.session, name, self.epoch)
+                finish_creation(self.session, name, record.topic_id, self.epoch)
             else:
-                finish_deletion(self.session, name)
+                finish_deletion(self.session, name, record.topic_id)
             finished.append(name)
         return finished
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from kazoo.exceptions import KazooException, NoNodeError
+from kazoo.protocol.states import KazooState
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from ember.cluster.partition_state_watches import PartitionStateWatches
@@ -91,6 +92,7 @@ class MetadataCache:
     def start(self) -> None:
         """Install the watches; returns once the initial state has been read."""
         client = self.session.client
+        client.add_listener(self._on_connection)
         ChildrenWatch(client, zk_paths.BROKER_IDS, self._on_brokers)
         DataWatch(client, zk_paths.CONTROLLER, self._on_controller)
         ChildrenWatch(client, zk_paths.TOPICS, self._on_topics)
@@ -131,6 +133,18 @@ class MetadataCache:
                 listener(topic)
             except Exception:
                 log.exception("metadata listener failed")
+
+    def _on_connection(self, state: str) -> None:
+        """kazoo's connection thread, which must not block: every partition state is read
+        again on one worker after a reconnection (a watch event may have been missed)."""
+        if state == KazooState.CONNECTED:
+            self.session.client.handler.spawn(self._rewatch_states)
+
+    def _rewatch_states(self) -> None:
+        with self._lock:
+            watches = list(self._watches.values())
+        for watch in watches:
+            watch.states.rewatch()
 
     def _on_brokers(self, children: list[str]) -> None:
         brokers: dict[int, BrokerInfo] = {}
@@ -191,18 +205,16 @@ class MetadataCache:
         self._notify(name)
         return renewed
 
-    def _set_states(self, name: str, changed: dict[int, PartitionState | None]) -> None:
-        """Store partition states (None: the state node is gone); one copy and one notification
-        however many changed."""
+    def _set_states(self, name: str, changed: dict[int, PartitionState]) -> None:
+        """Store partition states read from ZooKeeper; one copy and one notification however many
+        changed. A state node is deleted only with its topic, whose record's watch drops them."""
         with self._lock:
             topic = self._topics.get(name)
             if topic is None:
                 return
             states = dict(topic.states)
             for index, state in changed.items():
-                if state is None:
-                    states.pop(index, None)
-                elif index not in states or states[index].version <= state.version:
+                if index not in states or not states[index].newer_than(state):
                     states[index] = state   # never an older read over a newer one (a batch stored late)
             self._topics[name] = TopicMetadata(name, topic.record, states)
         self._notify(name)

@@ -114,16 +114,23 @@ class PartitionState:
     isr: list[int]
     controller_epoch: int
     version: int = -1
+    #: The znode's creation zxid (-1: unknown): a re-created topic's state node has a larger one,
+    #: so a read of the old node arriving late never passes for newer (versions restart at 0).
+    created_zxid: int = field(default=-1, compare=False)
 
     def to_bytes(self) -> bytes:
         return _dump({"leader": self.leader, "leader_epoch": self.leader_epoch,
                       "isr": self.isr, "controller_epoch": self.controller_epoch})
 
     @classmethod
-    def from_bytes(cls, data: bytes, version: int = -1) -> "PartitionState":
+    def from_bytes(cls, data: bytes, version: int = -1, created_zxid: int = -1) -> "PartitionState":
         doc = json.loads(data)
         return cls(int(doc["leader"]), int(doc["leader_epoch"]), [int(b) for b in doc["isr"]],
-                   int(doc["controller_epoch"]), version)
+                   int(doc["controller_epoch"]), version, created_zxid)
+
+    def newer_than(self, other: "PartitionState") -> bool:
+        """Read from a later incarnation of the znode, or a later version of the same one."""
+        return (self.created_zxid, self.version) > (other.created_zxid, other.version)
 
 
 @dataclass(frozen=True)

@@ -114,7 +114,7 @@ class TopicAdmin:
             raise TopicAlreadyExists(f"topic {name!r} already exists")
         if failure is not None:
             raise failure
-        if large and not finish_creation(self.session, name, epoch):
+        if large and not finish_creation(self.session, name, record.topic_id, epoch):
             try:
                 finished, _ = self._read(name)
             except UnknownTopicOrPartition:
@@ -203,7 +203,7 @@ class TopicAdmin:
                 continue
             except NoNodeError:
                 raise UnknownTopicOrPartition(f"topic {name!r} does not exist") from None
-            finish_deletion(self.session, name)
+            finish_deletion(self.session, name, record.topic_id)
             return
         raise RequestTimedOut(f"topic {name!r} kept changing while it was being deleted; retry")
 
@@ -214,6 +214,8 @@ class TopicAdmin:
             raise InvalidConfig(f"unknown topic config(s) {', '.join(sorted(unknown))}")
         for _ in range(_CAS_ATTEMPTS):
             record, version = self._read(name)
+            if not record.complete:
+                raise UnknownTopicOrPartition(f"topic {name!r} is being created or deleted; retry")
             overrides = {k: v for k, v in record.config.items() if k not in delete}
             overrides.update({str(k): str(v) for k, v in set_.items()})
             self.policy.validate(overrides)
@@ -258,10 +260,12 @@ def _delete_partition_nodes(tx: TransactionRequest, name: str, indexes: Iterable
         tx.delete(zk_paths.partition(name, index))
 
 
-def finish_creation(session: ZkSession, name: str, controller_epoch: int) -> bool:
-    """Write the partition nodes a topic marked creating lacks, one transaction per chunk, then
-    unmark it. Its creator does this, and the controller for a creator that died half-way; either
-    may find the other's nodes (it looks again). False: the topic is gone, or not creating."""
+def finish_creation(session: ZkSession, name: str, topic_id: str, controller_epoch: int) -> bool:
+    """Write the partition nodes topic ``topic_id``, marked creating, lacks, one transaction per
+    chunk, then unmark it. Its creator does this, and the controller for a creator that died
+    half-way; either may find the other's nodes (it looks again). Every transaction checks the
+    topic node's version, so none writes into a topic marked deleting since, or re-created.
+    False: the topic is gone, another one, or no longer creating."""
     client = session.client
     for _ in range(_CAS_ATTEMPTS):
         try:
@@ -270,18 +274,17 @@ def finish_creation(session: ZkSession, name: str, controller_epoch: int) -> boo
         except NoNodeError:
             return False
         record = TopicRecord.from_bytes(data)
-        if not record.creating:
+        if record.topic_id != topic_id or not record.creating:
             return False
         raced = False
         for chunk in _chunks([index for index in record.assignment if index not in present]):
             tx = client.transaction()
+            tx.check(zk_paths.topic(name), stat.version)
             _create_partition_nodes(tx, name, record, chunk, controller_epoch)
             failure = multi_failure(tx.commit())
-            if isinstance(failure, NodeExistsError):
-                raced = True      # the other writer: look again at what is there
+            if isinstance(failure, (NodeExistsError, BadVersionError, NoNodeError)):
+                raced = True      # the other writer, a deletion: look again at what is there
                 break
-            if isinstance(failure, NoNodeError):
-                return False      # deleted meanwhile
             if failure is not None:
                 raise failure
         if raced:
@@ -289,25 +292,30 @@ def finish_creation(session: ZkSession, name: str, controller_epoch: int) -> boo
         try:
             client.set(zk_paths.topic(name), replace(record, creating=False).to_bytes(), version=stat.version)
             return True
-        except BadVersionError:
+        except (BadVersionError, NoNodeError):
             continue
-        except NoNodeError:
-            return False
     raise RequestTimedOut(f"topic {name!r} kept changing while its creation was finished; retry")
 
 
-def finish_deletion(session: ZkSession, name: str) -> None:
-    """Delete a topic marked deleting: its partition nodes a chunk per transaction, then the topic.
-    Its deleter does this, and the controller for a deleter that died half-way."""
+def finish_deletion(session: ZkSession, name: str, topic_id: str) -> None:
+    """Delete topic ``topic_id``, marked deleting: its partition nodes a chunk per transaction,
+    then the topic node. Its deleter does this, and the controller for a deleter that died
+    half-way. Every transaction checks the topic node's version: a topic created again under the
+    name since is never touched."""
     client = session.client
     for _ in range(_CAS_ATTEMPTS):
         try:
+            data, stat = client.get(zk_paths.topic(name))
             present = sorted(int(child) for child in client.get_children(zk_paths.partitions(name)))
         except NoNodeError:
-            present = []
+            return            # finished by the other deleter
+        record = TopicRecord.from_bytes(data)
+        if record.topic_id != topic_id or not record.deleting:
+            return
         raced = False
         for chunk in _chunks(present):
             tx = client.transaction()
+            tx.check(zk_paths.topic(name), stat.version)
             _delete_partition_nodes(tx, name, chunk)
             if multi_failure(tx.commit()) is not None:
                 raced = True      # the other deleter took some: look again
@@ -316,10 +324,10 @@ def finish_deletion(session: ZkSession, name: str) -> None:
             continue
         tx = client.transaction()
         tx.delete(zk_paths.partitions(name))
-        tx.delete(zk_paths.topic(name))
+        tx.delete(zk_paths.topic(name), stat.version)
         failure = multi_failure(tx.commit())
-        if failure is None or isinstance(failure, NoNodeError):
+        if failure is None:
             return
-        if not isinstance(failure, NotEmptyError):
+        if not isinstance(failure, (NotEmptyError, NoNodeError, BadVersionError)):
             raise failure
     raise RequestTimedOut(f"topic {name!r} kept changing while its deletion was finished; retry")

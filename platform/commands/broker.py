@@ -17,6 +17,9 @@ from ember.ingest.listeners import ListenerConfig
 from ember.wire.config_def import read_properties
 
 log = logging.getLogger(__name__)
+#: The soft open-file limit a broker asks for when the hard one is unlimited (Linux's default
+#: fs.nr_open; a soft limit must be a number).
+OPEN_FILES_WITHOUT_HARD_LIMIT = 1 << 20
 
 if TYPE_CHECKING:
     from ember.server.broker import Broker, BrokerOptions
@@ -102,12 +105,13 @@ def raise_open_file_limit() -> None:
     the usual soft limit (1,024) is too low for a broker of a few thousand partitions
     (docs/operations.md, "Open files")."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY or hard == resource.RLIM_INFINITY or soft >= hard:
+    target = OPEN_FILES_WITHOUT_HARD_LIMIT if hard == resource.RLIM_INFINITY else hard
+    if soft == resource.RLIM_INFINITY or soft >= target:
         return
     try:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
     except (ValueError, OSError) as exc:
-        log.warning("could not raise the open-file limit from %d to %d (%s)", soft, hard, exc)
+        log.warning("could not raise the open-file limit from %d to %d (%s)", soft, target, exc)
 
 
 def _import_broker() -> tuple[type[Broker], type[BrokerOptions]]:

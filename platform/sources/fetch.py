@@ -55,8 +55,23 @@ def read_task(task: Task, options: ReaderOptions, target: pa.Schema) -> Iterator
         position = yield from _read_stored(piece, options, target)
         if position < piece.end:
             rest.append((piece, position))
-    if rest:
-        yield from _read_broker(rest, options, target)
+    for wave in _distinct_partitions(rest):
+        yield from _read_broker(wave, options, target)
+
+
+def _distinct_partitions(ranges: list[tuple[OffsetRange, int]]) -> list[list[tuple[OffsetRange, int]]]:
+    """The ranges in waves, each wave at most one range per partition, in offset order: a packed
+    task may hold neighbouring pieces of one partition (``minPartitions`` split it), and a
+    consumer holds one position per partition."""
+    waves: list[list[tuple[OffsetRange, int]]] = []
+    for item in sorted(ranges, key=lambda item: item[0].start):
+        key = (item[0].topic, item[0].partition)
+        wave = next((w for w in waves if all((r.topic, r.partition) != key for r, _ in w)), None)
+        if wave is None:
+            waves.append([item])
+        else:
+            wave.append(item)
+    return waves
 
 
 def _read_stored(task: OffsetRange, options: ReaderOptions, target: pa.Schema
@@ -187,13 +202,19 @@ def _read_broker(ranges: list[tuple[OffsetRange, int]], options: ReaderOptions,
             try:
                 fetched = consumer.poll_batches(timeout_ms=500)
             except OffsetOutOfRange as exc:
-                for tp in exc.partitions.keys() & positions.keys():
+                moved = exc.partitions.keys() & positions.keys()
+                if not moved:
+                    raise
+                for tp in moved:
                     task = tasks[tp]
                     positions[tp] = check_data_loss(task.topic, task.partition, positions[tp],
                                                     _log_start(task, options), options.fail_on_data_loss)
-                    consumer.seek(tp, positions[tp])
-                if not exc.partitions.keys() & positions.keys():
-                    raise
+                    if positions[tp] >= task.end:
+                        del positions[tp]         # retention took the rest of the range
+                    else:
+                        consumer.seek(tp, positions[tp])
+                if positions:
+                    consumer.assign(list(positions))
                 continue
             done = False
             for tp, batch in fetched.items():

@@ -214,6 +214,9 @@ def test_producer_id_blocks_never_overlap(nodes):
 
 def test_expired_session_reregisters_and_keeps_watching(nodes, zookeeper, topic_name):
     node = nodes[2]
+    before = f"{topic_name}-before"
+    nodes[1].admin.create_topic(before, 1, 3, {})
+    eventually(lambda: (m := node.cache.topic(before)) is not None and 0 in m.states)
     old_session = node.session.session_id
     # Closing a second client that shares the session id and password expires the session.
     twin = KazooClient(hosts=zookeeper.connect_string, client_id=node.session.client.client_id)
@@ -232,6 +235,13 @@ def test_expired_session_reregisters_and_keeps_watching(nodes, zookeeper, topic_
     eventually(lambda: 2 in nodes[1].cache.brokers())
     nodes[1].admin.create_topic(topic_name, 1, 1, {})
     eventually(lambda: node.cache.topic(topic_name) is not None)
+    # The expired session took the partition-state watches with it: the new one re-arms them.
+    path = zk_paths.partition_state(before, 0)
+    data, stat = nodes[1].session.client.get(path)
+    moved = PartitionState.from_bytes(data)
+    nodes[1].session.client.set(path, PartitionState(moved.leader, 5, moved.isr, moved.controller_epoch).to_bytes(),
+                                version=stat.version)
+    eventually(lambda: node.cache.topic(before).states[0].leader_epoch == 5)
 
 
 def test_a_deposed_controller_cannot_write_partition_state(nodes, topic_name):

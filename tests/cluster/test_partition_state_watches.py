@@ -9,7 +9,6 @@ from typing import Any, Callable, Iterator
 
 import pytest
 from kazoo.client import KazooClient
-from kazoo.protocol.states import KazooState
 
 from ember.cluster.partition_state_watches import PartitionStateWatches
 from ember.cluster.records import PartitionState
@@ -93,13 +92,32 @@ def test_every_change_is_read_and_the_watch_rearmed(client):
     watches.stop()
 
 
-def test_a_deleted_state_is_stored_as_none(client):
+def test_a_deleted_state_is_not_stored(client):
+    """State nodes go only with their topic (whose record's watch drops it): nothing to store."""
     create_states(client, 2)
     stored = Stored()
     watches = PartitionStateWatches(client, TOPIC, stored)
     watches.watch(range(2))
     client.delete(zk_paths.partition(TOPIC, 0), recursive=True)
-    eventually(lambda: stored.latest(0) is None)
+    client.set(zk_paths.partition_state(TOPIC, 1), state(2, 1))
+    eventually(lambda: stored.latest(1).leader_epoch == 1)
+    assert all(0 not in update for update in stored.updates[1:])
+    watches.stop()
+
+
+def test_a_recreated_state_node_reads_as_newer_than_the_old_one_whatever_its_version(client):
+    create_states(client, 1)
+    stored = Stored()
+    watches = PartitionStateWatches(client, TOPIC, stored)
+    watches.watch([0])
+    for epoch in (1, 2):
+        client.set(zk_paths.partition_state(TOPIC, 0), state(2, epoch))
+    old = eventually(lambda: (s := stored.latest(0)).version == 2 and s)
+    client.delete(zk_paths.topic(TOPIC), recursive=True)
+    create_states(client, 1)
+    watches.rewatch()
+    new = eventually(lambda: (s := stored.latest(0)).version == 0 and s)
+    assert new.newer_than(old) and not old.newer_than(new)
     watches.stop()
 
 
@@ -113,7 +131,7 @@ def test_a_change_missed_while_disconnected_is_read_on_reconnection(client):
     client.set(zk_paths.partition_state(TOPIC, 1), state(2, 7))
     time.sleep(0.3)
     assert stored.latest(1).leader_epoch == 0
-    watches._on_connection(KazooState.CONNECTED)
+    watches.rewatch()
     eventually(lambda: stored.latest(1).leader_epoch == 7)
     watches.stop()
 
@@ -125,6 +143,6 @@ def test_a_stopped_watch_stores_nothing(client):
     watches.watch([0])
     watches.stop()
     client.set(zk_paths.partition_state(TOPIC, 0), state(2, 1))
-    watches._on_connection(KazooState.CONNECTED)
+    watches.rewatch()
     time.sleep(0.3)
     assert len(stored.updates) == 1

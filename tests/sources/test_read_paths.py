@@ -14,7 +14,7 @@ from ember.log import Log, LogConfig, checkpoint
 from ember.record import build_batch
 from ember.sources.fetch import DirectReadError, FetchTimeout, read_task
 from ember.sources.options import reader_options
-from ember.sources.planning import OffsetRange
+from ember.sources.planning import OffsetRange, RangeGroup
 from ember.sources.schema import arrow_schema
 
 TOPIC = "direct"
@@ -161,3 +161,22 @@ def test_a_corrupt_copy_is_skipped_for_the_next_copy_or_the_brokers(tmp_path, mo
         read(tmp_path, 0, 4, (1, 2))
     calls = broker_calls(monkeypatch)
     assert read(tmp_path, 0, 4, (1, 2), read_path="auto") == everything[:2] and calls == [2]
+
+
+def test_two_ranges_of_one_partition_in_a_task_are_fetched_one_after_the_other(monkeypatch) -> None:
+    """minPartitions can split a partition into neighbouring pieces that one packed task holds; a
+    consumer has one position per partition, so the broker path reads them in turn (in one go,
+    the second range replaced the first and its rows were lost)."""
+    from ember.sources import fetch
+
+    waves: list[list[tuple[int, int]]] = []
+
+    def fake_read_broker(ranges, options, target):
+        waves.append([(r.partition, position) for r, position in ranges])
+        return iter(())
+
+    monkeypatch.setattr(fetch, "_read_broker", fake_read_broker)
+    opts = reader_options({"bootstrap": NO_BROKER, "topic": TOPIC, "readPath": "broker"}, streaming=False)
+    group = RangeGroup((OffsetRange(TOPIC, 0, 2, 4), OffsetRange(TOPIC, 1, 0, 5), OffsetRange(TOPIC, 0, 0, 2)))
+    assert list(read_task(group, opts, arrow_schema(False))) == []
+    assert waves == [[(1, 0), (0, 0)], [(0, 2)]]
