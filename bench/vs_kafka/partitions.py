@@ -28,6 +28,8 @@ from workloads import Row, cpu_seconds, interleaved, log
 VALUE = b"v" * 100
 IDLE_SETTLE_S = 5
 IDLE_MEASURE_S = 20
+#: After a deletion, before the next topic is created.
+DELETE_SETTLE_S = 15
 TIMEOUT_S = 600
 
 
@@ -104,7 +106,7 @@ def partition_scale(systems: Sequence[System], counts: Sequence[int], records: i
         kept: dict[str, str] = {}           # the last topic of each system: idle, footprint and Spark rows
         for system in interleaved(systems, repeats):
             for topic in [kept.pop(system.name)] if system.name in kept else []:
-                system.delete_topic(topic)
+                delete_and_settle(system, topic)
             topic = f"partitions-{count}-{uuid.uuid4().hex[:8]}"
             bootstrap = kafka_bootstrap(system)
             started = time.perf_counter()
@@ -140,8 +142,18 @@ def partition_scale(systems: Sequence[System], counts: Sequence[int], records: i
         if spark is not None and count <= spark_max:
             rows += spark_rows(spark, systems, kept, records, row, warm_connector=count <= 100)
         for system in systems:
-            system.delete_topic(kept[system.name])
+            delete_and_settle(system, kept[system.name])
     return rows
+
+
+def delete_and_settle(system: System, topic: str) -> None:
+    """Delete a topic and give the brokers time to remove its logs, so the next run does not
+    measure the deletion of thousands of partitions (at 5,000, runs that overlapped it were
+    10-50x slower on both systems)."""
+    started = time.perf_counter()
+    system.delete_topic(topic)
+    time.sleep(DELETE_SETTLE_S)
+    log(f"deleted {system.name} {topic} ({time.perf_counter() - started:.1f} s with the settling time)")
 
 
 def spark_rows(spark: Any, systems: Sequence[System], topics: dict[str, str], records: int,
