@@ -148,8 +148,8 @@ def partition_scale(systems: Sequence[System], counts: Sequence[int], records: i
 
 def delete_and_settle(system: System, topic: str) -> None:
     """Delete a topic and give the brokers time to remove its logs, so the next run does not
-    measure the deletion of thousands of partitions (at 5,000, runs that overlapped it were
-    10-50x slower on both systems)."""
+    measure the deletion of thousands of partitions (at 5,000, ember's produce runs that
+    overlapped it were about 40x slower, Kafka's 2-3x)."""
     started = time.perf_counter()
     system.delete_topic(topic)
     time.sleep(DELETE_SETTLE_S)
