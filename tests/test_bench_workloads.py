@@ -76,15 +76,13 @@ def test_the_spark_cpu_counts_the_jvm_and_its_children(workloads) -> None:  # ty
         parent.wait(10)
 
 
-def test_the_partitions_rows_get_their_own_chart_and_stay_out_of_the_main_one(workloads, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_the_partitions_rows_get_their_own_chart_and_stay_out_of_the_main_one(workloads) -> None:  # type: ignore[no-untyped-def]
     import report
-    rows = [workloads.Row(f"{report.PARTITIONS_PREFIX}{n:,} partitions (RF 3)", case, unit, [e], [k], higher)
-            for n, scale in ((6, 1), (1000, 10)) for case, unit, higher, e, k in (
-                ("create the topic", "s", False, 0.1 * scale, 0.2 * scale),
-                ("produce, acks=all", "records/s", True, 5e4 / scale, 4e4 / scale))]
-    rows.append(workloads.Row("Consumer", "from the beginning", "records/s", [1e5], [2e5], True))
-    report.write(rows, tmp_path, "header", {})
-    assert (tmp_path / "vs_kafka_partitions.png").stat().st_size > 0
-    assert (tmp_path / "vs_kafka.png").stat().st_size > 0
-    table = (tmp_path / "vs_kafka.md").read_text()
-    assert "Partitions: 1,000 partitions (RF 3) | create the topic [s]" in table
+    partitions = [workloads.Row(f"{report.PARTITIONS_PREFIX}{n:,} partitions (RF 3)", case, unit, [e], [k], higher)
+                  for n, scale in ((6, 1), (1000, 10)) for case, unit, higher, e, k in (
+                      ("create the topic", "s", False, 0.1 * scale, 0.2 * scale),
+                      ("produce, acks=all", "records/s", True, 5e4 / scale, 4e4 / scale))]
+    main = workloads.Row("Consumer", "from the beginning", "records/s", [1e5], [2e5], True)
+    assert report.chart_families([*partitions, main]) == ([main], [], partitions)
+    table = report.markdown([*partitions, main], "header")
+    assert "| Partitions: 1,000 partitions (RF 3) | create the topic [s] | 1.00 s" in table

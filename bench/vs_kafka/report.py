@@ -201,15 +201,21 @@ def partitions_chart(rows: Sequence[Row], path: Path) -> None:
     plt.close(figure)
 
 
+def chart_families(rows: Sequence[Row]) -> tuple[list[Row], list[Row], list[Row]]:
+    """The rows of each chart: vs_kafka.png, vs_kafka_scale.png, vs_kafka_partitions.png."""
+    scaled = [row for row in rows if row.group.startswith(SCALE_PREFIX)]
+    by_partitions = [row for row in rows if row.group.startswith(PARTITIONS_PREFIX)]
+    others = [row for row in rows if row not in scaled and row not in by_partitions]
+    return others, scaled, by_partitions
+
+
 def write(rows: Sequence[Row], out: Path, header: str, settings: dict[str, object]) -> Path:
     """Writes vs_kafka.{md,png,json} (vs_kafka_scale.png with scale rows, vs_kafka_partitions.png with
     partitions rows) and the history copy of
     the JSON; returns the history file."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "vs_kafka.md").write_text(markdown(rows, header))
-    scaled = [row for row in rows if row.group.startswith(SCALE_PREFIX)]
-    by_partitions = [row for row in rows if row.group.startswith(PARTITIONS_PREFIX)]
-    others = [row for row in rows if row not in scaled and row not in by_partitions]
+    others, scaled, by_partitions = chart_families(rows)
     if others:
         chart(others, out / "vs_kafka.png", "ember vs Apache Kafka, same machine, same run (medians)")
     if scaled:
