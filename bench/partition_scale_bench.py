@@ -1,6 +1,7 @@
 """Many partitions, ember then Kafka on the same host: one topic of ``--partitions`` partitions
 (RF 3, 3 brokers each), created with confluent-kafka's AdminClient; ``--records`` 100-byte records
-produced with acks=all (linger 5 ms); a group consumer reading them all (join included); then the
+produced with acks=all (idempotent, linger 5 ms; ``partitions.produce`` of the vs_kafka partitions
+workload, which measures the same with repeats and Spark); a group consumer reading them all (join included); then the
 CPU each idle broker uses and its RSS. One run per system, one after the other (not at once: the
 idle figures would measure the other cluster too). Numbers are for comparing the two systems in
 one run on one host, not capacity.
@@ -17,16 +18,15 @@ import shutil
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Callable
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE / "vs_kafka"), str(HERE)]
 
-from confluent_kafka import Consumer, Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from kafka_cluster import KafkaCluster  # noqa: E402
+from partitions import consume, produce  # noqa: E402
 from systems import rss_mb  # noqa: E402
 from workloads import cpu_seconds  # noqa: E402
 
@@ -43,29 +43,9 @@ def run(name: str, bootstrap: str, pids: list[int], partitions: int, records: in
     started = time.monotonic()
     admin.create_topics([NewTopic(TOPIC, partitions, 3)])[TOPIC].result(600)
     log(f"{name}: created {partitions} partitions (RF 3) in {time.monotonic() - started:.2f} s")
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, "log_level": 3})
-    value = os.urandom(100)
-    started = time.monotonic()
-    for _ in range(records):
-        while True:
-            try:
-                producer.produce(TOPIC, value)
-                break
-            except BufferError:
-                producer.poll(0.01)
-    undelivered = producer.flush(300)
-    elapsed = time.monotonic() - started
-    log(f"{name}: produced {records - undelivered:,} records, acks=all, {(records - undelivered) / elapsed:,.0f} "
-        f"records/s ({undelivered:,} undelivered after a 300 s flush)")
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"scale-{uuid.uuid4().hex}",
-                         "auto.offset.reset": "earliest", "log_level": 3})
-    consumer.subscribe([TOPIC])
-    started, seen = time.monotonic(), 0
-    while seen < records - undelivered and time.monotonic() - started < 300:
-        seen += sum(1 for message in consumer.consume(10_000, 1.0) if message.error() is None)
-    elapsed = time.monotonic() - started
-    consumer.close()
-    log(f"{name}: consumed {seen:,} records (group, join included), {seen / elapsed:,.0f} records/s")
+    log(f"{name}: produced {records:,} records, acks=all, {produce(bootstrap, TOPIC, records):,.0f} records/s")
+    log(f"{name}: consumed {records:,} records (group, join included), "
+        f"{consume(bootstrap, TOPIC, records):,.0f} records/s")
     time.sleep(IDLE_SETTLE_S)
     before = [cpu_seconds(pid) for pid in pids]
     time.sleep(IDLE_MEASURE_S)
