@@ -68,11 +68,17 @@ def create_states(client: KazooClient, count: int) -> None:
     assert not any(isinstance(result, Exception) for result in tx.commit())
 
 
-def test_a_new_topics_states_are_read_together_and_stored_in_one_update(client):
-    create_states(client, 200)
+def watched(client: KazooClient, count: int) -> tuple[Stored, PartitionStateWatches]:
+    """A topic of ``count`` partition states, every one watched."""
+    create_states(client, count)
     stored = Stored()
     watches = PartitionStateWatches(client, TOPIC, stored)
-    watches.watch(range(200))
+    watches.watch(range(count))
+    return stored, watches
+
+
+def test_a_new_topics_states_are_read_together_and_stored_in_one_update(client):
+    stored, watches = watched(client, 200)
     assert len(stored.updates) == 1
     assert {index: (s.leader, s.version) for index, s in stored.updates[0].items() if s} == \
         {index: (1 + index % 3, 0) for index in range(200)}
@@ -80,10 +86,7 @@ def test_a_new_topics_states_are_read_together_and_stored_in_one_update(client):
 
 
 def test_every_change_is_read_and_the_watch_rearmed(client):
-    create_states(client, 3)
-    stored = Stored()
-    watches = PartitionStateWatches(client, TOPIC, stored)
-    watches.watch(range(3))
+    stored, watches = watched(client, 3)
     for epoch in (1, 2, 3):     # a one-shot watch not re-armed would miss the second change
         client.set(zk_paths.partition_state(TOPIC, 1), state(3, epoch))
         eventually(lambda: (s := stored.latest(1)) is not None and s.leader_epoch == epoch)
@@ -94,10 +97,7 @@ def test_every_change_is_read_and_the_watch_rearmed(client):
 
 def test_a_deleted_state_is_not_stored(client):
     """State nodes go only with their topic (whose record's watch drops it): nothing to store."""
-    create_states(client, 2)
-    stored = Stored()
-    watches = PartitionStateWatches(client, TOPIC, stored)
-    watches.watch(range(2))
+    stored, watches = watched(client, 2)
     client.delete(zk_paths.partition(TOPIC, 0), recursive=True)
     client.set(zk_paths.partition_state(TOPIC, 1), state(2, 1))
     eventually(lambda: stored.latest(1).leader_epoch == 1)
@@ -106,10 +106,7 @@ def test_a_deleted_state_is_not_stored(client):
 
 
 def test_a_recreated_state_node_reads_as_newer_than_the_old_one_whatever_its_version(client):
-    create_states(client, 1)
-    stored = Stored()
-    watches = PartitionStateWatches(client, TOPIC, stored)
-    watches.watch([0])
+    stored, watches = watched(client, 1)
     for epoch in (1, 2):
         client.set(zk_paths.partition_state(TOPIC, 0), state(2, epoch))
     old = eventually(lambda: (s := stored.latest(0)).version == 2 and s)
@@ -122,10 +119,7 @@ def test_a_recreated_state_node_reads_as_newer_than_the_old_one_whatever_its_ver
 
 
 def test_a_change_missed_while_disconnected_is_read_on_reconnection(client):
-    create_states(client, 2)
-    stored = Stored()
-    watches = PartitionStateWatches(client, TOPIC, stored)
-    watches.watch(range(2))
+    stored, watches = watched(client, 2)
     # The event of this change is lost, as when a session expires with its watches.
     client._data_watchers.pop(zk_paths.partition_state(TOPIC, 1))
     client.set(zk_paths.partition_state(TOPIC, 1), state(2, 7))
@@ -137,10 +131,7 @@ def test_a_change_missed_while_disconnected_is_read_on_reconnection(client):
 
 
 def test_a_stopped_watch_stores_nothing(client):
-    create_states(client, 1)
-    stored = Stored()
-    watches = PartitionStateWatches(client, TOPIC, stored)
-    watches.watch([0])
+    stored, watches = watched(client, 1)
     watches.stop()
     client.set(zk_paths.partition_state(TOPIC, 0), state(2, 1))
     watches.rewatch()
