@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Generator, Iterator
+from typing import Generator, Iterator, Optional
 
 import pyarrow as pa
 
@@ -46,17 +46,58 @@ class FetchTimeout(KafkaTimeoutError):
 
 
 def read_task(task: Task, options: ReaderOptions, target: pa.Schema) -> Iterator[pa.RecordBatch]:
-    """A planned Spark task's records, each range's in offset order: what stored copies give
-    (readPath direct or auto), then the rest of every range through the brokers, all ranges of a
-    packed group with one consumer (a consumer per range made a group of 1,000 small ranges
-    1,000 connections and metadata requests one after the other)."""
+    """A planned Spark task's records: its ranges one after the other, in the task's order, each
+    in offset order, whichever path gives them -- the same rows in the same order on every run
+    (exactly-once writes place rows by their position in the task). Stored copies give what they
+    can (readPath direct or auto); the rest of every range comes through the brokers, all ranges
+    of a packed group with one consumer (a consumer per range made a group of 1,000 small ranges
+    1,000 connections and metadata requests one after the other); a range that arrives ahead of
+    its turn is held until the ranges before it are done."""
+    pieces = task.ranges if isinstance(task, RangeGroup) else (task,)
+    order = _InTaskOrder(len(pieces))
     rest: list[tuple[OffsetRange, int]] = []
-    for piece in task.ranges if isinstance(task, RangeGroup) else (task,):
-        position = yield from _read_stored(piece, options, target)
+    for index, piece in enumerate(pieces):
+        stored = _read_stored(piece, options, target)
+        while True:
+            try:
+                batch = next(stored)
+            except StopIteration as done:
+                position: int = done.value
+                break
+            yield from order.add(index, batch)
         if position < piece.end:
             rest.append((piece, position))
+        else:
+            yield from order.finish(index)
+    index_of = {piece: index for index, piece in enumerate(pieces)}
     for wave in _distinct_partitions(rest):
-        yield from _read_broker(wave, options, target)
+        for piece, fetched in _read_broker(wave, options, target):
+            yield from order.add(index_of[piece], fetched) if fetched is not None else order.finish(index_of[piece])
+
+
+class _InTaskOrder:
+    """Passes on a task's batches range by range, in the task's order: a range's batches go out as
+    they come while every range before it is finished, and are held until then otherwise."""
+
+    def __init__(self, count: int) -> None:
+        self._held: list[list[pa.RecordBatch]] = [[] for _ in range(count)]
+        self._finished = [False] * count
+        self._turn = 0   # the range whose batches go out as they come
+
+    def add(self, index: int, batch: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
+        if index == self._turn:
+            yield batch
+        else:
+            self._held[index].append(batch)
+
+    def finish(self, index: int) -> Iterator[pa.RecordBatch]:
+        """Mark range ``index`` complete; the held batches of the ranges whose turn comes now."""
+        self._finished[index] = True
+        while self._turn < len(self._finished) and self._finished[self._turn]:
+            self._turn += 1
+            if self._turn < len(self._held):
+                held, self._held[self._turn] = self._held[self._turn], []
+                yield from held
 
 
 def _distinct_partitions(ranges: list[tuple[OffsetRange, int]]) -> list[list[tuple[OffsetRange, int]]]:
@@ -186,9 +227,10 @@ def find_copies(roots: list[Path], topic: str, partition: int,
 
 
 def _read_broker(ranges: list[tuple[OffsetRange, int]], options: ReaderOptions,
-                 target: pa.Schema) -> Iterator[pa.RecordBatch]:
+                 target: pa.Schema) -> Iterator[tuple[OffsetRange, Optional[pa.RecordBatch]]]:
     """The ranges' records from ``position`` on, through the brokers with one consumer: every
-    partition in each fetch, each partition's batches in offset order as they arrive."""
+    partition in each fetch, each partition's batches in offset order as they arrive, tagged with
+    their range; ``(range, None)`` once a range is complete."""
     tasks = {TopicPartition(task.topic, task.partition): task for task, _ in ranges}
     positions = {TopicPartition(task.topic, task.partition): position for task, position in ranges}
     consumer = Consumer(bootstrap_servers=options.bootstrap, enable_auto_commit=False, auto_offset_reset="none",
@@ -211,6 +253,7 @@ def _read_broker(ranges: list[tuple[OffsetRange, int]], options: ReaderOptions,
                                                     _log_start(task, options), options.fail_on_data_loss)
                     if positions[tp] >= task.end:
                         del positions[tp]         # retention took the rest of the range
+                        yield task, None
                     else:
                         consumer.seek(tp, positions[tp])
                 if positions:
@@ -225,10 +268,11 @@ def _read_broker(ranges: list[tuple[OffsetRange, int]], options: ReaderOptions,
                 if batch is not None and batch.num_rows:
                     positions[tp] = batch.column("offset")[-1].as_py() + 1
                     deadline = time.monotonic() + options.fetch_timeout_ms / 1000
-                    yield to_spark_batch(batch, task.topic, task.partition, target)
+                    yield task, to_spark_batch(batch, task.topic, task.partition, target)
                 if positions[tp] >= task.end:
                     del positions[tp]
                     done = True
+                    yield task, None
             if done and positions:
                 consumer.assign(list(positions))   # fetch no further past a finished range's end
             if positions and time.monotonic() > deadline:

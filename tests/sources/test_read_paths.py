@@ -6,6 +6,7 @@ import threading
 from pathlib import Path
 from typing import Optional
 
+import pyarrow as pa
 import pytest
 from spark_helpers import create_topic, produce
 
@@ -22,21 +23,22 @@ NO_BROKER = "127.0.0.1:1"  # the direct path must never need it
 
 
 def write_copy(data_dir: Path, broker_id: Optional[int], batches: list[list[str]], *,
-               recovery_point: Optional[int] = None, segment_bytes: Optional[int] = None) -> Path:
-    """A broker data dir (``meta.properties`` naming ``broker_id`` unless None) holding partition 0
+               recovery_point: Optional[int] = None, segment_bytes: Optional[int] = None, partition: int = 0) -> Path:
+    """A broker data dir (``meta.properties`` naming ``broker_id`` unless None) holding ``partition``
     of TOPIC with one batch of records per list of values; returns the partition dir. The log is
     closed (all flushed) unless ``recovery_point`` says how far its broker has flushed."""
     data_dir.mkdir(parents=True, exist_ok=True)
     if broker_id is not None:
         (data_dir / "meta.properties").write_text(f"version=0\nbroker.id={broker_id}\n")
     config = LogConfig() if segment_bytes is None else LogConfig(segment_bytes=segment_bytes)
-    log = Log.open(data_dir / f"{TOPIC}-0", config)
+    copy = data_dir / f"{TOPIC}-{partition}"
+    log = Log.open(copy, config)
     for values in batches:
         log.append_as_leader(build_batch([(v.encode(), v.encode(), 1_000) for v in values]), 0)
     log.close()
     if recovery_point is not None:
-        checkpoint.write_offset(data_dir / f"{TOPIC}-0" / checkpoint.RECOVERY_POINT, recovery_point)
-    return data_dir / f"{TOPIC}-0"
+        checkpoint.write_offset(copy / checkpoint.RECOVERY_POINT, recovery_point)
+    return copy
 
 
 def read(root: Path, start: int, end: int, replicas: tuple[int, ...], *, read_path: str = "direct",
@@ -180,3 +182,28 @@ def test_two_ranges_of_one_partition_in_a_task_are_fetched_one_after_the_other(m
     group = RangeGroup((OffsetRange(TOPIC, 0, 2, 4), OffsetRange(TOPIC, 1, 0, 5), OffsetRange(TOPIC, 0, 0, 2)))
     assert list(read_task(group, opts, arrow_schema(False))) == []
     assert waves == [[(1, 0), (0, 0)], [(0, 2)]]
+
+
+def test_a_packed_task_gives_its_ranges_in_its_order_whichever_path_answers_first(tmp_path, monkeypatch) -> None:
+    """Exactly-once writes place a task's rows by their position in the task, so a re-run must see
+    them in the same order: a stored range, or a range a broker answers first, waits for the ranges
+    before it. (Found by the exactly-once re-run test: rows came in arrival order, a re-run cut
+    other batches and the broker refused them with OutOfOrderSequenceNumber.)"""
+    from ember.sources import fetch
+
+    write_copy(tmp_path / "broker-1", 1, [["p1-a", "p1-b"]], partition=1)
+    target = arrow_schema(False)
+
+    def later_ranges_first(ranges, options, target):
+        for r, position in reversed(ranges):
+            rows = [{"key": None, "value": f"p{r.partition}-{o}".encode(), "topic": r.topic,
+                     "partition": r.partition, "offset": o, "timestamp": None} for o in range(position, r.end)]
+            yield r, pa.RecordBatch.from_pylist(rows, schema=target)
+            yield r, None
+
+    monkeypatch.setattr(fetch, "_read_broker", later_ranges_first)
+    opts = reader_options({"bootstrap": NO_BROKER, "topic": TOPIC, "readPath": "auto",
+                           "storageRoot": str(tmp_path)}, streaming=False)
+    group = RangeGroup(tuple(OffsetRange(TOPIC, p, 0, 2, (1,)) for p in (0, 1, 2, 3)))
+    values = [v for b in read_task(group, opts, target) for v in b.column("value").to_pylist()]
+    assert values == [b"p0-0", b"p0-1", b"p1-a", b"p1-b", b"p2-0", b"p2-1", b"p3-0", b"p3-1"]
