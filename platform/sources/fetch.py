@@ -57,14 +57,7 @@ def read_task(task: Task, options: ReaderOptions, target: pa.Schema) -> Iterator
     order = _InTaskOrder(len(pieces))
     rest: list[tuple[OffsetRange, int]] = []
     for index, piece in enumerate(pieces):
-        stored = _read_stored(piece, options, target)
-        while True:
-            try:
-                batch = next(stored)
-            except StopIteration as done:
-                position: int = done.value
-                break
-            yield from order.add(index, batch)
+        position = yield from _passed_on(_read_stored(piece, options, target), order, index)
         if position < piece.end:
             rest.append((piece, position))
         else:
@@ -73,6 +66,17 @@ def read_task(task: Task, options: ReaderOptions, target: pa.Schema) -> Iterator
     for wave in _distinct_partitions(rest):
         for piece, fetched in _read_broker(wave, options, target):
             yield from order.add(index_of[piece], fetched) if fetched is not None else order.finish(index_of[piece])
+
+
+def _passed_on(batches: Generator[pa.RecordBatch, None, int], order: "_InTaskOrder", index: int
+               ) -> Generator[pa.RecordBatch, None, int]:
+    """Range ``index``'s ``batches`` through ``order``; returns what ``batches`` returns."""
+    while True:
+        try:
+            batch = next(batches)
+        except StopIteration as done:
+            return int(done.value)
+        yield from order.add(index, batch)
 
 
 class _InTaskOrder:
