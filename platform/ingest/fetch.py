@@ -102,8 +102,9 @@ async def fetch_in_session(replicas: ReplicaManager, session: FetchSession, list
     """A fetch of ``session`` (docs/broker.md, "Fetch sessions"): ``listed`` partitions are added or
     updated (a full fetch lists them all), ``forgotten`` ones dropped. Each pass of the long poll
     reads the listed partitions and those with news (data past the fetcher's position, a new high
-    watermark or log start, a change of leadership); the rest cost one comparison each. The
-    answer holds every partition of a full fetch, else only those with something to say."""
+    watermark or log start, a change of leadership), looking only at the partitions that changed
+    (``FetchSession.maybe_news``): the rest cost nothing. The answer holds every partition of a
+    full fetch, else only those with something to say."""
     loop = asyncio.get_running_loop()
     session.forget(forgotten)
     listed_entries: list[SessionPartition] = []
@@ -111,8 +112,8 @@ async def fetch_in_session(replicas: ReplicaManager, session: FetchSession, list
         key = (target.topic, target.partition)
         entry = session.partitions.get(key)
         if entry is None:
-            entry = session.partitions[key] = SessionPartition(target.topic, target.partition, target.offset,
-                                                               target.max_bytes, target.leader_epoch)
+            entry = session.add(SessionPartition(target.topic, target.partition, target.offset,
+                                                 target.max_bytes, target.leader_epoch))
         else:
             entry.fetch_offset, entry.max_bytes, entry.leader_epoch = \
                 target.offset, target.max_bytes, target.leader_epoch
@@ -127,11 +128,10 @@ async def fetch_in_session(replicas: ReplicaManager, session: FetchSession, list
         # taken before the read: a change while reading wakes the wait below at once, not after max_wait
         changed = session.changed.future()
         if full:
+            session.maybe_news.clear()
             entries = list(session.partitions.values())
         else:
-            named = {id(e) for e in listed_entries} if first else set()
-            entries = [e for e in session.partitions.values()
-                       if id(e) in named or _has_news(e, replica_id)]
+            entries = session.take_news(listed_entries if first else (), lambda e: _has_news(e, replica_id))
         first = False
         results = await _read_all(replicas, [FetchTarget(e.topic, e.index, e.fetch_offset, e.max_bytes, e.leader_epoch)
                                              for e in entries], replica_id, max_bytes)
@@ -145,9 +145,18 @@ async def fetch_in_session(replicas: ReplicaManager, session: FetchSession, list
                     entry.sent_high_watermark = result.offsets.high_watermark
                     entry.sent_log_start = result.offsets.log_start_offset
             session.move_to_end([e.key for e, r in answered if r.size])
+            _keep_news(session, entries, replica_id)
             _count_sent(results, replica_id)
             return [r for _, r in answered]
+        _keep_news(session, entries, replica_id)
         await asyncio.wait([changed], timeout=remaining)
+
+
+def _keep_news(session: FetchSession, read: list[SessionPartition], replica_id: int) -> None:
+    """Partitions read in a pass that still have news (not answered for lack of room, answered
+    with data the fetcher has yet to move past, an error) are looked at again in the next pass:
+    nothing fires for them meanwhile."""
+    session.maybe_news.update(e.key for e in read if _has_news(e, replica_id))
 
 
 def _has_news(entry: SessionPartition, replica_id: int) -> bool:

@@ -16,10 +16,11 @@ fetcher goes on with full fetches, as Kafka's clients do.
 """
 from __future__ import annotations
 
+import itertools
 import random
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 from ember.errors import FetchSessionIdNotFound, InvalidFetchSessionEpoch
 from ember.ingest.signals import Signal
@@ -50,16 +51,39 @@ class SessionPartition:
     sent_log_start: int = -2
     #: The partition the broker resolved last time (None: unknown or an error): where to look for news.
     partition: "Partition | None" = None
+    #: Where the partition is in the session's read order (lower: read first).
+    turn: int = 0
+    #: Subscribed to ``partition.changed`` while the session watches it.
+    wake: "_PartitionWake | None" = field(default=None, repr=False, compare=False)
 
     @property
     def key(self) -> tuple[str, int]:
         return self.topic, self.index
 
 
+class _PartitionWake:
+    """What a watched partition's ``changed`` fires: the partition is marked as possibly having
+    news for the session, and the session's long poll wakes."""
+    __slots__ = ("session", "key", "__weakref__")
+
+    def __init__(self, session: "FetchSession", key: tuple[str, int]) -> None:
+        self.session = session
+        self.key = key
+
+    def fire(self) -> None:
+        self.session.maybe_news.add(self.key)
+        self.session.changed.fire()
+
+
 @dataclass(eq=False)
 class FetchSession:
     """The partitions of one fetcher, in the order they are read (those that returned data move to
-    the end, so one busy partition cannot starve the others of a response's bytes)."""
+    the end, so one busy partition cannot starve the others of a response's bytes).
+
+    An incremental fetch looks only at the partitions in ``maybe_news``: those whose ``changed``
+    fired since they were last read, and those that still had news after it. Every change a
+    fetcher must hear of fires ``changed`` (appends, high watermark and log start moves,
+    leadership changes, a replica closing), so an idle partition costs nothing per fetch."""
     id: int
     privileged: bool               # a follower's: outranks clients' sessions in the cache
     created_ms: float
@@ -69,22 +93,44 @@ class FetchSession:
     partitions: dict[tuple[str, int], SessionPartition] = field(default_factory=dict)
     #: Fires when any partition of the session changes (its ``changed`` forwards here).
     changed: Signal = field(default_factory=Signal)
+    #: Partitions to look at in the next pass of an incremental fetch (see the class docstring).
+    maybe_news: set[tuple[str, int]] = field(default_factory=set)
     #: Follower sessions: when the caught-up positions were last reported to the partitions (ms).
     positions_reported_ms: float = 0.0
+    _turns: Iterator[int] = field(default_factory=itertools.count)
 
     def __len__(self) -> int:
         return len(self.partitions)
 
+    def add(self, entry: SessionPartition) -> SessionPartition:
+        entry.turn = next(self._turns)
+        self.partitions[entry.key] = entry
+        return entry
+
     def watch(self, entry: SessionPartition, partition: "Partition | None") -> None:
         """Point ``entry`` at ``partition`` (the broker's replica of it, or None), moving the
-        session's subscription to its change signal along."""
+        entry's subscription to its change signal along."""
         if entry.partition is partition:
             return
-        if entry.partition is not None:
-            entry.partition.changed.stop_forwarding(self.changed)
+        if entry.partition is not None and entry.wake is not None:
+            entry.partition.changed.stop_forwarding(entry.wake)
         entry.partition = partition
         if partition is not None:
-            partition.changed.forward_to(self.changed)
+            if entry.wake is None:
+                entry.wake = _PartitionWake(self, entry.key)
+            partition.changed.forward_to(entry.wake)
+
+    def take_news(self, named: Iterable[SessionPartition],
+                  has_news: Callable[[SessionPartition], bool]) -> list[SessionPartition]:
+        """The partitions one pass of an incremental fetch reads, in read order: ``named`` ones
+        and those of ``maybe_news`` that ``has_news``; ``maybe_news`` starts empty again."""
+        picked = {entry.key: entry for entry in named}
+        keys, self.maybe_news = self.maybe_news, set()
+        for key in keys:
+            entry = self.partitions.get(key)
+            if entry is not None and key not in picked and has_news(entry):
+                picked[key] = entry
+        return sorted(picked.values(), key=lambda entry: entry.turn)
 
     def forget(self, keys: Iterable[tuple[str, int]]) -> None:
         for key in keys:
@@ -96,7 +142,7 @@ class FetchSession:
         for key in keys:
             entry = self.partitions.pop(key, None)
             if entry is not None:
-                self.partitions[key] = entry
+                self.add(entry)
 
     def close(self) -> None:
         self.forget(list(self.partitions))

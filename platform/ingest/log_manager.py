@@ -105,7 +105,10 @@ class LogManager:
         happen are timed into ``metrics``; storage errors are counted by each partition's stats."""
 
         async def retention(p: "Partition") -> None:
+            start = p.log.log_start_offset
             await p.run(p.log.apply_retention)
+            if p.log.log_start_offset != start:
+                p.changed.fire()    # fetch sessions tell their fetchers of the new log start
 
         def timed_flush(log_: "Log") -> None:
             started = time.perf_counter()

@@ -84,7 +84,8 @@ class Partition:
         self.replicas: list[int] = []
         self.removing: frozenset[int] = frozenset()
         #: Fired on the event loop whenever readers may see more: an append, a higher high
-        #: watermark, or a leadership change (so parked fetches and acks=all waits re-check).
+        #: watermark or log start, or a leadership change (so parked fetches and acks=all waits
+        #: re-check; fetch sessions look only at partitions that fired).
         self.changed = Signal()
         #: Log end when this broker last became leader; consumers wait for the HW to reach it.
         self.epoch_start_offset = 0
@@ -299,7 +300,9 @@ class Partition:
         self.check_leader()
         if offset < DELETE_TO_HIGH_WATERMARK:
             raise OffsetOutOfRange(f"{self}: cannot delete records before offset {offset}")
-        return await self.run(self._delete_records, offset)
+        start = await self.run(self._delete_records, offset)
+        self.changed.fire()    # fetch sessions tell their fetchers of the new log start
+        return start
 
     def _delete_records(self, offset: int) -> int:
         return self.log.delete_records_before(self.log.high_watermark if offset == DELETE_TO_HIGH_WATERMARK else offset)

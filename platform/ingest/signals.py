@@ -3,7 +3,13 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from typing import Iterable
+from typing import Iterable, Protocol
+
+
+class Observer(Protocol):
+    """What a signal forwards its fires to (another Signal, or a session's per-partition hook)."""
+
+    def fire(self) -> None: ...
 
 
 class Signal:
@@ -11,13 +17,14 @@ class Signal:
     new metadata). Costs nothing when nobody waits: the future exists only while someone does.
 
     A signal can also forward its fires to observers (``forward_to``): a fetch session observes
-    every partition it holds, so its long poll parks on one signal whatever its partition count."""
+    every partition it holds, so its long poll parks on one signal whatever its partition count,
+    and learns which partitions fired."""
 
     __slots__ = ("_future", "_observers", "__weakref__")
 
     def __init__(self) -> None:
         self._future: asyncio.Future[None] | None = None
-        self._observers: weakref.WeakSet[Signal] | None = None
+        self._observers: weakref.WeakSet[Observer] | None = None
 
     def future(self) -> asyncio.Future[None]:
         if self._future is None or self._future.done():
@@ -32,14 +39,14 @@ class Signal:
             for observer in list(self._observers):
                 observer.fire()
 
-    def forward_to(self, observer: "Signal") -> None:
+    def forward_to(self, observer: Observer) -> None:
         """Fire ``observer`` too whenever this fires, until ``stop_forwarding`` (or until the
         observer is garbage: held weakly, so a dropped session needs no clean-up here)."""
         if self._observers is None:
             self._observers = weakref.WeakSet()
         self._observers.add(observer)
 
-    def stop_forwarding(self, observer: "Signal") -> None:
+    def stop_forwarding(self, observer: Observer) -> None:
         if self._observers is not None:
             self._observers.discard(observer)
 
