@@ -40,7 +40,7 @@ from ember.ingest.partition import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Partiti
 from ember.net.channel import Address
 from ember.record.header import NO_EPOCH
 from ember.wire.api_keys import ApiKey
-from ember.wire.fetch_session import NO_SESSION, FetchSessionHandler
+from ember.wire.fetch_session import INITIAL_EPOCH, NO_SESSION, FetchSessionHandler
 from ember.wire.frame import split_payload
 from ember.wire.replication import (
     FetchedPartition,
@@ -128,6 +128,12 @@ class ReplicaFetcher:
         self.config = config
         self._inter_broker = inter_broker
         self._follows: dict[tuple[str, int], _Follow] = {}
+        #: Follows waiting for an OffsetForLeaderEpoch round before they are fetched.
+        self._to_truncate: set[tuple[str, int]] = set()
+        #: Partitions whose position (log end, leader epoch) or fetchability may differ from what
+        #: the leader's session holds: an incremental fetch looks only at these (and names those
+        #: that did move), so a round costs per partition that moved, not per partition followed.
+        self._moved: set[tuple[str, int]] = set()
         self._wake = asyncio.Event()
         self._client: BrokerClient | None = None
         #: The fetch session at the leader: what it holds of each partition (log end, leader epoch).
@@ -143,12 +149,15 @@ class ReplicaFetcher:
         current = self._follows.get(key)
         if current is None or current.leader_epoch != partition.leader_epoch or current.partition is not partition:
             self._follows[key] = _Follow(partition, partition.leader_epoch)
+            self._to_truncate.add(key)
             self._restart_session_if_held(key)
             self._wake.set()
 
     def unfollow(self, partition: Partition) -> None:
         key = (partition.topic, partition.index)
         if self._follows.pop(key, None) is not None:
+            self._to_truncate.discard(key)
+            self._moved.discard(key)
             self._restart_session_if_held(key)
 
     def _restart_session_if_held(self, key: tuple[str, int]) -> None:
@@ -173,7 +182,8 @@ class ReplicaFetcher:
                 continue
             try:
                 client = await self._connect()
-                pending = [f for f in self._follows.values() if not f.truncated and self._fetchable(f)]
+                pending = [f for key in list(self._to_truncate)
+                           if (f := self._follows.get(key)) is not None and not f.truncated and self._fetchable(f)]
                 if pending:
                     await self._truncate(client, pending)
                 if not await self._fetch(client):
@@ -213,6 +223,7 @@ class ReplicaFetcher:
         if not log_.offline:
             return True
         follow.offline = True
+        self._moved.add(follow.key)     # the leader's session lets it go
         log.error("%s: its log is offline after a disk failure (%s); no longer fetching it from leader %d "
                   "until the partition is reopened", follow.partition, log_.offline_reason, self.leader_id)
         return False
@@ -240,7 +251,7 @@ class ReplicaFetcher:
         asked = [(f, f.partition.log.latest_epoch) for f in follows]
         for follow, epoch in asked:
             if epoch == NO_EPOCH:   # nothing that could diverge
-                follow.truncated = True
+                self._set_truncated(follow, True)
         asked = [(f, e) for f, e in asked if e != NO_EPOCH]
         if not asked:
             return
@@ -265,7 +276,19 @@ class ReplicaFetcher:
                     await self._write(follow, partition.truncate(offset, follow.leader_epoch))
                 except _OwnDiskFailed:
                     continue    # stays pending (or, offline, is left out)
-            follow.truncated = done
+            self._set_truncated(follow, done)
+
+    def _set_truncated(self, follow: _Follow, done: bool) -> None:
+        """Whether ``follow`` is ready to be fetched (its log cannot have diverged from the
+        leader's) or needs another OffsetForLeaderEpoch round first."""
+        follow.truncated = done
+        if not self._current(follow):
+            return      # replaced or dropped meanwhile: its successor has its own state
+        if done:
+            self._to_truncate.discard(follow.key)
+            self._moved.add(follow.key)
+        else:
+            self._to_truncate.add(follow.key)
 
     # -- fetching ------------------------------------------------------------------------------
 
@@ -274,19 +297,26 @@ class ReplicaFetcher:
         fetched (back off). The session's first fetch names every partition; later ones only those
         whose log end or leader epoch moved (and those dropped), and the leader answers only those
         with news (``ember.ingest.fetch_session``)."""
-        follows = {f.key: f for f in self._follows.values() if f.truncated and self._fetchable(f)}
-        if not follows:
-            return False
         config = self.config
-        wanted: dict[tuple[str, int], Hashable] = {
-            key: (f.partition.log.log_end_offset, f.leader_epoch) for key, f in follows.items()}
         session = self._session
-        listed, forgotten = session.next_fetch(wanted)
+        if session.epoch == INITIAL_EPOCH:
+            self._moved.clear()
+            wanted = {key: self._position(f) for key, f in self._follows.items() if f.truncated and self._fetchable(f)}
+            if not wanted:
+                return False
+            listed, forgotten = session.next_fetch(wanted)
+        else:
+            moved, self._moved = self._moved, set()
+            wanted = {key: self._position(f) for key in moved
+                      if (f := self._follows.get(key)) is not None and f.truncated and self._fetchable(f)}
+            listed, forgotten = session.next_changes(wanted, moved.difference(wanted))
+            if not session.holds_any() and not listed:
+                return False
         body: FetchRequest = {
             "replica_id": self.broker_id, "max_wait_ms": config.wait_max_ms, "min_bytes": config.min_bytes,
             "max_bytes": config.response_max_bytes,
             "session_id": session.session_id, "session_epoch": session.epoch,
-            "partitions": [{**follows[key].target(), "fetch_offset": follows[key].partition.log.log_end_offset,
+            "partitions": [{**self._follows[key].target(), "fetch_offset": self._follows[key].partition.log.log_end_offset,
                             "max_bytes": config.partition_max_bytes} for key in listed],
             "forgotten": [{"topic": topic, "partition": index} for topic, index in forgotten]}
         timeout_s = (config.socket_timeout_ms + config.wait_max_ms) / 1000
@@ -302,10 +332,17 @@ class ReplicaFetcher:
         session.answered(response.body.get("session_id", NO_SESSION), wanted, listed, forgotten)
         items = fetched_partitions(response.body)
         pieces = split_payload(response.payload, [item["size"] for item in items])
-        outcomes = await asyncio.gather(*(self._apply(client, follows[key], item, raw)
-                                          for item, raw in zip(items, pieces)
-                                          if (key := (item["topic"], item["partition"])) in follows))
+        answered = [(follow, item, raw) for item, raw in zip(items, pieces)
+                    if (follow := self._follows.get((item["topic"], item["partition"]))) is not None
+                    and follow.truncated and not follow.offline]
+        self._moved.update(follow.key for follow, _, _ in answered)   # appended, truncated or failed
+        outcomes = await asyncio.gather(*(self._apply(client, follow, item, raw) for follow, item, raw in answered))
         return not outcomes or any(outcomes)
+
+    @staticmethod
+    def _position(follow: _Follow) -> Hashable:
+        """What the leader's session must hold of a partition: where its log ends, at which epoch."""
+        return follow.partition.log.log_end_offset, follow.leader_epoch
 
     async def _apply(self, client: BrokerClient, follow: _Follow, item: FetchedPartition, raw: memoryview) -> bool:
         """Append one partition's fetched batches; False if it failed (the loop backs off)."""
@@ -325,7 +362,7 @@ class ReplicaFetcher:
             return True
         except UnexpectedAppendOffset as exc:
             log.warning("%s: %s; checking for divergence again", partition, exc)
-            follow.truncated = False
+            self._set_truncated(follow, False)
         except _OwnDiskFailed:
             # an offline log is simply left out from now on; a full disk backs off
             return follow.offline or not self._current(follow) or partition.leader_epoch != follow.leader_epoch

@@ -11,7 +11,7 @@ a full fetch, which names the old session so the broker closes it.
 """
 from __future__ import annotations
 
-from typing import Any, Generic, Hashable, TypeVar
+from typing import Any, Generic, Hashable, Iterable, TypeVar
 
 #: Epochs of a fetch request (Kafka's FetchMetadata): 0 opens a session, -1 fetches without one.
 INITIAL_EPOCH = 0
@@ -44,6 +44,19 @@ class FetchSessionHandler(Generic[K]):
             return list(wanted), []
         listed = [key for key, at in wanted.items() if self._held.get(key) != at]
         return listed, [key for key in self._held if key not in wanted]
+
+    def next_changes(self, moved: dict[K, Hashable], dropped: Iterable[K]) -> tuple[list[K], list[K]]:
+        """``next_fetch`` for a fetcher that tracks what changed (not a full fetch): ``moved``
+        holds the position now of every partition that may have moved, ``dropped`` those no
+        longer wanted; the others are as the session holds them."""
+        assert self.epoch != INITIAL_EPOCH, "the session's first fetch names every partition (next_fetch)"
+        self._resets_at_send = self._resets
+        listed = [key for key, at in moved.items() if self._held.get(key) != at]
+        return listed, [key for key in dropped if key in self._held]
+
+    def holds_any(self) -> bool:
+        """Whether the broker's session holds any partition (as far as the answers so far say)."""
+        return bool(self._held)
 
     def fields(self) -> dict[str, Any]:
         """The session fields of the next fetch request."""
