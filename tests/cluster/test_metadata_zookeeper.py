@@ -25,16 +25,9 @@ from ember.errors import InvalidConfig, TopicAlreadyExists, UnknownTopicOrPartit
 from ember.ingest.broker_config import BrokerConfig, TopicConfigPolicy
 from ember.zk import zk_paths
 from ember.zk.zk_session import ZkSession
+from waiting import eventually
 
 pytestmark = pytest.mark.integration
-
-
-def eventually(check: Callable[[], Any], timeout_s: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while not (result := check()):
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
-    return result
 
 
 class Node:
@@ -313,7 +306,6 @@ def test_a_topic_deleted_between_read_and_write_is_an_unknown_topic_not_a_zookee
         return isr[:1]
     assert IsrWriter(nodes[1].session, leader.leader).update(topic_name, 0, leader.leader_epoch,
                                                             expand_while_deleted) is None
-
 
 
 def test_a_controller_that_loses_a_write_race_retries_and_stays_the_controller(nodes, topic_name):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable, Iterator
+from typing import Iterator
 
 import pytest
 from kazoo.client import KazooClient
@@ -13,18 +13,11 @@ from kazoo.client import KazooClient
 from ember.cluster.partition_state_watches import PartitionStateWatches
 from ember.cluster.records import PartitionState
 from ember.zk import zk_paths
+from waiting import eventually
 
 pytestmark = pytest.mark.integration
 
 TOPIC = "states"
-
-
-def eventually(check: Callable[[], Any], timeout_s: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while not (result := check()):
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
-    return result
 
 
 class Stored:

@@ -12,21 +12,11 @@ from ember.log.reader import read_offset_range
 from ember.net.connection import Connection, parse_bootstrap
 from ember.record import build_batch
 from ember.wire.api_keys import ApiKey
+from waiting import eventually
 
 WAIT_S = 60.0
 #: Dead brokers leave ZooKeeper within 2 s; followers retry a not-yet-ready leader after 200 ms.
 FAST = {"zookeeper.session.timeout.ms": "2000", "replica.fetch.backoff.ms": "200"}
-
-
-def eventually(check: Callable[[], Any], what: str, timeout_s: float = WAIT_S) -> Any:
-    """Poll ``check`` until it returns something truthy; fail after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        result = check()
-        if result:
-            return result
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def call(address: str, api_key: ApiKey, body: dict[str, Any], payload: tuple[bytes, ...] = (),

@@ -6,9 +6,8 @@ from __future__ import annotations
 import os
 import socket
 import struct
-import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import pytest
 
@@ -18,6 +17,7 @@ from ember.launcher.local import LocalCluster
 from ember.record import build_batch, to_table
 from ember.wire.api_keys import ApiKey
 from ember.wire.frame import FRAME_LENGTH, Response, decode_response, encode_request
+from waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -44,18 +44,6 @@ class RawClient(BlockingConnection):
         response = self.receive()
         assert response.correlation_id == correlation_id
         return response
-
-
-def eventually(check: Callable[[], Any], timeout_s: float = WAIT_S, what: str = "condition") -> Any:
-    """Poll ``check`` until it returns something truthy; fail after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
 
 
 def create_topic(client: RawClient, name: str, partitions: int = 1, replication_factor: int = 1,

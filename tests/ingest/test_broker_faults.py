@@ -5,11 +5,12 @@ from __future__ import annotations
 import signal
 
 import pytest
-from test_broker_api import RawClient, create_topic, eventually, fetch_values, leader_address, partition_dirs, produce
+from test_broker_api import RawClient, create_topic, fetch_values, leader_address, partition_dirs, produce
 
 from ember.errors import ErrorCode
 from ember.record import build_batch
 from ember.wire.api_keys import ApiKey
+from waiting import eventually
 
 pytestmark = pytest.mark.integration
 

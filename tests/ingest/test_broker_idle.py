@@ -8,13 +8,14 @@ import socket
 from typing import Iterator
 
 import pytest
-from test_broker_api import RawClient, create_topic, eventually, fetch_body, produce
+from test_broker_api import RawClient, create_topic, fetch_body, produce
 
 from ember.client import Admin, Consumer, Producer, TopicPartition
 from ember.launcher.local import LocalCluster
 from ember.record import build_batch
 from ember.wire.api_keys import ApiKey
 from ember.wire.frame import FRAME_LENGTH, REQUEST_HEADER, encode_request
+from waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -92,7 +93,7 @@ def test_a_client_that_stops_reading_responses_is_closed(cluster, address, topic
         for _ in range(requests):
             reader.send(ApiKey.FETCH, fetch_body(topic_name, 0))
         eventually(lambda: "writing a response took longer than connections.max.idle.ms" in broker_log(cluster),
-                   CLOSE_WITHIN_S, "the broker to give up writing to a client that does not read")
+                   "the broker to give up writing to a client that does not read", CLOSE_WITHIN_S)
         received = _drain(reader.sock)
     assert received < requests * 512 * 1024, "every response was delivered to a client that never read"
 
@@ -128,14 +129,14 @@ def test_clients_reconnect_after_the_broker_closes_their_idle_connections(cluste
 
     def read(count: int) -> list[bytes]:
         eventually(lambda: got.extend(r.value for rs in consumer.poll(200).values() for r in rs)
-                   or len(got) >= count, CLOSE_WITHIN_S, f"{count} records")
+                   or len(got) >= count, f"{count} records", CLOSE_WITHIN_S)
         return got
 
     producer.send(topic_name, b"before").get(CLOSE_WITHIN_S)
     assert read(1) == [b"before"]
     closes = _idle_closes(cluster)
     # Producer, consumer and admin connections all go idle and the broker closes them.
-    eventually(lambda: _idle_closes(cluster) >= closes + 3, CLOSE_WITHIN_S, "the broker to close idle connections")
+    eventually(lambda: _idle_closes(cluster) >= closes + 3, "the broker to close idle connections", CLOSE_WITHIN_S)
     assert producer.send(topic_name, b"after").get(CLOSE_WITHIN_S).offset == 1
     assert read(2) == [b"before", b"after"]
     assert topic_name in admin.list_topics()
@@ -155,4 +156,4 @@ def test_a_long_poll_whose_client_went_away_is_dropped(cluster, address, topic_n
         if pipelined:
             waiting.sock.sendall(metadata_frame())
     eventually(lambda: broker_log(cluster).count(gone) > before,
-               CLOSE_WITHIN_S, "the broker to drop the request of a client that went away")
+               "the broker to drop the request of a client that went away", CLOSE_WITHIN_S)

@@ -20,7 +20,6 @@ from replication_helpers import (
     consume_values,
     create_topic,
     disk_values,
-    eventually,
     partition_meta,
     produce,
     wait_for_isr,
@@ -30,6 +29,7 @@ from ember.cli import main
 from ember.client import Admin, Producer, TopicPartition
 from ember.errors import ErrorCode, LeaderNotAvailable, PreferredLeaderNotAvailable
 from ember.wire.api_keys import ApiKey
+from waiting import eventually
 
 pytestmark = pytest.mark.integration
 

@@ -14,12 +14,13 @@ from pathlib import Path
 
 import pytest
 from kafka import KafkaAdminClient
-from replication_helpers import FAST, create_topic, eventually, partition_meta
+from replication_helpers import FAST, create_topic, partition_meta
 
 from ember.client import Admin, Consumer, Producer, TopicPartition
 from ember.errors import PreferredLeaderNotAvailable
 from ember.launcher.local import LocalCluster
 from ember.launcher.scrape import readiness, scrape
+from waiting import eventually
 
 pytestmark = pytest.mark.integration
 

@@ -28,7 +28,6 @@ from replication_helpers import (
     consume_values,
     create_topic,
     disk_values,
-    eventually,
     partition_meta,
     wait_for_isr,
 )
@@ -37,6 +36,7 @@ from ember.client import Admin, Producer, TopicPartition
 from ember.errors import ElectionNotNeeded
 from ember.launcher.local import LocalCluster
 from ember.zk import zk_paths
+from waiting import eventually
 
 pytestmark = pytest.mark.integration
 

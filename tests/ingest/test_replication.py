@@ -17,7 +17,6 @@ from replication_helpers import (
     consume_values,
     create_topic,
     disk_values,
-    eventually,
     partition_meta,
     produce,
     wait_for_isr,
@@ -26,6 +25,7 @@ from replication_helpers import (
 from ember.client import Producer
 from ember.errors import ErrorCode, OffsetOutOfRange
 from ember.log.reader import read_offset_range
+from waiting import eventually
 
 pytestmark = pytest.mark.integration
 

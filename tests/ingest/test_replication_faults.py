@@ -15,7 +15,6 @@ from replication_helpers import (
     call,
     create_topic,
     disk_values,
-    eventually,
     partition_meta,
     produce,
     produce_batch,
@@ -27,6 +26,7 @@ from ember.log.reader import read_offset_range
 from ember.log.recovery import segment_bases
 from ember.record import build_batch
 from ember.wire.api_keys import ApiKey
+from waiting import eventually
 
 pytestmark = pytest.mark.integration
 

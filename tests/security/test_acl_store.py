@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
-import time
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import pytest
 
@@ -24,17 +23,11 @@ from ember.security.authorizer.model import (
 )
 from ember.security.authorizer.store import AclStore
 from ember.zk.zk_session import ZkSession
+from waiting import eventually
 
 pytestmark = pytest.mark.integration
 
 ORDERS = ResourcePattern(ResourceType.TOPIC, "orders")
-
-
-def eventually(check: Callable[[], Any], timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ import scramp
 from confluent_kafka import Consumer as KafkaConsumer
 from confluent_kafka import KafkaError
 from confluent_kafka import Producer as KafkaProducer
-from kafka_helpers import WAIT_S, eventually
+from kafka_helpers import WAIT_S
 from kafka_wire import KafkaWire
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.sasl_authenticate.v1.request import SaslAuthenticateRequest
@@ -30,6 +30,7 @@ from ember.launcher.local import LocalCluster
 from ember.security.authorizer.model import Operation
 from ember.wire.api_keys import ApiKey
 from ember.wire.frame import FRAME_LENGTH, Response, decode_response, encode_request
+from waiting import eventually
 
 pytestmark = pytest.mark.integration
 

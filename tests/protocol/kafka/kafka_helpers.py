@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -28,15 +28,6 @@ def records(count: int, partitions: int = 1) -> list[tuple[int, bytes | None, by
         headers = [("n", str(i).encode()), ("empty", None)] if i % 2 == 0 else []
         out.append((i % partitions, key, value, headers, BASE_MS + 1000 * i))
     return out
-
-
-def eventually(check: Callable[[], Any], what: str, timeout_s: float = WAIT_S) -> Any:
-    """Poll ``check`` until it returns something truthy (returned); fail after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while not (found := check()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-    return found
 
 
 def admin(bootstrap: str) -> AdminClient:

@@ -26,13 +26,14 @@ from kafka import TopicPartition as KafkaPythonTopicPartition
 from kafka.admin import ConfigResource as KafkaConfigResource
 from kafka.admin import ConfigResourceType
 from kafka.errors import InvalidReplicationAssignmentError
-from kafka_helpers import WAIT_S, admin, create_topic, eventually, produce
+from kafka_helpers import WAIT_S, admin, create_topic, produce
 
 from ember.client import Admin
 from ember.client import TopicPartition as EmberTopicPartition
 from ember.client.admin import PartitionDescription
 from ember.client.metadata import MetadataClient
 from ember.errors import EmberError, InvalidPartitions
+from waiting import eventually
 
 pytestmark = pytest.mark.integration
 

@@ -9,9 +9,10 @@ import json
 from pathlib import Path
 
 import pytest
-from kafka_helpers import create_topic, eventually, produce, run_tool
+from kafka_helpers import create_topic, produce, run_tool
 
 from ember.client import Admin
+from waiting import eventually
 
 pytestmark = pytest.mark.integration
 
