@@ -118,6 +118,8 @@ async def fetch_in_session(replicas: ReplicaManager, session: FetchSession, list
             entry.fetch_offset, entry.max_bytes, entry.leader_epoch = \
                 target.offset, target.max_bytes, target.leader_epoch
         listed_entries.append(entry)
+    if not session.partitions:
+        return []     # nothing could ever change: answered at once, as Kafka answers a fetch of nothing
     if replica_id >= 0:
         _report_positions(replicas, session, replica_id, monotonic_ms())
     max_bytes = response_limit(replicas, max_bytes)

@@ -116,3 +116,41 @@ def test_a_commit_raced_by_a_group_delete_is_retried_then_refused_with_a_retriab
     with pytest.raises(CoordinatorNotAvailable, match="deleted") as raised:
         GroupStore(SimpleNamespace(client=endless)).commit("g", {TopicPartition("t", 0): (5, "")})  # type: ignore[arg-type]
     assert raised.value.retriable and endless.writes == DELETE_ATTEMPTS
+
+
+def test_fetching_offsets_reads_only_those_committed() -> None:
+    """A new group's consumer asks for every partition it was assigned (1,000 here): reading a
+    missing node per partition held its first fetch back for a third of a second."""
+    from ember.groups.store import CommittedOffset
+
+    stored = {("t", 3): CommittedOffset(30, "", 1), ("t", 7): CommittedOffset(70, "m", 2)}
+
+    class _Done:
+        def __init__(self, value: object = None, error: Exception | None = None) -> None:
+            self.value, self.error = value, error
+
+        def get(self) -> object:
+            if self.error is not None:
+                raise self.error
+            return self.value
+
+    class _Offsets:
+        """The offsets' znodes, counting the reads of single offsets."""
+
+        reads = 0
+
+        def get_children_async(self, path: str) -> _Done:
+            topic = path.rsplit("/", 1)[1]
+            found = [str(p) for t, p in stored if t == topic]
+            return _Done(found) if found else _Done(error=NoNodeError())
+
+        def get_async(self, path: str) -> _Done:
+            self.reads += 1
+            *_, topic, index = path.split("/")
+            return _Done((stored[(topic, int(index))].to_bytes(), None))
+
+    client = _Offsets()
+    store = GroupStore(SimpleNamespace(client=client))     # type: ignore[arg-type]
+    wanted = [TopicPartition(topic, p) for topic in ("t", "u") for p in range(1000)]
+    assert store.fetch("g", wanted) == {TopicPartition(*tp): offset for tp, offset in stored.items()}
+    assert client.reads == 2

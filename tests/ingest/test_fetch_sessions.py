@@ -238,6 +238,23 @@ def test_a_moved_log_start_is_news_for_the_session(tmp_path: Path) -> None:
     run(scenario())
 
 
+def test_a_session_fetch_of_nothing_is_answered_at_once(tmp_path: Path) -> None:
+    """librdkafka opens a session with a fetch of no partitions before it knows its positions;
+    Kafka answers it at once, and so must ember (it waited fetch.wait.max.ms, half a second
+    before a new group's first records)."""
+    async def scenario() -> None:
+        replicas, logs = await _leader(tmp_path)
+        try:
+            results, session_id = await asyncio.wait_for(
+                fetch(replicas, [], CONSUMER_REPLICA_ID, 1, MAX, 30.0, epoch=0), 10)
+            assert results == [] and session_id > 0
+        finally:
+            await replicas.close()
+            logs.close()
+
+    run(scenario())
+
+
 def test_without_a_free_slot_the_fetch_runs_sessionless(tmp_path: Path) -> None:
     async def scenario() -> None:
         replicas, logs = await _leader(tmp_path, slots=0)
