@@ -206,7 +206,12 @@ class Partition:
         """Move the high watermark to its target if that is higher, waking readers and acks=all
         waits (event loop; the write itself runs on the I/O pool)."""
         if self.is_leader and self.high_watermark_target() > self.log.high_watermark:
-            if await self.run(self._advance_high_watermark):
+            try:
+                moved = await self.run(self._advance_high_watermark)
+            except asyncio.CancelledError:
+                self.changed.fire()    # the move may have landed: fetch sessions must hear of it
+                raise
+            if moved:
                 self.changed.fire()
 
     def _advance_high_watermark(self) -> bool:
@@ -251,7 +256,9 @@ class Partition:
             except StorageError as exc:
                 self.write_failed("produce", exc)
                 raise
-        self.changed.fire()
+            finally:
+                self.changed.fire()    # also when the client went away: the write landed all the same
+
         if self.stats is not None and not result.duplicate:
             self.stats.produced(result.record_count, len(raw))
         return result
@@ -300,9 +307,10 @@ class Partition:
         self.check_leader()
         if offset < DELETE_TO_HIGH_WATERMARK:
             raise OffsetOutOfRange(f"{self}: cannot delete records before offset {offset}")
-        start = await self.run(self._delete_records, offset)
-        self.changed.fire()    # fetch sessions tell their fetchers of the new log start
-        return start
+        try:
+            return await self.run(self._delete_records, offset)
+        finally:
+            self.changed.fire()    # fetch sessions tell their fetchers of the new log start
 
     def _delete_records(self, offset: int) -> int:
         return self.log.delete_records_before(self.log.high_watermark if offset == DELETE_TO_HIGH_WATERMARK else offset)

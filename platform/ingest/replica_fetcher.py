@@ -134,6 +134,8 @@ class ReplicaFetcher:
         #: the leader's session holds: an incremental fetch looks only at these (and names those
         #: that did move), so a round costs per partition that moved, not per partition followed.
         self._moved: set[tuple[str, int]] = set()
+        #: The partitions the fetch in flight names: the session will hold them once it is answered.
+        self._naming: set[tuple[str, int]] = set()
         self._wake = asyncio.Event()
         self._client: BrokerClient | None = None
         #: The fetch session at the leader: what it holds of each partition (log end, leader epoch).
@@ -157,14 +159,22 @@ class ReplicaFetcher:
         key = (partition.topic, partition.index)
         if self._follows.pop(key, None) is not None:
             self._to_truncate.discard(key)
-            self._moved.discard(key)
+            self._moved.add(key)      # forgotten by the next incremental fetch if the session holds it
             self._restart_session_if_held(key)
+
+    def recheck(self, partition: Partition) -> None:
+        """Look at ``partition`` in the next round (its log went offline outside replication: a
+        failed flush or retention): an offline log is dropped from the leader's session."""
+        key = (partition.topic, partition.index)
+        if key in self._follows:
+            self._moved.add(key)
 
     def _restart_session_if_held(self, key: tuple[str, int]) -> None:
         """A partition the leader's session holds was replaced (new epoch, reopened log) or dropped:
         the session remembers what it last told the old one (high watermark, log start) and would
-        not tell the new one again, so the next fetch is a full one, in a new session."""
-        if self._session.holds(key):
+        not tell the new one again, so the next fetch is a full one, in a new session. A partition
+        the fetch in flight names counts as held (its answer adds it to the session)."""
+        if self._session.holds(key) or key in self._naming:
             self._session.reset()
 
     async def close(self) -> None:
@@ -320,6 +330,7 @@ class ReplicaFetcher:
                             "max_bytes": config.partition_max_bytes} for key in listed],
             "forgotten": [{"topic": topic, "partition": index} for topic, index in forgotten]}
         timeout_s = (config.socket_timeout_ms + config.wait_max_ms) / 1000
+        self._naming = set(listed)
         try:
             response = await client.call(ApiKey.FETCH, body, timeout_s=timeout_s)
         except (FetchSessionIdNotFound, InvalidFetchSessionEpoch) as exc:
@@ -329,6 +340,8 @@ class ReplicaFetcher:
         except BaseException:
             session.reset()     # the leader may or may not have taken this epoch
             raise
+        finally:
+            self._naming = set()
         session.answered(response.body.get("session_id", NO_SESSION), wanted, listed, forgotten)
         items = fetched_partitions(response.body)
         pieces = split_payload(response.payload, [item["size"] for item in items])
@@ -433,6 +446,13 @@ class ReplicaFetchers:
                                                               self.config, self._inter_broker)
         fetcher.follow(partition)
         self._leaders[key] = leader
+
+    def log_offline(self, partition: Partition) -> None:
+        """``partition``'s log went offline: its fetcher stops fetching it at its next round."""
+        leader = self._leaders.get((partition.topic, partition.index))
+        fetcher = self._fetchers.get(leader) if leader is not None else None
+        if fetcher is not None:
+            fetcher.recheck(partition)
 
     def remove(self, partition: Partition) -> None:
         leader = self._leaders.pop((partition.topic, partition.index), None)

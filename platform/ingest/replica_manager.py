@@ -116,6 +116,7 @@ class ReplicaManager:
         self._offline_pending = True      # a look is due (start-up: write the report at once)
         self._offline_task: asyncio.Task[None] | None = None
         self._offline_announced: frozenset[OfflineReplica] = frozenset()   # ERROR line written for these
+        self._offline_noticed: frozenset[OfflineReplica] = frozenset()   # their replica fetchers told
         self._offline_write_failing = False
         #: Replicas whose log is on a log directory that failed at start-up: never opened, reported offline.
         self._in_offline_dirs: frozenset[OfflineReplica] = frozenset()
@@ -270,6 +271,11 @@ class ReplicaManager:
         """Write this broker's offline replicas to ZooKeeper if they changed since the last
         write (or were never written); a failed write is retried on the next check."""
         current = self.offline_replicas()
+        for replica in current - self._offline_noticed:
+            partition = self.partitions.get((replica.topic, replica.partition))
+            if partition is not None:
+                self.fetchers.log_offline(partition)
+        self._offline_noticed = current
         if self.offline_writer is None or current == self._offline_reported:
             return
         for replica in sorted(current - self._offline_announced - self._in_offline_dirs):   # those: at start-up

@@ -24,6 +24,9 @@ from ember.wire.frame import Response
 T = TypeVar("T")
 Address = tuple[str, int]
 
+#: The ``make_partition`` fixture (conftest.py): a new Partition over a real log.
+MakePartition = Callable[..., Partition]
+
 #: Upper bound of every test scenario: a hang fails the test instead of stalling the run.
 SCENARIO_TIMEOUT_S = 20.0
 

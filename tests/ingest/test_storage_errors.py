@@ -9,19 +9,18 @@ import asyncio
 import errno
 import logging
 import os
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import pytest
-from ingest_fakes import FakeInterBroker, answer_to, batch, idle_leader, run, until
+from ingest_fakes import FakeInterBroker, MakePartition, answer_to, batch, idle_leader, run, until
 
 from ember.cluster.records import PartitionState
 from ember.errors import StorageError
 from ember.ingest.log_manager import LogManager
 from ember.ingest.partition import Partition
 from ember.ingest.replica_fetcher import FetcherConfig, ReplicaFetcher
-from ember.log import Log, LogConfig
+from ember.log import Log
 from ember.metrics.broker_metrics import STORAGE_OPERATIONS, BrokerMetrics
 from ember.wire.api_keys import ApiKey
 from ember.wire.frame import Response
@@ -30,35 +29,6 @@ ME, LEADER = 2, 1
 LEADER_ADDRESS = ("127.0.0.1", 19000 + LEADER)
 FETCHER_CONFIG = FetcherConfig(wait_max_ms=10, min_bytes=1, partition_max_bytes=1 << 20,
                                response_max_bytes=1 << 20, backoff_ms=10, socket_timeout_ms=1000)
-
-MakePartition = Callable[..., Partition]
-
-
-@pytest.fixture
-def metrics() -> BrokerMetrics:
-    return BrokerMetrics()
-
-
-@pytest.fixture
-def make_partition(tmp_path: Path, metrics: BrokerMetrics) -> Iterator[MakePartition]:
-    """Partitions t-0, t-1, ... of broker ``broker_id`` over real logs, counted into ``metrics``."""
-    pool = ThreadPoolExecutor(2, thread_name_prefix="test-log-io")
-    logs: list[Log] = []
-
-    def make(*, broker_id: int = ME, **props: str) -> Partition:
-        config = LogConfig.from_properties(props)
-        log = Log.open(tmp_path / f"t-{len(logs)}", config)
-        logs.append(log)
-        partition = Partition("t", len(logs) - 1, "topic-id", log, config, broker_id, pool, metrics.topic("t"))
-        partition.assign([1, 2], [])
-        return partition
-
-    yield make
-    for log in logs:
-        if not log.closed:
-            log.close()
-    pool.shutdown(wait=True)
-
 
 def storage_errors(metrics: BrokerMetrics, operation: str) -> float | None:
     return metrics.registry.get_sample_value("ember_server_replicamanager_storageerrors_total",
