@@ -20,17 +20,19 @@ def metrics() -> BrokerMetrics:
 
 @pytest.fixture
 def make_partition(tmp_path: Path, metrics: BrokerMetrics) -> Iterator[MakePartition]:
-    """Partitions t-0, t-1, ... of broker ``broker_id`` (default 2) over real logs, replicas
-    [1, 2], counted into ``metrics``."""
+    """Partitions t-0, t-1, ... of broker ``broker_id`` (default 2) over real logs, ``replicas``
+    (default [1, 2]) with ``props`` as topic configs, counted into ``metrics``; pool and logs
+    closed at teardown."""
     pool = ThreadPoolExecutor(2, thread_name_prefix="test-log-io")
     logs: list[Log] = []
 
-    def make(*, broker_id: int = 2, **props: str) -> Partition:
+    def make(*, broker_id: int = 2, replicas: tuple[int, ...] = (1, 2), removing: tuple[int, ...] = (),
+             **props: str) -> Partition:
         config = LogConfig.from_properties(props)
         log = Log.open(tmp_path / f"t-{len(logs)}", config)
         logs.append(log)
         partition = Partition("t", len(logs) - 1, "topic-id", log, config, broker_id, pool, metrics.topic("t"))
-        partition.assign([1, 2], [])
+        partition.assign(list(replicas), list(removing))
         return partition
 
     yield make

@@ -4,12 +4,9 @@ broker: the test plays the controller and the followers)."""
 from __future__ import annotations
 
 import asyncio
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
-from typing import Callable, Iterator
 
 import pytest
-from ingest_fakes import batch, run
+from ingest_fakes import MakePartition, batch, run
 
 from ember.cluster.records import NO_LEADER, PartitionState
 from ember.errors import (
@@ -31,35 +28,19 @@ from ember.ingest.partition import (
     LogOffsets,
     Partition,
 )
-from ember.log import Log, LogConfig
 from ember.record import iter_batches
 
 CONSUMER = -1
 LEADER, FOLLOWER_2, FOLLOWER_3 = 1, 2, 3
 
-MakePartition = Callable[..., Partition]
-
-
 @pytest.fixture
-def make_partition(tmp_path: Path) -> Iterator[MakePartition]:
-    """Partitions hosted by broker ``broker_id`` over real logs; pool and logs closed at teardown."""
-    pool = ThreadPoolExecutor(2, thread_name_prefix="test-log-io")
-    logs: list[Log] = []
-
+def make_partition(make_partition: MakePartition) -> MakePartition:
+    """conftest's partitions, led here by default: broker 1 of replicas 1-3."""
     def make(*, broker_id: int = LEADER, replicas: tuple[int, ...] = (1, 2, 3), min_insync: int = 1,
              removing: tuple[int, ...] = ()) -> Partition:
-        config = LogConfig.from_properties({"min.insync.replicas": str(min_insync)})
-        log = Log.open(tmp_path / f"t-{len(logs)}", config)
-        logs.append(log)
-        partition = Partition("t", len(logs) - 1, "topic-id", log, config, broker_id, pool)
-        partition.assign(list(replicas), list(removing))
-        return partition
-
-    yield make
-    for log in logs:
-        if not log.closed:
-            log.close()
-    pool.shutdown(wait=True)
+        return make_partition(broker_id=broker_id, replicas=replicas, removing=removing,
+                              **{"min.insync.replicas": str(min_insync)})
+    return make
 
 
 def lead(partition: Partition, isr: list[int], epoch: int = 0, version: int = 0) -> None:
