@@ -128,6 +128,7 @@ def test_the_controller_finishes_a_topic_its_creator_left_half_created(nodes, to
     eventually(lambda: topic_name in nodes[3].cache.incomplete_topics())
     assert nodes[3].cache.topic(topic_name) is None
     controller = active_controller(nodes)
+    eventually(lambda: topic_name in controller.cache.incomplete_topics())    # its cache may lag
     assert controller.call(lambda: controller.finish_incomplete_topics(3600)).result(10) == []   # not yet
     assert controller.call(lambda: controller.finish_incomplete_topics(0)).result(10) == [topic_name]
     for node in nodes.values():
@@ -145,6 +146,7 @@ def test_the_controller_finishes_a_topic_its_deleter_left_half_deleted(nodes, to
     for node in nodes.values():
         eventually(lambda: node.cache.topic(topic_name) is None)
     controller = active_controller(nodes)
+    eventually(lambda: topic_name in controller.cache.incomplete_topics())
     assert controller.call(lambda: controller.finish_incomplete_topics(0)).result(10) == [topic_name]
     assert not client.exists(zk_paths.topic(topic_name))
     with pytest.raises(UnknownTopicOrPartition):
