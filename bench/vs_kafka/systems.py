@@ -428,15 +428,7 @@ class KafkaSystem:
         self.admin = AdminClient({"bootstrap.servers": self.cluster.bootstrap, "log_level": 3})
 
     def create_topic(self, topic: str, partitions: int, replication_factor: int) -> None:
-        from confluent_kafka.admin import NewTopic
-        for future in self.admin.create_topics([NewTopic(topic, partitions, replication_factor)]).values():
-            future.result(TOPIC_READY_TIMEOUT_S)
-
-        def ready() -> bool:
-            meta = self.admin.list_topics(topic, timeout=10).topics[topic]
-            return len(meta.partitions) == partitions and all(
-                p.leader >= 0 and len(p.isrs) == replication_factor for p in meta.partitions.values())
-        wait_for(ready, f"Kafka topic {topic}")
+        create_with_kafka_admin(self.admin, topic, partitions, replication_factor)
 
     def delete_topic(self, topic: str) -> None:
         for future in self.admin.delete_topics([topic]).values():
@@ -468,6 +460,20 @@ class KafkaSystem:
     def stop(self) -> None:
         self.admin = None          # librdkafka clients must go before their brokers, or they log reconnects
         self.cluster.stop()
+
+
+def create_with_kafka_admin(admin: Any, topic: str, partitions: int, replication_factor: int) -> None:
+    """CreateTopics with confluent-kafka's AdminClient, then Metadata until every partition has a
+    leader and a full ISR: what a Kafka user's tooling waits for, against either system."""
+    from confluent_kafka.admin import NewTopic
+    for future in admin.create_topics([NewTopic(topic, partitions, replication_factor)]).values():
+        future.result(TOPIC_READY_TIMEOUT_S)
+
+    def ready() -> bool:
+        meta = admin.list_topics(topic, timeout=10).topics[topic]
+        return len(meta.partitions) == partitions and all(
+            p.leader >= 0 and len(p.isrs) == replication_factor for p in meta.partitions.values())
+    wait_for(ready, f"topic {topic}")
 
 
 def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = TOPIC_READY_TIMEOUT_S) -> None:

@@ -39,6 +39,19 @@ class TopicMetadata:
     def partitions(self) -> dict[int, list[int]]:
         return self.record.assignment
 
+    def shown_state(self, index: int) -> PartitionState | None:
+        """The state clients are shown: the one read from ZooKeeper, else, while that read is in
+        flight, the first state the topic's creation wrote in the same transaction as this record
+        (led by the first replica, epoch 0, every replica in sync). A topic of 1,000 partitions
+        is thus known at once, not after 1,000 reads; a client that meets a leader changed since
+        is told NOT_LEADER_OR_FOLLOWER and looks again, as after any leader move. Never for
+        decisions (the controller and replica manager act on read states only)."""
+        state = self.states.get(index)
+        if state is not None:
+            return state
+        replicas = self.record.assignment.get(index)
+        return PartitionState(replicas[0], 0, list(replicas), -1) if replicas else None
+
 
 class _TopicWatch:
     """Watches one topic node and its partition states until the topic leaves ``/topics``."""

@@ -62,7 +62,7 @@ class MetadataView:
     def partitions(self, meta: TopicMetadata, live: dict[int, BrokerInfo]) -> list[PartitionView]:
         views = []
         for index, replicas in meta.partitions.items():
-            state = meta.states.get(index)
+            state = meta.shown_state(index)
             leader = state.leader if state is not None and state.leader in live else -1
             move = meta.record.reassignments.get(index)
             views.append(PartitionView(

@@ -103,6 +103,8 @@ class ReplicaManager:
         self.fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots)
         #: Fired after every reconcile, so admin requests can wait for their effect locally.
         self.reconciled = Signal()
+        #: Fired on the loop whenever the metadata cache told of a change (before it is applied).
+        self.metadata_noticed = Signal()
         self._dirty: set[str] = set()
         self._wake = asyncio.Event()
         #: Held while a topic is reconciled or an offline log reopened: both replace partitions.
@@ -226,6 +228,7 @@ class ReplicaManager:
     def _mark(self, topic: str) -> None:
         self._dirty.add(topic)
         self._wake.set()
+        self.metadata_noticed.fire()
 
     async def start(self) -> None:
         """Delete local partitions the cluster no longer assigns here, open the rest, and keep

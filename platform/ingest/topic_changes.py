@@ -1,9 +1,11 @@
 """Topic creation, growth, deletion and configs as a broker serves them, for both wire protocols.
 
 The ZooKeeper work runs on a thread (kazoo is blocking); the caller then waits, bounded, until
-this broker has applied the change, so a client that creates a topic and produces to it at once
-rarely sees it missing. A wait that times out is no error: the change is in ZooKeeper and every
-broker applies it soon.
+this broker knows of the change. A new topic or partition counts as created, as in Kafka, once
+this broker's metadata names a leader for each partition: the leaders open their logs a moment
+later (1,000 partitions take each broker a second or more), and until then a produce or fetch
+gets LEADER_NOT_AVAILABLE, which clients retry. A wait that times out is no error: the change
+is in ZooKeeper and every broker applies it soon.
 """
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import asyncio
 from typing import Callable, Mapping, Sequence
 
 from ember.cluster.metadata_cache import MetadataCache
-from ember.cluster.records import PartitionState, TopicRecord
+from ember.cluster.records import TopicRecord
 from ember.cluster.topic_admin import TopicAdmin, validate_topic_name
 from ember.errors import UnknownTopicOrPartition
 from ember.ingest.broker_config import BrokerConfig
@@ -39,8 +41,8 @@ class TopicChanges:
                      timeout_s: float | None = None,
                      assignment: Mapping[int, Sequence[int]] | None = None) -> TopicRecord:
         """Create a topic (-1 = the broker's default partitions / replication factor, or a manual
-        ``assignment``); with ``timeout_s``, wait up to that long until this broker has opened
-        its replicas."""
+        ``assignment``); with ``timeout_s``, wait up to that long until this broker's metadata
+        names each partition's leader."""
         self.access.check_topic_or_cluster(Operation.CREATE, name)
         record = await asyncio.to_thread(
             self.admin.create_topic, name,
@@ -48,18 +50,18 @@ class TopicChanges:
             self.config.default_replication_factor if replication_factor == -1 else replication_factor,
             dict(config or {}), validate_only, assignment)
         if timeout_s is not None and not validate_only:
-            await self.until(lambda: self._applied(name, record.topic_id), timeout_s)
+            await self.until(lambda: self._led(name, record.topic_id), timeout_s)
         return record
 
     async def create_partitions(self, name: str, count: int, assignment: Sequence[Sequence[int]] | None = None,
                                 validate_only: bool = False, timeout_s: float | None = None) -> TopicRecord:
         """Grow a topic to ``count`` partitions (``assignment``: one replica list per new
-        partition); with ``timeout_s``, wait up to that long until this broker has opened its
-        replicas of them."""
+        partition); with ``timeout_s``, wait up to that long until this broker's metadata names
+        their leaders."""
         self.access.check_topic(Operation.ALTER, name)
         record = await asyncio.to_thread(self.admin.create_partitions, name, count, assignment, validate_only)
         if timeout_s is not None and not validate_only:
-            await self.until(lambda: self._applied(name, record.topic_id, count), timeout_s)
+            await self.until(lambda: self._led(name, record.topic_id, count), timeout_s)
         return record
 
     async def delete(self, name: str, timeout_s: float) -> None:
@@ -85,22 +87,17 @@ class TopicChanges:
             await self.until(lambda: all(p.config == expected for (t, _), p in self.replicas.partitions.items()
                                          if t == name), timeout_s)
 
-    def _applied(self, name: str, topic_id: str, partitions: int = 0) -> bool:
+    def _led(self, name: str, topic_id: str, partitions: int = 0) -> bool:
+        """This broker's metadata has the topic (this very one, not an older of the name) with
+        ``partitions`` or more partitions, each with a leader: what a client is told next."""
         meta = self.cache.topic(name)
         if meta is None or meta.topic_id != topic_id or len(meta.partitions) < partitions:
             return False
-        return all(self._opened_and_led(name, index, meta.states.get(index))
-                   for index, replicas in meta.partitions.items() if self.replicas.broker_id in replicas)
-
-    def _opened_and_led(self, name: str, index: int, state: PartitionState | None) -> bool:
-        """The replica is open here with its partition state read and applied: a client told
-        "created" must find its leader (logs open in one batch before the states are read)."""
-        partition = self.replicas.partitions.get((name, index))
-        return partition is not None and state is not None and partition.state.version >= state.version
+        return all((state := meta.shown_state(index)) is not None and state.leader >= 0 for index in meta.partitions)
 
     async def until(self, done: Callable[[], bool], timeout_s: float) -> None:
         """Wait (bounded) until this broker has applied a metadata change."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while not done() and loop.time() < deadline:
-            await wait_any([self.replicas.reconciled], deadline - loop.time())
+            await wait_any([self.replicas.reconciled, self.replicas.metadata_noticed], deadline - loop.time())

@@ -16,6 +16,7 @@ from ember.cluster.election import (
     preferred_state,
     unclean_state,
 )
+from ember.cluster.metadata_cache import TopicMetadata
 from ember.cluster.reassignment import (
     cancel_reassignment,
     completion_state,
@@ -187,3 +188,15 @@ def test_cancelling_turns_a_move_back_to_the_original_replicas():
     assert cancel_reassignment("t", shrinking, 1) == TopicRecord("id", {0: [1, 2], 1: [2, 3]})
     with pytest.raises(NoReassignmentInProgress):
         cancel_reassignment("t", record, 0)
+
+
+def test_clients_are_shown_a_new_partitions_first_state_until_its_state_is_read() -> None:
+    """A topic's record and its first partition states are written in one transaction: until a
+    state's read answers, clients see exactly what that transaction wrote."""
+    record = TopicRecord("id", {0: [2, 3, 1], 1: [3, 1, 2]}, {})
+    read = PartitionState(1, 4, [1, 2], 7, version=3)
+    meta = TopicMetadata("t", record, {1: read})
+    assert meta.shown_state(0) == PartitionState(2, 0, [2, 3, 1], -1)
+    assert meta.shown_state(1) is read
+    assert meta.shown_state(2) is None
+    assert not meta.states.get(0)          # decisions still see only what was read

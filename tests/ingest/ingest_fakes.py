@@ -6,17 +6,22 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import threading
-from typing import Any, Awaitable, Callable, Coroutine, Iterable, Mapping, TypeVar
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Mapping, TypeVar
 
 from ember.cluster.metadata_cache import TopicMetadata
 from ember.cluster.records import BrokerInfo, PartitionState, Reassignment, TopicRecord
 from ember.errors import EmberError, TopicAuthorizationFailed
+from ember.ingest.broker_config import BrokerConfig
 from ember.ingest.fetch import FetchTarget, fetch
 from ember.ingest.isr import IsrChange
 from ember.ingest.listeners import EMBER_LISTENER
+from ember.ingest.log_manager import LogManager
 from ember.ingest.partition import Partition
 from ember.ingest.replica_manager import LeaderQuery, ReplicaManager
 from ember.record import build_batch
+from ember.security.authorizer.access import ALLOW_ALL
 from ember.security.authorizer.model import Operation
 from ember.wire.api_keys import ApiKey
 from ember.wire.frame import Response
@@ -295,3 +300,27 @@ class FakeOfflineReplicaWriter:
     @property
     def last(self) -> list[tuple[str, int, str]] | None:
         return self.writes[-1] if self.writes else None
+
+
+#: Short fetcher back-off and long-poll, so follower scenarios settle in milliseconds.
+FAST_FETCHING = {"replica.fetch.backoff.ms": "10", "replica.fetch.wait.max.ms": "100"}
+
+
+@asynccontextmanager
+async def replica_manager(data_dir: Path, cache: FakeMetadataCache, broker_id: int = 1, *, start: bool = True,
+                          inter_broker: FakeInterBroker | None = None,
+                          access: Any = ALLOW_ALL, config: dict[str, str] | None = None) -> AsyncIterator[ReplicaManager]:
+    """A (started) ReplicaManager of broker ``broker_id`` over ``data_dir`` (broker ``config`` over
+    :data:`FAST`), its ISR writes going to a fake writer over ``cache``; closed (fetchers, ISR
+    writes, logs) on exit."""
+    logs = LogManager(data_dir, broker_id)
+    broker_config = BrokerConfig.from_properties({**FAST_FETCHING, **(config or {})})
+    replicas = ReplicaManager(broker_id, cache, logs, broker_config, FakeIsrWriter(cache, broker_id),
+                              inter_broker=inter_broker or FakeInterBroker(), access=access)
+    try:
+        if start:
+            await replicas.start()
+        yield replicas
+    finally:
+        await replicas.close()
+        logs.close()

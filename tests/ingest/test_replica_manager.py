@@ -8,9 +8,8 @@ import asyncio
 import errno
 import logging
 import os
-from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import pytest
 from ingest_fakes import (
@@ -22,6 +21,7 @@ from ingest_fakes import (
     batch,
     broker_info,
     leader_broker,
+    replica_manager,
     run,
     until,
 )
@@ -45,39 +45,14 @@ from ember.ingest.log_manager import LogManager
 from ember.ingest.partition import Partition
 from ember.ingest.produce import Produced, ProduceEntry, append_at_leaders
 from ember.ingest.replica_manager import LeaderAnswer, LeaderQuery, ReplicaManager
-from ember.security.authorizer.access import ALLOW_ALL
 from ember.security.authorizer.model import Operation
 from ember.wire.api_keys import ApiKey
 from ember.wire.frame import Response
 
 TOPIC = "orders"
 ME, OTHER, THIRD = 1, 2, 3
-#: Short fetcher back-off and long-poll, so follower scenarios settle in milliseconds.
-FAST = {"replica.fetch.backoff.ms": "10", "replica.fetch.wait.max.ms": "100"}
-
-
 def state(leader: int, epoch: int, isr: list[int], version: int) -> PartitionState:
     return PartitionState(leader, epoch, isr, 1, version)
-
-
-@asynccontextmanager
-async def replica_manager(data_dir: Path, cache: FakeMetadataCache, broker_id: int = ME, *, start: bool = True,
-                          inter_broker: FakeInterBroker | None = None,
-                          access: Any = ALLOW_ALL, config: dict[str, str] | None = None) -> AsyncIterator[ReplicaManager]:
-    """A (started) ReplicaManager of broker ``broker_id`` over ``data_dir`` (broker ``config`` over
-    :data:`FAST`), its ISR writes going to a fake writer over ``cache``; closed (fetchers, ISR
-    writes, logs) on exit."""
-    logs = LogManager(data_dir, broker_id)
-    broker_config = BrokerConfig.from_properties({**FAST, **(config or {})})
-    replicas = ReplicaManager(broker_id, cache, logs, broker_config, FakeIsrWriter(cache, broker_id),
-                              inter_broker=inter_broker or FakeInterBroker(), access=access)
-    try:
-        if start:
-            await replicas.start()
-        yield replicas
-    finally:
-        await replicas.close()
-        logs.close()
 
 
 async def reconcile(replicas: ReplicaManager, topic: str) -> None:
