@@ -83,13 +83,17 @@ class LogManager:
         """Open (recovering if needed) or create the partition's log."""
         from ember.log import Log
         directory = self.dirs.partition_dir(topic, index)
-        directory.mkdir(parents=True, exist_ok=True)
+        try:
+            directory.mkdir(parents=True)
+            new = True
+        except FileExistsError:
+            new = False
         meta = directory / PARTITION_METADATA
-        if not meta.exists():
+        if new or not meta.exists():
             tmp = meta.with_suffix(".tmp")
             tmp.write_text(json.dumps({"topic": topic, "partition": index, "topic_id": topic_id}))
             tmp.replace(meta)
-        return Log.open(directory, config)
+        return Log.create(directory, config) if new else Log.open(directory, config)
 
     @staticmethod
     def delete_directory(path: Path) -> None:

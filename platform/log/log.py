@@ -122,6 +122,20 @@ class Log:
                     segment.close()
             raise errors.StorageError(f"cannot open log {directory}: {e}") from e
 
+    @classmethod
+    def create(cls, directory: os.PathLike[str] | str, config: Optional[LogConfig] = None, *,
+               now_ms: Callable[[], int] = _wall_clock_ms) -> "Log":
+        """A new, empty log in ``directory``, which the caller has just made: with nothing in it to
+        clean, recover or read, this is a third of ``open``'s file-system calls (a topic of 1,000
+        partitions is 1,000 of these on each broker)."""
+        directory = Path(directory)
+        try:
+            log = cls(directory, config or LogConfig(), now_ms)
+            log._start_empty()
+            return log
+        except OSError as e:
+            raise errors.StorageError(f"cannot create log {directory}: {e}") from e
+
     def _load(self) -> None:
         def read(name: str) -> Optional[int]:
             return checkpoint.read_offset(self.directory / name)

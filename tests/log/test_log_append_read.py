@@ -158,3 +158,19 @@ def test_fetch_slice_survives_rename_for_delayed_delete(open_log, clock):
     log.apply_retention(now_ms=clock.now + 70_000)  # purges the renamed files
     with pytest.raises(errors.OffsetOutOfRange):
         fetched.read_bytes()
+
+
+def test_a_created_log_works_and_reopens_as_the_log_open_would_have_made(log_dir, clock, open_log):
+    """``Log.create`` (a directory just made: nothing read) gives the same log ``Log.open`` makes
+    of an empty directory: appends, reads, and a reopen that finds exactly what was written."""
+    log_dir.mkdir()
+    created = Log.create(log_dir, LogConfig(), now_ms=clock)
+    try:
+        assert (created.log_start_offset, created.log_end_offset, created.high_watermark) == (0, 0, 0)
+        created.append_as_leader(values_batch(numbered(0, 3)), leader_epoch=2)
+        created.flush()
+    finally:
+        created.close()
+    reopened = open_log()
+    assert reopened.log_end_offset == 3 and reopened.latest_epoch == 2
+    assert to_table(reopened.read(0, 1 << 20).read_bytes()).column("value").to_pylist() == numbered(0, 3)
