@@ -58,6 +58,9 @@ log = logging.getLogger(__name__)
 #: How often the manager looks for logs gone offline (it also looks after each StorageError).
 OFFLINE_CHECK_INTERVAL_S = 1.0
 _ALL = "\0all"   # queue marker: reconcile every topic (start-up, new session)
+#: Replicas new here opened per I/O-pool job, each chunk led or followed before the next opens:
+#: a topic of 1,000 partitions is served from its first chunk on, not after all 1,000 logs.
+OPEN_CHUNK = 100
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -349,22 +352,29 @@ class ReplicaManager:
                 await self._delete(partition, "its topic was re-created")
             elif self.broker_id not in meta.partitions.get(index, ()):
                 await self._delete(partition, "it is no longer assigned here")
-        failure = await self._open_new(meta, config)
+        new = [index for index, replicas in meta.partitions.items()
+               if self.broker_id in replicas and (meta.name, index) not in self.partitions
+               and OfflineReplica(meta.name, index, meta.topic_id) not in self._in_offline_dirs]
+        failure = None
+        for start in range(0, len(new), OPEN_CHUNK):
+            chunk = new[start:start + OPEN_CHUNK]
+            failure = await self._open_new(meta, chunk, config) or failure
+            latest = self.cache.topic(name)      # states read while the chunk opened
+            if latest is not None and latest.topic_id == meta.topic_id:
+                meta = latest
+            for index in chunk:
+                await self._apply(meta, index, meta.partitions[index], config)
+        opened_now = set(new)
         for index, replicas in meta.partitions.items():
-            if self.broker_id in replicas:
+            if self.broker_id in replicas and index not in opened_now:
                 await self._apply(meta, index, replicas, config)
         if failure is not None:
             raise failure
 
-    async def _open_new(self, meta: TopicMetadata, config: LogConfig) -> Exception | None:
-        """Open the logs of the topic's replicas new here in one I/O-pool job: a topic of 1,000
-        partitions would otherwise cost 1,000 round trips to the pool. Those that opened are put
-        even when another failed; the first failure is returned (raised once the rest is applied)."""
-        new = [index for index, replicas in meta.partitions.items()
-               if self.broker_id in replicas and (meta.name, index) not in self.partitions
-               and OfflineReplica(meta.name, index, meta.topic_id) not in self._in_offline_dirs]
-        if not new:
-            return None
+    async def _open_new(self, meta: TopicMetadata, new: list[int], config: LogConfig) -> Exception | None:
+        """Open the logs of replicas ``new`` here in one I/O-pool job: a topic of 1,000 partitions
+        would otherwise cost 1,000 round trips to the pool. Those that opened are put even when
+        another failed; the first failure is returned (raised once the rest is applied)."""
         opened = await asyncio.get_running_loop().run_in_executor(
             self.logs.io_pool, self._open_logs, meta.name, new, meta.topic_id, config)
         failure = None

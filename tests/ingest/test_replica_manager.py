@@ -8,6 +8,7 @@ import asyncio
 import errno
 import logging
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,7 @@ from ember.errors import (
     UnknownLeaderEpoch,
     UnknownTopicOrPartition,
 )
+from ember.ingest import replica_manager as replica_manager_module
 from ember.ingest.broker_config import BrokerConfig
 from ember.ingest.isr import now_ms
 from ember.ingest.log_manager import LogManager
@@ -96,6 +98,39 @@ def test_start_opens_the_partitions_assigned_here_with_their_leadership(tmp_path
             assert (leader.is_leader, leader.leader_epoch, leader.replicas) == (True, 5, [ME, OTHER])
             assert (follower.is_leader, follower.state.leader, follower.leader_epoch) == (False, OTHER, 2)
             assert (tmp_path / f"{TOPIC}-0").is_dir() and not (tmp_path / f"{TOPIC}-2").exists()
+
+    run(scenario())
+
+
+def test_a_large_topic_is_led_chunk_by_chunk_while_its_later_logs_still_open(tmp_path: Path, monkeypatch) -> None:
+    """A new topic's first chunk of replicas serves (its leadership applied) before the next
+    chunk's logs are opened, so a big topic is not unavailable until its last log opens."""
+    monkeypatch.setattr(replica_manager_module, "OPEN_CHUNK", 2)
+    third_opening, may_open = threading.Event(), threading.Event()
+    real_open = LogManager.open_log
+
+    def open_log(self: LogManager, topic: str, index: int, *args: Any) -> Any:
+        if index == 2:
+            third_opening.set()
+            assert may_open.wait(10)
+        return real_open(self, topic, index, *args)
+    monkeypatch.setattr(LogManager, "open_log", open_log)
+
+    async def scenario() -> None:
+        cache = FakeMetadataCache()
+        async with replica_manager(tmp_path, cache) as replicas:
+            cache.put_topic(TOPIC, {i: [ME, OTHER] for i in range(5)},
+                            states={i: state(ME, 1, [ME, OTHER], 0) for i in range(5)})
+            applied = replicas.reconciled.future()
+            replicas.notify(TOPIC)
+            try:
+                assert await asyncio.to_thread(third_opening.wait, 5)
+                assert sorted(replicas.partitions) == [(TOPIC, 0), (TOPIC, 1)]
+                assert partition_of(replicas, 0).is_leader and partition_of(replicas, 1).is_leader
+            finally:
+                may_open.set()
+            await asyncio.wait_for(applied, 5)
+            assert all(partition_of(replicas, i).is_leader for i in range(5))
 
     run(scenario())
 
