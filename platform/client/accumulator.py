@@ -52,7 +52,7 @@ class ProducerBatch(BatchRecords):
     ``timestamps``, ``headers``, ``size``, ``count`` and ``future`` are fields of the C base."""
 
     __slots__ = ("tp", "table", "created", "settled", "attempts", "retry_at", "base_sequence", "encoded",
-                 "last_error")
+                 "last_error", "maybe_written")
 
     def __init__(self, tp: TopicPartition, now: float, table: Optional[pa.Table] = None, size: int = 0) -> None:
         self.tp = tp
@@ -73,6 +73,9 @@ class ProducerBatch(BatchRecords):
         self.base_sequence = -1
         self.encoded: Optional[bytes] = None
         self.last_error: Optional[BaseException] = None
+        #: A send of it ended without saying it was not written (a timeout, a lost connection,
+        #: an append not replicated in time): only its own producer id and sequence may resend it.
+        self.maybe_written = False
 
     def records(self) -> pa.Table:
         """The batch's records as a RECORD_SCHEMA table (built from the lists on first call)."""
@@ -272,12 +275,22 @@ class RecordAccumulator:
             self._open.clear()
         return batches
 
-    def reset_sequences(self) -> None:
-        """Forget sequences of queued batches (after a producer id reset) so they are re-encoded."""
+    def reset_sequences(self) -> list[ProducerBatch]:
+        """After a producer id reset: take out the queued batches that may have been written
+        (returned, for the caller to fail: resent under the new id, the broker could not know
+        them and would write them twice) and forget the others' sequences so they are re-encoded."""
+        taken: list[ProducerBatch] = []
         with self._lock:
-            for queue in self._queues.values():
+            for tp, queue in self._queues.items():
+                kept: deque[ProducerBatch] = deque()
                 for batch in queue:
-                    batch.base_sequence, batch.encoded = -1, None
+                    if batch.maybe_written:
+                        taken.append(batch)
+                    else:
+                        batch.base_sequence, batch.encoded = -1, None
+                        kept.append(batch)
+                self._queues[tp] = kept
+        return taken
 
     def in_flight_count(self) -> int:
         with self._lock:
@@ -294,3 +307,9 @@ class RecordAccumulator:
 
     def partitions(self) -> Iterable[TopicPartition]:
         return list(self._queues)
+
+    def oldest_created(self) -> Optional[float]:
+        """When the oldest queued batch was created (None: nothing queued): the first delivery
+        timeout that can run out."""
+        with self._lock:
+            return min((queue[0].created for queue in self._queues.values() if queue), default=None)

@@ -54,6 +54,16 @@ class SenderConfig:
     producer_epoch: int = 0
 
 
+#: Produce errors a broker answers before it appends anything: a batch refused with one of these
+#: was not written, so it may be resent under a new producer id (see ``ProducerBatch.maybe_written``).
+REFUSED_UNWRITTEN = frozenset({
+    ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE,
+    ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.NOT_ENOUGH_REPLICAS,
+    ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.UNKNOWN_PRODUCER_ID,
+    ErrorCode.CORRUPT_RECORD, ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE,
+    ErrorCode.INVALID_RECORD, ErrorCode.TOPIC_AUTHORIZATION_FAILED, ErrorCode.CLUSTER_AUTHORIZATION_FAILED})
+
+
 class IdempotenceState:
     """Producer id/epoch and the next sequence number of every partition.
 
@@ -135,12 +145,20 @@ class Sender(threading.Thread):
         if state.reset_requested:
             if self.acc.in_flight_count():
                 return False   # hold new batches until the old producer id has no requests out
+            for batch in self.acc.reset_sequences():
+                self._fail(batch, self._not_resent_error(batch), in_flight=False)
             state.producer_id, state.next_sequence, state.reset_requested = -1, {}, False
-            self.acc.reset_sequences()
         if state.producer_id >= 0:
             return True
+        # Never past the oldest batch's delivery timeout: a broker that accepts the request and
+        # never answers (paused, overloaded) must not hold every send beyond its bound.
+        oldest = self.acc.oldest_created()
+        timeout_s = self.config.request_timeout_ms / 1000
+        if oldest is not None:
+            timeout_s = min(timeout_s, max(oldest + self.config.delivery_timeout_s - time.monotonic(),
+                                           _MIN_REQUEST_TIMEOUT_S))
         try:
-            body = self.metadata.request(ApiKey.INIT_PRODUCER_ID, {}).body
+            body = self.metadata.request(ApiKey.INIT_PRODUCER_ID, {}, timeout_s=timeout_s).body
             error = response_error(body)
             if error is not None:
                 raise error
@@ -197,10 +215,10 @@ class Sender(threading.Thread):
             # With acks=0 (expect_response=False) the future resolves to None, though request() says Future[Response].
             future = cast("Future[Response | None]", conn.request(
                 ApiKey.PRODUCE, body, payload, expect_response=config.acks != 0, timeout_s=timeout_s))
-        except EmberError as exc:
+        except EmberError as exc:     # nothing went out
             self.metadata.mark_stale()
             for batch in batches:
-                self._retry_or_fail(batch, exc)
+                self._retry_or_fail(batch, exc, maybe_written=False)
             return False
         future.add_done_callback(lambda f: self._on_response(batches, f))
         return True
@@ -227,10 +245,10 @@ class Sender(threading.Thread):
 
     def _on_response(self, batches: list[ProducerBatch], future: Future[Response | None]) -> None:
         error = future.exception()
-        if error is not None:
+        if error is not None:      # a timeout or a lost connection: the broker may have written them
             self.metadata.mark_stale()
             for batch in batches:
-                self._retry_or_fail(batch, error)
+                self._retry_or_fail(batch, error, maybe_written=True)
             return
         response = future.result()
         if response is None:   # acks=0
@@ -250,11 +268,12 @@ class Sender(threading.Thread):
             message = (result or body).get("error_message") or f"producing to {batch.tp.topic}-{batch.tp.partition} failed"
             if code in STALE_METADATA:
                 self.metadata.mark_stale()
-            self._retry_or_fail(batch, error_for_code(code, message))
+            self._retry_or_fail(batch, error_for_code(code, message), maybe_written=code not in REFUSED_UNWRITTEN)
         self.acc.wakeup.set()
 
-    def _retry_or_fail(self, batch: ProducerBatch, error: BaseException) -> None:
+    def _retry_or_fail(self, batch: ProducerBatch, error: BaseException, *, maybe_written: bool) -> None:
         batch.last_error = error
+        batch.maybe_written = batch.maybe_written or maybe_written
         retriable = isinstance(error, EmberError) and error.retriable
         if isinstance(error, OutOfOrderSequenceNumber) and self.idempotence is not None:
             # A later batch rejected because an earlier one is being retried: retry it after that one.
@@ -303,6 +322,15 @@ class Sender(threading.Thread):
             self.acc.landed(batch)
         self.acc.release(batch)
         self.acc.wakeup.set()
+
+    @staticmethod
+    def _not_resent_error(batch: ProducerBatch) -> KafkaTimeoutError:
+        tp = batch.tp
+        return KafkaTimeoutError(
+            f"{batch.count} record(s) for {tp.topic}-{tp.partition} not acknowledged (last error: "
+            f"{type(batch.last_error).__name__}: {batch.last_error}) and not sent again: another batch failed, "
+            f"so the producer id was replaced, and under a new id the broker could not tell a resend of records "
+            f"it may already have written from new ones; they may or may not be in the log")
 
     def _expiry_error(self, batch: ProducerBatch, now: float) -> KafkaTimeoutError:
         tp = batch.tp

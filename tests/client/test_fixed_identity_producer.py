@@ -103,7 +103,7 @@ def test_failed_batch_resets_only_an_assigned_identity(producer_id: int, resets:
     batch = accumulator.append_table(tp, table(3), 1024, 1)
     assert accumulator.pop(tp, 5) is batch
     sender._encode(batch)
-    sender._retry_or_fail(batch, UnknownProducerId("no state for this producer id"))
+    sender._retry_or_fail(batch, UnknownProducerId("no state for this producer id"), maybe_written=False)
     if resets:   # an assigned id retries (retriable), and a final failure takes a new id
         sender._fail(accumulator.pop(tp, 5), UnknownProducerId("gave up"), in_flight=True)
     assert isinstance(batch.future.exception(timeout=0), UnknownProducerId)
