@@ -158,35 +158,37 @@ def header(args: argparse.Namespace) -> str:
     client = client[0] if isinstance(client, tuple) else client
     kafka = KAFKA_VERSION
     only = set(args.only)
-    if only == {"partitions"}:
-        runs = f"median of {args.partition_repeats} interleaved runs per system and case"
-        sizes = (f"Sizes: one topic per run of each of {args.partition_counts.replace(',', ', ')} partitions (RF 3), "
-                 f"{args.partition_records:,} records of 100 B (acks=all, linger.ms=5, idempotent), read back by a "
-                 f"new group; both systems through confluent-kafka (ember's Kafka listener); Spark count() up to "
-                 f"{args.partition_spark_max:,} partitions. Command: `bash bench/vs_kafka/run.sh --only partitions "
-                 f"--partition-counts {args.partition_counts}` (`bench/vs_kafka/partitions.py` says what each row "
-                 f"measures).")
-        topics = ""
-    else:
-        runs = f"median of {args.repeats} interleaved runs per system and case"
-        sizes = (f"Sizes: producer {args.records:,} records per run; consumer {args.consume_records:,}; Spark read "
-                 f"{args.spark_records:,}; Spark write {args.write_records:,}; latency {args.latency_rate:,} records/s "
-                 f"for {args.latency_seconds:g} s. Producers: linger.ms=5, batch.size=256 KiB, idempotence on for "
-                 f"acks=all (both), off for acks=1. Command: `bash bench/vs_kafka/run.sh --only {','.join(args.only)}` "
-                 f"(`bench/vs_kafka/README.md` says what each row measures).")
-        topics = " Topics have 6 partitions."
+    runs, sizes, topics = [], [], ""
+    if only - {"partitions"}:
+        runs.append(f"{args.repeats} interleaved runs per system and case")
+        sizes.append(f"Sizes: producer {args.records:,} records per run; consumer {args.consume_records:,}; Spark "
+                     f"read {args.spark_records:,}; Spark write {args.write_records:,}; latency "
+                     f"{args.latency_rate:,} records/s for {args.latency_seconds:g} s. Producers: linger.ms=5, "
+                     f"batch.size=256 KiB, idempotence on for acks=all (both), off for acks=1 "
+                     f"(`bench/vs_kafka/README.md` says what each row measures).")
+        topics = " Topics have 6 partitions (the partitions rows excepted)." if "partitions" in only else \
+            " Topics have 6 partitions."
+    if "partitions" in only:
+        runs.append(f"{args.partition_repeats} interleaved runs per system and case" if only == {"partitions"}
+                    else f"{args.partition_repeats} for the partitions rows")
+        sizes.append(f"Partitions rows: one topic per run of each of {args.partition_counts.replace(',', ', ')} "
+                     f"partitions (RF 3), {args.partition_records:,} records of 100 B (acks=all, linger.ms=5, "
+                     f"idempotent), read back by a new group; both systems through confluent-kafka (ember's Kafka "
+                     f"listener); Spark count() up to {args.partition_spark_max:,} partitions "
+                     f"(`bench/vs_kafka/partitions.py` says what each row measures).")
+    command = "`bash bench/vs_kafka/run.sh " + " ".join(sys.argv[1:]) + "`"
     return "\n".join([
         "# ember vs Apache Kafka",
         "",
-        f"Run {time.strftime('%Y-%m-%d %H:%M %Z')} on {machine()}, shared with other work ({runs}, with their "
-        f"min–max and best). Both clusters run "
+        f"Run {time.strftime('%Y-%m-%d %H:%M %Z')} on {machine()}, shared with other work (median of "
+        f"{', '.join(runs)}, with their min–max and best). Both clusters run "
         f"at once on 127.0.0.1: ember = ZooKeeper + 3 broker processes; Kafka {kafka} = 3 combined "
         f"broker+controller KRaft nodes (JVM options of kafka-server-start.sh: 1 GiB heap, G1). Clients: "
         f"ember.client vs confluent-kafka {client} (librdkafka {confluent_kafka.libversion()[0]}); Spark {pyspark.__version__} "
         f"local[2]: the ember source/sink vs spark-sql-kafka-0-10.{topics} ember measured: "
         f"{os.environ.get('EMBER_BENCH_SOURCE', 'working tree')}.",
         "",
-        sizes,
+        " ".join(sizes) + f" Command: {command}.",
         "",
         "ember / Kafka is the plain ratio of the two medians; *better* says which system wins the row and by how much. "
         "Footprint rows are measured once.",

@@ -56,8 +56,10 @@ class SenderConfig:
 
 #: Produce errors a broker answers before it appends anything: a batch refused with one of these
 #: was not written, so it may be resent under a new producer id (see ``ProducerBatch.maybe_written``).
+#: Not NOT_LEADER_OR_FOLLOWER: a leader deposed while an acks=all write waits for its followers
+#: answers it after the write (as Kafka's does).
 REFUSED_UNWRITTEN = frozenset({
-    ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE,
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE,
     ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.NOT_ENOUGH_REPLICAS,
     ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.UNKNOWN_PRODUCER_ID,
     ErrorCode.CORRUPT_RECORD, ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE,

@@ -45,12 +45,15 @@ class TopicMetadata:
         (led by the first replica, epoch 0, every replica in sync). A topic of 1,000 partitions
         is thus known at once, not after 1,000 reads; a client that meets a leader changed since
         is told NOT_LEADER_OR_FOLLOWER and looks again, as after any leader move. Never for
-        decisions (the controller and replica manager act on read states only)."""
+        decisions (the controller and replica manager act on read states only). None for a
+        partition being reassigned: its replica list no longer says who leads."""
         state = self.states.get(index)
         if state is not None:
             return state
         replicas = self.record.assignment.get(index)
-        return PartitionState(replicas[0], 0, list(replicas), -1) if replicas else None
+        if not replicas or index in self.record.reassignments:
+            return None
+        return PartitionState(replicas[0], 0, list(replicas), -1)
 
 
 class _TopicWatch:

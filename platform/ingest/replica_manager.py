@@ -358,10 +358,12 @@ class ReplicaManager:
         failure = None
         for start in range(0, len(new), OPEN_CHUNK):
             chunk = new[start:start + OPEN_CHUNK]
-            failure = await self._open_new(meta, chunk, config) or failure
+            chunk_failure = await self._open_new(meta, chunk, config)
+            failure = failure or chunk_failure
             latest = self.cache.topic(name)      # states read while the chunk opened
-            if latest is not None and latest.topic_id == meta.topic_id:
-                meta = latest
+            if latest is None or latest.topic_id != meta.topic_id:
+                return      # deleted or re-created meanwhile: the next pass (queued by its watch) applies that
+            meta = latest
             for index in chunk:
                 await self._apply(meta, index, meta.partitions[index], config)
         opened_now = set(new)

@@ -89,11 +89,12 @@ class TopicChanges:
 
     def _led(self, name: str, topic_id: str, partitions: int = 0) -> bool:
         """This broker's metadata has the topic (this very one, not an older of the name) with
-        ``partitions`` or more partitions, each with a leader: what a client is told next."""
+        ``partitions`` or more partitions, each with a live leader: what a client is told next."""
         meta = self.cache.topic(name)
         if meta is None or meta.topic_id != topic_id or len(meta.partitions) < partitions:
             return False
-        return all((state := meta.shown_state(index)) is not None and state.leader >= 0 for index in meta.partitions)
+        live = self.cache.brokers()
+        return all((state := meta.shown_state(index)) is not None and state.leader in live for index in meta.partitions)
 
     async def until(self, done: Callable[[], bool], timeout_s: float) -> None:
         """Wait (bounded) until this broker has applied a metadata change."""

@@ -129,11 +129,15 @@ class Log:
         clean, recover or read, this is a third of ``open``'s file-system calls (a topic of 1,000
         partitions is 1,000 of these on each broker)."""
         directory = Path(directory)
+        log: Optional[Log] = None
         try:
             log = cls(directory, config or LogConfig(), now_ms)
             log._start_empty()
             return log
         except OSError as e:
+            if log is not None:
+                for segment in log._segments:
+                    segment.close()
             raise errors.StorageError(f"cannot create log {directory}: {e}") from e
 
     def _load(self) -> None:

@@ -93,7 +93,8 @@ def sent_batches(connection: FakeConnection) -> list[tuple[int, int, list[bytes]
 @pytest.mark.parametrize("first_error, resent", [
     (RequestTimedOut("broker 1 did not answer within the request timeout"), False),   # may be written
     (ErrorCode.REQUEST_TIMED_OUT, False),                                        # written, not replicated in time
-    (ErrorCode.NOT_LEADER_OR_FOLLOWER, True),                                    # refused before any write
+    (ErrorCode.NOT_LEADER_OR_FOLLOWER, False),          # also after the write: a leader deposed in an acks=all wait
+    (ErrorCode.NOT_ENOUGH_REPLICAS, True),                                       # refused before any write
 ])
 def test_after_a_producer_id_reset_only_batches_surely_unwritten_are_sent_again(first_error: Any,
                                                                                  resent: bool) -> None:

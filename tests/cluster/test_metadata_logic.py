@@ -200,3 +200,5 @@ def test_clients_are_shown_a_new_partitions_first_state_until_its_state_is_read(
     assert meta.shown_state(1) is read
     assert meta.shown_state(2) is None
     assert not meta.states.get(0)          # decisions still see only what was read
+    moving = TopicMetadata("t", TopicRecord("id", {0: [4, 2, 3]}, {}, {0: Reassignment([4], [1])}), {})
+    assert moving.shown_state(0) is None   # its replica list no longer says who leads

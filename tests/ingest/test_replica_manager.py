@@ -135,6 +135,47 @@ def test_a_large_topic_is_led_chunk_by_chunk_while_its_later_logs_still_open(tmp
     run(scenario())
 
 
+def test_a_topic_deleted_while_its_chunks_open_has_no_later_chunk_applied(tmp_path: Path, monkeypatch) -> None:
+    """Deleted (or re-created) between two chunks: the old topic's remaining replicas are never
+    led, so no write to the name can land in a log about to be deleted."""
+    monkeypatch.setattr(replica_manager_module, "OPEN_CHUNK", 2)
+    second_chunk, may_open = threading.Event(), threading.Event()
+    real_open = LogManager.open_log
+    applied: list[int] = []
+    real_apply = ReplicaManager.apply_state
+
+    def open_log(self: LogManager, topic: str, index: int, *args: Any) -> Any:
+        if index == 2:
+            second_chunk.set()
+            assert may_open.wait(10)
+        return real_open(self, topic, index, *args)
+
+    async def apply_state(self: ReplicaManager, partition: Partition, new: PartitionState) -> None:
+        applied.append(partition.index)
+        await real_apply(self, partition, new)
+    monkeypatch.setattr(LogManager, "open_log", open_log)
+    monkeypatch.setattr(ReplicaManager, "apply_state", apply_state)
+
+    async def scenario() -> None:
+        cache = FakeMetadataCache()
+        async with replica_manager(tmp_path, cache) as replicas:
+            cache.put_topic(TOPIC, {i: [ME, OTHER] for i in range(6)},
+                            states={i: state(ME, 1, [ME, OTHER], 0) for i in range(6)})
+            replicas.notify(TOPIC)
+            try:
+                assert await asyncio.to_thread(second_chunk.wait, 5)
+                cache.remove_topic(TOPIC)
+                applied_before = replicas.reconciled.future()
+            finally:
+                may_open.set()
+            replicas.notify(TOPIC)
+            await asyncio.wait_for(applied_before, 5)
+            await until(lambda: not replicas.partitions, "the deleted topic's replicas gone")
+            assert sorted(applied) == [0, 1]
+
+    run(scenario())
+
+
 def test_start_deletes_local_partitions_whose_topic_is_gone_or_moved_away(tmp_path: Path) -> None:
     """A broker that was down while a topic was deleted (or its partition moved) must not keep
     serving the old data."""

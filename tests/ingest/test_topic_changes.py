@@ -11,7 +11,7 @@ from typing import Any, Mapping, Sequence
 from ingest_fakes import FakeMetadataCache, replica_manager, run
 
 from ember.cluster.assignment import assign_replicas
-from ember.cluster.records import TopicRecord
+from ember.cluster.records import PartitionState, TopicRecord
 from ember.ingest.broker_config import BrokerConfig
 from ember.ingest.log_manager import LogManager
 from ember.ingest.replica_manager import ReplicaManager
@@ -83,5 +83,23 @@ def test_create_waits_until_this_brokers_metadata_has_the_topic(tmp_path: Path) 
             await asyncio.sleep(0.3)
             assert not task.done()                      # the watch has not fired here yet
             changes.admin.watch_fired("orders", TopicRecord("id-orders", {0: [ME], 1: [2]}, {}))  # type: ignore[attr-defined]
+            await asyncio.wait_for(task, 10)
+    run(scenario())
+
+
+def test_create_waits_for_a_live_leader_of_every_partition(tmp_path: Path) -> None:
+    """A partition whose first replica is down has no leader to show until the controller
+    elects one: CreateTopics waits for it (bounded by its timeout), as Kafka's did."""
+    async def scenario() -> None:
+        cache = FakeMetadataCache(brokers=(1, 2))          # broker 3 is down
+        async with replica_manager(tmp_path, cache) as replicas:
+            changes = topic_changes(cache, replicas, watched=False)
+            task = asyncio.create_task(changes.create("orders", 2, 2, timeout_s=30))
+            await asyncio.sleep(0.1)
+            changes.admin.watch_fired("orders", TopicRecord("id-orders", {0: [1, 2], 1: [3, 1]}, {}))  # type: ignore[attr-defined]
+            await asyncio.sleep(0.3)
+            assert not task.done()                      # partition 1 shows no live leader yet
+            cache.set_state("orders", 1, PartitionState(1, 1, [1], 1, 1))     # the controller moved it
+            replicas.notify("orders")
             await asyncio.wait_for(task, 10)
     run(scenario())
