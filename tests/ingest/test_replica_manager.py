@@ -102,19 +102,26 @@ def test_start_opens_the_partitions_assigned_here_with_their_leadership(tmp_path
     run(scenario())
 
 
-def test_a_large_topic_is_led_chunk_by_chunk_while_its_later_logs_still_open(tmp_path: Path, monkeypatch) -> None:
-    """A new topic's first chunk of replicas serves (its leadership applied) before the next
-    chunk's logs are opened, so a big topic is not unavailable until its last log opens."""
+def hold_second_chunk(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, threading.Event]:
+    """Replicas open 2 per chunk, and the opening of partition 2 (the second chunk's first) waits
+    for the returned ``may_open``; the returned ``opening`` is set when it starts."""
     monkeypatch.setattr(replica_manager_module, "OPEN_CHUNK", 2)
-    third_opening, may_open = threading.Event(), threading.Event()
+    opening, may_open = threading.Event(), threading.Event()
     real_open = LogManager.open_log
 
     def open_log(self: LogManager, topic: str, index: int, *args: Any) -> Any:
         if index == 2:
-            third_opening.set()
+            opening.set()
             assert may_open.wait(10)
         return real_open(self, topic, index, *args)
     monkeypatch.setattr(LogManager, "open_log", open_log)
+    return opening, may_open
+
+
+def test_a_large_topic_is_led_chunk_by_chunk_while_its_later_logs_still_open(tmp_path: Path, monkeypatch) -> None:
+    """A new topic's first chunk of replicas serves (its leadership applied) before the next
+    chunk's logs are opened, so a big topic is not unavailable until its last log opens."""
+    third_opening, may_open = hold_second_chunk(monkeypatch)
 
     async def scenario() -> None:
         cache = FakeMetadataCache()
@@ -138,22 +145,13 @@ def test_a_large_topic_is_led_chunk_by_chunk_while_its_later_logs_still_open(tmp
 def test_a_topic_deleted_while_its_chunks_open_has_no_later_chunk_applied(tmp_path: Path, monkeypatch) -> None:
     """Deleted (or re-created) between two chunks: the old topic's remaining replicas are never
     led, so no write to the name can land in a log about to be deleted."""
-    monkeypatch.setattr(replica_manager_module, "OPEN_CHUNK", 2)
-    second_chunk, may_open = threading.Event(), threading.Event()
-    real_open = LogManager.open_log
+    second_chunk, may_open = hold_second_chunk(monkeypatch)
     applied: list[int] = []
     real_apply = ReplicaManager.apply_state
-
-    def open_log(self: LogManager, topic: str, index: int, *args: Any) -> Any:
-        if index == 2:
-            second_chunk.set()
-            assert may_open.wait(10)
-        return real_open(self, topic, index, *args)
 
     async def apply_state(self: ReplicaManager, partition: Partition, new: PartitionState) -> None:
         applied.append(partition.index)
         await real_apply(self, partition, new)
-    monkeypatch.setattr(LogManager, "open_log", open_log)
     monkeypatch.setattr(ReplicaManager, "apply_state", apply_state)
 
     async def scenario() -> None:
