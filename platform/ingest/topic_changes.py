@@ -50,7 +50,7 @@ class TopicChanges:
             self.config.default_replication_factor if replication_factor == -1 else replication_factor,
             dict(config or {}), validate_only, assignment)
         if timeout_s is not None and not validate_only:
-            await self.until(lambda: self._led(name, record.topic_id), timeout_s)
+            await self.until(lambda: self._led(name, record.topic_id), timeout_s, metadata=True)
         return record
 
     async def create_partitions(self, name: str, count: int, assignment: Sequence[Sequence[int]] | None = None,
@@ -61,7 +61,7 @@ class TopicChanges:
         self.access.check_topic(Operation.ALTER, name)
         record = await asyncio.to_thread(self.admin.create_partitions, name, count, assignment, validate_only)
         if timeout_s is not None and not validate_only:
-            await self.until(lambda: self._led(name, record.topic_id, count), timeout_s)
+            await self.until(lambda: self._led(name, record.topic_id, count), timeout_s, metadata=True)
         return record
 
     async def delete(self, name: str, timeout_s: float) -> None:
@@ -96,9 +96,12 @@ class TopicChanges:
         live = self.cache.brokers()
         return all((state := meta.shown_state(index)) is not None and state.leader in live for index in meta.partitions)
 
-    async def until(self, done: Callable[[], bool], timeout_s: float) -> None:
-        """Wait (bounded) until this broker has applied a metadata change."""
+    async def until(self, done: Callable[[], bool], timeout_s: float, metadata: bool = False) -> None:
+        """Wait (bounded) until ``done``: looked at after each reconciliation (whose work, such as
+        deleting a log, is then finished), and with ``metadata`` also as soon as the metadata
+        cache tells of a change."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
+        signals = [self.replicas.reconciled, self.replicas.metadata_noticed] if metadata else [self.replicas.reconciled]
         while not done() and loop.time() < deadline:
-            await wait_any([self.replicas.reconciled, self.replicas.metadata_noticed], deadline - loop.time())
+            await wait_any(signals, deadline - loop.time())

@@ -8,7 +8,7 @@ import socket
 from typing import Iterator
 
 import pytest
-from test_broker_api import RawClient, create_topic, fetch_body, produce
+from test_broker_api import RawClient, create_topic, fetch_body, leader_address, produce
 
 from ember.client import Admin, Consumer, Producer, TopicPartition
 from ember.launcher.local import LocalCluster
@@ -150,6 +150,7 @@ def test_a_long_poll_whose_client_went_away_is_dropped(cluster, address, topic_n
     gone = "the client went away while its request was being handled"
     with RawClient(address) as client:
         assert create_topic(client, topic_name)["error_code"] == 0
+    leader_address(cluster, topic_name)     # its log open: the fetch waits rather than failing at once
     before = broker_log(cluster).count(gone)
     with RawClient(address) as waiting:
         waiting.send(ApiKey.FETCH, fetch_body(topic_name, 0, max_wait_ms=60000, min_bytes=1 << 20))
