@@ -329,15 +329,20 @@ class Sender(threading.Thread):
     def _not_resent_error(batch: ProducerBatch) -> KafkaTimeoutError:
         tp = batch.tp
         return KafkaTimeoutError(
-            f"{batch.count} record(s) for {tp.topic}-{tp.partition} not acknowledged (last error: "
-            f"{type(batch.last_error).__name__}: {batch.last_error}) and not sent again: another batch failed, "
-            f"so the producer id was replaced, and under a new id the broker could not tell a resend of records "
-            f"it may already have written from new ones; they may or may not be in the log")
+            f"{batch.count} record(s) for {tp.topic}-{tp.partition} not acknowledged{_last_error(batch)} and not "
+            f"sent again: another batch failed, so the producer id was replaced, and under a new id the broker "
+            f"could not tell a resend of records it may already have written from new ones; they may or may not "
+            f"be in the log")
 
     def _expiry_error(self, batch: ProducerBatch, now: float) -> KafkaTimeoutError:
         tp = batch.tp
-        cause = f"; last error: {type(batch.last_error).__name__}: {batch.last_error}" if batch.last_error else ""
+        cause = _last_error(batch)
         return KafkaTimeoutError(
             f"expiring {batch.count} record(s) for {tp.topic}-{tp.partition}: {(now - batch.created) * 1000:.0f} ms "
             f"since the batch was created exceeds delivery_timeout_ms after {batch.attempts} retries{cause}")
 
+
+def _last_error(batch: ProducerBatch) -> str:
+    """"; last error: Type: text" of the batch's last failed attempt, "" if none failed."""
+    error = batch.last_error
+    return f"; last error: {type(error).__name__}: {error}" if error else ""

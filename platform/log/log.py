@@ -109,18 +109,12 @@ class Log:
              now_ms: Callable[[], int] = _wall_clock_ms) -> "Log":
         """Open (creating if needed) and recover the log in ``directory``."""
         directory = Path(directory)
-        log: Optional[Log] = None
         try:
             directory.mkdir(parents=True, exist_ok=True)
             recovery.clean_directory(directory)
-            log = cls(directory, config or LogConfig(), now_ms)
-            log._load()
-            return log
         except (OSError, UntrustedFiles) as e:
-            if log is not None:
-                for segment in log._segments:
-                    segment.close()
             raise errors.StorageError(f"cannot open log {directory}: {e}") from e
+        return cls._filled(directory, config, now_ms, cls._load, "open")
 
     @classmethod
     def create(cls, directory: os.PathLike[str] | str, config: Optional[LogConfig] = None, *,
@@ -128,17 +122,23 @@ class Log:
         """A new, empty log in ``directory``, which the caller has just made: with nothing in it to
         clean, recover or read, this is a third of ``open``'s file-system calls (a topic of 1,000
         partitions is 1,000 of these on each broker)."""
-        directory = Path(directory)
+        return cls._filled(Path(directory), config, now_ms, cls._start_empty, "create")
+
+    @classmethod
+    def _filled(cls, directory: Path, config: Optional[LogConfig], now_ms: Callable[[], int],
+                fill: Callable[["Log"], None], verb: str) -> "Log":
+        """A Log of ``directory`` that ``fill`` loads or starts; on failure the segments it opened
+        are closed and a StorageError raised."""
         log: Optional[Log] = None
         try:
             log = cls(directory, config or LogConfig(), now_ms)
-            log._start_empty()
+            fill(log)
             return log
-        except OSError as e:
+        except (OSError, UntrustedFiles) as e:
             if log is not None:
                 for segment in log._segments:
                     segment.close()
-            raise errors.StorageError(f"cannot create log {directory}: {e}") from e
+            raise errors.StorageError(f"cannot {verb} log {directory}: {e}") from e
 
     def _load(self) -> None:
         def read(name: str) -> Optional[int]:
