@@ -86,6 +86,8 @@ def test_a_slow_loris_cannot_hold_a_connection_by_trickling_a_frame(address):
 def test_a_client_that_stops_reading_responses_is_closed(cluster, address, topic_name):
     with RawClient(address) as client:
         assert create_topic(client, topic_name)["error_code"] == 0
+    leader_address(cluster, topic_name)     # CreateTopics answers before the log opens
+    with RawClient(address) as client:
         assert produce(client, topic_name, build_batch([(None, b"v" * (512 * 1024))]))["error_code"] == 0
     requests = 100   # 50 MiB of responses: far more than the socket buffers hold
     with RawClient(address) as reader:
