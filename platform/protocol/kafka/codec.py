@@ -95,13 +95,26 @@ def decode_request(frame: memoryview, served: Callable[[int, int], bool]) -> Kaf
     return KafkaRequest(api_key, api_version, correlation_id, header.client_id, body, frame[header_size:])
 
 
-def encode_response(correlation_id: int, response: Entity) -> bytes:
+@dataclass(frozen=True)
+class EncodedResponse:
+    """A response body a handler encoded itself (from cached parts), with the header schema its
+    version uses and the non-zero error codes it carries (for the request metrics)."""
+    header: type
+    body: bytes
+    error_codes: tuple[int, ...]
+
+
+def encode_response(correlation_id: int, response: Entity | EncodedResponse) -> bytes:
     """A whole response frame: length, the header version the response's schema uses, body."""
     buffer = io.BytesIO()
     buffer.write(b"\0\0\0\0")
-    header = response.__header_schema__   # type: ignore[attr-defined]
-    entity_writer(header)(buffer, header(correlation_id=correlation_id))
-    entity_writer(type(response))(buffer, response)
+    if isinstance(response, EncodedResponse):
+        entity_writer(response.header)(buffer, response.header(correlation_id=correlation_id))
+        buffer.write(response.body)
+    else:
+        header = response.__header_schema__   # type: ignore[attr-defined]
+        entity_writer(header)(buffer, header(correlation_id=correlation_id))
+        entity_writer(type(response))(buffer, response)
     frame = buffer.getbuffer()
     FRAME_LENGTH.pack_into(frame, 0, len(frame) - FRAME_LENGTH.size)
     del frame

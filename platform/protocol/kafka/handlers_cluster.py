@@ -5,16 +5,25 @@ gives, auto-creation included for Metadata), and this broker's replicas in each 
 directories."""
 from __future__ import annotations
 
+import functools
 import shutil
 from pathlib import Path
 from typing import Any
 
+from ember.cluster.metadata_cache import TopicMetadata
 from ember.cluster.records import BrokerInfo
 from ember.errors import InvalidRequest, StorageError, UnsupportedEndpointType
 from ember.ingest.core import BrokerCore
 from ember.ingest.metadata_view import PartitionView
-from ember.protocol.kafka.codec import KafkaRequest, build, response_class
+from ember.protocol.kafka.codec import EncodedResponse, KafkaRequest, build, response_class
 from ember.protocol.kafka.dispatcher import Api
+from ember.protocol.kafka.metadata_response import (
+    EncodedTopic,
+    TopicEntryCache,
+    assemble,
+    encode_topic,
+    topic_class,
+)
 from ember.protocol.kafka.names import ZERO_UUID, TopicNames
 from ember.security.authorizer.model import Operation
 from ember.wire.api_keys import ApiKey
@@ -40,6 +49,7 @@ class ClusterHandlers:
     def __init__(self, core: BrokerCore, listener: str) -> None:
         self.core = core
         self.listener = listener
+        self.entries = TopicEntryCache()
 
     def apis(self) -> dict[int, Api]:
         return {ApiKey.METADATA: Api(0, 13, self.metadata),
@@ -51,38 +61,52 @@ class ClusterHandlers:
         """Live brokers that have this listener (the only ones its clients can reach)."""
         return {i: b for i, b in self.core.cache.brokers().items() if b.endpoint(self.listener) is not None}
 
-    async def metadata(self, request: KafkaRequest) -> Any:
+    async def metadata(self, request: KafkaRequest) -> EncodedResponse:
+        """Each topic's entry comes from :class:`TopicEntryCache` while its metadata is unchanged;
+        only what a request asks and may see is decided here, per request."""
         body = request.body
+        version = request.api_version
         view = self.core.view
         topics = self.core.cache.topics()
         names = TopicNames(topics)
         live = self.brokers()
+        live_ids = frozenset(live)
         requested = body.topics
-        if requested is None or (request.api_version == 0 and not requested):   # all topics
+        if requested is None or (version == 0 and not requested):   # all topics
             wanted: list[Any] = view.visible(topics)
         else:   # each topic once, as Kafka answers (a set): a request naming one topic 10^5 times is no bigger answer
             wanted = list(dict.fromkeys(requested))
         allow_auto_create = getattr(body, "allow_auto_topic_creation", True)
-        results = []
+        entry_class = topic_class(version)
+        results: list[EncodedTopic] = []
         for item in wanted:
             try:
                 name = item if isinstance(item, str) else names.name_of(item)
             except Exception as exc:
                 given = getattr(item, "name", None)      # None: asked by id; v10-11 answer a name, never null
-                results.append({**error_fields(exc), "name": "" if given is None and request.api_version < 12 else given,
-                                "topic_id": getattr(item, "topic_id", ZERO_UUID), "partitions": []})
+                results.append(encode_topic(build(entry_class, {
+                    **error_fields(exc), "name": "" if given is None and version < 12 else given,
+                    "topic_id": getattr(item, "topic_id", ZERO_UUID), "partitions": []})))
                 continue
             try:
                 meta = await view.topic(name, topics, allow_auto_create)
-                results.append({**OK, **names.ref(name), "is_internal": False,
-                                "partitions": [_partition(p, live) for p in view.partitions(meta, live)],
-                                "topic_authorized_operations": NO_OPERATIONS})
             except Exception as exc:
-                results.append({**error_fields(exc), "name": name, "topic_id": ZERO_UUID, "partitions": []})
-        return build(response_class(ApiKey.METADATA, request.api_version), {
+                results.append(encode_topic(build(entry_class, {**error_fields(exc), "name": name,
+                                                                "topic_id": ZERO_UUID, "partitions": []})))
+                continue
+            results.append(self.entries.get(version, meta, live_ids,
+                                            functools.partial(self._topic_entry, entry_class, meta, names, live)))
+        self.entries.prune(topics)
+        return assemble(version, {
             **OK, "brokers": self._addresses(live), "cluster_id": self.core.cluster_id,
-            "controller_id": self.core.cache.controller_id(), "topics": results,
-            "cluster_authorized_operations": NO_OPERATIONS})
+            "controller_id": self.core.cache.controller_id(), "cluster_authorized_operations": NO_OPERATIONS},
+            results)
+
+    def _topic_entry(self, entry_class: type, meta: TopicMetadata, names: TopicNames,
+                     live: dict[int, BrokerInfo]) -> Any:
+        return build(entry_class, {**OK, **names.ref(meta.name), "is_internal": False,
+                                   "partitions": [_partition(p, live) for p in self.core.view.partitions(meta, live)],
+                                   "topic_authorized_operations": NO_OPERATIONS})
 
     def _addresses(self, live: dict[int, BrokerInfo]) -> list[dict[str, Any]]:
         """Each broker's address on this listener (both ways Kafka's responses name a broker id)."""

@@ -1,0 +1,103 @@
+"""Metadata responses assembled from cached per-topic bytes: byte for byte what kio encodes for the
+whole response, in every version, and each topic's entry rebuilt exactly when what it shows changed."""
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ember.cluster.metadata_cache import TopicMetadata
+from ember.cluster.records import PartitionState, TopicRecord
+from ember.errors import ErrorCode
+from ember.protocol.kafka.codec import build, encode_response, response_class
+from ember.protocol.kafka.metadata_response import TopicEntryCache, assemble, encode_topic, topic_class
+from ember.wire.api_keys import ApiKey
+
+VERSIONS = range(0, 14)
+FIELDS = {"error_code": 0, "brokers": [{"node_id": 1, "broker_id": 1, "host": "127.0.0.1", "port": 9092,
+                                        "rack": None}],
+          "cluster_id": "cluster", "controller_id": 1, "cluster_authorized_operations": -(1 << 31)}
+
+
+def topic_values(name: str, partitions: int, error_code: int = 0) -> dict:
+    return {"error_code": error_code, "name": name, "topic_id": uuid.uuid4(), "is_internal": False,
+            "topic_authorized_operations": -(1 << 31),
+            "partitions": [{"error_code": ErrorCode.LEADER_NOT_AVAILABLE if i % 3 == 2 else 0, "partition_index": i,
+                            "leader_id": -1 if i % 3 == 2 else 1, "leader_epoch": i, "replica_nodes": [1, 2, 3],
+                            "isr_nodes": [1, 2], "offline_replicas": [3]} for i in range(partitions)]}
+
+
+def kio_frame(version: int, topics: list[dict]) -> bytes:
+    return encode_response(5, build(response_class(ApiKey.METADATA, version), {**FIELDS, "topics": topics}))
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("sizes", [[], [0], [1], [3, 0, 200]], ids=["no-topic", "empty", "one", "three"])
+def test_an_assembled_response_is_what_kio_encodes_for_the_whole(version, sizes):
+    topics = [topic_values(f"t{i}", n, error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if n == 0 else 0)
+              for i, n in enumerate(sizes)]
+    entries = [encode_topic(build(topic_class(version), t)) for t in topics]
+    assembled = assemble(version, FIELDS, entries)
+    assert encode_response(5, assembled) == kio_frame(version, topics)
+
+
+@settings(max_examples=40, deadline=None)
+@given(version=st.sampled_from(VERSIONS), sizes=st.lists(st.integers(0, 40), max_size=6))
+def test_error_codes_of_an_assembled_response_are_those_of_its_entries(version, sizes):
+    topics = [topic_values(f"t{i}", n) for i, n in enumerate(sizes)]
+    assembled = assemble(version, FIELDS, [encode_topic(build(topic_class(version), t)) for t in topics])
+    expected = sorted(p["error_code"] for t in topics for p in t["partitions"] if p["error_code"])
+    assert sorted(assembled.error_codes) == expected
+
+
+def meta(name: str = "t", leader: int = 1) -> TopicMetadata:
+    record = TopicRecord("ab" * 16, {0: [1, 2, 3], 1: [2, 3, 1]}, {})
+    return TopicMetadata(name, record, {0: PartitionState(leader, 1, [1, 2, 3], 1)})
+
+
+class Builds:
+    """Counts the entries built (the work the cache saves)."""
+
+    def __init__(self, version: int = 12) -> None:
+        self.count = 0
+        self.version = version
+
+    def __call__(self) -> object:
+        self.count += 1
+        return build(topic_class(self.version), topic_values("t", 2))
+
+
+def test_an_unchanged_topic_is_encoded_once():
+    cache, builds, topic = TopicEntryCache(), Builds(), meta()
+    first = cache.get(12, topic, frozenset({1, 2, 3}), builds)
+    again = cache.get(12, topic, frozenset({1, 2, 3}), builds)
+    assert builds.count == 1 and again is first
+
+
+@pytest.mark.parametrize("change", ["new-metadata", "broker-left", "other-version"])
+def test_a_topic_entry_is_rebuilt_when_what_it_shows_changes(change):
+    cache, builds, topic = TopicEntryCache(), Builds(), meta()
+    cache.get(12, topic, frozenset({1, 2, 3}), builds)
+    if change == "new-metadata":     # the metadata cache replaces the object on every state change
+        cache.get(12, meta(leader=2), frozenset({1, 2, 3}), builds)
+    elif change == "broker-left":
+        cache.get(12, topic, frozenset({1, 2}), builds)
+    else:
+        cache.get(13, topic, frozenset({1, 2, 3}), Builds(13))
+        cache.get(12, topic, frozenset({1, 2, 3}), builds)
+    assert builds.count == (1 if change == "other-version" else 2)
+
+
+def test_entries_of_deleted_topics_are_dropped_once_the_cache_outgrows_its_bound():
+    cache, builds = TopicEntryCache(), Builds()
+    kept = meta("kept")
+    for i in range(200):
+        cache.get(12, meta(f"gone-{i}"), frozenset({1}), builds)
+    cache.get(12, kept, frozenset({1}), builds)
+    cache.prune({"kept": kept})
+    assert len(cache) == 1
+    cache.get(12, kept, frozenset({1}), builds)
+    assert builds.count == 201
+
