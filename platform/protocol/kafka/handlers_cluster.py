@@ -90,12 +90,11 @@ class ClusterHandlers:
                 continue
             try:
                 meta = await view.topic(name, topics, allow_auto_create)
+                results.append(self.entries.get(version, meta, live_ids,
+                                                functools.partial(self._topic_entry, entry_class, meta, names, live)))
             except Exception as exc:
                 results.append(encode_topic(build(entry_class, {**error_fields(exc), "name": name,
                                                                 "topic_id": ZERO_UUID, "partitions": []})))
-                continue
-            results.append(self.entries.get(version, meta, live_ids,
-                                            functools.partial(self._topic_entry, entry_class, meta, names, live)))
         self.entries.prune(topics)
         return assemble(version, {
             **OK, "brokers": self._addresses(live), "cluster_id": self.core.cluster_id,

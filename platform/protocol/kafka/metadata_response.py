@@ -106,11 +106,13 @@ class _Entry:
 
 class TopicEntryCache:
     """Each topic's encoded Metadata entry per response version, valid while the topic's metadata
-    object and the live brokers are those it was built from. Bounded: entries of topics that no
-    longer exist are dropped once the cache holds more than a few per topic."""
+    object and the live brokers are those it was built from. Bounded: once the cache has doubled
+    since it was last pruned, entries whose topic is gone or has changed since are dropped (an
+    amortized pass, never one per request)."""
 
     def __init__(self) -> None:
         self._entries: dict[tuple[str, int], _Entry] = {}
+        self._pruned_at = 0
 
     def get(self, api_version: int, meta: TopicMetadata, live: frozenset[int],
             make: Callable[[], Any]) -> EncodedTopic:
@@ -121,11 +123,11 @@ class TopicEntryCache:
         return entry.topic
 
     def prune(self, topics: dict[str, TopicMetadata]) -> None:
-        """Drop the entries of deleted topics when the cache has grown past its bound."""
-        if len(self._entries) > 4 * len(topics) + 64:
+        """Drop the entries of deleted or changed topics when the cache has outgrown its bound."""
+        if len(self._entries) > 2 * self._pruned_at + 64:
             self._entries = {key: entry for key, entry in self._entries.items()
                              if topics.get(key[0]) is entry.meta}
+            self._pruned_at = len(self._entries)
 
     def __len__(self) -> int:
         return len(self._entries)
-

@@ -2,16 +2,23 @@
 whole response, in every version, and each topic's entry rebuilt exactly when what it shows changed."""
 from __future__ import annotations
 
+import asyncio
 import uuid
+from dataclasses import replace
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kio.serial import entity_reader
 
 from ember.cluster.metadata_cache import TopicMetadata
-from ember.cluster.records import PartitionState, TopicRecord
-from ember.errors import ErrorCode
-from ember.protocol.kafka.codec import build, encode_response, response_class
+from ember.cluster.records import BrokerInfo, PartitionState, TopicRecord
+from ember.errors import ErrorCode, TopicAuthorizationFailed
+from ember.ingest.metadata_view import MetadataView
+from ember.protocol.kafka.codec import KafkaRequest, build, encode_response, request_class, response_class
+from ember.protocol.kafka.handlers_cluster import ClusterHandlers
 from ember.protocol.kafka.metadata_response import TopicEntryCache, assemble, encode_topic, topic_class
 from ember.wire.api_keys import ApiKey
 
@@ -101,3 +108,78 @@ def test_entries_of_deleted_topics_are_dropped_once_the_cache_outgrows_its_bound
     cache.get(12, kept, frozenset({1}), builds)
     assert builds.count == 201
 
+
+
+class Cluster:
+    """What ClusterHandlers reads of the broker core: brokers, topics and the controller, which
+    the test changes as the watches would (a new TopicMetadata object per change)."""
+
+    def __init__(self) -> None:
+        self.live = {b: BrokerInfo(b, "127.0.0.1", 9000 + b, (("KAFKA", "127.0.0.1", 9000 + b),)) for b in (1, 2, 3)}
+        self.metas = {"t": TopicMetadata("t", TopicRecord("cd" * 16, {0: [1, 2, 3], 1: [2, 3, 1]}, {}),
+                                         {0: PartitionState(1, 0, [1, 2, 3], 1), 1: PartitionState(2, 0, [2, 3], 1)})}
+
+    def brokers(self) -> dict[int, BrokerInfo]:
+        return dict(self.live)
+
+    def topics(self) -> dict[str, TopicMetadata]:
+        return dict(self.metas)
+
+    def topic(self, name: str) -> TopicMetadata | None:
+        return self.metas.get(name)
+
+    def controller_id(self) -> int:
+        return 1
+
+    def move_leader(self, index: int, leader: int) -> None:
+        meta = self.metas["t"]
+        old = meta.states[index]
+        self.metas["t"] = TopicMetadata("t", meta.record, {**meta.states, index: replace(old, leader=leader,
+                                                                                        leader_epoch=old.leader_epoch + 1)})
+
+
+def handlers(cluster: Cluster, denied: tuple[str, ...] = ()) -> ClusterHandlers:
+    access = SimpleNamespace(check_topic=lambda operation, topic: _deny(topic, denied),
+                             visible_topics=lambda names: [n for n in names if n not in denied])
+    view = MetadataView(cluster, None, lambda meta, index: "no leader", access)   # type: ignore[arg-type]
+    core = SimpleNamespace(cache=cluster, view=view, cluster_id="c")
+    return ClusterHandlers(core, "KAFKA")   # type: ignore[arg-type]
+
+
+def _deny(topic: str, denied: tuple[str, ...]) -> None:
+    if topic in denied:
+        raise TopicAuthorizationFailed(f"not allowed to describe {topic}")
+
+
+def ask(handler: ClusterHandlers, version: int = 12) -> Any:
+    request = build(request_class(ApiKey.METADATA, version), {"topics": None, "allow_auto_topic_creation": False,
+                                                               "include_topic_authorized_operations": False})
+    frame = encode_response(1, asyncio.run(handler.metadata(KafkaRequest(ApiKey.METADATA, version, 1, "c", request,
+                                                                          memoryview(b"")))))
+    cls = response_class(ApiKey.METADATA, version)
+    return entity_reader(cls)(memoryview(frame)[8:], 1 if cls.__flexible__ else 0)[0]
+
+
+@pytest.mark.parametrize("change", ["leader-moved", "broker-left", "topic-recreated", "nothing"])
+def test_a_cached_metadata_answer_is_what_a_fresh_handler_answers_after_a_change(change):
+    cluster = Cluster()
+    cached = handlers(cluster)
+    before = ask(cached)
+    if change == "leader-moved":
+        cluster.move_leader(0, 2)
+    elif change == "broker-left":
+        del cluster.live[2]
+    elif change == "topic-recreated":
+        cluster.metas["t"] = TopicMetadata("t", TopicRecord("ef" * 16, {0: [3, 1, 2]}, {}), {})
+    after = ask(cached)
+    assert after == ask(handlers(cluster))
+    assert (after == before) == (change == "nothing")
+
+
+def test_a_principal_that_may_not_describe_a_topic_is_not_shown_its_cached_entry():
+    cluster = Cluster()
+    shared = handlers(cluster)
+    assert [t.name for t in ask(shared).topics] == ["t"]
+    shared.core.view.access = SimpleNamespace(check_topic=lambda operation, topic: _deny(topic, ("t",)),
+                                              visible_topics=lambda names: [])
+    assert ask(shared).topics == ()
