@@ -25,6 +25,10 @@ from ember.errors import EmberError
 ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
 #: Netty's codecs: ZooKeeper's TLS server needs them, and Debian's jar manifest leaves them out.
 NETTY_CODEC_JAR = Path("/usr/share/java/netty-codec.jar")
+#: C1 only: the C2 compiler's work was most of this ZooKeeper's CPU when a topic of 1,000
+#: partitions is created (3,000 state reads: 1.0-1.5 CPU-s with C2, 0.6 with C1 alone), taken
+#: from the brokers on a small host; a launcher's ZooKeeper never runs long enough to repay it.
+JVM_CPU_OPTIONS = ("-XX:TieredStopAtLevel=1",)
 DEFAULTS_FILE = Path(__file__).resolve().parents[2] / "conf" / "zookeeper.properties"
 MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 #: The space reserve a launcher may keep in the server's directory (see ``make_reserve``).
@@ -121,7 +125,7 @@ class ZooKeeperServer:
         (self.data_dir / "data").mkdir(exist_ok=True)
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
-                [java, "-Xmx256m", "-XX:+UseSerialGC", f"-Dzookeeper.log.dir={self.data_dir}",
+                [java, "-Xmx256m", "-XX:+UseSerialGC", *JVM_CPU_OPTIONS, f"-Dzookeeper.log.dir={self.data_dir}",
                  "-cp", classpath, MAIN_CLASS, str(config)],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True,

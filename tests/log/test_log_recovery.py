@@ -94,6 +94,32 @@ def test_missing_and_damaged_indexes_are_rebuilt(open_log, log_dir):
     assert files(log_dir, ".index")[0].stat().st_size > 0
 
 
+def test_a_segment_gets_its_index_files_with_its_first_index_entry(open_log, log_dir):
+    log = open_log(index_interval_bytes=4096)
+    assert files(log_dir, ".log") and not files(log_dir, ".index") and not files(log_dir, ".timeindex")
+    write_batches(log, 1)
+    log.flush()
+    assert not files(log_dir, ".index")          # one batch: no entry yet, so no file
+    while not len(log._active.offset_index):
+        write_batches(log, 1)
+    log.flush()
+    assert files(log_dir, ".index")[0].stat().st_size > 0 and files(log_dir, ".timeindex")[0].stat().st_size > 0
+
+
+def test_sealed_segments_never_indexed_reopen_without_a_rebuild(open_log, log_dir, caplog):
+    """Segments smaller than one index interval never get an entry, so never index files."""
+    log = open_log(segment_bytes=3000, index_interval_bytes=4096)
+    write_batches(log, 12)
+    assert len(log._segments) > 2 and not files(log_dir, ".index")
+    expected = [log.read(o, 1).first_offset for o in range(48)]
+    log.close()
+    log = open_log(segment_bytes=3000, index_interval_bytes=4096)
+    assert [log.read(o, 1).first_offset for o in range(48)] == expected and log.log_end_offset == 48
+    assert "rebuilding" not in caplog.text
+    write_batches(log, 1)
+    assert log.log_end_offset == 52
+
+
 def test_stray_files_are_deleted_and_hw_clamped(open_log, log_dir):
     log = open_log()
     write_batches(log, 2)
