@@ -200,13 +200,21 @@ class LogSegment:
 
     def _load_index_files(self) -> bool:
         # A segment no longer than one index interval never had an offset entry, so it may have no
-        # index file (they are created with their first entry); the seal's time entry may be there.
-        small = self.size <= self.index_interval_bytes
-        offsets = (small and not self.offset_index.path.exists()) or self.offset_index.load(self.size)
-        ok = offsets and (self.time_index.load() or (small and not self.time_index.path.exists()))
+        # offset index file (created with its first entry). Its time index is another matter: a
+        # sealed segment's ends with the seal's entry, its max timestamp, which retention reads.
+        never_indexed = self.size <= self.index_interval_bytes and not self.offset_index.path.exists()
+        ok = (never_indexed or self.offset_index.load(self.size)) and self.time_index.load()
         if not ok:
             self._clear_indexes()
         return ok
+
+    def end_time_index(self) -> None:
+        """Give a sealed segment's time index its final entry (its max timestamp) if a rebuild from
+        headers, which indexes only at offset-entry points, left it out: retention and lookups
+        by timestamp read a sealed segment's max timestamp from that last entry."""
+        if self.time_index.max_timestamp < self.max_timestamp:
+            self.time_index.maybe_append(self.max_timestamp, self._max_timestamp_offset)
+            self.time_index.write_pending()
 
     def _clear_indexes(self) -> None:
         self.offset_index.truncate_to_offset(self.base_offset)

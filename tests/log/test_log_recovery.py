@@ -120,6 +120,33 @@ def test_sealed_segments_never_indexed_reopen_without_a_rebuild(open_log, log_di
     assert log.log_end_offset == 52
 
 
+def test_a_small_sealed_segment_missing_its_time_index_is_rebuilt_with_its_max_timestamp(open_log, log_dir):
+    log = open_log(segment_bytes=3000, index_interval_bytes=4096)
+    write_batches(log, 12)
+    log.close()
+    files(log_dir, ".timeindex")[0].unlink()
+    for _reopen in range(2):
+        log = open_log(segment_bytes=3000, index_interval_bytes=4096)
+        assert log._segments[0].max_timestamp == 1_000
+        log.close()
+
+
+def test_sealed_segments_recovered_after_a_crash_keep_their_max_timestamp(open_log, log_dir):
+    """A crash after rolls, before the recovery point moved past them: their indexes are rebuilt
+    from headers, and their time index must end with the max timestamp again (retention reads
+    it on the next open), not only in memory."""
+    log = open_log(segment_bytes=3000, index_interval_bytes=4096)
+    log.append_as_leader(values_batch(numbered(0, 4), timestamp=5_000), 0)
+    write_batches(log, 11)
+    assert len(log._segments) > 2
+    crash(log)
+    log = open_log(segment_bytes=3000, index_interval_bytes=4096)
+    log.close()
+    log = open_log(segment_bytes=3000, index_interval_bytes=4096)
+    assert [s.max_timestamp for s in log._segments[:2]] == [5_000, 1_000]
+    assert log.offset_for_timestamp(2_000) == (0, 5_000)
+
+
 def test_stray_files_are_deleted_and_hw_clamped(open_log, log_dir):
     log = open_log()
     write_batches(log, 2)
