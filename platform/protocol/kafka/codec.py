@@ -104,21 +104,21 @@ class EncodedResponse:
     error_codes: tuple[int, ...]
 
 
+def encode_entity(entity: Any) -> bytes:
+    """One kio entity's bytes (a body, a header, or a struct of one)."""
+    buffer = io.BytesIO()
+    entity_writer(type(entity))(buffer, entity)
+    return buffer.getvalue()
+
+
 def encode_response(correlation_id: int, response: Entity | EncodedResponse) -> bytes:
     """A whole response frame: length, the header version the response's schema uses, body."""
-    buffer = io.BytesIO()
-    buffer.write(b"\0\0\0\0")
     if isinstance(response, EncodedResponse):
-        entity_writer(response.header)(buffer, response.header(correlation_id=correlation_id))
-        buffer.write(response.body)
+        header, body = response.header, response.body
     else:
-        header = response.__header_schema__   # type: ignore[attr-defined]
-        entity_writer(header)(buffer, header(correlation_id=correlation_id))
-        entity_writer(type(response))(buffer, response)
-    frame = buffer.getbuffer()
-    FRAME_LENGTH.pack_into(frame, 0, len(frame) - FRAME_LENGTH.size)
-    del frame
-    return buffer.getvalue()
+        header, body = response.__header_schema__, encode_entity(response)   # type: ignore[attr-defined]
+    head = encode_entity(header(correlation_id=correlation_id))
+    return FRAME_LENGTH.pack(len(head) + len(body)) + head + body
 
 
 def frame_v0(correlation_id: int, body: bytes) -> bytes:
@@ -135,7 +135,11 @@ def encode_error_only(correlation_id: int, error_code: int) -> bytes:
 def error_codes(entity: Any) -> Iterator[int]:
     """The non-zero error codes of a response entity: its own and those of the entries of its
     arrays at any depth (Produce's are per partition inside per topic), as Kafka counts them.
-    Only the fields that can lead to an error code are visited (:func:`_error_paths`)."""
+    Only the fields that can lead to an error code are visited (:func:`_error_paths`); a response
+    encoded from cached parts carries its codes."""
+    if isinstance(entity, EncodedResponse):
+        yield from entity.error_codes
+        return
     cls: type = type(entity)   # not type[Any], which mypy does not see as Hashable (mypy#11470)
     for name, nested in _error_paths(cls):
         value = getattr(entity, name)

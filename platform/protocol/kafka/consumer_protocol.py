@@ -7,7 +7,6 @@ Each is an int16 schema version followed by the struct.
 """
 from __future__ import annotations
 
-import io
 import itertools
 import struct
 from typing import Any, Iterable
@@ -16,11 +15,12 @@ from kio.index import load_entity_schema
 from kio.schema.consumer_protocol_assignment.v0.data import ConsumerProtocolAssignment
 from kio.schema.consumer_protocol_assignment.v0.data import TopicPartition as AssignedTopic
 from kio.schema.consumer_protocol_subscription.v0.data import ConsumerProtocolSubscription
-from kio.serial import entity_reader, entity_writer
+from kio.serial import entity_reader
 from kio.static.constants import EntityType
 from kio.static.protocol import Entity
 
 from ember.errors import InvalidRequest
+from ember.protocol.kafka.codec import encode_entity
 from ember.wire.types import TopicPartition
 
 #: The protocol type of consumer groups (Kafka's ``ConsumerProtocol.PROTOCOL_TYPE``).
@@ -40,10 +40,7 @@ def read(name: str, data: bytes) -> Any:
 
 def _write(struct_v0: Entity) -> bytes:
     """Version 0 of a struct: what every consumer reads."""
-    buffer = io.BytesIO()
-    buffer.write(_SCHEMA_VERSION.pack(0))
-    entity_writer(type(struct_v0))(buffer, struct_v0)
-    return buffer.getvalue()
+    return _SCHEMA_VERSION.pack(0) + encode_entity(struct_v0)
 
 
 def subscribed_topics(protocol_type: str, protocols: list[tuple[str, bytes]]) -> list[str]:

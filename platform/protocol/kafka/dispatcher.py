@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping
 
 from ember.errors import ErrorCode
 from ember.protocol.kafka.codec import (
-    EncodedResponse,
     KafkaRequest,
     build,
     encode_error_only,
@@ -77,8 +76,7 @@ class KafkaDispatcher:
             self._count(request.api_key, ErrorCode.UNSUPPORTED_VERSION)
             return frame_v0(request.correlation_id, response)
         if self.observer is not None:
-            self.observer.count_errors(request.api_key, response.error_codes if isinstance(response, EncodedResponse)
-                                       else error_codes(response))
+            self.observer.count_errors(request.api_key, error_codes(response))
         try:
             return encode_response(request.correlation_id, response)
         except Exception as exc:          # a handler built a value its version cannot carry: a broker bug

@@ -17,11 +17,10 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from kio.serial import entity_writer
 from kio.serial.writers import write_compact_array_length
 
 from ember.cluster.metadata_cache import TopicMetadata
-from ember.protocol.kafka.codec import EncodedResponse, build, error_codes, response_class
+from ember.protocol.kafka.codec import EncodedResponse, build, encode_entity, error_codes, response_class
 from ember.wire.api_keys import ApiKey
 
 _INT32 = struct.Struct(">i")
@@ -31,12 +30,6 @@ _INT32 = struct.Struct(">i")
 class EncodedTopic:
     data: bytes
     error_codes: tuple[int, ...]
-
-
-def encode_entity(entity: Any) -> bytes:
-    buffer = io.BytesIO()
-    entity_writer(type(entity))(buffer, entity)
-    return buffer.getvalue()
 
 
 def encode_topic(entity: Any) -> EncodedTopic:
