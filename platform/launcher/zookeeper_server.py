@@ -110,7 +110,7 @@ class ZooKeeperServer:
         return context
 
     def start(self, timeout_s: float = 30.0) -> None:
-        """Start the server in the background and wait until it answers ``ruok``."""
+        """Start the server in the background and wait until it serves requests (``is_healthy``)."""
         java = shutil.which("java")
         if java is None or not ZOOKEEPER_JAR.exists():
             raise ZooKeeperUnavailable(f"java or {ZOOKEEPER_JAR} is missing")
@@ -153,15 +153,28 @@ class ZooKeeperServer:
 
 
 def is_healthy(host: str, port: int, context: ssl.SSLContext | None = None) -> bool:
-    """True when a ZooKeeper server at host:port answers the ``ruok`` four-letter word (over TLS
-    with ``context``)."""
+    """True when a ZooKeeper server at host:port serves requests (over TLS with ``context``).
+
+    Asked with ``srvr``, not ``ruok``: ZooKeeper answers ``imok`` as soon as its port is bound,
+    before it has loaded its database, and a session opened in that window waits on startup."""
     try:
         with socket.create_connection((host, port), timeout=1.0) as raw, \
                 (context.wrap_socket(raw, server_hostname=host) if context else raw) as sock:
-            sock.sendall(b"ruok")
-            return sock.recv(4) == b"imok"
+            sock.sendall(b"srvr")
+            return _read_until_closed(sock, limit=4096).startswith(b"Zookeeper version:")
     except OSError:
         return False
+
+
+def _read_until_closed(sock: socket.socket, limit: int) -> bytes:
+    """What the server sends before closing (a four-letter word's answer), at most ``limit`` bytes."""
+    answer = b""
+    while len(answer) < limit:
+        chunk = sock.recv(limit - len(answer))
+        if not chunk:
+            break
+        answer += chunk
+    return answer
 
 
 def read_pid(path: Path) -> int | None:

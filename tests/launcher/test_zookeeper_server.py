@@ -1,3 +1,6 @@
+import socket
+import threading
+
 import pytest
 from kazoo.client import KazooClient
 
@@ -42,3 +45,26 @@ def test_free_ports_lie_below_the_ephemeral_range_and_are_never_given_twice():
     ports = [free_port() for _ in range(300)]
     assert len(set(ports)) == len(ports)
     assert all(port < low for port in ports)
+
+
+@pytest.mark.parametrize("answer, healthy", [
+    (b"This ZooKeeper instance is not currently serving requests\n", False),
+    (b"imok", False),
+    (b"Zookeeper version: 3.8.0-1, built on 2024-06-16\nMode: standalone\n", True),
+])
+def test_a_zookeeper_is_healthy_only_once_it_serves_requests(answer, healthy):
+    """ZooKeeper binds its port (and answers ``ruok``) before it has loaded its database; a
+    launcher that called that started handed out a server whose first session could time out."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+
+        def answer_once() -> None:
+            conn, _ = listener.accept()
+            with conn:
+                assert conn.recv(4) == b"srvr"
+                conn.sendall(answer)
+
+        server = threading.Thread(target=answer_once, daemon=True)
+        server.start()
+        assert is_healthy("127.0.0.1", port) is healthy
+        server.join(timeout=5)
