@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 IsrChange = Callable[[list[int]], list[int]]
-ApplyState = Callable[["Partition", PartitionState], Awaitable[None]]
+ApplyState = Callable[["Partition", PartitionState], Awaitable[object]]
 
 
 def now_ms() -> float:

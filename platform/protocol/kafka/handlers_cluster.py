@@ -14,14 +14,15 @@ from ember.cluster.metadata_cache import TopicMetadata
 from ember.cluster.records import BrokerInfo
 from ember.errors import InvalidRequest, StorageError, UnsupportedEndpointType
 from ember.ingest.core import BrokerCore
-from ember.ingest.metadata_view import PartitionView
 from ember.protocol.kafka.codec import EncodedResponse, KafkaRequest, build, response_class
 from ember.protocol.kafka.dispatcher import Api
 from ember.protocol.kafka.metadata_response import (
     EncodedTopic,
+    PartitionTemplates,
     TopicEntryCache,
     assemble,
     encode_topic,
+    partition_values,
     topic_class,
 )
 from ember.protocol.kafka.names import ZERO_UUID, TopicNames
@@ -38,18 +39,12 @@ BROKER_ENDPOINTS = 1
 MAX_RESPONSE_PARTITIONS = 2000
 
 
-def _partition(view: PartitionView, live: dict[int, BrokerInfo]) -> dict[str, Any]:
-    return {**(error_fields(view.error) if view.error else OK), "partition_index": view.index,
-            "leader_id": view.leader, "leader_epoch": view.leader_epoch, "replica_nodes": view.replicas,
-            "isr_nodes": view.isr, "offline_replicas": [r for r in view.replicas if r not in live],
-            "eligible_leader_replicas": [], "last_known_elr": []}
-
-
 class ClusterHandlers:
     def __init__(self, core: BrokerCore, listener: str) -> None:
         self.core = core
         self.listener = listener
         self.entries = TopicEntryCache()
+        self.partition_templates = PartitionTemplates()
 
     def apis(self) -> dict[int, Api]:
         return {ApiKey.METADATA: Api(0, 13, self.metadata),
@@ -91,7 +86,7 @@ class ClusterHandlers:
             try:
                 meta = await view.topic(name, topics, allow_auto_create)
                 results.append(self.entries.get(version, meta, live_ids,
-                                                functools.partial(self._topic_entry, entry_class, meta, names, live)))
+                                                functools.partial(self._topic_entry, version, meta, names, live)))
             except Exception as exc:
                 results.append(encode_topic(build(entry_class, {**error_fields(exc), "name": name,
                                                                 "topic_id": ZERO_UUID, "partitions": []})))
@@ -101,11 +96,10 @@ class ClusterHandlers:
             "controller_id": self.core.cache.controller_id(), "cluster_authorized_operations": NO_OPERATIONS},
             results)
 
-    def _topic_entry(self, entry_class: type, meta: TopicMetadata, names: TopicNames,
-                     live: dict[int, BrokerInfo]) -> Any:
-        return build(entry_class, {**OK, **names.ref(meta.name), "is_internal": False,
-                                   "partitions": [_partition(p, live) for p in self.core.view.partitions(meta, live)],
-                                   "topic_authorized_operations": NO_OPERATIONS})
+    def _topic_entry(self, version: int, meta: TopicMetadata, names: TopicNames,
+                     live: dict[int, BrokerInfo]) -> EncodedTopic:
+        fields = {**OK, **names.ref(meta.name), "is_internal": False, "topic_authorized_operations": NO_OPERATIONS}
+        return self.partition_templates.topic_entry(version, fields, self.core.view.partitions(meta, live), live)
 
     def _addresses(self, live: dict[int, BrokerInfo]) -> list[dict[str, Any]]:
         """Each broker's address on this listener (both ways Kafka's responses name a broker id)."""
@@ -163,7 +157,7 @@ class ClusterHandlers:
                 views = views[:room]
             room -= len(views)
             results.append({**OK, **names.ref(name), "is_internal": False,
-                            "partitions": [_partition(p, live) for p in views],
+                            "partitions": [partition_values(p, live) for p in views],
                             "topic_authorized_operations": NO_OPERATIONS})
             if next_cursor is not None:
                 break

@@ -15,11 +15,19 @@ from kio.serial import entity_reader
 
 from ember.cluster.metadata_cache import TopicMetadata
 from ember.cluster.records import BrokerInfo, PartitionState, TopicRecord
-from ember.errors import ErrorCode, TopicAuthorizationFailed
-from ember.ingest.metadata_view import MetadataView
+from ember.errors import ErrorCode, LeaderNotAvailable, TopicAuthorizationFailed
+from ember.ingest.metadata_view import MetadataView, PartitionView
 from ember.protocol.kafka.codec import KafkaRequest, build, encode_response, request_class, response_class
 from ember.protocol.kafka.handlers_cluster import ClusterHandlers
-from ember.protocol.kafka.metadata_response import TopicEntryCache, assemble, encode_topic, topic_class
+from ember.protocol.kafka.metadata_response import (
+    EncodedTopic,
+    PartitionTemplates,
+    TopicEntryCache,
+    assemble,
+    encode_topic,
+    partition_values,
+    topic_class,
+)
 from ember.wire.api_keys import ApiKey
 
 VERSIONS = range(0, 14)
@@ -59,6 +67,51 @@ def test_error_codes_of_an_assembled_response_are_those_of_its_entries(version, 
     assert sorted(assembled.error_codes) == expected
 
 
+
+TOPIC_FIELDS = {"error_code": 0, "name": "t", "topic_id": uuid.UUID(int=7), "is_internal": False,
+                "topic_authorized_operations": -(1 << 31)}
+views_strategy = st.lists(st.builds(
+    lambda index, replicas, leader, epoch, isr: PartitionView(
+        index, leader, epoch, replicas, isr, LeaderNotAvailable("no leader") if leader < 0 else None),
+    index=st.integers(0, 2**31 - 1), replicas=st.lists(st.integers(1, 5), min_size=1, max_size=4, unique=True),
+    leader=st.sampled_from([-1, 1, 2, 3]), epoch=st.integers(-1, 2**31 - 1),
+    isr=st.lists(st.integers(1, 5), max_size=4, unique=True)), max_size=30)
+
+
+def kio_topic_entry(version: int, views: list[PartitionView], live: frozenset[int]) -> EncodedTopic:
+    return encode_topic(build(topic_class(version), {**TOPIC_FIELDS,
+                                                     "partitions": [partition_values(v, live) for v in views]}))
+
+
+@settings(max_examples=150, deadline=None)
+@given(version=st.sampled_from(VERSIONS), views=views_strategy,
+       live=st.frozensets(st.integers(1, 5), max_size=5), limit=st.sampled_from([1, 4096]))
+def test_a_topic_entry_from_partition_templates_is_what_kio_encodes(version, views, live, limit):
+    templates = PartitionTemplates(limit)
+    for _ in range(2):       # the second time from the templates the first one made
+        entry = templates.topic_entry(version, TOPIC_FIELDS, views, live)
+        expected = kio_topic_entry(version, views, live)
+        assert entry.data == expected.data
+        assert sorted(entry.error_codes) == sorted(expected.error_codes)
+
+
+def test_a_new_topic_is_encoded_once_per_replica_order_not_per_partition():
+    live = frozenset({1, 2, 3})
+    views = [PartitionView(i, 1 + i % 3, 0, [1 + (i + k) % 3 for k in range(3)], [1 + (i + k) % 3 for k in range(3)])
+             for i in range(1000)]
+    templates = PartitionTemplates()
+    assert templates.topic_entry(12, TOPIC_FIELDS, views, live) == kio_topic_entry(12, views, live)
+    assert len(templates) == 3
+
+
+def test_partition_templates_are_bounded():
+    templates = PartitionTemplates(limit=10)
+    live = frozenset({1})
+    for epoch in range(100):
+        views = [PartitionView(0, 1, epoch, [1], [1])]
+        assert templates.topic_entry(9, TOPIC_FIELDS, views, live) == kio_topic_entry(9, views, live)
+    assert len(templates) <= 11
+
 def meta(name: str = "t", leader: int = 1) -> TopicMetadata:
     record = TopicRecord("ab" * 16, {0: [1, 2, 3], 1: [2, 3, 1]}, {})
     return TopicMetadata(name, record, {0: PartitionState(leader, 1, [1, 2, 3], 1)})
@@ -71,9 +124,9 @@ class Builds:
         self.count = 0
         self.version = version
 
-    def __call__(self) -> object:
+    def __call__(self) -> EncodedTopic:
         self.count += 1
-        return build(topic_class(self.version), topic_values("t", 2))
+        return encode_topic(build(topic_class(self.version), topic_values("t", 2)))
 
 
 def test_an_unchanged_topic_is_encoded_once():
