@@ -65,6 +65,9 @@ Offline = Mapping[OfflineReplica, "set[int]"]
 #: How often the active controller looks for topics left half created or half deleted, and how
 #: long such a topic must have been left alone before it finishes the job (its writer died).
 INCOMPLETE_CHECK_S = 10.0
+#: How long the controller waits for a batch of partition-state reads (kazoo fails them sooner
+#: when the connection drops).
+STATE_READ_TIMEOUT_S = 30.0
 INCOMPLETE_AFTER_S = 60.0
 
 
@@ -274,12 +277,31 @@ class Controller:
         except EmberError as exc:
             log.error("topic %s has an invalid config (%s); unclean election stays off", name, exc)
             unclean = False
-        for index, replicas in meta.partitions.items():
-            self._transition(name, index, "failover", functools.partial(
-                failover_state, replicas=replicas, live=partition_live(live, offline, name, meta.topic_id, index),
-                controller_epoch=self.epoch, unclean=unclean))
+        self._transition_each(name, "failover", {index: functools.partial(
+            failover_state, replicas=replicas, live=partition_live(live, offline, name, meta.topic_id, index),
+            controller_epoch=self.epoch, unclean=unclean) for index, replicas in meta.partitions.items()})
         if meta.record.reassignments:
             self._advance_reassignments(name, live, offline)
+
+    def _transition_each(self, topic: str, why: str, rules: Mapping[int, StateRule]) -> None:
+        """:meth:`_transition` for many partitions of ``topic``: their states are read in one
+        pipelined batch, and only those whose rule wants a change (or that a newer controller
+        wrote) go through ``_transition``'s read and compare-and-set. A topic of 1,000 partitions
+        is checked in one round of reads, not 1,000 round trips one after the other (2-3 s, on
+        every new topic and every broker change)."""
+        client = self.session.client
+        reads = [(index, client.get_async(zk_paths.partition_state(topic, index))) for index in rules]
+        deadline = time.monotonic() + STATE_READ_TIMEOUT_S
+        for index, result in reads:
+            if not self.active:
+                return
+            try:
+                data, stat = result.get(timeout=max(0.0, deadline - time.monotonic()))
+            except NoNodeError:
+                continue    # topic deleted meanwhile
+            current = PartitionState.from_bytes(data, stat.version)
+            if current.controller_epoch > self.epoch or rules[index](current) is not None:
+                self._transition(topic, index, why, rules[index])
 
     def _transition(self, topic: str, index: int, why: str,
                     rule: StateRule) -> tuple[PartitionState, PartitionState] | None:

@@ -201,6 +201,30 @@ def test_controller_failover_elects_new_leaders(nodes, topic_name):
         assert state.controller_epoch == nodes[new_id].controller.epoch
 
 
+
+def test_the_controller_checks_a_new_topics_partitions_in_one_batch_of_reads(nodes, topic_name, monkeypatch):
+    """1,000 partition states read one round trip after another took the controller 2-3 s on every
+    new topic and every broker change; a state that needs no change is not read a second time."""
+    controller_id = eventually(lambda: nodes[1].cache.controller_id() > 0 and nodes[1].cache.controller_id())
+    client = nodes[controller_id].session.client
+    reads: dict[str, list[str]] = {"get": [], "get_async": []}     # the controller's: no watch (the cache's set one)
+
+    def counted(name: str) -> Callable[..., Any]:
+        real = getattr(client, name)
+
+        def read(path: str, *args: Any, **kwargs: Any) -> Any:
+            if path.startswith(zk_paths.partitions(topic_name)) and not args and kwargs.get("watch") is None:
+                reads[name].append(path)
+            return real(path, *args, **kwargs)
+        return read
+    for name in reads:
+        monkeypatch.setattr(client, name, counted(name))
+    nodes[1].admin.create_topic(topic_name, 50, 3, {})
+    eventually(lambda: len(reads["get_async"]) >= 50)
+    time.sleep(0.5)     # a sequential check would be reading one state after another by now
+    assert sorted(reads["get_async"]) == sorted(zk_paths.partition_state(topic_name, i) for i in range(50))
+    assert reads["get"] == []
+
 def test_producer_id_blocks_never_overlap(nodes):
     allocators = [ProducerIdAllocator(node.session, i, block_size=5) for i, node in nodes.items()]
     ids = [allocator.next_id() for _ in range(12) for allocator in allocators]
