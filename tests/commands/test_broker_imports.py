@@ -1,0 +1,42 @@
+"""A broker process leaves out what it never uses: numpy (pyarrow imports it whenever it is
+installed) and hypothesis (kio imports it to register test strategies), 21 MB of every broker's
+RSS in an environment that has them, such as this test suite's."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+NOT_IN_A_BROKER = ("numpy", "hypothesis")
+
+
+def imported(stderr: str) -> set[str]:
+    """Top-level packages named by ``python -X importtime``'s lines."""
+    return {line.rsplit("|", 1)[1].strip().split(".")[0] for line in stderr.splitlines()
+            if line.startswith("import time:") and "|" in line}
+
+
+def test_ember_broker_start_imports_neither_numpy_nor_hypothesis():
+    out = subprocess.run([sys.executable, "-X", "importtime", "-m", "ember.cli", "broker", "start", "--help"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    packages = imported(out.stderr)
+    assert "pyarrow" in packages                    # the broker command's own imports did run
+    assert not packages & set(NOT_IN_A_BROKER)
+
+
+def test_other_commands_keep_them():
+    out = subprocess.run([sys.executable, "-X", "importtime", "-c",
+                          "import sys; sys.argv = ['ember', 'topics', '--help']\n"
+                          "from ember import cli\ntry:\n    cli.main()\nexcept SystemExit:\n    pass\nimport numpy"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "numpy" in imported(out.stderr)
+
+
+def test_the_whole_broker_loads_without_them():
+    code = ("import sys\nfrom ember.cli import _leave_out_of_the_broker\n_leave_out_of_the_broker()\n"
+            "import ember.server.broker, ember.protocol.kafka.listener\n"
+            f"print(sorted(name for name in {NOT_IN_A_BROKER!r} if sys.modules.get(name)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]"
