@@ -65,9 +65,6 @@ Offline = Mapping[OfflineReplica, "set[int]"]
 #: How often the active controller looks for topics left half created or half deleted, and how
 #: long such a topic must have been left alone before it finishes the job (its writer died).
 INCOMPLETE_CHECK_S = 10.0
-#: How long the controller waits for a batch of partition-state reads (kazoo fails them sooner
-#: when the connection drops).
-STATE_READ_TIMEOUT_S = 30.0
 INCOMPLETE_AFTER_S = 60.0
 
 
@@ -291,12 +288,11 @@ class Controller:
         every new topic and every broker change)."""
         client = self.session.client
         reads = [(index, client.get_async(zk_paths.partition_state(topic, index))) for index in rules]
-        deadline = time.monotonic() + STATE_READ_TIMEOUT_S
         for index, result in reads:
             if not self.active:
                 return
             try:
-                data, stat = result.get(timeout=max(0.0, deadline - time.monotonic()))
+                data, stat = result.get()     # as client.get: kazoo fails it when the connection drops
             except NoNodeError:
                 continue    # topic deleted meanwhile
             current = PartitionState.from_bytes(data, stat.version)

@@ -160,7 +160,7 @@ class PartitionTemplates:
     put in: a new topic of 1,000 partitions, all led by their first replica, has as many shapes
     as replica orders (3 on 3 brokers), and kio encodes those instead of 1,000 entries (about 28
     ms of the event loop, while every broker opens the topic's logs). Bounded: the templates are
-    dropped once there are more than ``limit``."""
+    dropped when a new one would make more than ``limit``."""
 
     def __init__(self, limit: int = 4096) -> None:
         self.limit = limit
@@ -172,8 +172,6 @@ class PartitionTemplates:
         cls = topic_class(api_version)
         at = _index_at(api_version)
         templates = self._templates
-        if len(templates) > self.limit:
-            templates.clear()
         pack = _INT32.pack
         parts: list[bytes] = []
         codes: list[int] = []
@@ -183,6 +181,8 @@ class PartitionTemplates:
                    tuple(view.isr), offline)
             template = templates.get(key)
             if template is None:
+                if len(templates) >= self.limit:
+                    templates.clear()
                 values = {**partition_values(view, live), "partition_index": 0}
                 encoded = encode_entity(build(partition_class(api_version), values))
                 template = templates[key] = (encoded[:at], encoded[at + 4:], values["error_code"])
