@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ember.errors import EmberError
+from ember.net.channel import probe
 
 ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
 #: Netty's codecs: ZooKeeper's TLS server needs them, and Debian's jar manifest leaves them out.
@@ -157,24 +158,7 @@ def is_healthy(host: str, port: int, context: ssl.SSLContext | None = None) -> b
 
     Asked with ``srvr``, not ``ruok``: ZooKeeper answers ``imok`` as soon as its port is bound,
     before it has loaded its database, and a session opened in that window waits on startup."""
-    try:
-        with socket.create_connection((host, port), timeout=1.0) as raw, \
-                (context.wrap_socket(raw, server_hostname=host) if context else raw) as sock:
-            sock.sendall(b"srvr")
-            return _read_until_closed(sock, limit=4096).startswith(b"Zookeeper version:")
-    except OSError:
-        return False
-
-
-def _read_until_closed(sock: socket.socket, limit: int) -> bytes:
-    """What the server sends before closing (a four-letter word's answer), at most ``limit`` bytes."""
-    answer = b""
-    while len(answer) < limit:
-        chunk = sock.recv(limit - len(answer))
-        if not chunk:
-            break
-        answer += chunk
-    return answer
+    return probe((host, port), b"srvr", 1.0, context).startswith(b"Zookeeper version:")
 
 
 def read_pid(path: Path) -> int | None:

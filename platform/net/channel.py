@@ -283,29 +283,30 @@ def identify_foreign_service(address: Address, timeout_s: float = FOREIGN_PROBE_
     Kafka's ApiVersions v0 (a Kafka listener answers its fixed-layout response). ``only_http``: the
     first probe alone (for a peer that stays silent: the others close at once)."""
     name = _name(address)
-    if _probe(address, f"GET / HTTP/1.0\r\nHost: {address[0]}\r\n\r\n".encode(), timeout_s).startswith(b"HTTP/"):
+    if probe(address, f"GET / HTTP/1.0\r\nHost: {address[0]}\r\n\r\n".encode(), timeout_s).startswith(b"HTTP/"):
         return NotAnEmberListener(
             f"{name} is an HTTP server (a broker's metrics endpoint?), not an ember listener; {_WHERE}")
     if only_http:
         return None
-    reply = _probe(address, b"srvr", timeout_s)
+    reply = probe(address, b"srvr", timeout_s)
     if b"zookeeper" in reply.lower() or b"is not executed" in reply:
         return NotAnEmberListener(
             f"{name} is a ZooKeeper server (the cluster's metadata store, for brokers), not an ember listener; "
             f"{_WHERE}")
-    if _is_kafka_api_versions(_probe(address, _KAFKA_PROBE, timeout_s)):
+    if _is_kafka_api_versions(probe(address, _KAFKA_PROBE, timeout_s)):
         return NotAnEmberListener(
             f"{name} is a Kafka-protocol listener (a broker's KAFKA listener, for Kafka clients), not an ember "
             f"listener; ember's clients and CLI connect to the ember listener: {_WHERE}")
     return None
 
 
-def _probe(address: Address, request: bytes, timeout_s: float) -> bytes:
-    """The first bytes (up to 4 KiB) ``address`` answers ``request`` with within ``timeout_s``; b""
-    when it closes, answers nothing or cannot be reached."""
+def probe(address: Address, request: bytes, timeout_s: float, context: ssl.SSLContext | None = None) -> bytes:
+    """The first bytes (up to 4 KiB) ``address`` answers ``request`` with within ``timeout_s``
+    (over TLS with ``context``); b"" when it closes, answers nothing or cannot be reached."""
     deadline = time.monotonic() + timeout_s
     try:
-        with socket.create_connection(address, timeout=timeout_s) as sock:
+        with socket.create_connection(address, timeout=timeout_s) as raw, \
+                (context.wrap_socket(raw, server_hostname=address[0]) if context else raw) as sock:
             sock.sendall(request)
             received = b""
             while len(received) < 4096 and (remaining := deadline - time.monotonic()) > 0:
