@@ -67,7 +67,7 @@ def _load_into(segments: list[LogSegment], directory: Path, config: LogConfig, r
             truncated = segment.open_unflushed(recovery_point)
         if next_base is not None and segment.next_offset == next_base:
             segment.end_time_index()
-        if next_base is not None and segment.next_offset != next_base:
+        elif next_base is not None:
             _log.warning("%s ends at offset %d%s, but the next segment starts at %d: deleting the "
                          "segments from %d on (this replica fetches offsets from %d on again)",
                          segment.path, segment.next_offset,

@@ -121,15 +121,19 @@ def partition_class(api_version: int) -> type:
     return typing.get_args(hint)[0]
 
 
+#: A partition entry's values for the layout checks below (every field set, none at a default).
+_SAMPLE_PARTITION: dict[str, Any] = {
+    **OK, "partition_index": 3, "leader_id": 1, "leader_epoch": 2, "replica_nodes": [1, 2], "isr_nodes": [1],
+    "offline_replicas": [2], "eligible_leader_replicas": [], "last_known_elr": []}
+
+
 @functools.cache
 def _index_at(api_version: int) -> int:
     """Where ``partition_index`` (an int32) sits in an encoded partition entry, checked against
     kio's encoding of two entries that differ only there."""
-    values = {**OK, "leader_id": 1, "leader_epoch": 2, "replica_nodes": [1, 2], "isr_nodes": [1],
-              "offline_replicas": [2], "eligible_leader_replicas": [], "last_known_elr": []}
     probe = _INT32.pack(0x7E5A3C1B)
-    zero = encode_entity(build(partition_class(api_version), {**values, "partition_index": 0}))
-    other = encode_entity(build(partition_class(api_version), {**values, "partition_index": 0x7E5A3C1B}))
+    zero = encode_entity(build(partition_class(api_version), {**_SAMPLE_PARTITION, "partition_index": 0}))
+    other = encode_entity(build(partition_class(api_version), {**_SAMPLE_PARTITION, "partition_index": 0x7E5A3C1B}))
     at = other.find(probe)
     if at < 0 or len(zero) != len(other) or zero[:at] + probe + zero[at + 4:] != other:
         raise RuntimeError(f"MetadataResponse v{api_version}: partition_index could not be located")
@@ -143,9 +147,7 @@ def _bytes_after_partitions(api_version: int) -> int:
     cls = topic_class(api_version)
     fields = {"error_code": 0, "name": "t", "topic_id": "7" * 32, "is_internal": True,
               "topic_authorized_operations": -7}
-    partition = build(partition_class(api_version), {
-        **OK, "partition_index": 3, "leader_id": 1, "leader_epoch": 2, "replica_nodes": [1, 2], "isr_nodes": [1],
-        "offline_replicas": [2], "eligible_leader_replicas": [], "last_known_elr": []})
+    partition = build(partition_class(api_version), _SAMPLE_PARTITION)
     after = _bytes_after_array(_flexible(cls), encode_entity(build(cls, {**fields, "partitions": []})),
                                encode_entity(build(cls, {**fields, "partitions": [partition]})),
                                encode_entity(partition))
