@@ -265,22 +265,32 @@ class Admin(GroupOperations):
 
     def _at_home(self, call: Callable[[int | None], T]) -> T:
         """``call(broker)`` at the controller (see :meth:`_home`); when it does not answer (it died,
-        hangs or moved), once more elsewhere after a refresh from another broker, which also
-        learns the new controller."""
-        home = self._home()
-        try:
-            return call(home)
-        except (BrokerNotAvailable, NetworkError, RequestTimedOut, KafkaTimeoutError):
-            self._metadata.refresh([], avoid=home)     # from another broker: this one may hang again
-            return call(self._instead_of(home))
+        hangs or moved), again at each other broker in turn after a refresh from one that
+        answers (which also learns the new controller), then at any reachable broker: one broker
+        down, or two at once, is not an error while another is up. Past the second attempt, none
+        starts later than one request timeout into the call: refused connections fail fast and
+        every broker gets its turn, while hung brokers end the call within about two timeouts."""
+        deadline = time.monotonic() + self.request_timeout_s
+        tried: set[int | None] = set()
+        broker = self._home()
+        while True:
+            try:
+                return call(broker)
+            except (BrokerNotAvailable, NetworkError, RequestTimedOut, KafkaTimeoutError):
+                if broker is None or (tried and time.monotonic() > deadline):
+                    raise                              # even "any reachable broker" failed, or out of time
+                tried.add(broker)
+                self._metadata.refresh([], avoid=broker)   # from another broker: this one may hang again
+                broker = self._instead_of(tried)
 
-    def _instead_of(self, failed: int | None) -> int | None:
-        """Where to ask after broker ``failed`` did not answer: the controller if it moved, else
-        another live broker (a paused broker still counts as registered)."""
+    def _instead_of(self, tried: set[int | None]) -> int | None:
+        """Where to ask after the ``tried`` brokers did not answer: the controller if it moved,
+        else another registered broker (a paused or just-killed broker still counts as
+        registered until its session expires), else None (any broker that accepts a connection)."""
         controller = self._home()
-        if controller is not None and controller != failed:
+        if controller is not None and controller not in tried:
             return controller
-        others = [broker for broker in self._metadata.brokers if broker != failed]
+        others = [broker for broker in self._metadata.brokers if broker not in tried]
         return random.choice(others) if others else None
 
     def _request(self, api_key: int, body: dict[str, Any]) -> dict[str, Any]:

@@ -277,6 +277,27 @@ def test_admin_keeps_answering_after_the_controller_it_asked_dies(make_cluster, 
         assert topic_name in admin.list_topics()
 
 
+def test_admin_answers_while_the_controller_and_another_broker_are_dead(make_cluster, topic_name: str) -> None:
+    """Two of three brokers SIGKILLed at once stay registered until their sessions expire: the
+    Admin tries each broker in turn, not one random other (found by the chaos harness: a
+    streaming query died when its retry picked the second dead broker)."""
+    cluster = make_cluster(brokers=3, config={"zookeeper.session.timeout.ms": "30000"})
+    with Admin(cluster.bootstrap) as setup:
+        setup.create_topic(topic_name, partitions=2, replication_factor=3)
+    connection = Connection(parse_bootstrap(cluster.bootstrap)[0])
+    try:
+        controller = connection.request(ApiKey.METADATA, {"topics": []}).result(10).body["controller_id"]
+    finally:
+        connection.close()
+    other = next(b for b in (1, 2, 3) if b != controller)
+    cluster.kill_broker(controller)
+    cluster.kill_broker(other)
+    for _ in range(8):      # fresh clients: each one's single random retry had an even chance of a dead broker
+        with Admin(cluster.bootstrap) as admin:
+            assert topic_name in admin.list_topics()
+            assert "retention.ms" in admin.describe_configs(topic_name)
+
+
 def test_admin_answers_from_another_broker_while_the_controller_hangs(make_cluster, topic_name: str) -> None:
     """A paused controller stays registered and accepts connections but answers nothing: the
     Admin asks another broker after one request timeout, and learns the controller from it too
