@@ -156,17 +156,20 @@ class Admin(GroupOperations):
             if item["error_code"]:
                 raise error_for_code(item["error_code"], item.get("error_message", ""))
 
-    def describe_topic(self, name: str, *, configs: bool = True) -> TopicDescription:
+    def describe_topic(self, name: str, *, configs: bool = True, offsets: bool = True) -> TopicDescription:
         """Leader, replicas, ISR, log start, high watermark and log end of every partition, and
         the configs set on the topic. ``configs=False`` leaves ``config`` empty and skips
-        DescribeConfigs, so a principal with only Describe (or Read) on the topic may call it."""
+        DescribeConfigs, so a principal with only Describe (or Read) on the topic may call it.
+        ``offsets=False`` (the layout only, as Kafka's describeTopics) leaves the offsets -1 and
+        asks no leader: a leader that died but is still registered would hold the call for its
+        request timeout."""
         info = self._at_home(lambda broker: self._metadata.refresh([name], broker_id=broker)).get(name)
         if info is None or info.error_code:
             code = info.error_code if info else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             raise error_for_code(code, (info.error_message if info else "") or _topic_error_text(name, code))
         # offsets only where a live leader can answer: ListOffsets would wait out its timeout for the others
         tps = [TopicPartition(name, p.partition) for p in info.partitions
-               if self._metadata.leader(name, p.partition) is not None]
+               if offsets and self._metadata.leader(name, p.partition) is not None]
         ends = self._log_ends(tps)
         descriptions = []
         for p in info.partitions:

@@ -369,7 +369,8 @@ def elect_leaders(args: argparse.Namespace) -> int:
         if args.topic is None:
             partitions = None
         elif args.partition is None:
-            partitions = [TopicPartition(args.topic, p.partition) for p in admin.describe_topic(args.topic).partitions]
+            layout = admin.describe_topic(args.topic, configs=False, offsets=False)
+            partitions = [TopicPartition(args.topic, p.partition) for p in layout.partitions]
         else:
             partitions = [TopicPartition(args.topic, args.partition)]
         results = admin.elect_leaders(partitions, unclean=args.unclean)

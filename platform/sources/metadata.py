@@ -44,8 +44,9 @@ class ClusterView:
             topics = list(self._options.topics)
         layout: dict[TP, tuple[int, ...]] = {}
         for topic in topics:
-            # Only the layout: no DescribeConfigs, so a reader needs just Read (+ Describe) on the topic.
-            for p in self._admin.describe_topic(topic, configs=False).partitions:
+            # Only the layout: no DescribeConfigs, so a reader needs just Read (+ Describe) on the topic, and no
+            # offsets (latest() asks for them once), so planning does not wait twice on a dead leader.
+            for p in self._admin.describe_topic(topic, configs=False, offsets=False).partitions:
                 layout[(topic, p.partition)] = (p.leader, *(b for b in p.isr if b != p.leader))
         return layout
 

@@ -283,7 +283,7 @@ def test_admin_answers_while_the_controller_and_another_broker_are_dead(make_clu
     streaming query died when its retry picked the second dead broker)."""
     cluster = make_cluster(brokers=3, config={"zookeeper.session.timeout.ms": "30000"})
     with Admin(cluster.bootstrap) as setup:
-        setup.create_topic(topic_name, partitions=2, replication_factor=3)
+        setup.create_topic(topic_name, partitions=3, replication_factor=3)   # each broker leads one
     connection = Connection(parse_bootstrap(cluster.bootstrap)[0])
     try:
         controller = connection.request(ApiKey.METADATA, {"topics": []}).result(10).body["controller_id"]
@@ -296,6 +296,11 @@ def test_admin_answers_while_the_controller_and_another_broker_are_dead(make_clu
         with Admin(cluster.bootstrap) as admin:
             assert topic_name in admin.list_topics()
             assert "retention.ms" in admin.describe_configs(topic_name)
+    with Admin(cluster.bootstrap, request_timeout_ms=60000) as admin:
+        # the layout only: no ListOffsets to leaders that are dead but registered (each would hold it 60 s),
+        # nor to the survivor (its partition would have high watermark 0)
+        layout = admin.describe_topic(topic_name, configs=False, offsets=False).partitions
+        assert [(p.partition, len(p.replicas), p.high_watermark) for p in layout] == [(0, 3, -1), (1, 3, -1), (2, 3, -1)]
 
 
 def test_admin_answers_from_another_broker_while_the_controller_hangs(make_cluster, topic_name: str) -> None:
