@@ -55,6 +55,7 @@ Authenticate = Callable[[Request, SaslServer, Dispatch], Awaitable[Reply | None]
 _RESPONSE_OVERHEAD = 1024
 #: While a request is handled, how often the broker looks whether its client is still there.
 CLIENT_CHECK_S = 1.0
+_TIMER_SLACK_S = 0.001   # a timer may run this much before its time (the loop's clock resolution and rounding)
 #: Frames above this are read in chunks of this size into a buffer of their own (:func:`_read_frame`).
 LARGE_FRAME = 1 << 20
 #: Bytes of a file region read per write on a TLS connection (bounds the memory of a large fetch).
@@ -75,42 +76,74 @@ class _Watchdog:
     """Cancels a connection's task when its current step outlasts ``connections.max.idle.ms``
     (:meth:`arm`), or when its client goes away while a request is handled (:meth:`watch_client`:
     a long-poll fetch or a JoinGroup must not hold a dead client's connection for as long as it
-    asked to wait). One timer re-armed per step, cheaper than a ``wait_for`` task per read;
-    cancelling (not aborting the transport) also unwinds a ``sendfile`` cleanly."""
+    asked to wait); cancelling (not aborting the transport) also unwinds a ``sendfile`` cleanly.
+    A step only notes when it falls due: one timer per connection fires at the earliest due time
+    it has seen and, when the steps moved on meanwhile, sets itself for the current one. A busy
+    connection's requests (four steps each) create no timer of their own: timers were a tenth of
+    a small request's CPU on the Kafka listener (Spark's connector sends two ListOffsets per poll)."""
 
     def __init__(self, task: asyncio.Task[None], max_idle_ms: int) -> None:
         self._task = task
-        self._max_idle_ms = max_idle_ms
-        self._handle: asyncio.Handle | None = None
+        self._loop = asyncio.get_running_loop()
+        self._default = (max_idle_ms, f"connections.max.idle.ms={max_idle_ms}")
+        self._limit = self._default
         self._step = ""
-        self._limit = (max_idle_ms, f"connections.max.idle.ms={max_idle_ms}")
+        self._watching: tuple[asyncio.StreamReader, asyncio.BaseTransport] | None = None  # else expiring
+        self._armed = False
+        self._due = 0.0          # loop time the current step expires, or its client is checked next
+        self._generation = 0     # counts steps: an expiry due in a stalled loop turn checks it did not move on
+        self._timer: asyncio.TimerHandle | None = None
         self.expired: str | None = None
 
     def arm(self, step: str, limit: tuple[int, str] | None = None) -> None:
         """Expire after ``connections.max.idle.ms``, or ``limit``: (milliseconds, the setting it
         comes from as the log line names it)."""
-        self.disarm()
         self._step = step
-        self._limit = limit or (self._max_idle_ms, f"connections.max.idle.ms={self._max_idle_ms}")
-        self._handle = asyncio.get_running_loop().call_later(self._limit[0] / 1000, self._expire)
+        self._limit = limit or self._default
+        self._watching = None
+        self._due_in(self._limit[0] / 1000)
 
     def watch_client(self, reader: asyncio.StreamReader, transport: asyncio.BaseTransport) -> None:
-        self.disarm()
-        self._handle = asyncio.get_running_loop().call_later(CLIENT_CHECK_S, self._check_client, reader, transport)
+        self._watching = (reader, transport)
+        self._due_in(CLIENT_CHECK_S)
 
     def disarm(self) -> None:
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
+        self._armed = False
+        self._generation += 1
 
-    def _expire(self) -> None:
-        # Expire one loop turn later: after the event loop was stalled (a busy broker), this timer
-        # runs before the connection's task sees bytes that arrived in time; if the task moves on
-        # meanwhile it re-arms or disarms, which cancels this.
-        self._handle = asyncio.get_running_loop().call_soon(self._expire_now)
+    def close(self) -> None:
+        """Disarm for good (the connection ended): its timer goes too."""
+        self.disarm()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
-    def _expire_now(self) -> None:
-        self._handle = None
+    def _due_in(self, seconds: float) -> None:
+        self._armed = True
+        self._generation += 1
+        self._due = self._loop.time() + seconds
+        if self._timer is None or self._timer.when() > self._due:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = self._loop.call_at(self._due, self._fire)
+
+    def _fire(self) -> None:
+        self._timer = None
+        if not self._armed:
+            return
+        if self._loop.time() < self._due - _TIMER_SLACK_S:    # the step moved on since: wait for the current one
+            self._timer = self._loop.call_at(self._due, self._fire)
+        elif self._watching is not None:
+            self._check_client(*self._watching)
+        else:
+            # Expire one loop turn later: after the event loop was stalled (a busy broker), this timer
+            # runs before the connection's task sees bytes that arrived in time; if the task moves on
+            # meanwhile it re-arms or disarms, and the expiry sees that.
+            self._loop.call_soon(self._expire_now, self._generation)
+
+    def _expire_now(self, generation: int) -> None:
+        if generation != self._generation:
+            return
         self.expired = f"{self._step} took longer than {self._limit[1]}; the client may reconnect"
         self._task.cancel()
 
@@ -128,7 +161,7 @@ class _Watchdog:
             self.expired = "the client went away while its request was being handled"
             self._task.cancel()
         else:
-            self.watch_client(reader, transport)
+            self.watch_client(reader, transport)    # checked again in CLIENT_CHECK_S
 
 
 #: poll() events of a socket whose peer closed (or shut down its sending side) or reset it. POLLRDHUP
@@ -258,7 +291,7 @@ class BrokerServer:
             elif watchdog.expired:
                 log.info("closing connection from %s: %s", peer, watchdog.expired)
         finally:
-            watchdog.disarm()
+            watchdog.close()
             self._connections.discard(task)
             if watchdog.expired:
                 writer.transport.abort()   # close() would wait forever to flush to a client that does not read

@@ -47,3 +47,61 @@ def test_a_step_that_really_stalls_is_cut_off() -> None:
         return watchdog.expired
 
     assert asyncio.run(scenario()).startswith("sending the next request took longer than connections.max.idle.ms=50")
+
+
+def test_each_step_gets_its_own_limit_from_when_it_began() -> None:
+    async def scenario() -> tuple[str, str | None]:
+        loop = asyncio.get_running_loop()
+
+        async def connection(second_step_s: float) -> str:
+            watchdog.arm("reading")
+            await asyncio.sleep(0.04)
+            watchdog.arm("writing")          # 40 ms in: this step's 60 ms start now, not at the first arm
+            await asyncio.sleep(second_step_s)
+            watchdog.disarm()
+            return "served"
+
+        task = loop.create_task(connection(0.04))
+        watchdog = _Watchdog(task, max_idle_ms=60)
+        served = await task
+        slow = loop.create_task(connection(0.5))
+        watchdog = _Watchdog(slow, max_idle_ms=60)
+        try:
+            await slow
+        except asyncio.CancelledError:
+            pass
+        return served, watchdog.expired
+
+    served, expired = asyncio.run(scenario())
+    assert served == "served"
+    assert expired is not None and expired.startswith("writing took longer than connections.max.idle.ms=60")
+
+
+def test_a_busy_connection_sets_no_timer_per_step() -> None:
+    """Thousands of small requests (four steps each) reuse one pending timer."""
+    async def scenario() -> int:
+        loop = asyncio.get_running_loop()
+        timers = 0
+        call_at = loop.call_at
+
+        def counting_call_at(when, callback, *args, **kwargs):  # type: ignore[no-untyped-def]
+            nonlocal timers
+            timers += 1
+            return call_at(when, callback, *args, **kwargs)
+
+        loop.call_at = counting_call_at  # type: ignore[method-assign]
+        task = loop.create_task(asyncio.sleep(10))
+        watchdog = _Watchdog(task, max_idle_ms=600_000)
+        reader = asyncio.StreamReader()
+        for _ in range(1000):
+            watchdog.arm("sending the next request")
+            watchdog.arm("sending a request frame")
+            watchdog.watch_client(reader, None)  # type: ignore[arg-type]
+            watchdog.disarm()
+            watchdog.arm("writing a response")
+            watchdog.disarm()
+        watchdog.close()
+        task.cancel()
+        return timers
+
+    assert asyncio.run(scenario()) <= 2
