@@ -25,6 +25,7 @@ from ember.ingest.replica_manager import LeaderAnswer, LeaderQuery
 from ember.log import FetchSlice
 from ember.protocol.kafka.codec import KafkaRequest, build, millis, response_class
 from ember.protocol.kafka.dispatcher import Api
+from ember.protocol.kafka.list_offsets_response import PartitionOffset, encode_list_offsets
 from ember.protocol.kafka.names import ZERO_UUID, TopicNames
 from ember.protocol.kafka.records import fetched_batches, produced_batch
 from ember.record.header import Buffer
@@ -167,15 +168,13 @@ class RecordHandlers:
                 raise UnsupportedVersion(f"ListOffsets timestamp {wanted} (a special offset of "
                                          f"ListOffsets v11+) is not supported")
             return await partition.offset_for_timestamp(wanted, CONSUMER_REPLICA_ID)
-        topics = []
+        topics: list[tuple[str, list[PartitionOffset]]] = []
         for topic in body.topics:
             queries = [LeaderQuery(topic.name, p.partition_index, getattr(p, "current_leader_epoch", -1), p.timestamp)
                        for p in topic.partitions]
             answers = await self.core.replicas.answer_at_leader(queries, offset)
-            topics.append({"name": topic.name, "partitions": [
-                {"partition_index": a.partition, **_answer_fields(a, ("offset", "timestamp")), "leader_epoch": -1}
-                for a in answers]})
-        return build(response_class(ApiKey.LIST_OFFSETS, request.api_version), {"topics": topics})
+            topics.append((topic.name, [_partition_offset(a) for a in answers]))
+        return encode_list_offsets(request.api_version, topics)
 
 
     # -- OffsetForLeaderEpoch ------------------------------------------------------------------
@@ -199,6 +198,14 @@ class RecordHandlers:
             topics.append({"topic": topic.topic, "partitions": [
                 {"partition": a.partition, **_answer_fields(a, ("leader_epoch", "end_offset"))} for a in answers]})
         return build(response_class(ApiKey.OFFSET_FOR_LEADER_EPOCH, request.api_version), {"topics": topics})
+
+
+def _partition_offset(answer: LeaderAnswer[tuple[int, int]]) -> PartitionOffset:
+    """A ListOffsets answer: (partition, error code, timestamp, offset), -1 for both after an error."""
+    if answer.error is not None:
+        return answer.partition, error_fields(answer.error)["error_code"], -1, -1
+    offset, timestamp = cast(tuple[int, int], answer.value)
+    return answer.partition, 0, timestamp, offset
 
 
 def _answer_fields(answer: LeaderAnswer[tuple[int, int]], names: tuple[str, str]) -> dict[str, Any]:
