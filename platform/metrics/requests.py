@@ -28,7 +28,7 @@ from ember.wire.api_keys import ApiKey
 if TYPE_CHECKING:
     from prometheus_client import Metric
 
-    from ember.wire.reply import Reply
+    from ember.wire.reply import FramePieces, Reply
 
 
 def request_name(api_key: int) -> str:
@@ -125,11 +125,11 @@ class RequestTimer:
         observer.in_flight += 1
         self.started = time.perf_counter()
 
-    def handled(self, reply: "Reply | bytes | None") -> None:
+    def handled(self, reply: "Reply | bytes | FramePieces | None") -> None:
         """The handler returned ``reply``: an ember reply's error codes are counted; a Kafka
         listener's reply is already encoded (its dispatcher counted its errors)."""
         self.handled_at = time.perf_counter()
-        if reply is not None and not isinstance(reply, bytes):
+        if reply is not None and not isinstance(reply, (bytes, tuple)):
             self.observer.count_errors(self.api_key, error_codes(reply.body))
 
     def done(self) -> None:

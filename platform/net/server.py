@@ -304,6 +304,7 @@ class BrokerServer:
         a client that does not read its responses holds what they really take, and new frames wait
         for room meanwhile. Charged without waiting (the response exists already); returns it."""
         size = len(reply) if isinstance(reply, (bytes, bytearray, memoryview)) else \
+            sum(len(piece) for piece in reply) if isinstance(reply, tuple) else \
             _RESPONSE_OVERHEAD + sum(len(p) for p in reply.payload if not isinstance(p, FileRegion))
         self.budget.swap(charged, size)
         return size

@@ -22,6 +22,11 @@ class FileRegion:
         return self.size
 
 
+#: A Kafka listener's encoded response frame in pieces, written in order: large byte fields
+#: (fetched records) are kept by reference instead of being copied into one buffer.
+FramePieces = tuple["bytes | memoryview", ...]
+
+
 @dataclass
 class Reply:
     body: dict[str, Any]

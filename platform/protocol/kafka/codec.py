@@ -113,12 +113,57 @@ def encode_entity(entity: Any) -> bytes:
 
 def encode_response(correlation_id: int, response: Entity | EncodedResponse) -> bytes:
     """A whole response frame: length, the header version the response's schema uses, body."""
+    return b"".join(encode_response_pieces(correlation_id, response))
+
+
+def encode_response_pieces(correlation_id: int, response: Entity | EncodedResponse) -> list[bytes | memoryview]:
+    """:func:`encode_response` in pieces: a byte field of :data:`BY_REFERENCE` bytes or more (a
+    fetch's records) is its own piece, the very object the response holds, not a copy. A Fetch
+    response of 1 MiB was copied three times before its first byte reached the socket (into kio's
+    buffer, out of it, into the frame); written piece by piece, it is copied by the kernel alone."""
+    pieces: list[bytes | memoryview]
     if isinstance(response, EncodedResponse):
-        header, body = response.header, response.body
+        header, pieces = response.header, [response.body]
     else:
-        header, body = response.__header_schema__, encode_entity(response)   # type: ignore[attr-defined]
+        header = response.__header_schema__   # type: ignore[attr-defined]
+        writer = _PiecesWriter()
+        entity_writer(type(response))(writer, response)   # type: ignore[arg-type]
+        pieces = writer.pieces()
     head = FRAME_LENGTH.pack(correlation_id) + _header_tail(header)
-    return FRAME_LENGTH.pack(len(head) + len(body)) + head + body
+    size = len(head) + sum(len(piece) for piece in pieces)
+    if pieces and len(pieces[0]) < BY_REFERENCE:
+        pieces[0] = FRAME_LENGTH.pack(size) + head + pieces[0]
+    else:
+        pieces.insert(0, FRAME_LENGTH.pack(size) + head)
+    return pieces
+
+
+#: Byte fields this large or larger go out as their own piece of a response frame.
+BY_REFERENCE = 64 * 1024
+
+
+class _PiecesWriter:
+    """What kio's entity writers write into (they only call ``write``): small writes gathered in
+    one buffer, large ones kept as they are, in order."""
+
+    def __init__(self) -> None:
+        self._pieces: list[bytes | memoryview] = []
+        self._small = bytearray()
+
+    def write(self, data: bytes | memoryview) -> int:
+        if len(data) < BY_REFERENCE:
+            self._small += data
+        else:
+            if self._small:
+                self._pieces.append(bytes(self._small))
+                self._small.clear()
+            self._pieces.append(data)
+        return len(data)
+
+    def pieces(self) -> list[bytes | memoryview]:
+        if self._small or not self._pieces:
+            self._pieces.append(bytes(self._small))
+        return self._pieces
 
 
 @functools.cache

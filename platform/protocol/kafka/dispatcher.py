@@ -20,12 +20,13 @@ from ember.protocol.kafka.codec import (
     build,
     encode_error_only,
     encode_response,
+    encode_response_pieces,
     error_codes,
     frame_v0,
     response_class,
 )
 from ember.wire.api_keys import ApiKey
-from ember.wire.reply import CloseConnection
+from ember.wire.reply import CloseConnection, FramePieces
 
 if TYPE_CHECKING:
     from ember.metrics.requests import RequestObserver
@@ -59,7 +60,7 @@ class KafkaDispatcher:
         api = self.apis.get(api_key)
         return api is not None and api.min_version <= api_version <= api.max_version
 
-    async def __call__(self, request: KafkaRequest) -> bytes | None:
+    async def __call__(self, request: KafkaRequest) -> bytes | FramePieces | None:
         if not self.serves(request.api_key, request.api_version):
             return self._unsupported(request)
         api = self.apis[request.api_key]
@@ -78,10 +79,11 @@ class KafkaDispatcher:
         if self.observer is not None:
             self.observer.count_errors(request.api_key, error_codes(response))
         try:
-            return encode_response(request.correlation_id, response)
+            pieces = encode_response_pieces(request.correlation_id, response)
         except Exception as exc:          # a handler built a value its version cannot carry: a broker bug
             log.exception("%s v%d response cannot be encoded", _name(request.api_key), request.api_version)
             raise CloseConnection(f"{_name(request.api_key)} response cannot be encoded: {exc}") from None
+        return pieces[0] if len(pieces) == 1 and isinstance(pieces[0], bytes) else tuple(pieces)
 
     def _count(self, api_key: int, code: int) -> None:
         if self.observer is not None:

@@ -26,6 +26,7 @@ from ember.protocol.kafka.handlers_records import RecordHandlers
 from ember.protocol.kafka.handlers_sasl import SaslHandlers, ScramCredentialHandlers
 from ember.protocol.kafka.handlers_sasl import authenticate as authenticate_kafka
 from ember.security.listener import ListenerSecurity
+from ember.wire.reply import FramePieces
 
 if TYPE_CHECKING:
     from ember.metrics.requests import RequestObserver
@@ -44,8 +45,12 @@ class KafkaServer(BrokerServer):
             lambda frame: decode_request(memoryview(frame), dispatcher.serves))  # type: ignore[assignment, return-value]
 
     async def _write(self, writer: asyncio.StreamWriter, correlation_id: int,  # type: ignore[override]
-                     reply: bytes) -> None:
-        writer.write(reply)
+                     reply: bytes | FramePieces) -> None:
+        if isinstance(reply, tuple):    # a fetch's records by reference: the socket is their first copy
+            for piece in reply:
+                writer.write(piece)
+        else:
+            writer.write(reply)
         await writer.drain()
 
 

@@ -36,13 +36,3 @@ def test_list_offsets_bytes_equal_kios_in_every_version(version: int, topics: li
     assert list(encoded.error_codes) == list(error_codes(entity))
     assert encode_response(correlation_id, encoded) == encode_response(correlation_id, entity)   # with the header
 
-
-@given(INT32, st.sampled_from([(ApiKey.LIST_OFFSETS, 5), (ApiKey.LIST_OFFSETS, 6), (ApiKey.METADATA, 12),
-                               (ApiKey.API_VERSIONS, 3)]))
-def test_response_headers_are_kios_for_any_correlation_id(correlation_id: int, api: tuple[int, int]) -> None:
-    """encode_response writes the header from a per-class template (v0: the id; v1: the id, no tags)."""
-    entity = build(response_class(*api), {"topics": [], "api_keys": [], "brokers": [], "error_code": 0})
-    header = type(entity).__header_schema__   # type: ignore[attr-defined]
-    head = encode_entity(header(correlation_id=correlation_id))
-    frame = encode_response(correlation_id, entity)
-    assert frame[4:4 + len(head)] == head and frame[4 + len(head):] == encode_entity(entity)
