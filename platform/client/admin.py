@@ -280,10 +280,12 @@ class Admin(GroupOperations):
             try:
                 return call(broker)
             except (BrokerNotAvailable, NetworkError, RequestTimedOut, KafkaTimeoutError):
-                if broker is None or (tried and time.monotonic() > deadline):
+                if (broker is None and None in tried) or (tried and time.monotonic() > deadline):
                     raise                              # even "any reachable broker" failed, or out of time
                 tried.add(broker)
                 self._metadata.refresh([], avoid=broker)   # from another broker: this one may hang again
+                if len(tried) > 1 and time.monotonic() > deadline:
+                    raise
                 broker = self._instead_of(tried)
 
     def _instead_of(self, tried: set[int | None]) -> int | None:

@@ -270,6 +270,7 @@ class BrokerServer:
                         watchdog.arm("writing a response")
                         await self._write(writer, correlation_id, reply)
                         watchdog.disarm()
+                    reply = None    # a fetch's records are not held while the next request is awaited
                 finally:
                     self.budget.release(charged)
                     if timer is not None:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from types import SimpleNamespace
 
+from ember.net import server
 from ember.net.server import _Watchdog
 
 
@@ -105,3 +107,38 @@ def test_a_busy_connection_sets_no_timer_per_step() -> None:
         return timers
 
     assert asyncio.run(scenario()) <= 2
+
+
+def test_a_handled_request_notices_its_client_leave_after_several_checks(monkeypatch) -> None:
+    """watch_client looks every CLIENT_CHECK_S for as long as the request is handled."""
+    monkeypatch.setattr(server, "CLIENT_CHECK_S", 0.02)
+
+    async def scenario() -> tuple[bool, str | None]:
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader()
+        task = loop.create_task(asyncio.sleep(10))     # a long-poll fetch
+        watchdog = _Watchdog(task, max_idle_ms=600_000)
+        watchdog.watch_client(reader, SimpleNamespace(get_extra_info=lambda name: None))  # type: ignore[arg-type]
+        await asyncio.sleep(0.15)                      # several checks: the client is still there
+        still_served = not task.done()
+        reader.feed_eof()                              # the client closes its side
+        try:
+            await asyncio.wait_for(task, 2)
+        except asyncio.CancelledError:
+            pass
+        return still_served, watchdog.expired
+
+    assert asyncio.run(scenario()) == (True, "the client went away while its request was being handled")
+
+
+def test_a_closed_watchdog_never_cancels_its_connection() -> None:
+    async def scenario() -> bool:
+        loop = asyncio.get_running_loop()
+        task = loop.create_task(asyncio.sleep(0.2))
+        watchdog = _Watchdog(task, max_idle_ms=20)
+        watchdog.arm("sending the next request")
+        watchdog.close()
+        await task
+        return task.cancelled()
+
+    assert asyncio.run(scenario()) is False

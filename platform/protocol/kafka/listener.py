@@ -48,6 +48,8 @@ class KafkaServer(BrokerServer):
                      reply: bytes | FramePieces) -> None:
         if isinstance(reply, tuple):    # a fetch's records by reference: the socket is their first copy
             for piece in reply:
+                if writer.transport.is_closing():   # the client went: asyncio would log each further write
+                    raise ConnectionResetError("the client closed the connection")
                 writer.write(piece)
         else:
             writer.write(reply)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+import pyarrow as pa
 import pytest
 from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import NewTopic, OffsetSpec
@@ -214,3 +215,20 @@ def test_acks_zero_producer_delivers_and_an_out_of_range_position_resets(bootstr
     # offset 1000 is past the log end: OFFSET_OUT_OF_RANGE, and the client resets to the earliest
     got = consume(bootstrap, topic_name, {0: 1000}, 10, **{"auto.offset.reset": "earliest"})
     assert [(m[1], m[3]) for m in got] == [(i, item[2]) for i, item in enumerate(items)]
+
+
+def test_fetch_responses_of_many_batches_larger_than_a_piece_read_back_exactly(shared_cluster, bootstrap, topic_name):
+    """A fetch whose records run to hundreds of KiB goes out in pieces (the records by reference):
+    stored Kafka batches as read and v2 batches built from ember's Arrow ones, both in one partition."""
+    create_topic(bootstrap, topic_name)
+    values = [bytes([65 + i % 26]) * 200 + str(i).encode() for i in range(6000)]
+    offsets = produce(bootstrap, topic_name, [(0, None, v, [], BASE_MS + i) for i, v in enumerate(values[:3000])],
+                      **{"linger.ms": 50, "batch.size": 400_000})
+    assert offsets[-1] == (0, 2999)
+    with EmberProducer(shared_cluster.bootstrap, acks="all") as producer:
+        table = pa.table({"value": pa.array(values[3000:], pa.binary()),
+                          "timestamp": pa.array([BASE_MS + 3000 + i for i in range(3000)], pa.int64())})
+        producer.send_batch(topic_name, table, partition=0).result(WAIT_S)
+    got = consume(bootstrap, topic_name, {0: 0}, 6000, **{"fetch.max.bytes": 4 << 20,
+                                                            "max.partition.fetch.bytes": 2 << 20})
+    assert [(m[1], m[3]) for m in got] == list(enumerate(values))

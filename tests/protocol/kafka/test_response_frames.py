@@ -33,7 +33,7 @@ def test_response_headers_are_kios_for_any_correlation_id(correlation_id: int, a
     assert frame[4:4 + len(head)] == head and frame[4 + len(head):] == encode_entity(entity)
 
 
-def fetch_response(version: int, records: list[bytes | None]) -> object:
+def fetch_response(version: int, records: list[bytes | memoryview | None]) -> object:
     return build(response_class(ApiKey.FETCH, version), {"error_code": 0, "session_id": 0, "responses": [
         {"topic": "t", "topic_id": "0" * 32, "partitions": [
             {"partition_index": i, "error_code": 0, "high_watermark": 10, "last_stable_offset": 10,
@@ -47,7 +47,9 @@ def fetch_response(version: int, records: list[bytes | None]) -> object:
                 max_size=5))
 def test_fetch_records_go_out_by_reference_and_the_frame_is_kios(version: int, correlation_id: int,
                                                                  sizes: list[int | None]) -> None:
-    records = [None if size is None else bytes([i % 251]) * size for i, size in enumerate(sizes)]
+    # records as the fetch path has them: bytes read from a segment, or a view of them
+    records = [None if size is None else bytes([i % 251]) * size if i % 2 else memoryview(bytes([i % 251]) * size)
+               for i, size in enumerate(sizes)]
     entity = fetch_response(version, records)
     pieces = encode_response_pieces(correlation_id, entity)
     body = io.BytesIO()
