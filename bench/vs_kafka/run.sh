@@ -2,7 +2,7 @@
 # ember vs Apache Kafka, side by side: set up (idempotent), then run every workload and write
 # bench/results/vs_kafka.{md,png,json}. Options go to run.py (--help lists them), e.g.
 #
-#   bash bench/vs_kafka/run.sh                              # the full run, 4-5 minutes on 2 cores
+#   bash bench/vs_kafka/run.sh                              # every workload but partitions, ~16 minutes on 2 cores
 #   bash bench/vs_kafka/run.sh --only produce,consume       # a subset
 #   bash bench/vs_kafka/run.sh --spark-records 10000000     # the 10M-record Spark read
 #
