@@ -202,10 +202,8 @@ class RecordHandlers:
 
 def _partition_offset(answer: LeaderAnswer[tuple[int, int]]) -> PartitionOffset:
     """A ListOffsets answer: (partition, error code, timestamp, offset), -1 for both after an error."""
-    if answer.error is not None:
-        return answer.partition, error_fields(answer.error)["error_code"], -1, -1
-    offset, timestamp = cast(tuple[int, int], answer.value)
-    return answer.partition, 0, timestamp, offset
+    fields = _answer_fields(answer, ("offset", "timestamp"))
+    return answer.partition, fields["error_code"], fields["timestamp"], fields["offset"]
 
 
 def _answer_fields(answer: LeaderAnswer[tuple[int, int]], names: tuple[str, str]) -> dict[str, Any]:

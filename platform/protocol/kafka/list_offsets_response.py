@@ -9,8 +9,11 @@ byte for byte against kio's encoding (``tests/protocol/kafka/test_list_offsets_r
 """
 from __future__ import annotations
 
+import io
 import struct
 from typing import Sequence
+
+from kio.serial.writers import write_compact_array_length, write_compact_string, write_legacy_string
 
 from ember.protocol.kafka.codec import EncodedResponse, response_class
 from ember.wire.api_keys import ApiKey
@@ -18,7 +21,6 @@ from ember.wire.api_keys import ApiKey
 _THROTTLE_FROM = 2      # throttle_time_ms
 _LEADER_EPOCH_FROM = 4  # leader_epoch per partition
 _FLEXIBLE_FROM = 6      # compact arrays and strings, tagged fields
-_INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
 _PARTITION = struct.Struct(">ihqq")   # partition_index, error_code, timestamp, offset
 _NO_LEADER_EPOCH = _INT32.pack(-1)
@@ -29,40 +31,34 @@ PartitionOffset = tuple[int, int, int, int]
 
 
 def encode_list_offsets(api_version: int, topics: Sequence[tuple[str, Sequence[PartitionOffset]]]) -> EncodedResponse:
-    """The response body of ListOffsets ``api_version`` (1-10) for ``topics``: (name, partitions)."""
+    """The response body of ListOffsets ``api_version`` (1-10) for ``topics``: (name, partitions).
+    Lengths and names go through kio's writers; the fixed-size fields are packed here."""
     flexible = api_version >= _FLEXIBLE_FROM
     epoch = _NO_LEADER_EPOCH if api_version >= _LEADER_EPOCH_FROM else b""
     partition_tail = epoch + _NO_TAGS if flexible else epoch
-    out = bytearray(_INT32.pack(0) if api_version >= _THROTTLE_FROM else b"")
-    out += _array_length(len(topics), flexible)
+    out = io.BytesIO()
+    if api_version >= _THROTTLE_FROM:
+        out.write(_INT32.pack(0))
+    _write_array_length(out, len(topics), flexible)
     codes: list[int] = []
     for name, partitions in topics:
-        encoded = name.encode()
-        out += _uvarint(len(encoded) + 1) if flexible else _INT16.pack(len(encoded))
-        out += encoded
-        out += _array_length(len(partitions), flexible)
+        (write_compact_string if flexible else write_legacy_string)(out, name)
+        _write_array_length(out, len(partitions), flexible)
         for partition in partitions:
-            out += _PARTITION.pack(*partition)
-            out += partition_tail
+            out.write(_PARTITION.pack(*partition))
+            out.write(partition_tail)
             if partition[1]:
                 codes.append(partition[1])
         if flexible:
-            out += _NO_TAGS
+            out.write(_NO_TAGS)
     if flexible:
-        out += _NO_TAGS
+        out.write(_NO_TAGS)
     header = response_class(ApiKey.LIST_OFFSETS, api_version).__header_schema__  # type: ignore[attr-defined]
-    return EncodedResponse(header, bytes(out), tuple(codes))
+    return EncodedResponse(header, out.getvalue(), tuple(codes))
 
 
-def _array_length(count: int, flexible: bool) -> bytes:
-    return _uvarint(count + 1) if flexible else _INT32.pack(count)
-
-
-def _uvarint(value: int) -> bytes:
-    """Kafka's unsigned varint (compact lengths): 7 bits per byte, low bits first."""
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+def _write_array_length(out: io.BytesIO, count: int, flexible: bool) -> None:
+    if flexible:
+        write_compact_array_length(out, count)
+    else:
+        out.write(_INT32.pack(count))
