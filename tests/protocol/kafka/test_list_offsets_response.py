@@ -1,4 +1,4 @@
-"""ListOffsets responses written with struct: byte for byte what kio encodes, in every version the
+"""ListOffsets responses written without kio entities: byte for byte what kio encodes, in every version the
 Kafka listener serves, with the non-zero error codes counted as kio's entity would report them."""
 from __future__ import annotations
 
