@@ -20,10 +20,11 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable, Mapping, NamedTuple, TypeVar
 
-from kazoo.exceptions import BadVersionError, NoNodeError
+from kazoo.client import TransactionRequest
+from kazoo.exceptions import NoNodeError
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from ember.cluster.election import (
@@ -37,6 +38,7 @@ from ember.cluster.election import (
 )
 from ember.cluster.metadata_cache import MetadataCache
 from ember.cluster.offline_replicas import read_offline_replicas
+from ember.cluster.partition_state_store import LOST_RACE, add_compare_and_set, read_state
 from ember.cluster.reassignment import (
     cancel_reassignment,
     completion_if_ready,
@@ -44,7 +46,7 @@ from ember.cluster.reassignment import (
     reassignment_complete,
     start_reassignment,
 )
-from ember.cluster.records import ControllerInfo, OfflineReplica, PartitionState, TopicRecord
+from ember.cluster.records import ABSENT_VERSION, ControllerInfo, OfflineReplica, PartitionState, TopicRecord
 from ember.cluster.topic_admin import finish_creation, finish_deletion
 from ember.errors import ElectionNotNeeded, EmberError, NotController, PreferredLeaderNotAvailable, UnknownTopicOrPartition
 from ember.log.config import LogConfig
@@ -276,16 +278,18 @@ class Controller:
             unclean = False
         self._transition_each(name, "failover", {index: functools.partial(
             failover_state, replicas=replicas, live=partition_live(live, offline, name, meta.topic_id, index),
-            controller_epoch=self.epoch, unclean=unclean) for index, replicas in meta.partitions.items()})
+            controller_epoch=self.epoch, unclean=unclean) for index, replicas in meta.partitions.items()},
+            meta.record)
         if meta.record.reassignments:
             self._advance_reassignments(name, live, offline)
 
-    def _transition_each(self, topic: str, why: str, rules: Mapping[int, StateRule]) -> None:
-        """:meth:`_transition` for many partitions of ``topic``: their states are read in one
-        pipelined batch, and only those whose rule wants a change (or that a newer controller
-        wrote) go through ``_transition``'s read and compare-and-set. A topic of 1,000 partitions
-        is checked in one round of reads, not 1,000 round trips one after the other (2-3 s, on
-        every new topic and every broker change)."""
+    def _transition_each(self, topic: str, why: str, rules: Mapping[int, StateRule], record: TopicRecord) -> None:
+        """:meth:`_transition` for many partitions of ``topic`` (``record``): their states are read
+        in one pipelined batch (a missing znode is the initial state the record implies), and only
+        those whose rule wants a change (or that a newer controller wrote) go through
+        ``_transition``'s read and compare-and-set. A topic of 1,000 partitions is checked in one
+        round of reads, not 1,000 round trips one after the other (2-3 s, on every new topic and
+        every broker change)."""
         client = self.session.client
         reads = [(index, client.get_async(zk_paths.partition_state(topic, index))) for index in rules]
         for index, result in reads:
@@ -293,25 +297,25 @@ class Controller:
                 return
             try:
                 data, stat = result.get()     # as client.get: kazoo fails it when the connection drops
+                current = PartitionState.from_bytes(data, stat.version)
             except NoNodeError:
-                continue    # topic deleted meanwhile
-            current = PartitionState.from_bytes(data, stat.version)
+                if index not in record.assignment:
+                    continue
+                current = PartitionState.initial(record.assignment[index])     # _transition re-reads it
             if current.controller_epoch > self.epoch or rules[index](current) is not None:
-                self._transition(topic, index, why, rules[index])
+                self._transition(topic, index, why, rules[index], record.topic_id)
 
-    def _transition(self, topic: str, index: int, why: str,
-                    rule: StateRule) -> tuple[PartitionState, PartitionState] | None:
+    def _transition(self, topic: str, index: int, why: str, rule: StateRule,
+                    topic_id: str | None = None) -> tuple[PartitionState, PartitionState] | None:
         """Compare-and-set the partition state to ``rule(current)`` (None: leave it). Returns
-        (state before, state now stored), or None if the topic is gone or this controller was
-        deposed. Exceptions of ``rule`` propagate."""
-        path = zk_paths.partition_state(topic, index)
+        (state before, state now stored), or None if the topic (``topic_id``, if given) is gone
+        or this controller was deposed. Exceptions of ``rule`` propagate."""
         client = self.session.client
         while self.active:
-            try:
-                data, stat = client.get(path)
-            except NoNodeError:
+            stored = read_state(client, topic, index, topic_id)
+            if stored is None:
                 return None   # topic deleted meanwhile
-            current = PartitionState.from_bytes(data, stat.version)
+            current = stored.state
             if current.controller_epoch > self.epoch:
                 log.warning("a newer controller (epoch %d) owns %s-%d; stepping down",
                             current.controller_epoch, topic, index)
@@ -321,7 +325,8 @@ class Controller:
             if target is None:
                 return current, current
             try:
-                written = self._fenced_set(path, target.to_bytes(), stat.version)
+                written = self._fenced(functools.partial(add_compare_and_set, topic=topic, index=index,
+                                                         stored=stored, target=target))
             except NoNodeError:
                 return None   # topic deleted between the read and the write
             if written is None:
@@ -342,14 +347,14 @@ class Controller:
             return current, target
         return None
 
-    def _fenced_set(self, path: str, data: bytes, version: int) -> bool | None:
-        """Write ``data`` to ``path`` at ``version`` only while /controller_epoch is still the one
-        this controller wrote, in one transaction: a deposed controller that has not noticed yet
-        cannot overwrite its successor's decisions. True: written; False: the znode changed
+    def _fenced(self, write: Callable[[TransactionRequest], None]) -> bool | None:
+        """Commit the ops ``write`` adds only while /controller_epoch is still the one this
+        controller wrote, in one transaction: a deposed controller that has not noticed yet
+        cannot overwrite its successor's decisions. True: written; False: the znodes changed
         (re-read and retry); None: this controller is superseded and has stepped down."""
         tx = self.session.client.transaction()
         tx.check(zk_paths.CONTROLLER_EPOCH, self._epoch_version)
-        tx.set_data(path, data, version=version)
+        write(tx)
         results = tx.commit()
         failure = multi_failure(results)
         if failure is None:
@@ -358,7 +363,7 @@ class Controller:
             log.warning("controller epoch %d is superseded; stepping down", self.epoch)
             self.active = False
             return None
-        if isinstance(failure, BadVersionError):
+        if isinstance(failure, LOST_RACE):
             return False
         raise failure       # NoNodeError: the topic was deleted since it was read
 
@@ -386,7 +391,7 @@ class Controller:
             try:
                 moved = self._transition(name, index, why, functools.partial(
                     election, replicas=replicas, live=partition_live(live, offline, name, meta.topic_id, index),
-                    controller_epoch=self.epoch))
+                    controller_epoch=self.epoch), meta.topic_id)
                 if moved is None:
                     raise NotController(f"broker {self.broker_id} stopped being the controller")
                 results.append(ElectionResult(name, index, moved[0].leader, moved[1].leader))
@@ -416,7 +421,7 @@ class Controller:
             log.warning("topic %s was left half %s; the controller finishes it", name,
                         "created" if record.creating else "deleted")
             if record.creating:
-                finish_creation(self.session, name, record.topic_id, self.epoch)
+                finish_creation(self.session, name, record.topic_id)
             else:
                 finish_deletion(self.session, name, record.topic_id)
             finished.append(name)
@@ -469,6 +474,10 @@ class Controller:
 
     def _start_reassignments(self, name: str, moves: list[tuple[int, int, list[int] | None]], live: set[int],
                              errors: list[EmberError | None], allow_replication_factor_change: bool) -> None:
+        # A partition without a state znode is led by its first replica: write its state before
+        # its replica list changes (partition_state_store).
+        for _, index, _ in moves:
+            self._transition(name, index, "state written before a move", self._write_initial)
         def start(record: TopicRecord) -> TopicRecord:
             for i, index, target in moves:
                 try:
@@ -490,6 +499,10 @@ class Controller:
                 if before.reassignments.get(index) != move:
                     log.info("%s-%d: reassigning: adding %s, removing %s", name, index, move.adding, move.removing)
 
+    def _write_initial(self, state: PartitionState) -> PartitionState | None:
+        """The rule that writes a partition's initial state to a znode (and leaves a written one)."""
+        return replace(state, controller_epoch=self.epoch) if state.version == ABSENT_VERSION else None
+
     def _advance_reassignments(self, name: str, live: set[int], offline: Offline) -> None:
         """Finish every move of topic ``name`` whose new replicas have all caught up."""
         def finish(record: TopicRecord) -> TopicRecord:
@@ -498,7 +511,7 @@ class Controller:
                 target = move.target(record.assignment[index])
                 moved = self._transition(name, index, "reassignment", functools.partial(
                     completion_if_ready, target=target, live=partition_live(live, offline, name, record.topic_id, index),
-                    controller_epoch=self.epoch))
+                    controller_epoch=self.epoch), record.topic_id)
                 if moved is not None and reassignment_complete(moved[1], target):
                     updated = finish_reassignment(updated, index)
             return updated
@@ -524,7 +537,8 @@ class Controller:
             updated = change(record)
             if updated == record:
                 return None
-            written = self._fenced_set(path, updated.to_bytes(), stat.version)
+            written = self._fenced(functools.partial(TransactionRequest.set_data, path=path,
+                                                     value=updated.to_bytes(), version=stat.version))
             if written is None:
                 return None
             if written:

@@ -40,20 +40,20 @@ class TopicMetadata:
         return self.record.assignment
 
     def shown_state(self, index: int) -> PartitionState | None:
-        """The state clients are shown: the one read from ZooKeeper, else, while that read is in
-        flight, the first state the topic's creation wrote in the same transaction as this record
-        (led by the first replica, epoch 0, every replica in sync). A topic of 1,000 partitions
-        is thus known at once, not after 1,000 reads; a client that meets a leader changed since
-        is told NOT_LEADER_OR_FOLLOWER and looks again, as after any leader move. Never for
-        decisions (the controller and replica manager act on read states only). None for a
-        partition being reassigned: its replica list no longer says who leads."""
+        """The state clients are shown: the one read from ZooKeeper, else, while the topic's
+        state znodes are being listed and read, its initial state (led by the first replica,
+        epoch 0, every replica in sync), which a new topic's partitions have. A topic of 1,000
+        partitions is thus known at once; a client that meets a leader changed since is told
+        NOT_LEADER_OR_FOLLOWER and looks again, as after any leader move. Never for decisions
+        (the controller and replica manager act on read states only). None for a partition
+        being reassigned: its replica list no longer says who leads."""
         state = self.states.get(index)
         if state is not None:
             return state
         replicas = self.record.assignment.get(index)
         if not replicas or index in self.record.reassignments:
             return None
-        return PartitionState(replicas[0], 0, list(replicas), -1)
+        return PartitionState.initial(replicas)
 
 
 class _TopicWatch:
@@ -81,11 +81,12 @@ class _TopicWatch:
         if incomplete:
             record = None     # being created or deleted chunk by chunk: served by no broker
         renewed = self.cache._set_topic(self.name, record)
-        indexes = list(record.assignment) if record else []
+        assignment = record.assignment if record else {}
         # A topic deleted and created again while this watch lagged: its old states were dropped
         # with the old record, and the one-shot watches of the old state nodes fired on their
         # deletion, so every partition is read and watched anew (not only the new ones).
-        wanted = indexes if renewed else [index for index in indexes if index not in self.states.indexes]
+        watched = set() if renewed else self.states.indexes
+        wanted = {index: replicas for index, replicas in assignment.items() if index not in watched}
         if wanted:
             self.states.watch(wanted)
         return True

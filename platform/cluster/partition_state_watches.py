@@ -1,22 +1,27 @@
-"""The partition-state watches of one topic, set by reads that are all in flight at once.
+"""The partition-state watches of one topic: one children watch, and reads all in flight at once.
 
-Each partition's state znode carries a ZooKeeper one-shot watch, armed by a read and re-armed by
-the read its event starts. A new topic's reads go out together and their answers are stored in
-one update: a topic of 1,000 partitions costs 1,000 pipelined requests on the session's one
-connection, not 1,000 round trips one after the other, nor a thread or a kazoo ``DataWatch``
-(with its own lock, retry and session listener) per partition. After every reconnection the
-metadata cache reads every state again (:meth:`PartitionStateWatches.rewatch`), as
-``DataWatch`` did, so a change missed while disconnected is not missed for good.
+A partition gets a state znode at its first change (:mod:`ember.cluster.partition_state_store`);
+until then it is in the initial state its replicas imply. One children watch on the topic's
+``partitions`` node tells which partitions have a state znode: a new topic of 1,000 partitions
+costs one read here, not 1,000, and a partition's first state is read when the watch says its
+node appeared. Each state znode carries a ZooKeeper one-shot watch, armed by a read and re-armed
+by the read its event starts; reads go out together and their answers are stored in one update
+(1,000 pipelined requests on the session's one connection, not 1,000 round trips one after the
+other, nor a thread or a kazoo ``DataWatch`` per partition). After every reconnection the
+metadata cache reads everything again (:meth:`PartitionStateWatches.rewatch`), so a change
+missed while disconnected is not missed for good.
 
 A state znode is deleted only with its topic, whose record's watch drops the topic: a deleted
 or missing state is not stored. Each state carries its znode's creation zxid, so a late read of a
-deleted topic's node never passes for the state of the topic created again under the name.
+deleted topic's node never passes for the state of the topic created again under the name, and
+an initial state never passes for a written one.
 """
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from typing import Callable, Iterable
+from typing import Callable, Mapping
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
@@ -40,20 +45,38 @@ class PartitionStateWatches:
 
     def __init__(self, client: KazooClient, topic: str, store: StoreStates) -> None:
         self.client, self.topic, self.store = client, topic, store
-        self.indexes: set[int] = set()
         self.active = True
+        self._lock = threading.Lock()
+        self._replicas: dict[int, list[int]] = {}      # the partitions watched
+        self._written: set[int] = set()                # those with a state znode, as last listed
         self._paths: dict[str, int] = {}
 
-    def watch(self, indexes: Iterable[int]) -> None:
-        """Read and watch the states of ``indexes`` (again, for ones watched already); waits
+    @property
+    def indexes(self) -> set[int]:
+        with self._lock:
+            return set(self._replicas)
+
+    def watch(self, replicas: Mapping[int, list[int]]) -> None:
+        """Read and watch the states of these partitions (again, for ones watched already), given
+        with their replicas (for the initial state of one without a state znode); waits
         (bounded) until all have answered and stores them in one update."""
-        wanted = list(indexes)
-        for index in wanted:
-            self._paths[zk_paths.partition_state(self.topic, index)] = index
-        self.indexes.update(wanted)
-        reads = [(index, self._read(index)) for index in wanted]
+        with self._lock:
+            self._replicas.update({index: list(brokers) for index, brokers in replicas.items()})
+            for index in replicas:
+                self._paths[zk_paths.partition_state(self.topic, index)] = index
         deadline = time.monotonic() + READ_WAIT_S
-        loaded: dict[int, PartitionState] = {}
+        try:
+            children = self.client.get_children_async(zk_paths.partitions(self.topic), watch=self._on_children)
+            written = self._listed(children.get(timeout=READ_WAIT_S))
+        except NoNodeError:
+            return      # the topic is being deleted
+        except (KazooException, KazooTimeoutError) as exc:
+            log.warning("could not list the partition states of %s (%s); reading them again on reconnection",
+                        self.topic, exc)
+            return
+        loaded = {index: PartitionState.initial(brokers) for index, brokers in replicas.items()
+                  if index not in written and brokers}
+        reads = [(index, self._read(index)) for index in replicas if index in written]
         for index, result in reads:
             try:
                 state = self._state(result, max(0.0, deadline - time.monotonic()))
@@ -72,13 +95,22 @@ class PartitionStateWatches:
             self.store(loaded)
 
     def rewatch(self) -> None:
-        """Read every state again and re-arm its watch (after a reconnection)."""
-        if self.active and self.indexes:
-            self.watch(sorted(self.indexes))
+        """List and read every state again, re-arming the watches (after a reconnection)."""
+        with self._lock:
+            replicas = dict(self._replicas)
+        if self.active and replicas:
+            self.watch(replicas)
 
     def stop(self) -> None:
         """No more reads or stores (the topic is gone); armed watches fire once more, ignored."""
         self.active = False
+
+    def _listed(self, children: list[str]) -> set[int]:
+        """Note the partitions listed with a state znode; returns them."""
+        written = {int(child) for child in children}
+        with self._lock:
+            self._written = written
+        return written
 
     def _read(self, index: int) -> IAsyncResult:
         return self.client.get_async(zk_paths.partition_state(self.topic, index), watch=self._on_event)
@@ -90,6 +122,30 @@ class PartitionStateWatches:
         except NoNodeError:
             return None
         return PartitionState.from_bytes(data, stat.version, stat.czxid) if data else None
+
+    def _on_children(self, event: WatchedEvent) -> None:
+        """A partition got its state znode (kazoo's callback thread): list again, re-arming the
+        watch, and read the new ones."""
+        if not self.active or event.type != EventType.CHILD:
+            return
+        self.client.get_children_async(zk_paths.partitions(self.topic), watch=self._on_children).rawlink(
+            self._on_listed)
+
+    def _on_listed(self, result: IAsyncResult) -> None:
+        with self._lock:
+            before = self._written
+        try:
+            written = self._listed(result.get(timeout=0))
+        except NoNodeError:
+            return      # the topic is being deleted
+        except (KazooException, KazooTimeoutError) as exc:
+            log.warning("could not list the partition states of %s (%s); reading them again on reconnection",
+                        self.topic, exc)
+            return
+        watched = self.indexes
+        for index in sorted(written - before):
+            if self.active and index in watched:
+                self._read(index).rawlink(lambda result, index=index: self._on_read(index, result))
 
     def _on_event(self, event: WatchedEvent) -> None:
         """One state changed (kazoo's callback thread): read it again, re-arming its watch."""

@@ -9,6 +9,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 NO_LEADER = -1
+#: The version of a partition state whose znode is not written yet (:meth:`PartitionState.initial`);
+#: ZooKeeper numbers a written znode's versions from 0.
+ABSENT_VERSION = -1
+#: The version of "no state applied yet" on a replica: below every state it may be given.
+NOT_APPLIED_VERSION = -2
 
 
 def _dump(doc: dict[str, Any]) -> bytes:
@@ -121,6 +126,12 @@ class PartitionState:
     def to_bytes(self) -> bytes:
         return _dump({"leader": self.leader, "leader_epoch": self.leader_epoch,
                       "isr": self.isr, "controller_epoch": self.controller_epoch})
+
+    @classmethod
+    def initial(cls, replicas: list[int]) -> "PartitionState":
+        """The state of a partition whose state znode is not written yet: led by its first
+        replica at epoch 0, every replica in sync (:mod:`ember.cluster.partition_state_store`)."""
+        return cls(replicas[0], 0, list(replicas), 0, ABSENT_VERSION)
 
     @classmethod
     def from_bytes(cls, data: bytes, version: int = -1, created_zxid: int = -1) -> "PartitionState":

@@ -1,9 +1,11 @@
 """Creating, deleting and reconfiguring topics in ZooKeeper.
 
-Any broker may run these (they are plain ZooKeeper writes): creation writes the topic node and
-every partition's initial state in one transaction, adding partitions compare-and-sets the topic
-node and creates the new partitions' states in one transaction, deletion removes them in one
-transaction, and config changes are compare-and-set on the topic node. Brokers learn of the result through their
+Any broker may run these (they are plain ZooKeeper writes): creation writes the topic node (and
+its empty ``partitions`` node) in one transaction, adding partitions and config changes are
+compare-and-sets on the topic node, and deletion removes the topic with the state znodes its
+partitions got since (a partition has none until its first change:
+:mod:`ember.cluster.partition_state_store`), in one transaction or chunk by chunk. So creating
+a topic costs the same at 1 and 10,000 partitions. Brokers learn of the result through their
 watches (see :mod:`ember.cluster.metadata_cache`).
 """
 from __future__ import annotations
@@ -17,7 +19,7 @@ from kazoo.client import TransactionRequest
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 
 from ember.cluster.assignment import assign_replicas, check_assignment, check_replicas
-from ember.cluster.records import PartitionState, TopicRecord
+from ember.cluster.records import TopicRecord
 from ember.errors import (
     InvalidConfig,
     InvalidPartitions,
@@ -32,9 +34,9 @@ from ember.zk.zk_session import ZkSession, multi_failure
 
 _LEGAL_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 MAX_NAME_LENGTH = 249
-#: Partitions whose nodes one ZooKeeper transaction creates or deletes (two nodes each): a
-#: transaction is one request, bounded by ZooKeeper's jute.maxbuffer (1 MB by default). A larger
-#: topic is written chunk by chunk behind a record marked creating or deleting.
+#: Partitions whose state nodes one ZooKeeper transaction deletes (two nodes each): a
+#: transaction is one request, bounded by ZooKeeper's jute.maxbuffer (1 MB by default). A topic
+#: with more is deleted chunk by chunk behind a record marked deleting.
 PARTITIONS_PER_TRANSACTION = 1000
 #: The topic record lists every partition's replicas in one znode (jute.maxbuffer again).
 MAX_PARTITIONS = 20_000
@@ -66,14 +68,6 @@ def validate_topic_name(name: str) -> None:
         raise InvalidTopic(f"topic name {name!r} has illegal characters")
 
 
-def read_controller_epoch(session: ZkSession) -> int:
-    try:
-        data, _ = session.client.get(zk_paths.CONTROLLER_EPOCH)
-        return int(data)
-    except NoNodeError:
-        return 0
-
-
 class TopicAdmin:
     def __init__(self, session: ZkSession, policy: TopicConfigPolicy) -> None:
         self.session = session
@@ -102,25 +96,14 @@ class TopicAdmin:
             raise TopicAlreadyExists(f"topic {name!r} already exists")
         if validate_only:
             return record
-        epoch = read_controller_epoch(self.session)
-        large = len(record.assignment) > PARTITIONS_PER_TRANSACTION
         tx = client.transaction()
-        tx.create(zk_paths.topic(name), replace(record, creating=large).to_bytes())
+        tx.create(zk_paths.topic(name), record.to_bytes())
         tx.create(zk_paths.partitions(name))
-        if not large:
-            _create_partition_nodes(tx, name, record, record.assignment, epoch)
         failure = multi_failure(tx.commit())
         if isinstance(failure, NodeExistsError):
             raise TopicAlreadyExists(f"topic {name!r} already exists")
         if failure is not None:
             raise failure
-        if large and not finish_creation(self.session, name, record.topic_id, epoch):
-            try:
-                finished, _ = self._read(name)
-            except UnknownTopicOrPartition:
-                raise UnknownTopicOrPartition(f"topic {name!r} was deleted while it was being created") from None
-            if finished.topic_id != record.topic_id or not finished.complete:
-                raise UnknownTopicOrPartition(f"topic {name!r} was deleted while it was being created")
         return record
 
     def create_partitions(self, name: str, count: int, assignment: Sequence[Sequence[int]] | None = None,
@@ -128,7 +111,8 @@ class TopicAdmin:
         """Grow topic ``name`` to ``count`` partitions. The new ones get replicas as CreateTopics
         spreads them (over the brokers registered now, as many as the topic's replication factor)
         or ``assignment`` (one replica list per new partition, preferred leader first), and start
-        led by their first replica; brokers open them when their topic watch fires."""
+        led by their first replica (their initial state); brokers open them when their topic
+        watch fires."""
         client = self.session.client
         for _ in range(_CAS_ATTEMPTS):
             record, version = self._read(name)
@@ -138,9 +122,6 @@ class TopicAdmin:
                                         f"(asked for {count})")
             if count > MAX_PARTITIONS:
                 raise InvalidPartitions(f"{count} partitions requested; at most {MAX_PARTITIONS} per topic")
-            if count - current > PARTITIONS_PER_TRANSACTION:
-                raise InvalidPartitions(f"{count - current} partitions to add at once; add at most "
-                                        f"{PARTITIONS_PER_TRANSACTION} per request")
             if not record.complete:
                 raise UnknownTopicOrPartition(f"topic {name!r} is being created or deleted; retry")
             live = [int(child) for child in client.get_children(zk_paths.BROKER_IDS)]
@@ -149,17 +130,12 @@ class TopicAdmin:
             updated = replace(record, assignment={**record.assignment, **added})
             if validate_only:
                 return updated
-            epoch = read_controller_epoch(self.session)
-            tx = client.transaction()
-            tx.set_data(zk_paths.topic(name), updated.to_bytes(), version=version)
-            _create_partition_nodes(tx, name, updated, added, epoch)
-            failure = multi_failure(tx.commit())
-            if isinstance(failure, BadVersionError):
+            try:
+                client.set(zk_paths.topic(name), updated.to_bytes(), version=version)
+            except BadVersionError:
                 continue
-            if isinstance(failure, NoNodeError):
-                raise UnknownTopicOrPartition(f"topic {name!r} was deleted while partitions were added")
-            if failure is not None:
-                raise failure
+            except NoNodeError:
+                raise UnknownTopicOrPartition(f"topic {name!r} was deleted while partitions were added") from None
             return updated
         raise RequestTimedOut(f"topic {name!r} kept changing while partitions were added; retry")
 
@@ -187,9 +163,13 @@ class TopicAdmin:
         client = self.session.client
         for _ in range(_CAS_ATTEMPTS):
             record, version = self._read(name)
-            if record.complete and len(record.assignment) <= PARTITIONS_PER_TRANSACTION:
+            try:
+                written = _written_partitions(self.session, name)
+            except NoNodeError:
+                raise UnknownTopicOrPartition(f"topic {name!r} does not exist") from None
+            if record.complete and len(written) <= PARTITIONS_PER_TRANSACTION:
                 tx = client.transaction()
-                _delete_partition_nodes(tx, name, record.assignment)
+                _delete_partition_nodes(tx, name, written)
                 tx.delete(zk_paths.partitions(name))
                 tx.delete(zk_paths.topic(name), version)
                 results = tx.commit()
@@ -244,14 +224,9 @@ def _chunks(indexes: Sequence[int]) -> list[Sequence[int]]:
     return [indexes[i:i + PARTITIONS_PER_TRANSACTION] for i in range(0, len(indexes), PARTITIONS_PER_TRANSACTION)]
 
 
-def _create_partition_nodes(tx: TransactionRequest, name: str, record: TopicRecord, indexes: Iterable[int],
-                            controller_epoch: int) -> None:
-    """Each partition's node and its first state: led by its first replica, every replica in sync."""
-    for index in indexes:
-        brokers = record.assignment[index]
-        tx.create(zk_paths.partition(name, index))
-        tx.create(zk_paths.partition_state(name, index),
-                  PartitionState(brokers[0], 0, list(brokers), controller_epoch).to_bytes())
+def _written_partitions(session: ZkSession, name: str) -> list[int]:
+    """The partitions of topic ``name`` that have a state node."""
+    return sorted(int(child) for child in session.client.get_children(zk_paths.partitions(name)))
 
 
 def _delete_partition_nodes(tx: TransactionRequest, name: str, indexes: Iterable[int]) -> None:
@@ -260,35 +235,19 @@ def _delete_partition_nodes(tx: TransactionRequest, name: str, indexes: Iterable
         tx.delete(zk_paths.partition(name, index))
 
 
-def finish_creation(session: ZkSession, name: str, topic_id: str, controller_epoch: int) -> bool:
-    """Write the partition nodes topic ``topic_id``, marked creating, lacks, one transaction per
-    chunk, then unmark it. Its creator does this, and the controller for a creator that died
-    half-way; either may find the other's nodes (it looks again). Every transaction checks the
-    topic node's version, so none writes into a topic marked deleting since, or re-created.
-    False: the topic is gone, another one, or no longer creating."""
+def finish_creation(session: ZkSession, name: str, topic_id: str) -> bool:
+    """Unmark topic ``topic_id``, left marked creating by an older ember that wrote a large
+    topic's partition nodes chunk by chunk (they are not needed: a partition without one is in
+    its initial state). False: the topic is gone, another one, or no longer creating."""
     client = session.client
     for _ in range(_CAS_ATTEMPTS):
         try:
             data, stat = client.get(zk_paths.topic(name))
-            present = {int(child) for child in client.get_children(zk_paths.partitions(name))}
         except NoNodeError:
             return False
         record = TopicRecord.from_bytes(data)
         if record.topic_id != topic_id or not record.creating:
             return False
-        raced = False
-        for chunk in _chunks([index for index in record.assignment if index not in present]):
-            tx = client.transaction()
-            tx.check(zk_paths.topic(name), stat.version)
-            _create_partition_nodes(tx, name, record, chunk, controller_epoch)
-            failure = multi_failure(tx.commit())
-            if isinstance(failure, (NodeExistsError, BadVersionError, NoNodeError)):
-                raced = True      # the other writer, a deletion: look again at what is there
-                break
-            if failure is not None:
-                raise failure
-        if raced:
-            continue
         try:
             client.set(zk_paths.topic(name), replace(record, creating=False).to_bytes(), version=stat.version)
             return True
@@ -306,7 +265,7 @@ def finish_deletion(session: ZkSession, name: str, topic_id: str) -> None:
     for _ in range(_CAS_ATTEMPTS):
         try:
             data, stat = client.get(zk_paths.topic(name))
-            present = sorted(int(child) for child in client.get_children(zk_paths.partitions(name)))
+            present = _written_partitions(session, name)
         except NoNodeError:
             return            # finished by the other deleter
         record = TopicRecord.from_bytes(data)

@@ -6,7 +6,8 @@ stream of appends does not make it look behind). The leader drops a follower tha
 caught up for ``replica.lag.time.max.ms`` and re-adds it once its log end reaches the high
 watermark and the start of the current leader epoch.
 
-ISR changes go to the partition state znode by compare-and-set, re-reading on a version
+ISR changes go to the partition state znode by compare-and-set (creating it, for a partition
+still in its initial state: :mod:`ember.cluster.partition_state_store`), re-reading on a
 conflict. The leader applies a change locally only once ZooKeeper holds it (so its ISR is never
 smaller than the one the controller elects from); a follower being added already counts for
 the high watermark while the write is in flight. A write that finds a newer leader epoch is not
@@ -21,11 +22,12 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Awaitable, Callable, Iterable
 
-from kazoo.exceptions import BadVersionError, KazooException, NoNodeError
+from kazoo.exceptions import KazooException, NoNodeError
 
+from ember.cluster.partition_state_store import LOST_RACE, add_compare_and_set, read_state, written_version
 from ember.cluster.records import PartitionState
 from ember.zk import zk_paths
-from ember.zk.zk_session import ZkSession
+from ember.zk.zk_session import ZkSession, multi_failure
 
 if TYPE_CHECKING:
     from ember.ingest.partition import Partition
@@ -69,23 +71,22 @@ class IsrWriter:
         self.session = session
         self.broker_id = broker_id
 
-    def update(self, topic: str, index: int, leader_epoch: int, change: IsrChange) -> PartitionState | None:
+    def update(self, topic: str, index: int, topic_id: str, leader_epoch: int,
+               change: IsrChange) -> PartitionState | None:
         """Apply ``change`` to the ISR in ZooKeeper while this broker leads at ``leader_epoch``.
         Only registered brokers are added: the controller drops a dead broker from ISRs once, when
         it dies, so re-adding one (a deregistered broker still fetching on its way down) would
         hold the high watermark back until the lag check removes it again.
 
         Returns the state now stored (the new one, or the newer one that stopped the write), or
-        None if the topic is gone.
+        None if the topic (``topic_id``) is gone.
         """
         client = self.session.client
-        path = zk_paths.partition_state(topic, index)
         while True:
-            try:
-                data, stat = client.get(path)
-            except NoNodeError:
+            stored = read_state(client, topic, index, topic_id)
+            if stored is None:
                 return None
-            current = PartitionState.from_bytes(data, stat.version)
+            current = stored.state
             if current.leader != self.broker_id or current.leader_epoch != leader_epoch:
                 return current
             isr = [b for b in change(current.isr)
@@ -93,13 +94,16 @@ class IsrWriter:
             if isr == current.isr:
                 return current
             target = PartitionState(current.leader, current.leader_epoch, isr, current.controller_epoch)
-            try:
-                written = client.set(path, target.to_bytes(), version=stat.version)
-            except BadVersionError:
+            tx = client.transaction()
+            add_compare_and_set(tx, topic, index, stored, target)
+            failure = multi_failure(tx.commit())
+            if isinstance(failure, LOST_RACE):
                 continue
-            except NoNodeError:
+            if isinstance(failure, NoNodeError):
                 return None   # topic deleted between the read and the write
-            return replace(target, version=written.version)
+            if failure is not None:
+                raise failure
+            return replace(target, version=written_version(stored))
 
 
 class IsrManager:
@@ -160,7 +164,7 @@ class IsrManager:
         try:
             before = partition.state.isr
             state = await asyncio.to_thread(self.writer.update, partition.topic, partition.index,
-                                            partition.leader_epoch, change)
+                                            partition.topic_id, partition.leader_epoch, change)
             if state is not None:
                 if state.leader_epoch != partition.leader_epoch or state.leader != partition.broker_id:
                     log.warning("%s: leader epoch moved to %d (leader %d); no longer leading", partition,

@@ -25,7 +25,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
-from ember.cluster.records import PartitionState
+from ember.cluster.records import NOT_APPLIED_VERSION, PartitionState
 from ember.errors import (
     FencedLeaderEpoch,
     NotEnoughReplicas,
@@ -80,7 +80,7 @@ class Partition:
         self.log = log
         self.config = config
         self.broker_id = broker_id
-        self.state = PartitionState(-1, -1, [], -1)
+        self.state = PartitionState(-1, -1, [], -1, NOT_APPLIED_VERSION)
         self.replicas: list[int] = []
         self.removing: frozenset[int] = frozenset()
         #: Fired on the event loop whenever readers may see more: an append, a higher high

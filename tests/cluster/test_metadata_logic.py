@@ -25,7 +25,7 @@ from ember.cluster.reassignment import (
     reassignment_ready,
     start_reassignment,
 )
-from ember.cluster.records import NO_LEADER, PartitionState, Reassignment, TopicRecord
+from ember.cluster.records import ABSENT_VERSION, NO_LEADER, PartitionState, Reassignment, TopicRecord
 from ember.errors import (
     ElectionNotNeeded,
     EligibleLeadersNotAvailable,
@@ -190,13 +190,13 @@ def test_cancelling_turns_a_move_back_to_the_original_replicas():
         cancel_reassignment("t", record, 0)
 
 
-def test_clients_are_shown_a_new_partitions_first_state_until_its_state_is_read() -> None:
-    """A topic's record and its first partition states are written in one transaction: until a
-    state's read answers, clients see exactly what that transaction wrote."""
+def test_clients_are_shown_a_partitions_initial_state_until_its_state_is_read() -> None:
+    """A new topic's partitions have no state znode: until the topic's states are listed and
+    read, clients see the initial state its record implies."""
     record = TopicRecord("id", {0: [2, 3, 1], 1: [3, 1, 2]}, {})
     read = PartitionState(1, 4, [1, 2], 7, version=3)
     meta = TopicMetadata("t", record, {1: read})
-    assert meta.shown_state(0) == PartitionState(2, 0, [2, 3, 1], -1)
+    assert meta.shown_state(0) == PartitionState(2, 0, [2, 3, 1], 0, ABSENT_VERSION)
     assert meta.shown_state(1) is read
     assert meta.shown_state(2) is None
     assert not meta.states.get(0)          # decisions still see only what was read

@@ -17,12 +17,14 @@ from ember.cluster import topic_admin
 from ember.cluster.controller import Controller
 from ember.cluster.metadata_cache import MetadataCache
 from ember.cluster.offline_replicas import OfflineReplicaWriter, read_offline_replicas
+from ember.cluster.partition_state_store import add_compare_and_set, read_state
 from ember.cluster.producer_ids import ProducerIdAllocator
 from ember.cluster.records import BrokerInfo, OfflineReplica, PartitionState, TopicRecord
 from ember.cluster.registration import BrokerRegistration
 from ember.cluster.topic_admin import TopicAdmin
 from ember.errors import InvalidConfig, TopicAlreadyExists, UnknownTopicOrPartition
 from ember.ingest.broker_config import BrokerConfig, TopicConfigPolicy
+from ember.ingest.isr import IsrWriter
 from ember.zk import zk_paths
 from ember.zk.zk_session import ZkSession
 from waiting import eventually
@@ -65,6 +67,18 @@ def nodes(zookeeper) -> Iterator[dict[int, Node]]:
     cleanup.close()
 
 
+def write_state(client: KazooClient, topic: str, index: int,
+                change: Callable[[PartitionState], PartitionState] = lambda state: state) -> PartitionState:
+    """Compare-and-set ``change(current)`` as the partition's state (creating its znode, for a
+    partition still in its initial state), as a leader or the controller would; the state read."""
+    stored = read_state(client, topic, index)
+    assert stored is not None
+    tx = client.transaction()
+    add_compare_and_set(tx, topic, index, stored, change(stored.state))
+    assert not any(isinstance(result, Exception) for result in tx.commit())
+    return stored.state
+
+
 def test_topic_lifecycle_reaches_every_cache(nodes, topic_name):
     admin = nodes[1].admin
     record = admin.create_topic(topic_name, 4, 3, {"retention.ms": "1000"})
@@ -94,14 +108,51 @@ def test_topic_lifecycle_reaches_every_cache(nodes, topic_name):
     eventually(lambda: (m := nodes[3].cache.topic(topic_name)) and m.topic_id == again.topic_id and 0 in m.states)
 
 
-def test_a_topic_larger_than_one_transaction_is_written_and_deleted_chunk_by_chunk(nodes, topic_name, monkeypatch):
-    monkeypatch.setattr(topic_admin, "PARTITIONS_PER_TRANSACTION", 10)
-    record = nodes[1].admin.create_topic(topic_name, 35, 3, {})
-    assert not record.creating
+def test_a_new_topic_is_two_znodes_however_many_partitions_and_every_cache_shows_its_leaders(nodes, topic_name):
+    record = nodes[1].admin.create_topic(topic_name, 300, 3, {})
+    client = nodes[1].session.client
+    assert client.get_children(zk_paths.partitions(topic_name)) == []
     for node in nodes.values():
-        meta = eventually(lambda: (m := node.cache.topic(topic_name)) and len(m.states) == 35 and m)
-        assert all(meta.states[p].leader == r[0] for p, r in meta.partitions.items())
-        assert not meta.record.creating and topic_name not in node.cache.incomplete_topics()
+        meta = eventually(lambda: (m := node.cache.topic(topic_name)) and len(m.states) == 300 and m)
+        assert meta.states == {index: PartitionState.initial(replicas) for index, replicas in record.assignment.items()}
+
+
+def test_a_partitions_first_change_writes_its_state_znode_and_every_cache_reads_it(nodes, topic_name):
+    record = nodes[1].admin.create_topic(topic_name, 3, 3, {})
+    for node in nodes.values():
+        eventually(lambda: (m := node.cache.topic(topic_name)) and len(m.states) == 3)
+    leader = record.assignment[1][0]
+    written = IsrWriter(nodes[1].session, leader).update(topic_name, 1, record.topic_id, 0, lambda isr: isr[:2])
+    assert written is not None and (written.leader, written.leader_epoch, written.version) == (leader, 0, 0)
+    assert nodes[1].session.client.get_children(zk_paths.partitions(topic_name)) == ["1"]
+    for node in nodes.values():
+        eventually(lambda: node.cache.topic(topic_name).states[1].isr == record.assignment[1][:2])
+        assert node.cache.topic(topic_name).states[0] == PartitionState.initial(record.assignment[0])
+
+
+def test_a_move_writes_a_partitions_initial_state_before_its_replicas_change(nodes, topic_name):
+    """Reordering a new partition's replicas must not silently make another broker its leader at
+    the same epoch (a partition without a state znode is led by its first replica)."""
+    record = nodes[1].admin.create_topic(topic_name, 2, 3, {})
+    first, *others = record.assignment[0]
+    controller = active_controller(nodes)
+    eventually(lambda: (m := controller.cache.topic(topic_name)) and len(m.states) == 2)
+    assert controller.call(lambda: controller.reassign([(topic_name, 0, others + [first])])).result(10) == [None]
+    stored = read_state(nodes[1].session.client, topic_name, 0)
+    assert not stored.absent and (stored.state.leader, stored.state.leader_epoch) == (first, 0)
+    meta = eventually(lambda: (m := nodes[2].cache.topic(topic_name)) and m.partitions[0][0] != first and
+                      m.states[0].version == 0 and m)
+    assert meta.states[0].leader == first
+    assert read_state(nodes[1].session.client, topic_name, 1).absent     # an unmoved partition keeps none
+
+
+def test_a_topic_with_more_states_than_one_transaction_is_deleted_chunk_by_chunk(nodes, topic_name, monkeypatch):
+    monkeypatch.setattr(topic_admin, "PARTITIONS_PER_TRANSACTION", 10)
+    nodes[1].admin.create_topic(topic_name, 35, 3, {})
+    for index in range(25):
+        write_state(nodes[1].session.client, topic_name, index)
+    for node in nodes.values():
+        eventually(lambda: (m := node.cache.topic(topic_name)) and sum(s.version == 0 for s in m.states.values()) == 25)
     nodes[2].admin.delete_topic(topic_name)
     assert not nodes[1].session.client.exists(zk_paths.topic(topic_name))
     for node in nodes.values():
@@ -112,18 +163,18 @@ def active_controller(nodes: dict[int, Node]) -> Controller:
     return eventually(lambda: next((n.controller for n in nodes.values() if n.controller.active), None))
 
 
-def test_the_controller_finishes_a_topic_its_creator_left_half_created(nodes, topic_name, monkeypatch):
-    """The creator wrote the record (marked creating) and one chunk of partitions, then died:
-    no broker serves the topic until the controller writes the rest and unmarks it."""
-    monkeypatch.setattr(topic_admin, "PARTITIONS_PER_TRANSACTION", 10)
-    monkeypatch.setattr(topic_admin, "finish_creation", lambda *args: (_ for _ in ()).throw(OSError("died")))
-    with pytest.raises(OSError):
-        nodes[1].admin.create_topic(topic_name, 25, 3, {})
+def test_the_controller_unmarks_a_topic_an_older_creator_left_marked_creating(nodes, topic_name):
+    """An older ember wrote a large topic's partition nodes chunk by chunk behind a record marked
+    creating, and died half-way: no broker serves the topic until the controller unmarks it (the
+    missing nodes are not needed: those partitions are in their initial state)."""
     client = nodes[1].session.client
-    tx = client.transaction()      # the one chunk it got to write
-    for index in range(10):
+    record = TopicRecord("old-creator", {index: [1, 2, 3] for index in range(25)}, {}, creating=True)
+    tx = client.transaction()
+    tx.create(zk_paths.topic(topic_name), record.to_bytes())
+    tx.create(zk_paths.partitions(topic_name))
+    for index in range(10):      # the one chunk it got to write
         tx.create(zk_paths.partition(topic_name, index))
-        tx.create(zk_paths.partition_state(topic_name, index), PartitionState(1, 0, [1, 2, 3], 1).to_bytes())
+        tx.create(zk_paths.partition_state(topic_name, index), PartitionState(2, 1, [1, 2, 3], 1).to_bytes())
     tx.commit()
     eventually(lambda: topic_name in nodes[3].cache.incomplete_topics())
     assert nodes[3].cache.topic(topic_name) is None
@@ -132,8 +183,9 @@ def test_the_controller_finishes_a_topic_its_creator_left_half_created(nodes, to
     assert controller.call(lambda: controller.finish_incomplete_topics(3600)).result(10) == []   # not yet
     assert controller.call(lambda: controller.finish_incomplete_topics(0)).result(10) == [topic_name]
     for node in nodes.values():
-        eventually(lambda: (m := node.cache.topic(topic_name)) and len(m.states) == 25)
+        meta = eventually(lambda: (m := node.cache.topic(topic_name)) and len(m.states) == 25 and m)
         assert topic_name not in node.cache.incomplete_topics()
+        assert [meta.states[index].leader for index in (0, 9, 10, 24)] == [2, 2, 1, 1]
 
 
 def test_the_controller_finishes_a_topic_its_deleter_left_half_deleted(nodes, topic_name):
@@ -255,11 +307,7 @@ def test_expired_session_reregisters_and_keeps_watching(nodes, zookeeper, topic_
     nodes[1].admin.create_topic(topic_name, 1, 1, {})
     eventually(lambda: node.cache.topic(topic_name) is not None)
     # The expired session took the partition-state watches with it: the new one re-arms them.
-    path = zk_paths.partition_state(before, 0)
-    data, stat = nodes[1].session.client.get(path)
-    moved = PartitionState.from_bytes(data)
-    nodes[1].session.client.set(path, PartitionState(moved.leader, 5, moved.isr, moved.controller_epoch).to_bytes(),
-                                version=stat.version)
+    write_state(nodes[1].session.client, before, 0, lambda state: replace(state, leader_epoch=5))
     eventually(lambda: node.cache.topic(before).states[0].leader_epoch == 5)
 
 
@@ -275,13 +323,11 @@ def test_a_deposed_controller_cannot_write_partition_state(nodes, topic_name):
     zk = nodes[1].session.client
     epoch, _ = zk.get(zk_paths.CONTROLLER_EPOCH)
     zk.set(zk_paths.CONTROLLER_EPOCH, str(int(epoch) + 1).encode())   # a successor was elected
-    path = zk_paths.partition_state(topic_name, 0)
-    before, _ = zk.get(path)
 
     shrink = lambda state: replace(state, isr=state.isr[:1])   # noqa: E731
     assert controller.call(lambda: controller._transition(topic_name, 0, "test", shrink)).result(10) is None
     assert not controller.active
-    assert zk.get(path)[0] == before
+    assert zk.get_children(zk_paths.partitions(topic_name)) == []     # still its initial state
 
 
 def test_a_topic_deleted_between_read_and_write_is_an_unknown_topic_not_a_zookeeper_error(nodes, topic_name):
@@ -289,9 +335,6 @@ def test_a_topic_deleted_between_read_and_write_is_an_unknown_topic_not_a_zookee
     changed) may lose the topic to a concurrent DeleteTopics between its read and its write; the
     caller gets UNKNOWN_TOPIC_OR_PARTITION or "topic gone", never kazoo's NoNodeError."""
     from dataclasses import replace
-
-    from ember.cluster.records import PartitionState
-    from ember.ingest.isr import IsrWriter
 
     def recreate() -> None:
         nodes[1].admin.create_topic(topic_name, 1, 3, {})
@@ -323,40 +366,42 @@ def test_a_topic_deleted_between_read_and_write_is_an_unknown_topic_not_a_zookee
                            ).result(10) is None
     assert controller.active
 
-    recreate()
-    data, stat = nodes[1].session.client.get(zk_paths.partition_state(topic_name, 0))
-    leader = PartitionState.from_bytes(data, stat.version)
-
     def expand_while_deleted(isr: list[int]) -> list[int]:
         nodes[2].admin.delete_topic(topic_name)
         return isr[:1]
-    assert IsrWriter(nodes[1].session, leader.leader).update(topic_name, 0, leader.leader_epoch,
-                                                            expand_while_deleted) is None
+    for written in (False, True):       # the state znode's creation, then its compare-and-set
+        recreate()
+        leader = write_state(nodes[1].session.client, topic_name, 0) if written else \
+            read_state(nodes[1].session.client, topic_name, 0).state
+        topic_id = nodes[1].admin._read(topic_name)[0].topic_id
+        assert IsrWriter(nodes[1].session, leader.leader).update(topic_name, 0, topic_id, leader.leader_epoch,
+                                                                expand_while_deleted) is None
 
 
-def test_a_controller_that_loses_a_write_race_retries_and_stays_the_controller(nodes, topic_name):
+@pytest.mark.parametrize("written", [False, True], ids=["creating-the-state-znode", "setting-it"])
+def test_a_controller_that_loses_a_write_race_retries_and_stays_the_controller(nodes, topic_name, written):
     """A partition state written by its leader (an ISR change) between the controller's read and
     its fenced write fails only the write: the controller re-reads and writes, and is not deposed
     (a failed multi reports its epoch check as rolled back, not as failed)."""
-    from dataclasses import replace
-
     controller_id = eventually(lambda: nodes[1].cache.controller_id() > 0 and nodes[1].cache.controller_id())
     controller = nodes[controller_id].controller
     nodes[1].admin.create_topic(topic_name, 1, 3, {})
     eventually(lambda: (m := nodes[1].cache.topic(topic_name)) and len(m.states) == 1)
     zk = nodes[1].session.client
-    path = zk_paths.partition_state(topic_name, 0)
+    if written:
+        write_state(zk, topic_name, 0)
     calls = []
 
     def shrink_after_a_racing_write(state):
         calls.append(state.version)
         if len(calls) == 1:
-            zk.set(path, zk.get(path)[0])          # the leader's ISR write lands first
+            write_state(zk, topic_name, 0)          # the leader's ISR write lands first
         return replace(state, isr=state.isr[:1])
     before, after = controller.call(lambda: controller._transition(topic_name, 0, "test",
                                                                    shrink_after_a_racing_write)).result(10)
     assert len(calls) == 2 and calls[1] == calls[0] + 1
     assert controller.active and after.isr == before.isr[:1]
+    assert read_state(zk, topic_name, 0).state.isr == before.isr[:1]
 
 
 def test_the_controller_moves_offline_replicas_out_of_leadership_and_the_isr(nodes, topic_name):

@@ -1,6 +1,7 @@
 """One topic's partition-state watches against a real ZooKeeper: reads in flight together and
-stored in one update, re-armed after each change, deletions, and a missed change read again when
-the connection comes back."""
+stored in one update, partitions without a state znode in their initial state until one appears,
+re-armed after each change, deletions, and a missed change read again when the connection comes
+back."""
 from __future__ import annotations
 
 import threading
@@ -8,10 +9,10 @@ import time
 from typing import Iterator
 
 import pytest
-from kazoo.client import KazooClient
+from kazoo.client import KazooClient, TransactionRequest
 
 from ember.cluster.partition_state_watches import PartitionStateWatches
-from ember.cluster.records import PartitionState
+from ember.cluster.records import ABSENT_VERSION, PartitionState
 from ember.zk import zk_paths
 from waiting import eventually
 
@@ -51,22 +52,31 @@ def state(leader: int, epoch: int) -> bytes:
     return PartitionState(leader, epoch, [1, 2, 3], 1).to_bytes()
 
 
-def create_states(client: KazooClient, count: int) -> None:
+def create_states(client: KazooClient, count: int, written: int | None = None) -> None:
+    """A topic of ``count`` partitions, the first ``written`` (all) with a state znode."""
     tx = client.transaction()
     tx.create(zk_paths.topic(TOPIC), b"{}")
     tx.create(zk_paths.partitions(TOPIC))
-    for index in range(count):
-        tx.create(zk_paths.partition(TOPIC, index))
-        tx.create(zk_paths.partition_state(TOPIC, index), state(1 + index % 3, 0))
+    for index in range(count if written is None else written):
+        add_state(tx, index, state(1 + index % 3, 0))
     assert not any(isinstance(result, Exception) for result in tx.commit())
 
 
-def watched(client: KazooClient, count: int) -> tuple[Stored, PartitionStateWatches]:
-    """A topic of ``count`` partition states, every one watched."""
-    create_states(client, count)
+def add_state(tx: TransactionRequest, index: int, data: bytes) -> None:
+    tx.create(zk_paths.partition(TOPIC, index))
+    tx.create(zk_paths.partition_state(TOPIC, index), data)
+
+
+def replicas(count: int) -> dict[int, list[int]]:
+    return {index: [3 - index % 3, 1, 2] for index in range(count)}
+
+
+def watched(client: KazooClient, count: int, written: int | None = None) -> tuple[Stored, PartitionStateWatches]:
+    """A topic of ``count`` partitions (the first ``written`` with a state znode), every one watched."""
+    create_states(client, count, written)
     stored = Stored()
     watches = PartitionStateWatches(client, TOPIC, stored)
-    watches.watch(range(count))
+    watches.watch(replicas(count))
     return stored, watches
 
 
@@ -75,6 +85,34 @@ def test_a_new_topics_states_are_read_together_and_stored_in_one_update(client):
     assert len(stored.updates) == 1
     assert {index: (s.leader, s.version) for index, s in stored.updates[0].items() if s} == \
         {index: (1 + index % 3, 0) for index in range(200)}
+    watches.stop()
+
+
+def test_partitions_without_a_state_znode_are_stored_in_their_initial_state_in_the_same_update(client):
+    stored, watches = watched(client, 6, written=2)
+    assert len(stored.updates) == 1
+    update = stored.updates[0]
+    assert {index: (s.leader, s.version) for index, s in update.items() if index < 2} == {0: (1, 0), 1: (2, 0)}
+    assert {index: update[index] for index in range(2, 6)} == \
+        {index: PartitionState.initial(brokers) for index, brokers in replicas(6).items() if index >= 2}
+    assert all(update[index].version == ABSENT_VERSION for index in range(2, 6))
+    watches.stop()
+
+
+def test_a_partitions_first_state_znode_is_read_when_it_appears_and_then_watched(client):
+    stored, watches = watched(client, 3, written=0)
+    tx = client.transaction()
+    add_state(tx, 2, state(1, 1))
+    tx.commit()
+    first = eventually(lambda: (s := stored.latest(2)).version == 0 and s)
+    assert (first.leader, first.leader_epoch) == (1, 1) and first.newer_than(PartitionState.initial([3, 1, 2]))
+    client.set(zk_paths.partition_state(TOPIC, 2), state(2, 2))      # its data watch is armed too
+    eventually(lambda: stored.latest(2).leader_epoch == 2)
+    tx = client.transaction()
+    add_state(tx, 0, state(3, 1))        # the children watch was re-armed
+    tx.commit()
+    eventually(lambda: stored.latest(0).version == 0)
+    assert stored.latest(1).version == ABSENT_VERSION
     watches.stop()
 
 

@@ -144,7 +144,8 @@ class FakeIsrWriter:
         #: (topic, partition, leader epoch asked, ISR written or None when nothing was written)
         self.calls: list[tuple[str, int, int, list[int] | None]] = []
 
-    def update(self, topic: str, index: int, leader_epoch: int, change: IsrChange) -> PartitionState | None:
+    def update(self, topic: str, index: int, topic_id: str, leader_epoch: int,
+               change: IsrChange) -> PartitionState | None:
         current = self.cache.state(topic, index)
         if current is None:
             self.calls.append((topic, index, leader_epoch, None))
