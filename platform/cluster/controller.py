@@ -64,8 +64,9 @@ PREFERRED, UNCLEAN = 0, 1
 StateRule = Callable[[PartitionState], "PartitionState | None"]
 #: replica → brokers reporting their copy of it offline (``election.offline_by_replica``)
 Offline = Mapping[OfflineReplica, "set[int]"]
-#: How often the active controller looks for topics left half created or half deleted, and how
-#: long such a topic must have been left alone before it finishes the job (its writer died).
+#: How often the active controller looks for topics left half deleted (or marked creating by an
+#: older ember), and how long such a topic must have been left alone before it finishes the job
+#: (its writer died).
 INCOMPLETE_CHECK_S = 10.0
 INCOMPLETE_AFTER_S = 60.0
 
@@ -405,8 +406,9 @@ class Controller:
                 self._submit(functools.partial(self.finish_incomplete_topics, INCOMPLETE_AFTER_S))
 
     def finish_incomplete_topics(self, older_than_s: float) -> list[str]:
-        """Finish creating or deleting the topics left half done (their creator or deleter died
-        between two of its transactions) for at least ``older_than_s``; the names finished."""
+        """Finish deleting the topics left half deleted (their deleter died between two of its
+        transactions), or unmark those an older ember left marked creating, for at least
+        ``older_than_s``; the names finished."""
         finished = []
         for name in sorted(self.cache.incomplete_topics()):
             if not self.active:

@@ -85,7 +85,9 @@ class _TopicWatch:
         # A topic deleted and created again while this watch lagged: its old states were dropped
         # with the old record, and the one-shot watches of the old state nodes fired on their
         # deletion, so every partition is read and watched anew (not only the new ones).
-        watched = set() if renewed else self.states.indexes
+        if renewed:
+            self.states.reset()
+        watched = self.states.indexes
         wanted = {index: replicas for index, replicas in assignment.items() if index not in watched}
         if wanted:
             self.states.watch(wanted)
@@ -231,6 +233,8 @@ class MetadataCache:
                 return
             states = dict(topic.states)
             for index, state in changed.items():
+                if index not in topic.record.assignment:
+                    continue    # read for a topic of the name since deleted
                 if index not in states or not states[index].newer_than(state):
                     states[index] = state   # never an older read over a newer one (a batch stored late)
             self._topics[name] = TopicMetadata(name, topic.record, states)

@@ -12,8 +12,9 @@ metadata cache reads everything again (:meth:`PartitionStateWatches.rewatch`), s
 missed while disconnected is not missed for good.
 
 A state znode is deleted only with its topic, whose record's watch drops the topic: a deleted
-or missing state is not stored. Each state carries its znode's creation zxid, so a late read of a
-deleted topic's node never passes for the state of the topic created again under the name, and
+state is not stored, a missing one is stored as the initial state. Each state carries its
+znode's creation zxid, so a late read of a deleted topic's node never passes for the state of
+the topic created again under the name, and
 an initial state never passes for a written one.
 """
 from __future__ import annotations
@@ -48,7 +49,7 @@ class PartitionStateWatches:
         self.active = True
         self._lock = threading.Lock()
         self._replicas: dict[int, list[int]] = {}      # the partitions watched
-        self._written: set[int] = set()                # those with a state znode, as last listed
+        self._written: set[int] = set()                # those with a state znode, as listed
         self._paths: dict[str, int] = {}
 
     @property
@@ -65,18 +66,20 @@ class PartitionStateWatches:
             for index in replicas:
                 self._paths[zk_paths.partition_state(self.topic, index)] = index
         deadline = time.monotonic() + READ_WAIT_S
+        listing = self.client.get_children_async(zk_paths.partitions(self.topic), watch=self._on_children)
         try:
-            children = self.client.get_children_async(zk_paths.partitions(self.topic), watch=self._on_children)
-            written = self._listed(children.get(timeout=READ_WAIT_S))
+            children = listing.get(timeout=READ_WAIT_S)
+        except KazooTimeoutError:
+            listing.rawlink(lambda late: self._on_listed(late, replicas))     # taken when it answers
+            return
         except NoNodeError:
             return      # the topic is being deleted
-        except (KazooException, KazooTimeoutError) as exc:
+        except KazooException as exc:
             log.warning("could not list the partition states of %s (%s); reading them again on reconnection",
                         self.topic, exc)
             return
-        loaded = {index: PartitionState.initial(brokers) for index, brokers in replicas.items()
-                  if index not in written and brokers}
-        reads = [(index, self._read(index)) for index in replicas if index in written]
+        loaded, wanted = self._take_listing(children, replicas)
+        reads = [(index, self._read(index)) for index in wanted]
         for index, result in reads:
             try:
                 state = self._state(result, max(0.0, deadline - time.monotonic()))
@@ -101,16 +104,32 @@ class PartitionStateWatches:
         if self.active and replicas:
             self.watch(replicas)
 
+    def reset(self) -> None:
+        """Forget every partition: the topic was deleted and created again under its name (its
+        old state znodes went with it; armed watches of theirs fire once more, ignored)."""
+        with self._lock:
+            self._replicas.clear()
+            self._written.clear()
+            self._paths.clear()
+
     def stop(self) -> None:
         """No more reads or stores (the topic is gone); armed watches fire once more, ignored."""
         self.active = False
 
-    def _listed(self, children: list[str]) -> set[int]:
-        """Note the partitions listed with a state znode; returns them."""
-        written = {int(child) for child in children}
+    def _take_listing(self, children: list[str], wanted: Mapping[int, list[int]]
+                      ) -> tuple[dict[int, PartitionState], list[int]]:
+        """From a listing of the topic's state znodes: the initial states of the ``wanted``
+        partitions without one, and the partitions to read, the wanted ones with one and every
+        watched one whose znode is new since any listing before (listings may be taken out of
+        order; a state znode only goes with its topic)."""
+        listed = {int(child) for child in children}
         with self._lock:
-            self._written = written
-        return written
+            added = listed - self._written
+            self._written |= listed
+            watched = set(self._replicas)
+        initial = {index: PartitionState.initial(brokers) for index, brokers in wanted.items()
+                   if index not in listed and brokers}
+        return initial, sorted({index for index in wanted if index in listed} | (added & watched))
 
     def _read(self, index: int) -> IAsyncResult:
         return self.client.get_async(zk_paths.partition_state(self.topic, index), watch=self._on_event)
@@ -129,23 +148,25 @@ class PartitionStateWatches:
         if not self.active or event.type != EventType.CHILD:
             return
         self.client.get_children_async(zk_paths.partitions(self.topic), watch=self._on_children).rawlink(
-            self._on_listed)
+            lambda result: self._on_listed(result, {}))
 
-    def _on_listed(self, result: IAsyncResult) -> None:
-        with self._lock:
-            before = self._written
+    def _on_listed(self, result: IAsyncResult, wanted: Mapping[int, list[int]]) -> None:
+        """A listing answered late or after an event: store the initial states of ``wanted``
+        partitions without a znode, and read (and watch) the others and the new ones."""
         try:
-            written = self._listed(result.get(timeout=0))
+            children = result.get(timeout=0)
         except NoNodeError:
             return      # the topic is being deleted
         except (KazooException, KazooTimeoutError) as exc:
             log.warning("could not list the partition states of %s (%s); reading them again on reconnection",
                         self.topic, exc)
             return
-        watched = self.indexes
-        for index in sorted(written - before):
-            if self.active and index in watched:
-                self._read(index).rawlink(lambda result, index=index: self._on_read(index, result))
+        initial, reads = self._take_listing(children, wanted)
+        if self.active and initial:
+            self.store(initial)
+        for index in reads:
+            if self.active:
+                self._read(index).rawlink(lambda late, index=index: self._on_read(index, late))
 
     def _on_event(self, event: WatchedEvent) -> None:
         """One state changed (kazoo's callback thread): read it again, re-arming its watch."""

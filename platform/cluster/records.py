@@ -80,8 +80,9 @@ class TopicRecord:
     assignment: dict[int, list[int]]
     config: dict[str, str] = field(default_factory=dict)
     reassignments: dict[int, Reassignment] = field(default_factory=dict)
-    #: The topic's partition nodes are still being written (a topic too large for one ZooKeeper
-    #: transaction, :mod:`ember.cluster.topic_admin`), or being deleted: no broker serves it.
+    #: The topic is being deleted chunk by chunk (more state znodes than one ZooKeeper transaction
+    #: deletes, :mod:`ember.cluster.topic_admin`), or (left by an older ember) its partition nodes
+    #: were being written: no broker serves it.
     creating: bool = False
     deleting: bool = False
 

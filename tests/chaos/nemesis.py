@@ -30,6 +30,8 @@ from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 
+from ember.cluster.partition_state_store import StoredState, read_state
+from ember.cluster.records import PartitionState
 from ember.errors import EmberError
 from ember.launcher.local import LocalCluster
 from ember.zk import zk_paths
@@ -86,18 +88,22 @@ class ZkProbe:
                     return default
                 time.sleep(0.2)
 
+    def state(self, topic: str, partition: int) -> Optional[PartitionState]:
+        """The partition's state (its initial state while it has no state znode), None if gone."""
+        stored = self._read(lambda: read_state(self.client, topic, partition), None)
+        return stored.state if isinstance(stored, StoredState) else None
+
     def isr(self, topic: str, partition: int) -> list[int]:
-        data = self._read(lambda: self.client.get(zk_paths.partition_state(topic, partition))[0], None)
-        return list(json.loads(data)["isr"]) if data else []
+        state = self.state(topic, partition)
+        return list(state.isr) if state is not None else []
 
     def controller(self) -> Optional[int]:
         data = self._read(lambda: self.client.get(zk_paths.CONTROLLER)[0], None)
         return json.loads(data)["broker_id"] if data else None
 
     def leader(self, topic: str, partition: int) -> Optional[int]:
-        data = self._read(lambda: self.client.get(zk_paths.partition_state(topic, partition))[0], None)
-        leader = json.loads(data)["leader"] if data else -1
-        return leader if leader >= 0 else None
+        state = self.state(topic, partition)
+        return state.leader if state is not None and state.leader >= 0 else None
 
     def registration_owner(self, broker_id: int) -> Optional[int]:
         """The ZooKeeper session id owning the broker's registration (None: not registered)."""

@@ -116,6 +116,38 @@ def test_a_partitions_first_state_znode_is_read_when_it_appears_and_then_watched
     watches.stop()
 
 
+def test_a_first_state_znode_is_read_even_when_a_later_listing_is_taken_first(client):
+    """The children event of partition 0's new znode waits behind a busy callback thread while
+    the topic grows and its new partition is watched: that listing already shows 0, and the
+    event's listing, taken after, must still read 0's state."""
+    stored, watches = watched(client, 1, written=0)
+    client.handler.callback_queue.put(lambda: time.sleep(1.0))      # other watches' callbacks
+    tx = client.transaction()
+    add_state(tx, 0, state(2, 1))
+    tx.commit()
+    time.sleep(0.2)
+    watches.watch({1: [2, 3, 1]})
+    eventually(lambda: stored.latest(0).version == 0)
+    assert stored.latest(0).leader_epoch == 1 and stored.latest(1) == PartitionState.initial([2, 3, 1])
+    watches.stop()
+
+
+def test_a_topic_created_again_is_watched_afresh(client):
+    stored, watches = watched(client, 4)
+    client.delete(zk_paths.topic(TOPIC), recursive=True)
+    create_states(client, 2, written=0)
+    watches.reset()
+    watches.watch({0: [2, 1, 3], 1: [3, 2, 1]})
+    assert watches.indexes == {0, 1}
+    tx = client.transaction()
+    add_state(tx, 1, state(3, 4))      # a partition the old topic had written: new here
+    tx.commit()
+    eventually(lambda: stored.latest(1).leader_epoch == 4)
+    watches.rewatch()
+    assert all(index < 2 for update in stored.updates[1:] for index in update)
+    watches.stop()
+
+
 def test_every_change_is_read_and_the_watch_rearmed(client):
     stored, watches = watched(client, 3)
     for epoch in (1, 2, 3):     # a one-shot watch not re-armed would miss the second change
