@@ -38,7 +38,7 @@ from ember.cluster.election import (
 )
 from ember.cluster.metadata_cache import MetadataCache
 from ember.cluster.offline_replicas import read_offline_replicas
-from ember.cluster.partition_state_store import LOST_RACE, add_compare_and_set, read_state
+from ember.cluster.partition_state_store import LOST_RACE, TopicRecords, add_compare_and_set, read_state
 from ember.cluster.reassignment import (
     cancel_reassignment,
     completion_if_ready,
@@ -109,6 +109,7 @@ class Controller:
         self._closed = False
         self._stopped = threading.Event()
         self._records: dict[str, TopicRecord] = {}   # topic records acted on (controller thread)
+        self._topic_records = TopicRecords()         # those initial states were derived from
         self._events = ThreadPoolExecutor(1, thread_name_prefix="controller")
         self._offline_watched: set[str] = set()   # brokers' offline-replica znodes watched (controller thread)
 
@@ -313,7 +314,7 @@ class Controller:
         or this controller was deposed. Exceptions of ``rule`` propagate."""
         client = self.session.client
         while self.active:
-            stored = read_state(client, topic, index, topic_id)
+            stored = read_state(client, topic, index, topic_id, self._topic_records)
             if stored is None:
                 return None   # topic deleted meanwhile
             current = stored.state

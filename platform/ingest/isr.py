@@ -24,7 +24,13 @@ from typing import TYPE_CHECKING, Awaitable, Callable, Iterable
 
 from kazoo.exceptions import KazooException, NoNodeError
 
-from ember.cluster.partition_state_store import LOST_RACE, add_compare_and_set, read_state, written_version
+from ember.cluster.partition_state_store import (
+    LOST_RACE,
+    TopicRecords,
+    add_compare_and_set,
+    read_state,
+    written_version,
+)
 from ember.cluster.records import PartitionState
 from ember.zk import zk_paths
 from ember.zk.zk_session import ZkSession, multi_failure
@@ -70,6 +76,7 @@ class IsrWriter:
     def __init__(self, session: ZkSession, broker_id: int) -> None:
         self.session = session
         self.broker_id = broker_id
+        self._topic_records = TopicRecords()
 
     def update(self, topic: str, index: int, topic_id: str, leader_epoch: int,
                change: IsrChange) -> PartitionState | None:
@@ -83,7 +90,7 @@ class IsrWriter:
         """
         client = self.session.client
         while True:
-            stored = read_state(client, topic, index, topic_id)
+            stored = read_state(client, topic, index, topic_id, self._topic_records)
             if stored is None:
                 return None
             current = stored.state

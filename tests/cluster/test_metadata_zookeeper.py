@@ -17,7 +17,7 @@ from ember.cluster import topic_admin
 from ember.cluster.controller import Controller
 from ember.cluster.metadata_cache import MetadataCache
 from ember.cluster.offline_replicas import OfflineReplicaWriter, read_offline_replicas
-from ember.cluster.partition_state_store import add_compare_and_set, read_state
+from ember.cluster.partition_state_store import TopicRecords, add_compare_and_set, read_state
 from ember.cluster.producer_ids import ProducerIdAllocator
 from ember.cluster.records import BrokerInfo, OfflineReplica, PartitionState, TopicRecord
 from ember.cluster.registration import BrokerRegistration
@@ -144,6 +144,27 @@ def test_a_move_writes_a_partitions_initial_state_before_its_replicas_change(nod
                       m.states[0].version == 0 and m)
     assert meta.states[0].leader == first
     assert read_state(nodes[1].session.client, topic_name, 1).absent     # an unmoved partition keeps none
+
+
+def test_initial_states_parse_a_topic_record_once_per_version_of_its_znode(nodes, topic_name):
+    """A failover writing 1,000 first states must not parse the topic's record 1,000 times, nor
+    take a record of a topic created again under the name (its version restarts at 0)."""
+    client, admin = nodes[1].session.client, nodes[1].admin
+    records = TopicRecords()
+    first = admin.create_topic(topic_name, 3, 3, {})
+    kept, version = records.read(client, topic_name)
+    assert kept.topic_id == first.topic_id and records.read(client, topic_name)[0] is kept
+    assert read_state(client, topic_name, 2, records=records).state == PartitionState.initial(first.assignment[2])
+    admin.delete_topic(topic_name)
+    again = admin.create_topic(topic_name, 3, 3, {})
+    renewed, renewed_version = records.read(client, topic_name)
+    assert renewed.topic_id == again.topic_id and renewed_version == version == 0
+    assert read_state(client, topic_name, 0, first.topic_id, records) is None
+    admin.alter_config(topic_name, {"retention.ms": "1000"}, [])
+    changed, changed_version = records.read(client, topic_name)
+    assert changed.config == {"retention.ms": "1000"} and changed_version == 1
+    admin.delete_topic(topic_name)
+    assert records.read(client, topic_name) is None
 
 
 def test_a_topic_with_more_states_than_one_transaction_is_deleted_chunk_by_chunk(nodes, topic_name, monkeypatch):
