@@ -4,8 +4,10 @@
 * create: CreateTopics until every partition has a leader and a full ISR (seconds);
 * produce: ``--partition-records`` records of 100 B, acks=all, linger 5 ms, idempotent;
 * consume: a new group reading them all from the beginning (join included);
-* then, once per N and system: idle CPU of each broker over IDLE_MEASURE_S (both clusters idle),
-  RSS and open files of each broker (the mean of the three);
+* then, once per N and system: end-to-end p99 latency (confluent-kafka on both, acks=all, a new
+  topic of N partitions, E2E_RATE records/s for E2E_SECONDS, the first second not counted), idle
+  CPU of each broker over IDLE_MEASURE_S (both clusters idle), RSS and open files of each broker
+  (the mean of the three);
 * Spark ``count()`` of that topic, ember's direct and broker paths vs Spark's Kafka connector on
   Kafka, up to ``--partition-spark-max`` partitions (the connector pays a consumer per partition:
   about 0.3 s each here, 5 minutes at 1,000).
@@ -22,8 +24,8 @@ import uuid
 from typing import Any, Callable, Sequence
 
 from report import PARTITIONS_PREFIX
-from systems import System, create_with_kafka_admin, rss_mb
-from workloads import Row, cpu_seconds, interleaved, log
+from systems import KafkaClients, System, create_with_kafka_admin, rss_mb
+from workloads import Row, cpu_seconds, interleaved, latency_percentiles, latency_run, log
 
 VALUE = b"v" * 100
 IDLE_SETTLE_S = 5
@@ -31,6 +33,8 @@ IDLE_MEASURE_S = 20
 #: After a deletion, before the next topic is created.
 DELETE_SETTLE_S = 15
 TIMEOUT_S = 600
+E2E_RATE = 1000
+E2E_SECONDS = 6.0
 
 
 def kafka_bootstrap(system: System) -> str:
@@ -127,6 +131,7 @@ def partition_scale(systems: Sequence[System], counts: Sequence[int], records: i
                 f"records/s (acks=all), consumed {consumed:,.0f} records/s")
             for case, value in (("create", created), ("produce", produced), ("consume", consumed)):
                 samples.setdefault((system.name, case), []).append(value)
+        p99 = {system.name: e2e_p99_ms(system, count) for system in systems}
         idle = idle_cpu_percent(systems)
         footprint = {system.name: ([rss_mb(pid) for pid in broker_pids(system)],
                                    [len(os.listdir(f"/proc/{pid}/fd")) for pid in broker_pids(system)])
@@ -142,6 +147,8 @@ def partition_scale(systems: Sequence[System], counts: Sequence[int], records: i
                      samples[(ember, "produce")], samples[(kafka, "produce")]),
                  row("consume, new group, confluent-kafka", "records/s", True,
                      samples[(ember, "consume")], samples[(kafka, "consume")]),
+                 row(f"end-to-end p99 at {E2E_RATE:,} records/s, acks=all, confluent-kafka", "ms", False,
+                     [p99[ember]], [p99[kafka]], True),
                  row("idle CPU per broker", "% of a core", False, [idle[ember]], [idle[kafka]], True),
                  row("RSS per broker", "MB", False, [statistics.mean(footprint[ember][0])],
                      [statistics.mean(footprint[kafka][0])], True),
@@ -152,6 +159,17 @@ def partition_scale(systems: Sequence[System], counts: Sequence[int], records: i
         for system in systems:
             delete_and_settle(system, kept[system.name])
     return rows
+
+
+def e2e_p99_ms(system: System, count: int) -> float:
+    """p99 of produce → consume (ms) through confluent-kafka on a new topic of ``count``
+    partitions (deleted afterwards, then the settling time)."""
+    topic = f"partitions-latency-{count}-{uuid.uuid4().hex[:8]}"
+    latencies = latency_run(system, KafkaClients(kafka_bootstrap(system)), topic, E2E_RATE, E2E_SECONDS, count)
+    p99 = latency_percentiles(latencies)[1]
+    log(f"{count:>6,} partitions {system.name:5s}: end-to-end p99 {p99:.1f} ms at {E2E_RATE:,} records/s")
+    time.sleep(DELETE_SETTLE_S)
+    return p99
 
 
 def delete_and_settle(system: System, topic: str) -> None:
