@@ -6,6 +6,8 @@ import random
 from collections import Counter
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ember.cluster.assignment import assign_replicas
 from ember.cluster.election import (
@@ -16,7 +18,7 @@ from ember.cluster.election import (
     preferred_state,
     unclean_state,
 )
-from ember.cluster.metadata_cache import TopicMetadata
+from ember.cluster.metadata_cache import MetadataCache, TopicMetadata
 from ember.cluster.reassignment import (
     cancel_reassignment,
     completion_state,
@@ -202,3 +204,28 @@ def test_clients_are_shown_a_partitions_initial_state_until_its_state_is_read() 
     assert not meta.states.get(0)          # decisions still see only what was read
     moving = TopicMetadata("t", TopicRecord("id", {0: [4, 2, 3]}, {}, {0: Reassignment([4], [1])}), {})
     assert moving.shown_state(0) is None   # its replica list no longer says who leads
+
+
+def _written(czxid: int, version: int) -> PartitionState:
+    return PartitionState(1 + version % 3, version, [1, 2, 3], 1, version, czxid)
+
+
+@given(st.lists(st.one_of(st.just(None), st.tuples(st.integers(1, 3), st.integers(0, 5))), min_size=1, max_size=12))
+@settings(max_examples=200, deadline=None)
+def test_the_cache_keeps_a_partitions_newest_state_whatever_order_the_reads_answer_in(reads) -> None:
+    """Listings (a partition without a state znode: its initial state, None here) and reads of
+    its znode (creation zxid, version) answer in any order: the cache ends with the newest
+    written state, and an initial state never replaces a written one."""
+    record = TopicRecord("id", {0: [3, 1, 2]}, {})
+    cache = MetadataCache(session=None)     # type: ignore[arg-type]   # only the store is used
+    cache._set_topic("t", record)
+    for read in reads:
+        cache._set_states("t", {0: PartitionState.initial([3, 1, 2]) if read is None else _written(*read)})
+    written = [read for read in reads if read is not None]
+    stored = cache.topic("t").states[0]
+    if written:
+        assert (stored.created_zxid, stored.version) == max(written)
+    else:
+        assert stored == PartitionState.initial([3, 1, 2]) and stored.version == ABSENT_VERSION
+    cache._set_states("t", {1: _written(9, 9)})      # a partition the record lacks: not stored
+    assert 1 not in cache.topic("t").states
