@@ -5,9 +5,10 @@
 * produce: ``--partition-records`` records of 100 B, acks=all, linger 5 ms, idempotent;
 * consume: a new group reading them all from the beginning (join included);
 * then, once per N and system: end-to-end p99 latency (confluent-kafka on both, acks=all, a new
-  topic of N partitions, E2E_RATE records/s for E2E_SECONDS, the first second not counted), idle
-  CPU of each broker over IDLE_MEASURE_S (both clusters idle), RSS and open files of each broker
-  (the mean of the three);
+  topic of N partitions: a warm-up record to every partition, and once the consumer has them
+  all, E2E_RATE records/s for E2E_SECONDS: the latency of a cluster serving every partition, not
+  of its first fetches), idle CPU of each broker over IDLE_MEASURE_S (both clusters idle), RSS
+  and open files of each broker (the mean of the three);
 * Spark ``count()`` of that topic, ember's direct and broker paths vs Spark's Kafka connector on
   Kafka, up to ``--partition-spark-max`` partitions (the connector pays a consumer per partition:
   about 0.3 s each here, 5 minutes at 1,000).
@@ -17,15 +18,17 @@ topic (deleted afterwards); the other rows are measured once (``single``).
 """
 from __future__ import annotations
 
+import multiprocessing as mp
 import os
 import statistics
+import struct
 import time
 import uuid
 from typing import Any, Callable, Sequence
 
 from report import PARTITIONS_PREFIX
-from systems import KafkaClients, System, create_with_kafka_admin, rss_mb
-from workloads import Row, cpu_seconds, interleaved, latency_percentiles, latency_run, log
+from systems import KafkaClients, ProduceSettings, System, create_with_kafka_admin, rss_mb
+from workloads import VALUE_SIZE, Row, collect, cpu_seconds, interleaved, latency_percentiles, log, pace
 
 VALUE = b"v" * 100
 IDLE_SETTLE_S = 5
@@ -163,13 +166,71 @@ def partition_scale(systems: Sequence[System], counts: Sequence[int], records: i
 
 def e2e_p99_ms(system: System, count: int) -> float:
     """p99 of produce → consume (ms) through confluent-kafka on a new topic of ``count``
-    partitions (deleted afterwards, then the settling time)."""
+    partitions, once the consumer (its own process) has been served a warm-up record of every
+    partition; the topic is deleted afterwards, then the settling time."""
     topic = f"partitions-latency-{count}-{uuid.uuid4().hex[:8]}"
-    latencies = latency_run(system, KafkaClients(kafka_bootstrap(system)), topic, E2E_RATE, E2E_SECONDS, count)
-    p99 = latency_percentiles(latencies)[1]
-    log(f"{count:>6,} partitions {system.name:5s}: end-to-end p99 {p99:.1f} ms at {E2E_RATE:,} records/s")
-    time.sleep(DELETE_SETTLE_S)
+    bootstrap = kafka_bootstrap(system)
+    create(bootstrap, topic, count)
+    total = int(E2E_RATE * E2E_SECONDS)
+    context = mp.get_context("spawn")
+    ready, results = context.Event(), context.Queue()
+    tail = context.Process(target=_primed_tail, args=(bootstrap, topic, count, total, ready, results), daemon=True)
+    tail.start()
+    try:
+        producer = KafkaClients(bootstrap)._producer(ProduceSettings("all", 3))
+        for partition in range(count):
+            producer.produce(topic, b"warm-up", partition=partition)
+        if producer.flush(TIMEOUT_S):
+            raise TimeoutError(f"{system.name}: the warm-up of {topic} was not delivered in {TIMEOUT_S} s")
+        deadline = time.monotonic() + TIMEOUT_S
+        while not ready.wait(1):
+            if not tail.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"{system.name}: the latency consumer of {topic} did not read the warm-up "
+                                   f"(exit code {tail.exitcode})")
+
+        def send(value: bytes) -> None:
+            producer.produce(topic, value)
+            producer.poll(0)
+        pace(send, os.urandom(VALUE_SIZE - 8), E2E_RATE, total)
+        producer.flush(60)
+        p50, p99, p999 = latency_percentiles(collect(results, tail))
+    finally:
+        tail.join(10)
+        if tail.is_alive():
+            tail.kill()
+    log(f"{count:>6,} partitions {system.name:5s}: end-to-end p50 {p50:.1f} ms, p99 {p99:.1f} ms, p99.9 {p999:.1f} ms "
+        f"at {E2E_RATE:,} records/s")
+    delete_and_settle(system, topic)
     return p99
+
+
+def _primed_tail(bootstrap: str, topic: str, partitions: int, expected: int, ready: Any, results: Any) -> None:
+    """Child process: every partition from its beginning; ``ready`` once a warm-up record of each
+    arrived, then now - the send time in each timed value (ns)."""
+    from confluent_kafka import OFFSET_BEGINNING
+    consumer = KafkaClients(bootstrap)._consumer(topic, partitions, OFFSET_BEGINNING)
+    unpack = struct.Struct(">q").unpack_from
+    warmed: set[int] = set()
+    latencies: list[int] = []
+    deadline = time.monotonic() + TIMEOUT_S
+    try:
+        while len(latencies) < expected and time.monotonic() < deadline:
+            first = consumer.poll(0.1)
+            if first is None:
+                continue
+            messages = [first, *consumer.consume(10_000, 0)]
+            now = time.time_ns()
+            for message in messages:
+                value = message.value() if message.error() is None else None
+                if value is not None and len(value) == VALUE_SIZE:
+                    latencies.append(now - unpack(value)[0])
+                elif value is not None:
+                    warmed.add(message.partition())
+            if len(warmed) == partitions:
+                ready.set()
+    finally:
+        consumer.close()
+    results.put(latencies)
 
 
 def delete_and_settle(system: System, topic: str) -> None:

@@ -147,13 +147,12 @@ def modes(systems: Sequence[System], attribute: str) -> tuple[tuple[str, ...], t
 
 # -- end-to-end latency ------------------------------------------------------------------------
 
-def _tail_process(clients: Clients, topic: str, expected: int, ready: Any, results: Any,
-                  partitions: int = PARTITIONS) -> None:
+def _tail_process(clients: Clients, topic: str, expected: int, ready: Any, results: Any) -> None:
     """Child process: consume the (new, empty) topic from its beginning — from the end would race
     with the first sends — and compute now - the send time in each value (ns)."""
     latencies: list[int] = []
     unpack = struct.Struct(">q").unpack_from
-    with clients.tail_values(topic, partitions) as poll:
+    with clients.tail_values(topic, PARTITIONS) as poll:
         poll()
         ready.set()
         deadline = time.monotonic() + 600
@@ -193,18 +192,16 @@ def end_to_end_latency(systems: Sequence[System], rate: int, seconds: float, rep
     return rows
 
 
-def latency_run(owner: System, clients: Clients, topic: str, rate: int, seconds: float,
-                partitions: int = PARTITIONS) -> list[int]:
-    """One run of the end-to-end latency case into a new acks=all RF=3 topic of ``owner`` with
-    ``partitions`` partitions, sent and read with ``clients``: every latency (ns) but the first
-    second's."""
+def latency_run(owner: System, clients: Clients, topic: str, rate: int, seconds: float) -> list[int]:
+    """One run of the end-to-end latency case into a new acks=all RF=3 topic of ``owner``, sent and
+    read with ``clients``: every latency (ns) but the first second's."""
     settings = ProduceSettings("all", 3)
     total = int(rate * seconds)
     padding = os.urandom(VALUE_SIZE - 8)
     context = mp.get_context("spawn")
-    owner.create_topic(topic, partitions, settings.replication_factor)
+    owner.create_topic(topic, PARTITIONS, settings.replication_factor)
     ready, results = context.Event(), context.Queue()
-    tail = context.Process(target=_tail_process, args=(clients, topic, total, ready, results, partitions), daemon=True)
+    tail = context.Process(target=_tail_process, args=(clients, topic, total, ready, results), daemon=True)
     tail.start()
     try:
         if not ready.wait(60):
