@@ -134,7 +134,7 @@ def partition_scale(systems: Sequence[System], counts: Sequence[int], records: i
                 f"records/s (acks=all), consumed {consumed:,.0f} records/s")
             for case, value in (("create", created), ("produce", produced), ("consume", consumed)):
                 samples.setdefault((system.name, case), []).append(value)
-        p99 = {system.name: e2e_p99_ms(system, count) for system in systems}
+        p99 = e2e_p99_each(systems, count)
         idle = idle_cpu_percent(systems)
         footprint = {system.name: ([rss_mb(pid) for pid in broker_pids(system)],
                                    [len(os.listdir(f"/proc/{pid}/fd")) for pid in broker_pids(system)])
@@ -150,8 +150,8 @@ def partition_scale(systems: Sequence[System], counts: Sequence[int], records: i
                      samples[(ember, "produce")], samples[(kafka, "produce")]),
                  row("consume, new group, confluent-kafka", "records/s", True,
                      samples[(ember, "consume")], samples[(kafka, "consume")]),
-                 row(f"end-to-end p99 at {E2E_RATE:,} records/s, acks=all, confluent-kafka", "ms", False,
-                     [p99[ember]], [p99[kafka]], True),
+                 *([row(f"end-to-end p99 at {E2E_RATE:,} records/s, acks=all, confluent-kafka", "ms", False,
+                        [p99[ember]], [p99[kafka]], True)] if p99 else []),
                  row("idle CPU per broker", "% of a core", False, [idle[ember]], [idle[kafka]], True),
                  row("RSS per broker", "MB", False, [statistics.mean(footprint[ember][0])],
                      [statistics.mean(footprint[kafka][0])], True),
@@ -162,6 +162,17 @@ def partition_scale(systems: Sequence[System], counts: Sequence[int], records: i
         for system in systems:
             delete_and_settle(system, kept[system.name])
     return rows
+
+
+def e2e_p99_each(systems: Sequence[System], count: int) -> dict[str, float]:
+    """:func:`e2e_p99_ms` of each system; empty (no row, the run goes on) when one fails: at
+    5,000 partitions ember took minutes to acknowledge a warm-up record per partition right
+    after creating the topic."""
+    try:
+        return {system.name: e2e_p99_ms(system, count) for system in systems}
+    except (RuntimeError, TimeoutError) as exc:
+        log(f"{count:>6,} partitions: no end-to-end row ({exc})")
+        return {}
 
 
 def e2e_p99_ms(system: System, count: int) -> float:
@@ -198,9 +209,9 @@ def e2e_p99_ms(system: System, count: int) -> float:
         tail.join(10)
         if tail.is_alive():
             tail.kill()
+        delete_and_settle(system, topic)
     log(f"{count:>6,} partitions {system.name:5s}: end-to-end p50 {p50:.1f} ms, p99 {p99:.1f} ms, p99.9 {p999:.1f} ms "
         f"at {E2E_RATE:,} records/s")
-    delete_and_settle(system, topic)
     return p99
 
 
@@ -212,7 +223,7 @@ def _primed_tail(bootstrap: str, topic: str, partitions: int, expected: int, rea
     unpack = struct.Struct(">q").unpack_from
     warmed: set[int] = set()
     latencies: list[int] = []
-    deadline = time.monotonic() + TIMEOUT_S
+    deadline = time.monotonic() + 2 * TIMEOUT_S + E2E_SECONDS     # the parent's warm-up waits, then its run
     try:
         while len(latencies) < expected and time.monotonic() < deadline:
             first = consumer.poll(0.1)
