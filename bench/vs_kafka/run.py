@@ -49,7 +49,7 @@ from systems import EmberSystem, KafkaSystem, System  # noqa: E402
 from workloads import Row, log  # noqa: E402
 
 ALL = ("produce", "latency", "consume", "spark-read", "spark-write", "footprint", "scale", "partitions")
-#: What a run without ``--only`` measures: the partitions workload takes about 40 minutes on its own.
+#: What a run without ``--only`` measures: the partitions workload takes about 45 minutes on its own.
 DEFAULT = tuple(name for name in ALL if name != "partitions")
 READ_TOPIC = "read"
 
