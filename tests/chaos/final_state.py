@@ -22,8 +22,8 @@ from .history import FinalState, History
 def wait_settled(bootstrap: str, topic: str, brokers: set[int], history: History,
                  bound_s: float) -> dict[int, PartitionDescription]:
     """Partitions once each has a leader, every broker in its ISR and its high watermark at its
-    log end (nothing in flight); a settle that misses ``bound_s`` is a liveness violation, and
-    the last description seen is returned."""
+    log end (nothing in flight), both known (not -1: the leader answered); a settle that misses
+    ``bound_s`` is a liveness violation, and the last description seen is returned."""
     started = time.monotonic()
     last: dict[int, PartitionDescription] = {}
     with Admin(bootstrap, request_timeout_ms=5000) as admin:
@@ -32,7 +32,8 @@ def wait_settled(bootstrap: str, topic: str, brokers: set[int], history: History
                 last = {p.partition: p for p in admin.describe_topic(topic).partitions}
             except EmberError:
                 pass
-            if last and all(p.leader >= 0 and set(p.isr) == brokers and p.high_watermark == p.log_end_offset
+            # -1: the leader's ListOffsets failed (describe_topic's offsets of a partition it could not ask)
+            if last and all(p.leader >= 0 and set(p.isr) == brokers and p.high_watermark == p.log_end_offset >= 0
                             for p in last.values()):
                 history.timing("cluster settles (full ISR, high watermark at log end)",
                                time.monotonic() - started, bound_s)
