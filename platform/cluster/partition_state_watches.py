@@ -75,8 +75,7 @@ class PartitionStateWatches:
         except NoNodeError:
             return      # the topic is being deleted
         except KazooException as exc:
-            log.warning("could not list the partition states of %s (%s); reading them again on reconnection",
-                        self.topic, exc)
+            self._unlisted(exc)
             return
         loaded, wanted = self._take_listing(children, replicas)
         reads = [(index, self._read(index)) for index in wanted]
@@ -89,8 +88,7 @@ class PartitionStateWatches:
                 continue
             except KazooException as exc:
                 # The connection dropped: the reconnection reads every state again.
-                log.warning("could not read the state of %s-%d (%s); reading it again on reconnection",
-                            self.topic, index, exc)
+                self._unread(index, exc)
                 continue
             if state is not None:
                 loaded[index] = state
@@ -131,6 +129,17 @@ class PartitionStateWatches:
                    if index not in listed and brokers}
         return initial, sorted({index for index in wanted if index in listed} | (added & watched))
 
+    def _read_then_store(self, index: int) -> None:
+        self._read(index).rawlink(lambda result: self._on_read(index, result))
+
+    def _unlisted(self, exc: Exception) -> None:
+        log.warning("could not list the partition states of %s (%s); reading them again on reconnection",
+                    self.topic, exc)
+
+    def _unread(self, index: int, exc: Exception) -> None:
+        log.warning("could not read the state of %s-%d (%s); reading it again on reconnection",
+                    self.topic, index, exc)
+
     def _read(self, index: int) -> IAsyncResult:
         return self.client.get_async(zk_paths.partition_state(self.topic, index), watch=self._on_event)
 
@@ -158,29 +167,27 @@ class PartitionStateWatches:
         except NoNodeError:
             return      # the topic is being deleted
         except (KazooException, KazooTimeoutError) as exc:
-            log.warning("could not list the partition states of %s (%s); reading them again on reconnection",
-                        self.topic, exc)
+            self._unlisted(exc)
             return
         initial, reads = self._take_listing(children, wanted)
         if self.active and initial:
             self.store(initial)
         for index in reads:
             if self.active:
-                self._read(index).rawlink(lambda late, index=index: self._on_read(index, late))
+                self._read_then_store(index)
 
     def _on_event(self, event: WatchedEvent) -> None:
         """One state changed (kazoo's callback thread): read it again, re-arming its watch."""
         index = self._paths.get(event.path)
         if not self.active or index is None or event.type != EventType.CHANGED:
             return
-        self._read(index).rawlink(lambda result: self._on_read(index, result))
+        self._read_then_store(index)
 
     def _on_read(self, index: int, result: IAsyncResult) -> None:
         try:
             state = self._state(result, 0)
         except (KazooException, KazooTimeoutError) as exc:
-            log.warning("could not read the state of %s-%d (%s); reading it again on reconnection",
-                        self.topic, index, exc)
+            self._unread(index, exc)
             return
         if self.active and state is not None:
             self.store({index: state})
