@@ -1,9 +1,11 @@
 """Appending producers' batches at the partition leaders: the Produce work of both wire protocols.
 
 Every partition's batch is appended first, then (acks=all) the replication waits run together,
-so one slow partition does not delay the next one's append. Both wire protocols pass batches as
-they came (ember's Arrow batches, Kafka's RecordBatch v2: docs/log.md "Batch format"), and the log
-assigns offsets, orders and deduplicates them from the header both share, whichever protocol wrote.
+so one slow partition does not delay the next one's append; once only those waits remain, the
+connection reads its next request meanwhile (:mod:`ember.net.pipelining`: replies still go out in
+request order). Both wire protocols pass batches as they came (ember's Arrow batches, Kafka's
+RecordBatch v2: docs/log.md "Batch format"), and the log assigns offsets, orders and deduplicates
+them from the header both share, whichever protocol wrote.
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from typing import Awaitable, Sequence
 
 from ember.errors import InvalidRequiredAcks
 from ember.ingest.replica_manager import ReplicaManager
+from ember.net.pipelining import read_on
 from ember.record.header import Buffer
 from ember.security.authorizer.model import Operation
 
@@ -53,6 +56,8 @@ async def append_at_leaders(replicas: ReplicaManager, entries: Sequence[ProduceE
             outcomes.append(produced)
         except Exception as exc:
             outcomes.append(exc)
+    if waits:
+        read_on()    # only waits remain: the connection may read the next Produce meanwhile
     results = await asyncio.gather(*(wait for _, wait in waits), return_exceptions=True)
     for (position, _), result in zip(waits, results):
         if isinstance(result, Exception):

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Awaitable, Callable
 
 from ember.errors import EmberError
 from ember.net.budget import RequestBudget
+from ember.net.pipelining import MAX_REPLIES_OWED, OwedReply, RepliesInOrder, handle_reading_on
 from ember.security.listener import ListenerSecurity, establish
 from ember.security.log_limit import LogLimiter, suppressed_note
 from ember.security.sasl.server import RawSaslToken, SaslServer
@@ -239,6 +240,7 @@ class BrokerServer:
         peer = writer.get_extra_info("peername")
         watchdog = _Watchdog(task, self.max_idle_ms)
         pending: SaslServer | None = None
+        owed = RepliesInOrder(lambda o, reply: self._write_owed(writer, o, reply), self._release_owed, task.cancel)
         try:
             session = await establish(self.security, writer, peer)
             if session is None:
@@ -256,10 +258,23 @@ class BrokerServer:
                     if pending is None and sasl is not None and sasl.expires_at is not None:
                         pending = self._renewal(sasl, request, session)
                         sasl = pending or sasl
+                    produce = pending is None and request.api_key == ApiKey.PRODUCE
+                    if len(owed) >= (MAX_REPLIES_OWED if produce else 1):
+                        watchdog.arm("waiting for earlier requests to be answered")
+                        await owed.written(below=MAX_REPLIES_OWED if produce else 1)
                     timer = self.observer.start(request.api_key) if self.observer is not None else None
                     watchdog.watch_client(reader, writer.transport)
-                    reply = await (self.dispatch(request) if pending is None
-                                   else self._authenticate(request, pending))
+                    if produce:
+                        handling, later = await handle_reading_on(self.dispatch(request))
+                        if later or len(owed):
+                            watchdog.disarm()
+                            owed.add(OwedReply(handling, request.correlation_id, charged, timer))
+                            charged, timer = 0, None    # the reply's now, given back once it is written
+                            continue
+                        reply = handling.result()
+                    else:
+                        reply = await (self.dispatch(request) if pending is None
+                                       else self._authenticate(request, pending))
                     watchdog.disarm()
                     if timer is not None:
                         timer.handled(reply)
@@ -291,13 +306,39 @@ class BrokerServer:
                 self._log_failed_authentication(peer, pending)
             elif watchdog.expired:
                 log.info("closing connection from %s: %s", peer, watchdog.expired)
+            elif owed.failure is not None:
+                self._log_closing(peer, owed.failure)
         finally:
+            await owed.close()
             watchdog.close()
             self._connections.discard(task)
             if watchdog.expired:
                 writer.transport.abort()   # close() would wait forever to flush to a client that does not read
             else:
                 writer.close()
+
+    async def _write_owed(self, writer: asyncio.StreamWriter, owed: OwedReply, reply: Reply | None) -> None:
+        """Write a reply the connection owed (:mod:`ember.net.pipelining`), once its handler is done."""
+        if owed.timer is not None:
+            owed.timer.handled(reply)
+        if reply is not None:
+            owed.charged = self._charge_response(owed.charged, reply)
+            await self._write(writer, owed.correlation_id, reply)
+
+    def _release_owed(self, owed: OwedReply) -> None:
+        self.budget.release(owed.charged)
+        if owed.timer is not None:
+            owed.timer.done()
+
+    @staticmethod
+    def _log_closing(peer: object, failure: BaseException) -> None:
+        """Why a connection ends after an owed reply failed (its handler or its write)."""
+        if isinstance(failure, EmberError):
+            log.warning("closing connection from %s: %s", peer, failure)
+        elif isinstance(failure, CloseConnection):
+            log.info("closing connection from %s: %s", peer, failure)
+        elif not isinstance(failure, (ConnectionError, asyncio.IncompleteReadError)):
+            log.error("closing connection from %s: a reply failed", peer, exc_info=failure)
 
     def _charge_response(self, charged: int, reply: Reply) -> int:
         """Give back a handled request's frame bytes and charge its response's in-memory bytes (the

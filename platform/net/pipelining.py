@@ -1,0 +1,133 @@
+"""Reading on while a Produce waits for its replicas, answering in request order.
+
+Kafka's broker reads a connection's next request only once it has answered the current one. An
+acks=all Produce spends most of its time after its appends, waiting for the followers to fetch
+them, so the Produce requests a producer keeps in flight on a connection (up to 5 with
+librdkafka's and the Java client's idempotence) are each held for one replication round after
+another: at hundreds of partitions, where a round takes tens of milliseconds, records queued in
+the producer for seconds. ember's server reads the next request as soon as a Produce's appends
+are done (its handler calls :func:`read_on`) and writes the replies in request order
+(:class:`RepliesInOrder`). The appends still happen in the order the requests came, so offsets,
+idempotent sequence numbers and per-partition order are what they would be on Kafka. Any request
+other than a Produce waits until every earlier reply went out, so what it sees (a ListOffsets
+after a Produce, say) is what it would see on Kafka.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextvars
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable
+
+#: Replies a connection may owe at once before it stops reading requests: the budget of
+#: ``queued.max.request.bytes`` bounds their bytes, this bounds their number.
+MAX_REPLIES_OWED = 8
+
+_read_on: contextvars.ContextVar[asyncio.Future[None] | None] = contextvars.ContextVar("ember_read_on", default=None)
+
+
+def read_on() -> None:
+    """Called by a Produce handler once its appends are done and only its replication waits
+    remain: the connection reads its next request meanwhile. Does nothing outside such a request."""
+    signal = _read_on.get()
+    if signal is not None and not signal.done():
+        signal.set_result(None)
+
+
+async def handle_reading_on(handle: Awaitable[Any]) -> tuple[asyncio.Task[Any], bool]:
+    """Run ``handle`` (a Produce's dispatch) in a task of its own; returns it once it is done or
+    has called :func:`read_on`, with True in the latter case (the task is still running). A
+    cancelled caller cancels it."""
+    signal: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    context = contextvars.copy_context()
+    context.run(_read_on.set, signal)
+    task: asyncio.Task[Any] = asyncio.create_task(_awaited(handle), context=context)
+    try:
+        await asyncio.wait([task, signal], return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        task.cancel()
+        await asyncio.wait([task])
+        raise
+    return task, not task.done()
+
+
+async def _awaited(handle: Awaitable[Any]) -> Any:
+    return await handle
+
+
+@dataclass
+class OwedReply:
+    """A request read whose reply is not written yet: its handler (a task), with what the server
+    keeps for it until the reply is out (the frame's charge, the request timer, the correlation id)."""
+    handling: asyncio.Task[Any]
+    correlation_id: int
+    charged: int
+    timer: Any = None
+
+
+class RepliesInOrder:
+    """The replies one connection owes, written in request order by a task of their own while the
+    connection reads on. ``write(owed, reply)`` writes one (and gives back its charge); a handler
+    or a write that fails ends the connection: ``failure`` says why and ``on_failure`` is called
+    (the server cancels the connection's task)."""
+
+    def __init__(self, write: Callable[[OwedReply, Any], Awaitable[None]],
+                 release: Callable[[OwedReply], None], on_failure: Callable[[], object]) -> None:
+        self._write = write
+        self._release = release
+        self._on_failure = on_failure
+        self._owed: deque[OwedReply] = deque()
+        self._writer: asyncio.Task[None] | None = None
+        self._written = asyncio.Event()
+        self.failure: BaseException | None = None
+
+    def __len__(self) -> int:
+        return len(self._owed)
+
+    def add(self, owed: OwedReply) -> None:
+        self._owed.append(owed)
+        self._written.clear()
+        if self._writer is None:
+            self._writer = asyncio.create_task(self._write_all(), name="replies-in-order")
+
+    async def written(self, below: int = 1) -> None:
+        """Wait until fewer than ``below`` replies are owed (1: every reply went out)."""
+        while len(self._owed) >= below and self.failure is None:
+            self._written.clear()
+            await self._written.wait()
+
+    async def _write_all(self) -> None:
+        try:
+            while self._owed:
+                owed = self._owed[0]
+                try:
+                    reply = await owed.handling
+                    await self._write(owed, reply)
+                except asyncio.CancelledError:
+                    raise
+                except BaseException as exc:
+                    self.failure = exc
+                    self._on_failure()
+                    return
+                finally:
+                    if self._owed and self._owed[0] is owed:
+                        self._owed.popleft()
+                        self._release(owed)
+                    self._written.set()
+        finally:
+            self._writer = None
+            self._written.set()
+
+    async def close(self) -> None:
+        """The connection ends: stop writing, cancel the handlers still running, give back what
+        each owed reply held."""
+        writer, self._writer = self._writer, None
+        handlers = [owed.handling for owed in self._owed]
+        for task in handlers:
+            task.cancel()
+        if writer is not None:
+            writer.cancel()
+        await asyncio.gather(*handlers, *([writer] if writer is not None else []), return_exceptions=True)
+        while self._owed:
+            self._release(self._owed.popleft())

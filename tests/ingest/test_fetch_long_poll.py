@@ -1,0 +1,63 @@
+"""A sessionless fetch's long poll (``ember.ingest.fetch.fetch_at_leaders``: librdkafka never opens
+fetch sessions) reads every partition once, then only the partitions that changed: a consumer of
+1,000 partitions re-read 333 of them per broker for every append before."""
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from ingest_fakes import FakeInterBroker, FakeIsrWriter, FakeMetadataCache, batch, run
+
+from ember.cluster.records import PartitionState
+from ember.ingest.broker_config import BrokerConfig
+from ember.ingest.fetch import FetchTarget, fetch_at_leaders
+from ember.ingest.log_manager import LogManager
+from ember.ingest.partition import CONSUMER_REPLICA_ID, Partition
+from ember.ingest.produce import ProduceEntry, append_at_leaders
+from ember.ingest.replica_manager import ReplicaManager
+
+ME = 1
+TOPIC = "t"
+PARTITIONS = 50
+
+
+def test_a_long_poll_rereads_only_the_partition_that_changed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    reads: Counter[int] = Counter()
+    original = Partition.read
+
+    async def counted(self: Partition, *args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+        reads[self.index] += 1
+        return await original(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Partition, "read", counted)
+
+    async def scenario() -> list[int]:
+        cache = FakeMetadataCache()
+        cache.put_topic(TOPIC, {i: [ME] for i in range(PARTITIONS)},
+                        states={i: PartitionState(ME, 0, [ME], 1, 0) for i in range(PARTITIONS)})
+        logs = LogManager(tmp_path, ME)
+        replicas = ReplicaManager(ME, cache, logs, BrokerConfig.from_properties({}), FakeIsrWriter(cache, ME),
+                                  inter_broker=FakeInterBroker())
+        await replicas.start()
+        try:
+            targets = [FetchTarget(TOPIC, i, 0, 1 << 20) for i in range(PARTITIONS)]
+            polling = asyncio.ensure_future(fetch_at_leaders(replicas, targets, CONSUMER_REPLICA_ID, 1, 1 << 20, 10.0))
+            for _ in range(200):
+                if len(reads) == PARTITIONS:
+                    break
+                await asyncio.sleep(0.01)
+            assert set(reads.values()) == {1} and not polling.done()
+            for index in (7, 7, 31):        # three appends to two partitions, then the answer
+                await append_at_leaders(replicas, [ProduceEntry(TOPIC, index, memoryview(batch(3)))], 1, 5.0)
+            results = await asyncio.wait_for(polling, 10)
+            assert [r.error for r in results if r.error is not None] == []
+            return [r.size for r in results]
+        finally:
+            await replicas.close()
+            logs.close()
+
+    sizes = run(scenario())
+    assert sizes[7] > 0 and all(size == 0 for i, size in enumerate(sizes) if i not in (7, 31))
+    assert {i for i, n in reads.items() if n > 1} <= {7, 31}     # no other partition was read again

@@ -1,0 +1,161 @@
+"""A Produce whose appends are done reads on (``ember.net.pipelining``): the connection's next
+Produce is handled while it waits for its replicas, the replies still go out in request order,
+and any other request waits until every earlier reply went out, as it would on Kafka."""
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from ember.net.pipelining import MAX_REPLIES_OWED, read_on
+from ember.net.server import BrokerServer
+from ember.wire.api_keys import ApiKey
+from ember.wire.frame import FRAME_LENGTH, Request, decode_response, encode_request
+from ember.wire.reply import Reply
+
+
+class _Broker:
+    """A dispatch whose Produce requests read on, then wait until the test releases them by name."""
+
+    def __init__(self) -> None:
+        self.handled: list[str] = []
+        self.released: dict[str, asyncio.Event] = {}
+
+    async def __call__(self, request: Request) -> Reply | None:
+        name = request.body["name"]
+        self.handled.append(name)
+        if request.api_key == ApiKey.PRODUCE and request.body.get("wait"):
+            read_on()
+            await self.released.setdefault(name, asyncio.Event()).wait()
+        return Reply({"error_code": 0, "name": name})
+
+    def release(self, name: str) -> None:
+        self.released.setdefault(name, asyncio.Event()).set()
+
+
+async def _serving(broker: _Broker) -> tuple[BrokerServer, asyncio.StreamReader, asyncio.StreamWriter]:
+    server = BrokerServer(broker, "127.0.0.1", 0, 1 << 20, 60_000)
+    await server.bind()
+    await server.start_serving()
+    assert server._server is not None
+    reader, writer = await asyncio.open_connection("127.0.0.1", server._server.sockets[0].getsockname()[1])
+    return server, reader, writer
+
+
+def _send(writer: asyncio.StreamWriter, correlation_id: int, api_key: int, name: str, wait: bool = False) -> None:
+    writer.writelines(encode_request(api_key, 0, correlation_id, {"name": name, "wait": wait}))
+
+
+async def _answer(reader: asyncio.StreamReader) -> tuple[int, str]:
+    (size,) = FRAME_LENGTH.unpack(await asyncio.wait_for(reader.readexactly(FRAME_LENGTH.size), 10))
+    response = decode_response(await asyncio.wait_for(reader.readexactly(size), 10))
+    return response.correlation_id, response.body["name"]
+
+
+async def _settle(broker: _Broker, count: int) -> None:
+    for _ in range(500):
+        if len(broker.handled) >= count:
+            return
+        await asyncio.sleep(0.01)
+
+
+def test_a_produce_waiting_for_replicas_does_not_hold_the_next_and_replies_stay_in_order() -> None:
+    async def scenario() -> None:
+        broker = _Broker()
+        server, reader, writer = await _serving(broker)
+        try:
+            _send(writer, 1, ApiKey.PRODUCE, "slow", wait=True)
+            _send(writer, 2, ApiKey.PRODUCE, "fast")
+            _send(writer, 3, ApiKey.PRODUCE, "middle", wait=True)
+            await _settle(broker, 3)
+            assert broker.handled == ["slow", "fast", "middle"]     # all three read while "slow" waits
+            broker.release("middle")
+            pending = asyncio.ensure_future(_answer(reader))
+            await asyncio.sleep(0.2)
+            assert not pending.done()           # "fast" and "middle" are done, but "slow" is answered first
+            broker.release("slow")
+            assert [await pending, await _answer(reader), await _answer(reader)] == \
+                [(1, "slow"), (2, "fast"), (3, "middle")]
+        finally:
+            writer.close()
+            await server.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_request_other_than_produce_is_handled_only_after_every_earlier_reply() -> None:
+    """A ListOffsets pipelined behind an acks=all Produce sees the high watermark that Produce
+    waited for, as on Kafka: it is not handled while the Produce waits."""
+    async def scenario() -> None:
+        broker = _Broker()
+        server, reader, writer = await _serving(broker)
+        try:
+            _send(writer, 1, ApiKey.PRODUCE, "produce", wait=True)
+            _send(writer, 2, ApiKey.LIST_OFFSETS, "list-offsets")
+            await _settle(broker, 1)
+            await asyncio.sleep(0.2)
+            assert broker.handled == ["produce"]
+            broker.release("produce")
+            assert [await _answer(reader), await _answer(reader)] == [(1, "produce"), (2, "list-offsets")]
+            assert broker.handled == ["produce", "list-offsets"]
+        finally:
+            writer.close()
+            await server.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_connection_owes_a_bounded_number_of_replies_before_it_stops_reading() -> None:
+    async def scenario() -> None:
+        broker = _Broker()
+        server, reader, writer = await _serving(broker)
+        try:
+            for n in range(MAX_REPLIES_OWED + 2):
+                _send(writer, n, ApiKey.PRODUCE, f"p{n}", wait=True)
+            await _settle(broker, MAX_REPLIES_OWED + 2)
+            await asyncio.sleep(0.2)
+            assert len(broker.handled) == MAX_REPLIES_OWED
+            broker.release("p0")
+            assert await _answer(reader) == (0, "p0")
+            await _settle(broker, MAX_REPLIES_OWED + 1)
+            assert len(broker.handled) == MAX_REPLIES_OWED + 1
+            for n in range(1, MAX_REPLIES_OWED + 2):
+                broker.release(f"p{n}")
+            assert [(await _answer(reader))[0] for _ in range(MAX_REPLIES_OWED + 1)] == \
+                list(range(1, MAX_REPLIES_OWED + 2))
+        finally:
+            writer.close()
+            await server.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_client_that_goes_away_cancels_the_produces_it_left_waiting() -> None:
+    async def scenario() -> tuple[Any, int]:
+        broker = _Broker()
+        server, _reader, writer = await _serving(broker)
+        cancelled = 0
+        original = broker.__call__
+
+        async def counting(request: Request) -> Reply | None:
+            nonlocal cancelled
+            try:
+                return await original(request)
+            except asyncio.CancelledError:
+                cancelled += 1
+                raise
+
+        server.dispatch = counting
+        try:
+            _send(writer, 1, ApiKey.PRODUCE, "a", wait=True)
+            _send(writer, 2, ApiKey.PRODUCE, "b", wait=True)
+            await _settle(broker, 2)
+            writer.close()
+            for _ in range(500):
+                if cancelled == 2:
+                    break
+                await asyncio.sleep(0.01)
+            return server.budget.in_flight, cancelled
+        finally:
+            await server.close()
+
+    assert asyncio.run(scenario()) == (0, 2)    # both handlers cancelled, their frames' bytes given back
