@@ -137,7 +137,7 @@ class RecordHandlers:
                 millis(body.max_wait) / 1000, getattr(body, "session_id", NO_SESSION), epoch, forgotten)
         except (FetchSessionIdNotFound, InvalidFetchSessionEpoch) as exc:
             return build(cls, {**error_fields(exc), "session_id": NO_SESSION, "responses": []})
-        converted = await asyncio.gather(*(self._fetch_partition(r, request.api_version) for r in results))
+        converted = await self._fetch_partitions(results, request.api_version)
         topics: dict[object, dict[str, Any]] = {}
         for (_, index), (ref, error) in failed.items():
             topics.setdefault(id(ref), {**ref, "partitions": []})["partitions"].append(_fetch_fields(index, error))
@@ -146,17 +146,26 @@ class RecordHandlers:
             topics.setdefault(name, {**names.ref(name), "partitions": []})["partitions"].append(fields)
         return build(cls, {**OK, "session_id": session_id, "responses": list(topics.values())})
 
-    async def _fetch_partition(self, result: FetchResult, version: int) -> dict[str, Any]:
-        index = result.target.partition
-        if result.error is not None:
-            return _fetch_fields(index, result.error)
-        records: Buffer = _NO_RECORDS
-        if result.slice is not None and result.leader is not None:
-            try:
-                records = await result.leader.run(_kafka_batches, result.slice, version)
-            except Exception as exc:   # retention removed the segment meanwhile, or it is corrupt
-                return _fetch_fields(index, exc)
-        return _fetch_fields(index, None, result.offsets, records)
+    async def _fetch_partitions(self, results: list[FetchResult], version: int) -> list[dict[str, Any]]:
+        """Each result's response fields; only those with records to convert go to the I/O pool
+        (together): a fetch of 1,000 partitions, most of them without news, made 1,000 tasks."""
+        fields: list[dict[str, Any] | None] = [
+            None if r.error is None and r.slice is not None and r.leader is not None else
+            _fetch_fields(r.target.partition, r.error) if r.error is not None else
+            _fetch_fields(r.target.partition, None, r.offsets) for r in results]
+        reading = [i for i, f in enumerate(fields) if f is None]
+        for i, read in zip(reading, await asyncio.gather(*(self._fetch_records(results[i], version) for i in reading))):
+            fields[i] = read
+        return fields  # type: ignore[return-value]
+
+    @staticmethod
+    async def _fetch_records(result: FetchResult, version: int) -> dict[str, Any]:
+        assert result.slice is not None and result.leader is not None
+        try:
+            records = await result.leader.run(_kafka_batches, result.slice, version)
+        except Exception as exc:   # retention removed the segment meanwhile, or it is corrupt
+            return _fetch_fields(result.target.partition, exc)
+        return _fetch_fields(result.target.partition, None, result.offsets, records)
 
     # -- ListOffsets ---------------------------------------------------------------------------
 
