@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 from ember.errors import EmberError
 from ember.ingest.fetch_session import FetchSession, SessionPartition, monotonic_ms
@@ -27,8 +27,8 @@ from ember.security.authorizer.model import Operation
 from ember.wire.fetch_session import FINAL_EPOCH, INITIAL_EPOCH, NO_SESSION
 
 
-@dataclass(frozen=True)
-class FetchTarget:
+class FetchTarget(NamedTuple):
+    """One partition a fetch names (a tuple: a sessionless fetch of 1,000 partitions builds 1,000)."""
     topic: str
     partition: int
     offset: int
@@ -269,11 +269,14 @@ async def _read_all(replicas: ReplicaManager, targets: Sequence[FetchTarget], re
     watched (as target ``indices[i]``, else ``i``) before it is read."""
     results: list[FetchResult] = []
     room = max_bytes
+    refusals: dict[str, Exception | None] = {}     # per topic: the ACL check runs once per read
     for position, target in enumerate(targets):
         try:
-            operation = replicas.access.follower_or_topic(replica_id, Operation.READ)
-            if operation is not None:
-                replicas.access.check_topic(operation, target.topic)
+            refusal = refusals.get(target.topic, _UNCHECKED)
+            if refusal is _UNCHECKED:
+                refusal = refusals[target.topic] = _refusal(replicas, replica_id, target.topic)
+            if refusal is not None:
+                raise refusal
             partition = replicas.leader_partition(target.topic, target.partition)
             if changes is not None:
                 changes.watch(indices[position] if indices is not None else position, partition)
@@ -290,6 +293,21 @@ async def _read_all(replicas: ReplicaManager, targets: Sequence[FetchTarget], re
         some_data = some_data or result.size > 0
         results.append(result)
     return results
+
+
+_UNCHECKED = Exception()
+
+
+def _refusal(replicas: ReplicaManager, replica_id: int, topic: str) -> Exception | None:
+    """Why this fetcher may not read ``topic`` (a follower needs ClusterAction, a consumer Read on
+    the topic), or None."""
+    try:
+        operation = replicas.access.follower_or_topic(replica_id, Operation.READ)
+        if operation is not None:
+            replicas.access.check_topic(operation, topic)
+    except Exception as exc:
+        return exc
+    return None
 
 
 def _count_sent(results: Sequence[FetchResult], replica_id: int) -> None:

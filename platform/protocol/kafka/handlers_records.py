@@ -145,7 +145,10 @@ class RecordHandlers:
             topics.setdefault(id(ref), {**ref, "partitions": []})["partitions"].append(_fetch_fields(index, error))
         for result, fields in zip(results, converted):
             name = result.target.topic
-            topics.setdefault(name, {**names.ref(name), "partitions": []})["partitions"].append(fields)
+            topic = topics.get(name)
+            if topic is None:
+                topic = topics[name] = {**names.ref(name), "partitions": []}
+            topic["partitions"].append(fields)
         return build(cls, {**OK, "session_id": session_id, "responses": list(topics.values())})
 
     async def _fetch_partitions(self, results: list[FetchResult], version: int) -> list[Any]:
