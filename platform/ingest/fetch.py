@@ -77,7 +77,8 @@ async def fetch_at_leaders(replicas: ReplicaManager, targets: Sequence[FetchTarg
                 return results
             await changes.wait(remaining)
             changed = changes.take()
-            kept = [r.size for i, r in enumerate(results) if i not in changed]
+            fired = set(changed)
+            kept = [r.size for i, r in enumerate(results) if i not in fired]
             again = await _read_all(replicas, [targets[i] for i in changed], replica_id,
                                     max(0, max_bytes - sum(kept)), changes, indices=changed, some_data=any(kept))
             for index, result in zip(changed, again):
@@ -276,7 +277,8 @@ async def _read_all(replicas: ReplicaManager, targets: Sequence[FetchTarget], re
             if refusal is _UNCHECKED:
                 refusal = refusals[target.topic] = _refusal(replicas, replica_id, target.topic)
             if refusal is not None:
-                raise refusal
+                results.append(FetchResult(target, error=refusal))    # one error for the topic, not raised again
+                continue
             partition = replicas.leader_partition(target.topic, target.partition)
             if changes is not None:
                 changes.watch(indices[position] if indices is not None else position, partition)

@@ -18,7 +18,7 @@ import asyncio
 import contextvars
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Coroutine
 
 #: Replies a connection may owe at once before it stops reading requests: the budget of
 #: ``queued.max.request.bytes`` bounds their bytes, this bounds their number.
@@ -35,25 +35,26 @@ def read_on() -> None:
         signal.set_result(None)
 
 
-async def handle_reading_on(handle: Awaitable[Any]) -> tuple[asyncio.Task[Any], bool]:
+async def handle_reading_on(handle: Coroutine[Any, Any, Any]) -> tuple[asyncio.Task[Any], bool]:
     """Run ``handle`` (a Produce's dispatch) in a task of its own; returns it once it is done or
     has called :func:`read_on`, with True in the latter case (the task is still running). A
     cancelled caller cancels it."""
     signal: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     context = contextvars.copy_context()
     context.run(_read_on.set, signal)
-    task: asyncio.Task[Any] = asyncio.create_task(_awaited(handle), context=context)
+    task: asyncio.Task[Any] = asyncio.create_task(handle, context=context)
     try:
         await asyncio.wait([task, signal], return_when=asyncio.FIRST_COMPLETED)
     except asyncio.CancelledError:
         task.cancel()
-        await asyncio.wait([task])
+        await asyncio.gather(task, return_exceptions=True)
         raise
     return task, not task.done()
 
 
-async def _awaited(handle: Awaitable[Any]) -> Any:
-    return await handle
+def failed(task: asyncio.Task[Any]) -> bool:
+    """Whether a finished handler's task ended in an exception (raised again by ``result()``)."""
+    return task.done() and (task.cancelled() or task.exception() is not None)
 
 
 @dataclass
@@ -104,8 +105,13 @@ class RepliesInOrder:
                 try:
                     reply = await owed.handling
                     await self._write(owed, reply)
-                except asyncio.CancelledError:
-                    raise
+                except asyncio.CancelledError as exc:
+                    current = asyncio.current_task()
+                    if current is None or current.cancelling():
+                        raise       # this writer is stopped (the connection ends)
+                    self.failure = exc      # the handler's own task was cancelled: that reply is lost
+                    self._on_failure()
+                    return
                 except BaseException as exc:
                     self.failure = exc
                     self._on_failure()
@@ -128,6 +134,8 @@ class RepliesInOrder:
             task.cancel()
         if writer is not None:
             writer.cancel()
-        await asyncio.gather(*handlers, *([writer] if writer is not None else []), return_exceptions=True)
-        while self._owed:
-            self._release(self._owed.popleft())
+        try:
+            await asyncio.gather(*handlers, *([writer] if writer is not None else []), return_exceptions=True)
+        finally:     # also when the connection's task is cancelled again meanwhile (the server closing)
+            while self._owed:
+                self._release(self._owed.popleft())

@@ -3,7 +3,9 @@
 Each connection is served by one coroutine that reads a frame, hands the decoded request to the
 dispatcher and writes the reply before reading the next frame, so pipelined requests are
 answered in the order they were sent (the unread ones wait in the socket buffer, which is also
-the back-pressure). Fetch payloads go out with ``loop.sendfile`` straight from segment files;
+the back-pressure). An acks=all Produce waiting for its followers is the exception: the next
+request is read meanwhile and the replies are written in order (:mod:`ember.net.pipelining`).
+Fetch payloads go out with ``loop.sendfile`` straight from segment files;
 on a TLS listener they are read and written through the TLS transport instead (no zero-copy
 there, as in Kafka: the bytes must be encrypted). A connection starts with
 :func:`ember.security.listener.establish` (the TLS handshake, the connection's session); on a SASL
@@ -30,11 +32,11 @@ import asyncio
 import logging
 import os
 import select
-from typing import TYPE_CHECKING, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Coroutine
 
 from ember.errors import EmberError
 from ember.net.budget import RequestBudget
-from ember.net.pipelining import MAX_REPLIES_OWED, OwedReply, RepliesInOrder, handle_reading_on
+from ember.net.pipelining import MAX_REPLIES_OWED, OwedReply, RepliesInOrder, failed, handle_reading_on
 from ember.security.listener import ListenerSecurity, establish
 from ember.security.log_limit import LogLimiter, suppressed_note
 from ember.security.sasl.server import RawSaslToken, SaslServer
@@ -48,7 +50,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-Dispatch = Callable[[Request], Awaitable[Reply | None]]
+Dispatch = Callable[[Request], Coroutine[Any, Any, Reply | None]]
 Authenticate = Callable[[Request, SaslServer, Dispatch], Awaitable[Reply | None]]
 
 
@@ -240,6 +242,7 @@ class BrokerServer:
         peer = writer.get_extra_info("peername")
         watchdog = _Watchdog(task, self.max_idle_ms)
         pending: SaslServer | None = None
+        drop_owed = False   # the connection ends on the client's side or by cancellation: nobody reads owed replies
         owed = RepliesInOrder(lambda o, reply: self._write_owed(writer, o, reply), self._release_owed, task.cancel)
         try:
             session = await establish(self.security, writer, peer)
@@ -251,6 +254,7 @@ class BrokerServer:
                 pending = sasl if sasl is not None and not sasl.complete else None
                 read = await self._read_request(reader, watchdog, pending)
                 if read is None:
+                    drop_owed = True    # the client ended the stream
                     break
                 request, charged = read
                 timer = None
@@ -266,7 +270,9 @@ class BrokerServer:
                     watchdog.watch_client(reader, writer.transport)
                     if produce:
                         handling, later = await handle_reading_on(self.dispatch(request))
-                        if later or len(owed):
+                        if failed(handling) and len(owed):
+                            await owed.written()    # earlier replies first; then the failure ends the connection
+                        elif later or len(owed):
                             watchdog.disarm()
                             owed.add(OwedReply(handling, request.correlation_id, charged, timer))
                             charged, timer = 0, None    # the reply's now, given back once it is written
@@ -302,6 +308,7 @@ class BrokerServer:
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         except asyncio.CancelledError:
+            drop_owed = True
             if watchdog.expired and pending is not None and pending.failed:   # the client left during the delay
                 self._log_failed_authentication(peer, pending)
             elif watchdog.expired:
@@ -309,13 +316,26 @@ class BrokerServer:
             elif owed.failure is not None:
                 self._log_closing(peer, owed.failure)
         finally:
-            await owed.close()
             watchdog.close()
             self._connections.discard(task)
-            if watchdog.expired:
-                writer.transport.abort()   # close() would wait forever to flush to a client that does not read
-            else:
-                writer.close()
+            try:
+                if len(owed) and not drop_owed:
+                    await self._answer_owed(owed)
+                await owed.close()
+            finally:
+                if watchdog.expired:
+                    writer.transport.abort()   # close() would wait forever to flush to a client that does not read
+                else:
+                    writer.close()
+
+    async def _answer_owed(self, owed: RepliesInOrder) -> None:
+        """The broker ends the connection (a bad frame, an expired session) while Produces it read
+        are still waiting for their followers: their appends stand, so their replies are still
+        written, for at most ``connections.max.idle.ms``."""
+        try:
+            await asyncio.wait_for(owed.written(), self.max_idle_ms / 1000)
+        except (asyncio.TimeoutError, asyncio.CancelledError):
+            pass    # the connection ends all the same: what is still owed is cancelled next
 
     async def _write_owed(self, writer: asyncio.StreamWriter, owed: OwedReply, reply: Reply | None) -> None:
         """Write a reply the connection owed (:mod:`ember.net.pipelining`), once its handler is done."""

@@ -10,7 +10,7 @@ from ember.net.pipelining import MAX_REPLIES_OWED, read_on
 from ember.net.server import BrokerServer
 from ember.wire.api_keys import ApiKey
 from ember.wire.frame import FRAME_LENGTH, Request, decode_response, encode_request
-from ember.wire.reply import Reply
+from ember.wire.reply import CloseConnection, Reply
 
 
 class _Broker:
@@ -23,6 +23,8 @@ class _Broker:
     async def __call__(self, request: Request) -> Reply | None:
         name = request.body["name"]
         self.handled.append(name)
+        if request.body.get("fail"):
+            raise CloseConnection(f"{name} failed")
         if request.api_key == ApiKey.PRODUCE and request.body.get("wait"):
             read_on()
             await self.released.setdefault(name, asyncio.Event()).wait()
@@ -41,8 +43,9 @@ async def _serving(broker: _Broker) -> tuple[BrokerServer, asyncio.StreamReader,
     return server, reader, writer
 
 
-def _send(writer: asyncio.StreamWriter, correlation_id: int, api_key: int, name: str, wait: bool = False) -> None:
-    writer.writelines(encode_request(api_key, 0, correlation_id, {"name": name, "wait": wait}))
+def _send(writer: asyncio.StreamWriter, correlation_id: int, api_key: int, name: str, wait: bool = False,
+          fail: bool = False) -> None:
+    writer.writelines(encode_request(api_key, 0, correlation_id, {"name": name, "wait": wait, "fail": fail}))
 
 
 async def _answer(reader: asyncio.StreamReader) -> tuple[int, str]:
@@ -159,3 +162,46 @@ def test_a_client_that_goes_away_cancels_the_produces_it_left_waiting() -> None:
             await server.close()
 
     assert asyncio.run(scenario()) == (0, 2)    # both handlers cancelled, their frames' bytes given back
+
+
+def test_a_produce_that_fails_behind_waiting_ones_ends_the_connection_after_their_replies() -> None:
+    """As if handled one at a time: nothing after the failed Produce is read, what came before is
+    answered, then the connection closes (an acks=0 producer's only signal)."""
+    async def scenario() -> tuple[list[str], list[tuple[int, str]], bytes]:
+        broker = _Broker()
+        server, reader, writer = await _serving(broker)
+        try:
+            _send(writer, 1, ApiKey.PRODUCE, "waiting", wait=True)
+            _send(writer, 2, ApiKey.PRODUCE, "failing", fail=True)
+            _send(writer, 3, ApiKey.PRODUCE, "after")
+            await _settle(broker, 2)
+            await asyncio.sleep(0.2)
+            broker.release("waiting")
+            answers = [await _answer(reader)]
+            return broker.handled, answers, await asyncio.wait_for(reader.read(), 10)
+        finally:
+            writer.close()
+            await server.close()
+
+    assert asyncio.run(scenario()) == (["waiting", "failing"], [(1, "waiting")], b"")
+
+
+def test_a_connection_the_broker_closes_still_answers_the_produces_it_read() -> None:
+    """A bad frame behind an acks=all Produce closes the connection, but that Produce was
+    appended: its reply goes out first, as it would have before the bad frame was read."""
+    async def scenario() -> tuple[tuple[int, str], bytes]:
+        broker = _Broker()
+        server, reader, writer = await _serving(broker)
+        try:
+            _send(writer, 1, ApiKey.PRODUCE, "waiting", wait=True)
+            await _settle(broker, 1)
+            garbage = b"\x00\x00\x00\x01\x00\x00\x00\x07\x00\x00\x00\x05{oops"
+            writer.write(FRAME_LENGTH.pack(len(garbage)) + garbage)
+            await asyncio.sleep(0.2)
+            broker.release("waiting")
+            return await _answer(reader), await asyncio.wait_for(reader.read(), 10)
+        finally:
+            writer.close()
+            await server.close()
+
+    assert asyncio.run(scenario()) == ((1, "waiting"), b"")
