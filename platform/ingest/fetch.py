@@ -1,6 +1,7 @@
 """Reading partitions at their leaders with a long poll: the Fetch work of both wire protocols.
 
-A fetch answers once ``min_bytes`` are readable, a partition fails, or ``max_wait`` passes;
+A fetch answers once ``min_bytes`` are readable, a partition fails, ``max_wait`` passes, or its
+client sends another request on the connection (which would otherwise wait behind it);
 waiting parks on the partitions' ``changed`` signals (woken by appends and high-watermark moves).
 The result is a list of segment slices; the ember protocol sends them with ``sendfile``, the
 Kafka protocol converts the batches they hold into Kafka record batches (in memory).
@@ -21,8 +22,9 @@ from ember.errors import EmberError
 from ember.ingest.fetch_session import FetchSession, SessionPartition, monotonic_ms
 from ember.ingest.partition import LogOffsets, Partition
 from ember.ingest.replica_manager import ReplicaManager
-from ember.ingest.signals import Signal, wait_any
+from ember.ingest.signals import Signal
 from ember.log import FetchSlice
+from ember.net.pipelining import next_request_sent
 from ember.security.authorizer.model import Operation
 from ember.wire.fetch_session import FINAL_EPOCH, INITIAL_EPOCH, NO_SESSION
 
@@ -70,12 +72,14 @@ async def fetch_at_leaders(replicas: ReplicaManager, targets: Sequence[FetchTarg
     changes = _TargetChanges()
     try:
         results = await _read_all(replicas, targets, replica_id, max_bytes, changes)
+        sent = None
         while True:
             remaining = deadline - loop.time()
-            if sum(r.size for r in results) >= min_bytes or remaining <= 0 or any(r.error for r in results):
+            if sum(r.size for r in results) >= min_bytes or remaining <= 0 or any(r.error for r in results) \
+                    or (sent := sent or next_request_sent()) is not None and sent.done():
                 _count_sent(results, replica_id)
                 return results
-            await changes.wait(remaining)
+            await changes.wait(remaining, sent)
             changed = changes.take()
             fired = set(changed)
             kept = [r.size for i, r in enumerate(results) if i not in fired]
@@ -120,9 +124,11 @@ class _TargetChanges:
         partition.changed.forward_to(wake)
         self._watched[index] = (partition, wake)
 
-    async def wait(self, timeout_s: float) -> None:
+    async def wait(self, timeout_s: float, sent: asyncio.Future[None] | None) -> None:
+        """Until a target changes, the client sends its next request (``sent``) or ``timeout_s``."""
         if not self.fired:
-            await wait_any([self.signal], timeout_s)
+            await asyncio.wait([self.signal.future(), *([sent] if sent is not None else [])], timeout=timeout_s,
+                               return_when=asyncio.FIRST_COMPLETED)
 
     def take(self) -> list[int]:
         fired, self.fired = self.fired, set()
@@ -187,6 +193,7 @@ async def fetch_in_session(replicas: ReplicaManager, session: FetchSession, list
     min_bytes = min(min_bytes, max_bytes)
     deadline = loop.time() + max_wait_s
     first = True
+    sent = None
     while True:
         # taken before the read: a change while reading wakes the wait below at once, not after max_wait
         changed = session.changed.future()
@@ -201,7 +208,8 @@ async def fetch_in_session(replicas: ReplicaManager, session: FetchSession, list
         for entry, result in zip(entries, results):
             session.watch(entry, result.leader)
         remaining = deadline - loop.time()
-        if sum(r.size for r in results) >= min_bytes or remaining <= 0 or any(r.error for r in results):
+        if sum(r.size for r in results) >= min_bytes or remaining <= 0 or any(r.error for r in results) \
+                or (sent := sent or next_request_sent()) is not None and sent.done():
             answered = [(e, r) for e, r in zip(entries, results) if full or _must_answer(e, r)]
             for entry, result in answered:
                 if result.error is None:
@@ -212,7 +220,8 @@ async def fetch_in_session(replicas: ReplicaManager, session: FetchSession, list
             _count_sent(results, replica_id)
             return [r for _, r in answered]
         _keep_news(session, entries, replica_id)
-        await asyncio.wait([changed], timeout=remaining)
+        await asyncio.wait([changed, *([sent] if sent is not None else [])], timeout=remaining,
+                           return_when=asyncio.FIRST_COMPLETED)
 
 
 def _keep_news(session: FetchSession, read: list[SessionPartition], replica_id: int) -> None:

@@ -18,7 +18,52 @@ import asyncio
 import contextvars
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Coroutine
+from typing import Any, Awaitable, Callable, Coroutine, Iterable, SupportsIndex
+
+_reader: contextvars.ContextVar["ArrivalReader | None"] = contextvars.ContextVar("ember_reader", default=None)
+
+
+class ArrivalReader(asyncio.StreamReader):
+    """A connection's reader that tells the request being handled when its client has sent more
+    (:func:`next_request_sent`)."""
+
+    _arrival: asyncio.Future[None] | None = None
+
+    def feed_data(self, data: Iterable[SupportsIndex]) -> None:
+        super().feed_data(data)
+        self._arrived()
+
+    def feed_eof(self) -> None:
+        super().feed_eof()
+        self._arrived()
+
+    def _arrived(self) -> None:
+        arrival = self._arrival
+        if arrival is not None and not arrival.done():
+            arrival.set_result(None)
+
+    def more_sent(self) -> asyncio.Future[None]:
+        """Done once bytes beyond the frames read so far are here (at once if they already are)."""
+        if self._arrival is None or self._arrival.done():
+            self._arrival = asyncio.get_running_loop().create_future()
+            if getattr(self, "_buffer", None) or self.at_eof():   # bytes read ahead (asyncio's buffer)
+                self._arrival.set_result(None)
+        return self._arrival
+
+    def serve_here(self) -> None:
+        """The connection's task serves this reader: :func:`next_request_sent` looks at it."""
+        _reader.set(self)
+
+
+def next_request_sent() -> asyncio.Future[None] | None:
+    """A future done once the client has sent its next request (or closed) while the current
+    one is handled; None outside a connection. A long poll ends then, with what it has: the
+    requests behind it on the connection would otherwise wait for it, since replies go out in
+    order (librdkafka pipelines its ListOffsets behind its first Fetch, which waited 500 ms on
+    empty partitions while the partitions it was about to add waited behind it)."""
+    reader = _reader.get()
+    return reader.more_sent() if reader is not None else None
+
 
 #: Replies a connection may owe at once before it stops reading requests: the budget of
 #: ``queued.max.request.bytes`` bounds their bytes, this bounds their number.

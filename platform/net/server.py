@@ -36,7 +36,14 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Coroutine
 
 from ember.errors import EmberError
 from ember.net.budget import RequestBudget
-from ember.net.pipelining import MAX_REPLIES_OWED, OwedReply, RepliesInOrder, failed, handle_reading_on
+from ember.net.pipelining import (
+    MAX_REPLIES_OWED,
+    ArrivalReader,
+    OwedReply,
+    RepliesInOrder,
+    failed,
+    handle_reading_on,
+)
 from ember.security.listener import ListenerSecurity, establish
 from ember.security.log_limit import LogLimiter, suppressed_note
 from ember.security.sasl.server import RawSaslToken, SaslServer
@@ -214,8 +221,13 @@ class BrokerServer:
 
     async def bind(self) -> None:
         """Bind the listening socket without accepting yet (see :meth:`start_serving`)."""
-        self._server = await asyncio.start_server(self._serve, self.host, self.port,
-                                                  start_serving=False, reuse_address=True)
+        loop = asyncio.get_running_loop()
+
+        def connection() -> asyncio.StreamReaderProtocol:   # asyncio.start_server's, with an ArrivalReader
+            return asyncio.StreamReaderProtocol(ArrivalReader(loop=loop), self._serve, loop=loop)
+
+        self._server = await loop.create_server(connection, self.host, self.port, start_serving=False,
+                                                reuse_address=True)
 
     async def start_serving(self) -> None:
         assert self._server is not None
@@ -241,6 +253,8 @@ class BrokerServer:
         self._connections.add(task)
         peer = writer.get_extra_info("peername")
         watchdog = _Watchdog(task, self.max_idle_ms)
+        if isinstance(reader, ArrivalReader):
+            reader.serve_here()
         pending: SaslServer | None = None
         drop_owed = False   # the connection ends on the client's side or by cancellation: nobody reads owed replies
         owed = RepliesInOrder(lambda o, reply: self._write_owed(writer, o, reply), self._release_owed, task.cancel)

@@ -1,6 +1,7 @@
 """A sessionless fetch's long poll (``ember.ingest.fetch.fetch_at_leaders``: librdkafka never opens
 fetch sessions) reads every partition once, then only the partitions that changed: a consumer of
-1,000 partitions re-read 333 of them per broker for every append before."""
+1,000 partitions re-read 333 of them per broker for every append before. A long poll ends when its
+client sends its next request on the connection, which would otherwise wait behind it."""
 from __future__ import annotations
 
 import asyncio
@@ -12,15 +13,51 @@ from ingest_fakes import FakeInterBroker, FakeIsrWriter, FakeMetadataCache, batc
 
 from ember.cluster.records import PartitionState
 from ember.ingest.broker_config import BrokerConfig
-from ember.ingest.fetch import FetchTarget, fetch_at_leaders
+from ember.ingest.fetch import FetchTarget, fetch, fetch_at_leaders
 from ember.ingest.log_manager import LogManager
 from ember.ingest.partition import CONSUMER_REPLICA_ID, Partition
 from ember.ingest.produce import ProduceEntry, append_at_leaders
 from ember.ingest.replica_manager import ReplicaManager
+from ember.net.pipelining import ArrivalReader
+from ember.wire.fetch_session import FINAL_EPOCH, INITIAL_EPOCH
 
 ME = 1
 TOPIC = "t"
 PARTITIONS = 50
+
+
+async def _leading(data_dir: Path) -> tuple[ReplicaManager, LogManager]:
+    cache = FakeMetadataCache()
+    cache.put_topic(TOPIC, {i: [ME] for i in range(PARTITIONS)},
+                    states={i: PartitionState(ME, 0, [ME], 1, 0) for i in range(PARTITIONS)})
+    logs = LogManager(data_dir, ME)
+    replicas = ReplicaManager(ME, cache, logs, BrokerConfig.from_properties({}), FakeIsrWriter(cache, ME),
+                              inter_broker=FakeInterBroker())
+    await replicas.start()
+    return replicas, logs
+
+
+@pytest.mark.parametrize("session", [False, True])
+def test_a_long_poll_ends_when_its_client_sends_the_next_request(tmp_path: Path, session: bool) -> None:
+    """librdkafka pipelines ListOffsets behind its first Fetch: they waited out its 500 ms poll."""
+    async def scenario() -> tuple[bool, bool]:
+        replicas, logs = await _leading(tmp_path)
+        reader = ArrivalReader()
+        reader.serve_here()
+        try:
+            targets = [FetchTarget(TOPIC, i, 0, 1 << 20) for i in range(PARTITIONS)]
+            polling = asyncio.ensure_future(fetch(replicas, targets, CONSUMER_REPLICA_ID, 1, 1 << 20, 60.0,
+                                                  epoch=INITIAL_EPOCH if session else FINAL_EPOCH))
+            await asyncio.sleep(0.2)
+            waiting = not polling.done()
+            reader.feed_data(b"\x00\x00")      # the first bytes of the next request
+            results, _ = await asyncio.wait_for(polling, 10)
+            return waiting, all(r.size == 0 and r.error is None for r in results)
+        finally:
+            await replicas.close()
+            logs.close()
+
+    assert run(scenario()) == (True, True)
 
 
 def test_a_long_poll_rereads_only_the_partition_that_changed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -34,13 +71,7 @@ def test_a_long_poll_rereads_only_the_partition_that_changed(tmp_path: Path, mon
     monkeypatch.setattr(Partition, "read", counted)
 
     async def scenario() -> list[int]:
-        cache = FakeMetadataCache()
-        cache.put_topic(TOPIC, {i: [ME] for i in range(PARTITIONS)},
-                        states={i: PartitionState(ME, 0, [ME], 1, 0) for i in range(PARTITIONS)})
-        logs = LogManager(tmp_path, ME)
-        replicas = ReplicaManager(ME, cache, logs, BrokerConfig.from_properties({}), FakeIsrWriter(cache, ME),
-                                  inter_broker=FakeInterBroker())
-        await replicas.start()
+        replicas, logs = await _leading(tmp_path)
         try:
             targets = [FetchTarget(TOPIC, i, 0, 1 << 20) for i in range(PARTITIONS)]
             polling = asyncio.ensure_future(fetch_at_leaders(replicas, targets, CONSUMER_REPLICA_ID, 1, 1 << 20, 10.0))
