@@ -64,17 +64,24 @@ def produce(bootstrap: str, topic: str, records: int) -> float:
     from confluent_kafka import Producer
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
                          "linger.ms": 5, "log_level": 3})
+    failed: list[Any] = []
+
+    def delivered(error: Any, _message: Any) -> None:
+        if error is not None:
+            failed.append(error)
+
     started = time.perf_counter()
     for _ in range(records):
         while True:
             try:
-                producer.produce(topic, VALUE)
+                producer.produce(topic, VALUE, on_delivery=delivered)
                 break
             except BufferError:
                 producer.poll(0.01)
     undelivered = producer.flush(TIMEOUT_S)
-    if undelivered:
-        raise RuntimeError(f"{undelivered:,} records to {topic} undelivered after {TIMEOUT_S} s")
+    if undelivered or failed:   # a failed delivery counts as done for flush(): the consumer would wait for it
+        raise RuntimeError(f"{undelivered:,} records to {topic} undelivered after {TIMEOUT_S} s, {len(failed):,} "
+                           f"failed{f' (first: {failed[0]})' if failed else ''}")
     return records / (time.perf_counter() - started)
 
 
@@ -116,20 +123,32 @@ def spark_count(spark: Any, system: System, mode: str, topic: str, records: int)
 def partition_scale(systems: Sequence[System], counts: Sequence[int], records: int, repeats: int,
                     spark: Any = None, spark_max: int = 1000) -> list[Row]:
     rows: list[Row] = []
-    ember, kafka = systems[0].name, systems[1].name
     for count in counts:
-        group = f"{PARTITIONS_PREFIX}{count:,} partitions (RF 3)"
+        try:
+            rows += _count_rows(systems, count, records, repeats, spark, spark_max)
+        except RuntimeError as exc:   # a count that fails leaves its rows out; the others still make the table
+            log(f"{count:>6,} partitions: stopped, its rows left out: {exc}")
+    return rows
+
+
+def _count_rows(systems: Sequence[System], count: int, records: int, repeats: int, spark: Any,
+                spark_max: int) -> list[Row]:
+    """Every row of one partition count (its topics deleted afterwards, also when it fails)."""
+    rows: list[Row] = []
+    ember, kafka = systems[0].name, systems[1].name
+    group = f"{PARTITIONS_PREFIX}{count:,} partitions (RF 3)"
+    kept: dict[str, str] = {}           # the last topic of each system: idle, footprint and Spark rows
+    try:
         samples: dict[tuple[str, str], list[float]] = {}
-        kept: dict[str, str] = {}           # the last topic of each system: idle, footprint and Spark rows
         for system in interleaved(systems, repeats):
             for topic in [kept.pop(system.name)] if system.name in kept else []:
                 delete_and_settle(system, topic)
             topic = f"partitions-{count}-{uuid.uuid4().hex[:8]}"
             bootstrap = kafka_bootstrap(system)
             created = create(bootstrap, topic, count)
+            kept[system.name] = topic
             produced = produce(bootstrap, topic, records)
             consumed = consume(bootstrap, topic, records)
-            kept[system.name] = topic
             log(f"{count:>6,} partitions {system.name:5s}: created in {created:.2f} s, produced {produced:,.0f} "
                 f"records/s (acks=all), consumed {consumed:,.0f} records/s")
             for case, value in (("create", created), ("produce", produced), ("consume", consumed)):
@@ -159,8 +178,10 @@ def partition_scale(systems: Sequence[System], counts: Sequence[int], records: i
                      [statistics.mean(footprint[kafka][1])], True)]
         if spark is not None and count <= spark_max:
             rows += spark_rows(spark, systems, kept, records, row, warm_connector=count <= 100)
+    finally:
         for system in systems:
-            delete_and_settle(system, kept[system.name])
+            for topic in [kept.pop(system.name)] if system.name in kept else []:
+                delete_and_settle(system, topic)
     return rows
 
 

@@ -33,10 +33,6 @@ class ArrivalReader(asyncio.StreamReader):
         super().feed_data(data)
         self._arrived()
 
-    def feed_eof(self) -> None:
-        super().feed_eof()
-        self._arrived()
-
     def _arrived(self) -> None:
         arrival = self._arrival
         if arrival is not None and not arrival.done():
@@ -46,7 +42,7 @@ class ArrivalReader(asyncio.StreamReader):
         """Done once bytes beyond the frames read so far are here (at once if they already are)."""
         if self._arrival is None or self._arrival.done():
             self._arrival = asyncio.get_running_loop().create_future()
-            if getattr(self, "_buffer", None) or self.at_eof():   # bytes read ahead (asyncio's buffer)
+            if getattr(self, "_buffer", None):   # bytes read ahead (asyncio's buffer)
                 self._arrival.set_result(None)
         return self._arrival
 
@@ -56,11 +52,12 @@ class ArrivalReader(asyncio.StreamReader):
 
 
 def next_request_sent() -> asyncio.Future[None] | None:
-    """A future done once the client has sent its next request (or closed) while the current
-    one is handled; None outside a connection. A long poll ends then, with what it has: the
-    requests behind it on the connection would otherwise wait for it, since replies go out in
-    order (librdkafka pipelines its ListOffsets behind its first Fetch, which waited 500 ms on
-    empty partitions while the partitions it was about to add waited behind it)."""
+    """A future done once the client has sent its next request while the current one is handled
+    (a client that closes is the server's watchdog's business); None outside a connection. A long
+    poll ends then, with what it has: the requests behind it on the connection would otherwise
+    wait for it, since replies go out in order (librdkafka pipelines its ListOffsets behind its
+    first Fetch, which waited 500 ms on empty partitions while the partitions it was about to add
+    waited behind it)."""
     reader = _reader.get()
     return reader.more_sent() if reader is not None else None
 
