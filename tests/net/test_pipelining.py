@@ -4,7 +4,8 @@ and any other request waits until every earlier reply went out, as it would on K
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import contextlib
+from typing import Any, AsyncIterator
 
 from ember.net.pipelining import MAX_REPLIES_OWED, read_on
 from ember.net.server import BrokerServer
@@ -34,13 +35,20 @@ class _Broker:
         self.released.setdefault(name, asyncio.Event()).set()
 
 
-async def _serving(broker: _Broker) -> tuple[BrokerServer, asyncio.StreamReader, asyncio.StreamWriter]:
+@contextlib.asynccontextmanager
+async def _connected() -> AsyncIterator[tuple[_Broker, BrokerServer, asyncio.StreamReader, asyncio.StreamWriter]]:
+    """A server on a _Broker and one client connection to it, both closed afterwards."""
+    broker = _Broker()
     server = BrokerServer(broker, "127.0.0.1", 0, 1 << 20, 60_000)
     await server.bind()
     await server.start_serving()
     assert server._server is not None
     reader, writer = await asyncio.open_connection("127.0.0.1", server._server.sockets[0].getsockname()[1])
-    return server, reader, writer
+    try:
+        yield broker, server, reader, writer
+    finally:
+        writer.close()
+        await server.close()
 
 
 def _send(writer: asyncio.StreamWriter, correlation_id: int, api_key: int, name: str, wait: bool = False,
@@ -63,9 +71,7 @@ async def _settle(broker: _Broker, count: int) -> None:
 
 def test_a_produce_waiting_for_replicas_does_not_hold_the_next_and_replies_stay_in_order() -> None:
     async def scenario() -> None:
-        broker = _Broker()
-        server, reader, writer = await _serving(broker)
-        try:
+        async with _connected() as (broker, server, reader, writer):
             _send(writer, 1, ApiKey.PRODUCE, "slow", wait=True)
             _send(writer, 2, ApiKey.PRODUCE, "fast")
             _send(writer, 3, ApiKey.PRODUCE, "middle", wait=True)
@@ -78,9 +84,6 @@ def test_a_produce_waiting_for_replicas_does_not_hold_the_next_and_replies_stay_
             broker.release("slow")
             assert [await pending, await _answer(reader), await _answer(reader)] == \
                 [(1, "slow"), (2, "fast"), (3, "middle")]
-        finally:
-            writer.close()
-            await server.close()
 
     asyncio.run(scenario())
 
@@ -89,9 +92,7 @@ def test_a_request_other_than_produce_is_handled_only_after_every_earlier_reply(
     """A ListOffsets pipelined behind an acks=all Produce sees the high watermark that Produce
     waited for, as on Kafka: it is not handled while the Produce waits."""
     async def scenario() -> None:
-        broker = _Broker()
-        server, reader, writer = await _serving(broker)
-        try:
+        async with _connected() as (broker, server, reader, writer):
             _send(writer, 1, ApiKey.PRODUCE, "produce", wait=True)
             _send(writer, 2, ApiKey.LIST_OFFSETS, "list-offsets")
             await _settle(broker, 1)
@@ -100,18 +101,13 @@ def test_a_request_other_than_produce_is_handled_only_after_every_earlier_reply(
             broker.release("produce")
             assert [await _answer(reader), await _answer(reader)] == [(1, "produce"), (2, "list-offsets")]
             assert broker.handled == ["produce", "list-offsets"]
-        finally:
-            writer.close()
-            await server.close()
 
     asyncio.run(scenario())
 
 
 def test_a_connection_owes_a_bounded_number_of_replies_before_it_stops_reading() -> None:
     async def scenario() -> None:
-        broker = _Broker()
-        server, reader, writer = await _serving(broker)
-        try:
+        async with _connected() as (broker, server, reader, writer):
             for n in range(MAX_REPLIES_OWED + 2):
                 _send(writer, n, ApiKey.PRODUCE, f"p{n}", wait=True)
             await _settle(broker, MAX_REPLIES_OWED + 2)
@@ -125,30 +121,25 @@ def test_a_connection_owes_a_bounded_number_of_replies_before_it_stops_reading()
                 broker.release(f"p{n}")
             assert [(await _answer(reader))[0] for _ in range(MAX_REPLIES_OWED + 1)] == \
                 list(range(1, MAX_REPLIES_OWED + 2))
-        finally:
-            writer.close()
-            await server.close()
 
     asyncio.run(scenario())
 
 
 def test_a_client_that_goes_away_cancels_the_produces_it_left_waiting() -> None:
     async def scenario() -> tuple[Any, int]:
-        broker = _Broker()
-        server, _reader, writer = await _serving(broker)
         cancelled = 0
-        original = broker.__call__
+        async with _connected() as (broker, server, _reader, writer):
+            original = broker.__call__
 
-        async def counting(request: Request) -> Reply | None:
-            nonlocal cancelled
-            try:
-                return await original(request)
-            except asyncio.CancelledError:
-                cancelled += 1
-                raise
+            async def counting(request: Request) -> Reply | None:
+                nonlocal cancelled
+                try:
+                    return await original(request)
+                except asyncio.CancelledError:
+                    cancelled += 1
+                    raise
 
-        server.dispatch = counting
-        try:
+            server.dispatch = counting
             _send(writer, 1, ApiKey.PRODUCE, "a", wait=True)
             _send(writer, 2, ApiKey.PRODUCE, "b", wait=True)
             await _settle(broker, 2)
@@ -158,8 +149,6 @@ def test_a_client_that_goes_away_cancels_the_produces_it_left_waiting() -> None:
                     break
                 await asyncio.sleep(0.01)
             return server.budget.in_flight, cancelled
-        finally:
-            await server.close()
 
     assert asyncio.run(scenario()) == (0, 2)    # both handlers cancelled, their frames' bytes given back
 
@@ -168,9 +157,7 @@ def test_a_produce_that_fails_behind_waiting_ones_ends_the_connection_after_thei
     """As if handled one at a time: nothing after the failed Produce is read, what came before is
     answered, then the connection closes (an acks=0 producer's only signal)."""
     async def scenario() -> tuple[list[str], list[tuple[int, str]], bytes]:
-        broker = _Broker()
-        server, reader, writer = await _serving(broker)
-        try:
+        async with _connected() as (broker, server, reader, writer):
             _send(writer, 1, ApiKey.PRODUCE, "waiting", wait=True)
             _send(writer, 2, ApiKey.PRODUCE, "failing", fail=True)
             _send(writer, 3, ApiKey.PRODUCE, "after")
@@ -179,9 +166,6 @@ def test_a_produce_that_fails_behind_waiting_ones_ends_the_connection_after_thei
             broker.release("waiting")
             answers = [await _answer(reader)]
             return broker.handled, answers, await asyncio.wait_for(reader.read(), 10)
-        finally:
-            writer.close()
-            await server.close()
 
     assert asyncio.run(scenario()) == (["waiting", "failing"], [(1, "waiting")], b"")
 
@@ -190,9 +174,7 @@ def test_a_connection_the_broker_closes_still_answers_the_produces_it_read() -> 
     """A bad frame behind an acks=all Produce closes the connection, but that Produce was
     appended: its reply goes out first, as it would have before the bad frame was read."""
     async def scenario() -> tuple[tuple[int, str], bytes]:
-        broker = _Broker()
-        server, reader, writer = await _serving(broker)
-        try:
+        async with _connected() as (broker, server, reader, writer):
             _send(writer, 1, ApiKey.PRODUCE, "waiting", wait=True)
             await _settle(broker, 1)
             garbage = b"\x00\x00\x00\x01\x00\x00\x00\x07\x00\x00\x00\x05{oops"
@@ -200,8 +182,5 @@ def test_a_connection_the_broker_closes_still_answers_the_produces_it_read() -> 
             await asyncio.sleep(0.2)
             broker.release("waiting")
             return await _answer(reader), await asyncio.wait_for(reader.read(), 10)
-        finally:
-            writer.close()
-            await server.close()
 
     assert asyncio.run(scenario()) == ((1, "waiting"), b"")
