@@ -125,10 +125,8 @@ class _TargetChanges:
         self._watched[index] = (partition, wake)
 
     async def wait(self, timeout_s: float, sent: asyncio.Future[None] | None) -> None:
-        """Until a target changes, the client sends its next request (``sent``) or ``timeout_s``."""
         if not self.fired:
-            await asyncio.wait([self.signal.future(), *([sent] if sent is not None else [])], timeout=timeout_s,
-                               return_when=asyncio.FIRST_COMPLETED)
+            await _changed_or_sent(self.signal.future(), sent, timeout_s)
 
     def take(self) -> list[int]:
         fired, self.fired = self.fired, set()
@@ -220,8 +218,15 @@ async def fetch_in_session(replicas: ReplicaManager, session: FetchSession, list
             _count_sent(results, replica_id)
             return [r for _, r in answered]
         _keep_news(session, entries, replica_id)
-        await asyncio.wait([changed, *([sent] if sent is not None else [])], timeout=remaining,
-                           return_when=asyncio.FIRST_COMPLETED)
+        await _changed_or_sent(changed, sent, remaining)
+
+
+async def _changed_or_sent(changed: asyncio.Future[None], sent: asyncio.Future[None] | None,
+                           timeout_s: float) -> None:
+    """A long poll's wait: until a partition changes, the client sends its next request
+    (``sent``, :func:`ember.net.pipelining.next_request_sent`) or ``timeout_s`` passes."""
+    await asyncio.wait([changed, *([sent] if sent is not None else [])], timeout=timeout_s,
+                       return_when=asyncio.FIRST_COMPLETED)
 
 
 def _keep_news(session: FetchSession, read: list[SessionPartition], replica_id: int) -> None:

@@ -277,21 +277,19 @@ class BrokerServer:
                         pending = self._renewal(sasl, request, session)
                         sasl = pending or sasl
                     produce = pending is None and request.api_key == ApiKey.PRODUCE
-                    if len(owed) >= (MAX_REPLIES_OWED if produce else 1):
-                        watchdog.arm("waiting for earlier requests to be answered")
-                        await owed.written(below=MAX_REPLIES_OWED if produce else 1)
+                    await self._wait_for_owed(owed, watchdog, MAX_REPLIES_OWED if produce else 1)
                     timer = self.observer.start(request.api_key) if self.observer is not None else None
                     watchdog.watch_client(reader, writer.transport)
                     if produce:
                         handling, later = await handle_reading_on(self.dispatch(request))
-                        if failed(handling) and len(owed):
-                            await owed.written()    # earlier replies first; then the failure ends the connection
-                        elif later or len(owed):
+                        if (later or len(owed)) and not failed(handling):
                             watchdog.disarm()
                             owed.add(OwedReply(handling, request.correlation_id, charged, timer))
                             charged, timer = 0, None    # the reply's now, given back once it is written
                             continue
-                        reply = handling.result()
+                        # a failed Produce: earlier replies first, then its failure ends the connection
+                        await self._wait_for_owed(owed, watchdog, 1)
+                        reply = handling.result()   # no wait: the task is done (failed, or nothing was owed)
                     else:
                         reply = await (self.dispatch(request) if pending is None
                                        else self._authenticate(request, pending))
@@ -341,6 +339,13 @@ class BrokerServer:
                     writer.transport.abort()   # close() would wait forever to flush to a client that does not read
                 else:
                     writer.close()
+
+    @staticmethod
+    async def _wait_for_owed(owed: RepliesInOrder, watchdog: _Watchdog, below: int) -> None:
+        """Until fewer than ``below`` replies are owed, for at most ``connections.max.idle.ms``."""
+        if len(owed) >= below:
+            watchdog.arm("waiting for earlier requests to be answered")
+            await owed.written(below)
 
     async def _answer_owed(self, owed: RepliesInOrder) -> None:
         """The broker ends the connection (a bad frame, an expired session) while Produces it read

@@ -290,6 +290,14 @@ def _convert(field: _Field, value: Any) -> Any:
     return value
 
 
+def nested_class(cls: type, name: str) -> type:
+    """The entity class of kio class ``cls``'s struct or array-of-struct field ``name``."""
+    nested = next(f.nested for f in _fields(cls) if f.name == name)
+    if nested is None:
+        raise TypeError(f"{cls.__name__}.{name} holds no entity")
+    return nested
+
+
 def build(cls: type, values: Mapping[str, Any]) -> Any:
     """An instance of kio class ``cls`` from ``values``: keys the class lacks are ignored (an older
     or newer version), fields not given take their default (None when nullable); ``throttle_time``

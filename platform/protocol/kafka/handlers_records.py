@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import struct
-import typing
 from typing import Any, cast
 
 from ember.errors import (
@@ -25,7 +24,7 @@ from ember.ingest.partition import CONSUMER_REPLICA_ID, LATEST_TIERED_TIMESTAMP,
 from ember.ingest.produce import Produced, ProduceEntry, append_at_leaders
 from ember.ingest.replica_manager import LeaderAnswer, LeaderQuery
 from ember.log import FetchSlice
-from ember.protocol.kafka.codec import KafkaRequest, build, millis, response_class
+from ember.protocol.kafka.codec import KafkaRequest, build, millis, nested_class, response_class
 from ember.protocol.kafka.dispatcher import Api
 from ember.protocol.kafka.list_offsets_response import PartitionOffset, encode_list_offsets
 from ember.protocol.kafka.names import ZERO_UUID, TopicNames
@@ -250,8 +249,7 @@ def _fetch_fields(index: int, error: Exception | None, offsets: LogOffsets = Log
 @functools.cache
 def _partition_class(version: int) -> type:
     """The class of one entry of a Fetch response's ``partitions`` arrays."""
-    topic = typing.get_args(typing.get_type_hints(response_class(ApiKey.FETCH, version))["responses"])[0]
-    return cast(type, typing.get_args(typing.get_type_hints(topic)["partitions"])[0])
+    return nested_class(nested_class(response_class(ApiKey.FETCH, version), "responses"), "partitions")
 
 
 @functools.lru_cache(maxsize=1 << 16)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import functools
 import io
 import struct
-import typing
 from dataclasses import dataclass
 from typing import Any, Callable, Collection, Sequence
 
@@ -21,7 +20,14 @@ from kio.serial.writers import write_compact_array_length
 
 from ember.cluster.metadata_cache import TopicMetadata
 from ember.ingest.metadata_view import PartitionView
-from ember.protocol.kafka.codec import EncodedResponse, build, encode_entity, error_codes, response_class
+from ember.protocol.kafka.codec import (
+    EncodedResponse,
+    build,
+    encode_entity,
+    error_codes,
+    nested_class,
+    response_class,
+)
 from ember.wire.api_keys import ApiKey
 from ember.wire.reply import OK, error_fields
 
@@ -41,8 +47,7 @@ def encode_topic(entity: Any) -> EncodedTopic:
 @functools.cache
 def topic_class(api_version: int) -> type:
     """The class of one entry of a Metadata response's ``topics`` array."""
-    hint = typing.get_type_hints(response_class(ApiKey.METADATA, api_version))["topics"]
-    return typing.get_args(hint)[0]
+    return nested_class(response_class(ApiKey.METADATA, api_version), "topics")
 
 
 def _array_length(flexible: bool, count: int) -> bytes:
@@ -117,8 +122,7 @@ def partition_values(view: PartitionView, live: Collection[int]) -> dict[str, An
 @functools.cache
 def partition_class(api_version: int) -> type:
     """The class of one entry of a Metadata topic entry's ``partitions`` array."""
-    hint = typing.get_type_hints(topic_class(api_version))["partitions"]
-    return typing.get_args(hint)[0]
+    return nested_class(topic_class(api_version), "partitions")
 
 
 #: A partition entry's values for the layout checks below (every field set, none at a default).
