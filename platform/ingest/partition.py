@@ -224,7 +224,11 @@ class Partition:
 
     async def wait_replicated(self, end_offset: int, leader_epoch: int, deadline: float) -> None:
         """acks=all: return once every ISR member has the write ending at ``end_offset`` and the
-        ISR still has ``min.insync.replicas`` members; woken by high-watermark changes."""
+        ISR still has ``min.insync.replicas`` members; woken by high-watermark changes. A log
+        that a disk failure took offline fails the wait at once (KAFKA_STORAGE_ERROR, as Kafka
+        completes its delayed produces on a log dir failure): its followers can fetch nothing
+        more, and waiting for the controller to move leadership would hold the producer's
+        connection, with every reply behind this one, for up to the request timeout."""
         loop = asyncio.get_running_loop()
         while True:
             if not self.is_leader or self.leader_epoch != leader_epoch:
@@ -235,6 +239,10 @@ class Partition:
                         f"{self}: written, but the ISR {self.state.isr} shrank below "
                         f"min.insync.replicas {self.config.min_insync_replicas}")
                 return
+            if self.log.offline:
+                raise StorageError(f"{self}: written, but its log went offline before every in-sync replica "
+                                   f"had the write ({self.log.offline_reason}); retry: leadership moves to a "
+                                   f"replica on a working disk")
             remaining = deadline - loop.time()
             if remaining <= 0:
                 raise RequestTimedOut(f"{self}: written by the leader but not by every in-sync replica "
@@ -416,6 +424,8 @@ class Partition:
         A log closed meanwhile (the partition was deleted or moved away) is no disk failure."""
         if self.stats is not None and (self.log.offline or not self.log.closed):
             self.stats.storage_error(operation)
+        if self.log.offline:
+            self.changed.fire()   # acks=all waits end now (wait_replicated), parked fetches answer
         if self.on_storage_error is not None:
             self.on_storage_error()
 

@@ -287,6 +287,7 @@ class ReplicaManager:
             partition = self.partitions.get((replica.topic, replica.partition))
             if partition is not None:
                 self.fetchers.log_offline(partition)
+                partition.changed.fire()   # gone offline on a path that did not say so: acks=all waits end
         self._offline_noticed = current
         if self.offline_writer is None or current == self._offline_reported:
             return

@@ -17,6 +17,7 @@ from ember.errors import (
     OffsetNotAvailable,
     OffsetOutOfRange,
     RequestTimedOut,
+    StorageError,
     UnknownLeaderEpoch,
 )
 from ember.ingest.partition import (
@@ -309,6 +310,25 @@ def test_acks_all_wait_ends_when_leadership_moves(make_partition: MakePartition)
 
     run(scenario())
 
+
+
+def test_acks_all_wait_fails_with_a_storage_error_once_the_log_goes_offline(make_partition: MakePartition) -> None:
+    """A leader whose disk failed answers KAFKA_STORAGE_ERROR at once (as Kafka completes its
+    delayed produces), not after the request timeout or whenever the controller moves leadership:
+    replies go out in request order, so every reply behind this one waited too."""
+    async def scenario() -> None:
+        partition = make_partition(replicas=(1, 2))
+        lead(partition, [1, 2])
+        result = await partition.append(memoryview(batch(1)), -1)
+        loop = asyncio.get_running_loop()
+        wait = asyncio.create_task(partition.wait_replicated(result.last_offset + 1, 0, loop.time() + 30))
+        await asyncio.sleep(0.01)
+        assert not wait.done()
+        partition.write_failed("produce", StorageError("no space left on device"))   # a later append
+        with pytest.raises(StorageError, match="went offline"):
+            await asyncio.wait_for(wait, 1)
+
+    run(scenario())
 
 # -- reading -----------------------------------------------------------------------------------
 
