@@ -361,8 +361,9 @@ def _run(data: Path, case: str, recovery: str, sizes: Sizes, targets: Sequence[A
         progress(f"{case}/{recovery}: {len(worker.acked)} acked, switching {targets[0].path} to {FS_FAULTS[case]}")
         for fs in targets:
             fs.switch(FS_FAULTS[case])
-        full_at = time.monotonic()
+        full_at = filling_at = time.monotonic()
     else:
+        filling_at = time.monotonic()
         full_at = _fill(case, sizes, targets, worker, progress, recovery)
         if not full_at:
             outcome.problems.append(f"the disk never filled within 60s (free: {[t.free() for t in targets]})")
@@ -371,7 +372,8 @@ def _run(data: Path, case: str, recovery: str, sizes: Sizes, targets: Sequence[A
     progress(f"{case}/{recovery}: full; producing into it for {TOLD_WITHIN_S:.0f}s")
     time.sleep(TOLD_WITHIN_S)
     acked_full = len(worker.acked)
-    _told(worker, full_at, outcome)
+    leaderless = {p for p, meta in _partitions(bootstrap).items() if meta.leader < 0}
+    _told(worker, filling_at, full_at, leaderless, outcome)
     if case in FS_FAULTS:
         _met_the_fault(data, targets, outcome)
 
@@ -480,12 +482,16 @@ def _said(data: Path, broker: str, words: tuple[str, ...], most: int) -> list[st
     return [f"{broker}.log: {line[:300]}" for line in lines if any(w in line for w in words)][:most]
 
 
-def _told(worker: ProducerWorker, full_at: float, outcome: Outcome) -> None:
+def _told(worker: ProducerWorker, filling_at: float, full_at: float, leaderless: set[int],
+          outcome: Outcome) -> None:
     """What the producer heard once the disk filled, per partition: the first acknowledgement, or the
     first broker error naming the cause (a failed delivery report other than ``_MSG_TIMED_OUT``, or
     librdkafka's line about a failed ProduceRequest), whichever came first, and when. A partition
     with neither within ``TOLD_WITHIN_S`` hung: its requests went unanswered (the issue's "nothing but
-    _MSG_TIMED_OUT")."""
+    _MSG_TIMED_OUT"). Except one whose every replica went offline as the disk filled: ember refuses
+    appends ``log.dir.min.free.bytes`` before the file system is full, so its producer may have been
+    told (KAFKA_STORAGE_ERROR) before ``full_at``; it then has no leader (``leaderless``), so no
+    request of its can be waiting for an answer: its first error since ``filling_at`` counts."""
     with worker.lock:
         heard: dict[int, tuple[float, str]] = {}
         for partition, times in worker.ack_times.items():
@@ -498,11 +504,14 @@ def _told(worker: ProducerWorker, full_at: float, outcome: Outcome) -> None:
                      if t > full_at and level > logging.DEBUG]
         for t, text, _ in worker.log_lines:
             match = re.search(TOPIC + r" \[(\d+)\]", text)
-            if t > full_at and match and any(cause in text for cause in CAUSES):
-                partition = int(match.group(1))
+            if not match or not any(cause in text for cause in CAUSES):
+                continue
+            partition = int(match.group(1))
+            if t > full_at or (t > filling_at and partition in leaderless):
                 if partition not in heard or heard[partition][0] > t - full_at:
                     reason = next(cause for cause in CAUSES if cause in text)
-                    heard[partition] = (t - full_at, f"error {reason!r}")
+                    heard[partition] = (t - full_at, f"error {reason!r}"
+                                        + (", then no leader" if t <= full_at else ""))
     outcome.heard = {p: heard.get(p) for p in range(PARTITIONS)}
     outcome.told_app = sorted(told_app)[:3]
     late = [p for p, h in outcome.heard.items() if h is None or h[0] > TOLD_WITHIN_S]
