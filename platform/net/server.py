@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Coroutine
 
 from ember.errors import EmberError
 from ember.net.budget import RequestBudget
+from ember.net.coalescing import CoalescingWriter
 from ember.net.pipelining import (
     MAX_REPLIES_OWED,
     ArrivalReader,
@@ -257,7 +258,8 @@ class BrokerServer:
             reader.serve_here()
         pending: SaslServer | None = None
         drop_owed = False   # the connection ends on the client's side or by cancellation: nobody reads owed replies
-        owed = RepliesInOrder(lambda o, reply: self._write_owed(writer, o, reply), self._release_owed, task.cancel)
+        replies = CoalescingWriter(writer)   # replies to requests read ahead go out in one write
+        owed = RepliesInOrder(lambda o, reply: self._write_owed(replies, o, reply), self._release_owed, task.cancel)
         try:
             session = await establish(self.security, writer, peer)
             if session is None:
@@ -301,7 +303,7 @@ class BrokerServer:
                     if reply is not None:   # the next frame waits for room) ...
                         charged = self._charge_response(charged, reply)   # ... which is charged instead
                         watchdog.arm("writing a response")
-                        await self._write(writer, correlation_id, reply)
+                        await self._write(replies, correlation_id, reply)
                         watchdog.disarm()
                     reply = None    # a fetch's records are not held while the next request is awaited
                 finally:
@@ -335,6 +337,7 @@ class BrokerServer:
                     await self._answer_owed(owed)
                 await owed.close()
             finally:
+                replies.flush()   # the replies still held go out before the close
                 if watchdog.expired:
                     writer.transport.abort()   # close() would wait forever to flush to a client that does not read
                 else:
@@ -356,7 +359,7 @@ class BrokerServer:
         except (asyncio.TimeoutError, asyncio.CancelledError):
             pass    # the connection ends all the same: what is still owed is cancelled next
 
-    async def _write_owed(self, writer: asyncio.StreamWriter, owed: OwedReply, reply: Reply | None) -> None:
+    async def _write_owed(self, writer: CoalescingWriter, owed: OwedReply, reply: Reply | None) -> None:
         """Write a reply the connection owed (:mod:`ember.net.pipelining`), once its handler is done."""
         if owed.timer is not None:
             owed.timer.handled(reply)
@@ -468,12 +471,13 @@ class BrokerServer:
         return (f"{foreign} on listener {listener}, which speaks the {self.protocol_name} protocol: point that client "
                 f"at the right port (metrics and health checks are served on metrics.listen)")
 
-    async def _write(self, writer: asyncio.StreamWriter, correlation_id: int, reply: Reply) -> None:
+    async def _write(self, writer: CoalescingWriter, correlation_id: int, reply: Reply) -> None:
         try:
             writer.write(response_prefix(correlation_id, reply.body, reply.payload_size))
             for piece in reply.payload:
                 if isinstance(piece, FileRegion):
-                    if writer.transport.is_closing():   # sendfile would raise RuntimeError
+                    writer.flush()   # what is held goes first (nothing may be written during a sendfile) ...
+                    if writer.transport.is_closing():   # ... and may find the client gone: sendfile would raise
                         raise ConnectionResetError("the client closed the connection")
                     if self.security.uses_tls:
                         await _write_region(writer, piece)
@@ -526,7 +530,7 @@ def _sasl_limit(sasl: SaslServer | None) -> tuple[int, str] | None:
     return None if sasl is None else (sasl.remaining_ms(), f"sasl.handshake.timeout.ms={sasl.settings.timeout_ms}")
 
 
-async def _write_region(writer: asyncio.StreamWriter, region: FileRegion) -> None:
+async def _write_region(writer: CoalescingWriter, region: FileRegion) -> None:
     """A file region through a TLS transport: read in chunks, each written once the previous drained."""
     fd, position, remaining = region.file.fileno(), region.position, region.size
     while remaining:

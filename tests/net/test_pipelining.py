@@ -7,6 +7,8 @@ import asyncio
 import contextlib
 from typing import Any, AsyncIterator
 
+from net_serving import connected
+
 from ember.net.pipelining import MAX_REPLIES_OWED, read_on
 from ember.net.server import BrokerServer
 from ember.wire.api_keys import ApiKey
@@ -39,16 +41,8 @@ class _Broker:
 async def _connected() -> AsyncIterator[tuple[_Broker, BrokerServer, asyncio.StreamReader, asyncio.StreamWriter]]:
     """A server on a _Broker and one client connection to it, both closed afterwards."""
     broker = _Broker()
-    server = BrokerServer(broker, "127.0.0.1", 0, 1 << 20, 60_000)
-    await server.bind()
-    await server.start_serving()
-    assert server._server is not None
-    reader, writer = await asyncio.open_connection("127.0.0.1", server._server.sockets[0].getsockname()[1])
-    try:
+    async with connected(broker) as (server, reader, writer):
         yield broker, server, reader, writer
-    finally:
-        writer.close()
-        await server.close()
 
 
 def _send(writer: asyncio.StreamWriter, correlation_id: int, api_key: int, name: str, wait: bool = False,

@@ -5,12 +5,12 @@ bad frames close only their connection) with Kafka's request decoding and respon
 """
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING
 
 from ember.ingest.core import BrokerCore
 from ember.ingest.listeners import Listener
 from ember.net.budget import RequestBudget
+from ember.net.coalescing import CoalescingWriter
 from ember.net.server import BrokerServer
 from ember.protocol.kafka.api_versions import ApiVersionsHandler
 from ember.protocol.kafka.codec import decode_request
@@ -44,9 +44,9 @@ class KafkaServer(BrokerServer):
         self.decode_frame = (
             lambda frame: decode_request(memoryview(frame), dispatcher.serves))  # type: ignore[assignment, return-value]
 
-    async def _write(self, writer: asyncio.StreamWriter, correlation_id: int,  # type: ignore[override]
+    async def _write(self, writer: CoalescingWriter, correlation_id: int,  # type: ignore[override]
                      reply: bytes | FramePieces) -> None:
-        if isinstance(reply, tuple):    # a fetch's records by reference: the socket is their first copy
+        if isinstance(reply, tuple):    # a fetch's records by reference: large ones go to the socket uncopied
             for piece in reply:
                 if writer.transport.is_closing():   # the client went: asyncio would log each further write
                     raise ConnectionResetError("the client closed the connection")
