@@ -420,12 +420,13 @@ class Partition:
         self.count_storage_error(operation)
 
     def count_storage_error(self, operation: str) -> None:
-        """The broker met a StorageError of this partition's log during ``operation`` (metrics).
-        A log closed meanwhile (the partition was deleted or moved away) is no disk failure."""
+        """The broker met a StorageError of this partition's log during ``operation`` (metrics);
+        a log it took offline wakes what waits on the partition (acks=all waits fail, parked
+        fetches answer). A log closed meanwhile (deleted or moved away) is no disk failure."""
         if self.stats is not None and (self.log.offline or not self.log.closed):
             self.stats.storage_error(operation)
         if self.log.offline:
-            self.changed.fire()   # acks=all waits end now (wait_replicated), parked fetches answer
+            self.changed.fire()
         if self.on_storage_error is not None:
             self.on_storage_error()
 
