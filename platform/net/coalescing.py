@@ -11,11 +11,10 @@ back, all empty, and waited ``fetch.wait.max.ms``.
 connection's task lets the event loop run (``loop.call_soon``): requests already read ahead are
 handled without waiting and their replies go out in one write, while no reply waits longer than the
 task's current run, which ends at its first await that suspends (the next request not read yet, a
-handler that waits, a full socket); one held longer than :data:`MAX_HOLD_S` goes at the next
-write. This is what Linux's
-``tcp_autocorking`` does for small writes inside the kernel, with the syscall saved too. Replies
-keep their order: a large one (a fetch's records, sent without a copy) goes after what is held, and
-a file region (``sendfile``) is preceded by :meth:`flush`.
+handler that waits, a full socket); one held longer than :data:`MAX_HOLD_S` goes at the next write.
+This is what Linux's ``tcp_autocorking`` does for small writes inside the kernel, with the syscall
+saved too. Replies keep their order: a large one (a fetch's records, sent without a copy) goes
+after what is held, and a file region (``sendfile``) is preceded by :meth:`flush`.
 """
 from __future__ import annotations
 
