@@ -6,6 +6,7 @@ import contextlib
 from typing import AsyncIterator
 
 from ember.net.server import BrokerServer, Dispatch
+from ember.wire.frame import FRAME_LENGTH, decode_response
 
 
 @contextlib.asynccontextmanager
@@ -21,3 +22,10 @@ async def connected(dispatch: Dispatch) -> AsyncIterator[tuple[BrokerServer, asy
     finally:
         writer.close()
         await server.close()
+
+
+async def answer(reader: asyncio.StreamReader) -> tuple[int, str]:
+    """The next reply on the client's side: its correlation id and the ``name`` it carries."""
+    (size,) = FRAME_LENGTH.unpack(await asyncio.wait_for(reader.readexactly(FRAME_LENGTH.size), 10))
+    response = decode_response(await asyncio.wait_for(reader.readexactly(size), 10))
+    return response.correlation_id, response.body["name"]

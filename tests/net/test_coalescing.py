@@ -7,11 +7,11 @@ import time
 from typing import Any
 
 import pytest
-from net_serving import connected
+from net_serving import answer, connected
 
 from ember.net.coalescing import MAX_HOLD_S, CoalescingWriter
 from ember.wire.api_keys import ApiKey
-from ember.wire.frame import FRAME_LENGTH, Request, decode_response, encode_request
+from ember.wire.frame import Request, encode_request
 from ember.wire.reply import Reply
 
 
@@ -118,12 +118,7 @@ class _Dispatch:
 
 
 async def _answers(reader: asyncio.StreamReader, count: int) -> list[tuple[int, str]]:
-    out = []
-    for _ in range(count):
-        (size,) = FRAME_LENGTH.unpack(await asyncio.wait_for(reader.readexactly(FRAME_LENGTH.size), 10))
-        response = decode_response(await asyncio.wait_for(reader.readexactly(size), 10))
-        out.append((response.correlation_id, response.body["name"]))
-    return out
+    return [await answer(reader) for _ in range(count)]
 
 
 def _serving(dispatch: _Dispatch, scenario: Any) -> None:

@@ -7,12 +7,12 @@ import asyncio
 import contextlib
 from typing import Any, AsyncIterator
 
-from net_serving import connected
+from net_serving import answer, connected
 
 from ember.net.pipelining import MAX_REPLIES_OWED, read_on
 from ember.net.server import BrokerServer
 from ember.wire.api_keys import ApiKey
-from ember.wire.frame import FRAME_LENGTH, Request, decode_response, encode_request
+from ember.wire.frame import FRAME_LENGTH, Request, encode_request
 from ember.wire.reply import CloseConnection, Reply
 
 
@@ -50,12 +50,6 @@ def _send(writer: asyncio.StreamWriter, correlation_id: int, api_key: int, name:
     writer.writelines(encode_request(api_key, 0, correlation_id, {"name": name, "wait": wait, "fail": fail}))
 
 
-async def _answer(reader: asyncio.StreamReader) -> tuple[int, str]:
-    (size,) = FRAME_LENGTH.unpack(await asyncio.wait_for(reader.readexactly(FRAME_LENGTH.size), 10))
-    response = decode_response(await asyncio.wait_for(reader.readexactly(size), 10))
-    return response.correlation_id, response.body["name"]
-
-
 async def _settle(broker: _Broker, count: int) -> None:
     for _ in range(500):
         if len(broker.handled) >= count:
@@ -72,11 +66,11 @@ def test_a_produce_waiting_for_replicas_does_not_hold_the_next_and_replies_stay_
             await _settle(broker, 3)
             assert broker.handled == ["slow", "fast", "middle"]     # all three read while "slow" waits
             broker.release("middle")
-            pending = asyncio.ensure_future(_answer(reader))
+            pending = asyncio.ensure_future(answer(reader))
             await asyncio.sleep(0.2)
             assert not pending.done()           # "fast" and "middle" are done, but "slow" is answered first
             broker.release("slow")
-            assert [await pending, await _answer(reader), await _answer(reader)] == \
+            assert [await pending, await answer(reader), await answer(reader)] == \
                 [(1, "slow"), (2, "fast"), (3, "middle")]
 
     asyncio.run(scenario())
@@ -93,7 +87,7 @@ def test_a_request_other_than_produce_is_handled_only_after_every_earlier_reply(
             await asyncio.sleep(0.2)
             assert broker.handled == ["produce"]
             broker.release("produce")
-            assert [await _answer(reader), await _answer(reader)] == [(1, "produce"), (2, "list-offsets")]
+            assert [await answer(reader), await answer(reader)] == [(1, "produce"), (2, "list-offsets")]
             assert broker.handled == ["produce", "list-offsets"]
 
     asyncio.run(scenario())
@@ -108,12 +102,12 @@ def test_a_connection_owes_a_bounded_number_of_replies_before_it_stops_reading()
             await asyncio.sleep(0.2)
             assert len(broker.handled) == MAX_REPLIES_OWED
             broker.release("p0")
-            assert await _answer(reader) == (0, "p0")
+            assert await answer(reader) == (0, "p0")
             await _settle(broker, MAX_REPLIES_OWED + 1)
             assert len(broker.handled) == MAX_REPLIES_OWED + 1
             for n in range(1, MAX_REPLIES_OWED + 2):
                 broker.release(f"p{n}")
-            assert [(await _answer(reader))[0] for _ in range(MAX_REPLIES_OWED + 1)] == \
+            assert [(await answer(reader))[0] for _ in range(MAX_REPLIES_OWED + 1)] == \
                 list(range(1, MAX_REPLIES_OWED + 2))
 
     asyncio.run(scenario())
@@ -158,7 +152,7 @@ def test_a_produce_that_fails_behind_waiting_ones_ends_the_connection_after_thei
             await _settle(broker, 2)
             await asyncio.sleep(0.2)
             broker.release("waiting")
-            answers = [await _answer(reader)]
+            answers = [await answer(reader)]
             return broker.handled, answers, await asyncio.wait_for(reader.read(), 10)
 
     assert asyncio.run(scenario()) == (["waiting", "failing"], [(1, "waiting")], b"")
@@ -175,6 +169,6 @@ def test_a_connection_the_broker_closes_still_answers_the_produces_it_read() -> 
             writer.write(FRAME_LENGTH.pack(len(garbage)) + garbage)
             await asyncio.sleep(0.2)
             broker.release("waiting")
-            return await _answer(reader), await asyncio.wait_for(reader.read(), 10)
+            return await answer(reader), await asyncio.wait_for(reader.read(), 10)
 
     assert asyncio.run(scenario()) == ((1, "waiting"), b"")
