@@ -23,7 +23,7 @@ import pyarrow as pa
 from ember.client.metadata import STALE_METADATA, MetadataClient
 from ember.client.offsets import EARLIEST, LATEST, list_offsets
 from ember.errors import EmberError, ErrorCode, OffsetOutOfRange, error_for_code
-from ember.record.batch import check_batch, decode_payload
+from ember.record.batch import check_batch, decode_payload, slice_offsets
 from ember.record.header import HEADER_SIZE, BatchHeader
 from ember.security.client import ClientSecurity
 from ember.wire.api_keys import ApiKey
@@ -71,6 +71,9 @@ class AssignedConsumer:
         self._positions: dict[TopicPartition, Optional[int]] = {}
         self._pending_reset: dict[TopicPartition, Optional[int]] = {}
         self._buffers: dict[TopicPartition, deque[pa.RecordBatch]] = {}
+        #: One past the last offset the buffered batches span: the position once they are all
+        #: returned, past the offsets a log cleaning removed from their ends.
+        self._buffer_ends: dict[TopicPartition, int] = {}
         self._fetches: dict[int, tuple[Future[Response], dict[TopicPartition, int]]] = {}
         #: The fetch session with each leader, and what the fetch in flight named and forgot.
         self._sessions: dict[int, FetchSessionHandler[TopicPartition]] = {}
@@ -160,6 +163,7 @@ class AssignedConsumer:
     def _forget(self, tp: TopicPartition) -> None:
         """Drop buffered records of ``tp``; in-flight fetches for it are ignored when they land."""
         self._buffers.pop(tp, None)
+        self._buffer_ends.pop(tp, None)
         self._pending_reset.pop(tp, None)
 
     def _reset_positions(self) -> None:
@@ -258,6 +262,7 @@ class AssignedConsumer:
                 self._positions[tp] = out[tp][-1].offset + 1
             if not buffer:
                 del self._buffers[tp]
+                self._positions[tp] = self._buffer_ends.pop(tp)
         return out
 
     def _records(self, tp: TopicPartition, batch: pa.RecordBatch) -> list[ConsumerRecord]:
@@ -281,7 +286,7 @@ class AssignedConsumer:
         for tp, buffer in self._buffers.items():
             batch = pa.concat_batches(list(buffer)) if len(buffer) > 1 else buffer[0]
             out[tp] = batch
-            self._positions[tp] = batch.column("offset")[-1].as_py() + 1
+            self._positions[tp] = self._buffer_ends.pop(tp)
         self._buffers.clear()
         return out
 
@@ -373,9 +378,12 @@ class AssignedConsumer:
                 self._metadata.mark_stale()
                 return
             raise error
-        batches = deque(_decode(payload, fetch_offset, self.check_crcs))
+        batches, end = _decode(payload, fetch_offset, self.check_crcs)
         if batches:
-            self._buffers[tp] = batches
+            self._buffers[tp] = deque(batches)
+            self._buffer_ends[tp] = end
+        elif end > fetch_offset:    # whole batches whose records a log cleaning removed
+            self._positions[tp] = end
 
     def close(self) -> None:
         if not self._closed:
@@ -389,21 +397,25 @@ class AssignedConsumer:
         self.close()
 
 
-def _decode(payload: memoryview, fetch_offset: int, verify_crc: bool) -> Iterator[pa.RecordBatch]:
-    """Record batches of a fetch payload, without the records before ``fetch_offset``.
+def _decode(payload: memoryview, fetch_offset: int, verify_crc: bool) -> tuple[list[pa.RecordBatch], int]:
+    """Record batches of a fetch payload without the records before ``fetch_offset``, and one past
+    the last offset the whole batches span (``fetch_offset`` if none): the next fetch offset, also
+    where a log cleaning removed the last records of a batch, as Kafka's consumer does.
 
     A truncated batch at the end (a broker may cut the last one at max_bytes) is skipped."""
-    pos = 0
+    pos, batches, end = 0, [], fetch_offset
     while len(payload) - pos >= HEADER_SIZE:
         header = BatchHeader.parse(payload, pos)
         if pos + header.size > len(payload):
             break
         check_batch(payload, pos, verify_crc=verify_crc)
         if header.base_offset + header.last_offset_delta >= fetch_offset:
-            batch = decode_payload(header, payload[pos:pos + header.size])
-            skip = fetch_offset - header.base_offset
-            yield batch.slice(skip) if skip > 0 else batch
+            batch = slice_offsets(decode_payload(header, payload[pos:pos + header.size]), fetch_offset)
+            if batch.num_rows:
+                batches.append(batch)
+            end = max(end, header.last_offset + 1)
         pos += header.size
+    return batches, end
 
 
 def _names(partitions: Iterable[TopicPartition]) -> str:

@@ -20,7 +20,7 @@ from ember.log import checkpoint
 from ember.log.index import OffsetIndex
 from ember.log.recovery import segment_bases
 from ember.log.segment import INDEX_SUFFIX, LOG_SUFFIX, scan_batches, segment_path
-from ember.record.batch import decode_payload
+from ember.record.batch import decode_payload, slice_offsets
 
 
 def read_offset_range(partition_dir: os.PathLike[str] | str, start_offset: int, end_offset: int, *,
@@ -63,10 +63,9 @@ def _read_segment(directory: Path, base: int, start: int, end: int,
             for _, header, data in scan_batches(fd, position, size, verify_crc=verify_crc):
                 if header.last_offset < start:
                     continue
-                records = decode_payload(header, data)
-                low = max(start - header.base_offset, 0)
-                high = min(end, header.last_offset + 1) - header.base_offset
-                yield records if (low, high) == (0, records.num_rows) else records.slice(low, high - low)
+                records = slice_offsets(decode_payload(header, data), start, end)
+                if records.num_rows:
+                    yield records
                 start = header.last_offset + 1
                 if start >= end:  # never touch the batch after: it may still be being written
                     break

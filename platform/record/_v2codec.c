@@ -209,10 +209,10 @@ typedef struct {
 
 /* Pass 1: validate every record and size the outputs. */
 static int
-scan(const uint8_t *start, int64_t size, int64_t count, Sizes *s, DecodeError *err)
+scan(const uint8_t *start, int64_t size, int64_t count, int64_t max_delta, Sizes *s, DecodeError *err)
 {
     const uint8_t *p = start, *end = start + size;
-    int64_t i = 0;
+    int64_t i = 0, previous_delta = -1;
     memset(s, 0, sizeof(*s));
     while (p < end) {
         const uint8_t *rend = end;
@@ -232,8 +232,10 @@ scan(const uint8_t *start, int64_t size, int64_t count, Sizes *s, DecodeError *e
             FAIL(r == -1 ? E_TRUNCATED : E_VARINT_LONG, 0);
         int32_t off_delta;
         VARINT(off_delta);
-        if (off_delta != i)
+        /* dense (max_delta < 0): 0, 1, 2, ...; else ascending with gaps up to max_delta (a cleaned batch) */
+        if (max_delta < 0 ? off_delta != i : (off_delta <= previous_delta || off_delta > max_delta))
             FAIL(E_OFFSET_DELTA, off_delta);
+        previous_delta = off_delta;
         int32_t klen;
         VARINT(klen);
         if (klen < -1 || klen > rend - p)
@@ -320,9 +322,9 @@ fill(const uint8_t *start, int64_t size, int64_t base_ts, int lat, int64_t lat_t
         const uint8_t *rend = p + len;
         p++;
         rd_varlong(&p, rend, &ts_delta);
-        o->offsets[i] = (int64_t)((uint64_t)o->base_offset + (uint64_t)i);
         o->ts[i] = lat ? lat_ts : (int64_t)((uint64_t)base_ts + (uint64_t)ts_delta);
         rd_varint(&p, rend, &off_delta);
+        o->offsets[i] = (int64_t)((uint64_t)o->base_offset + (uint64_t)off_delta);
         rd_varint(&p, rend, &klen);
         if (klen >= 0) {
             memcpy(o->key_data + koff, p, (size_t)klen);
@@ -391,7 +393,8 @@ decode_error(const DecodeError *e)
         return NULL;
     case E_OFFSET_DELTA:
         PyErr_Format(InvalidError, "record %lld has offset delta %lld: offset deltas must run 0, 1, 2, ... "
-                     "without gaps", (long long)e->record, (long long)e->value);
+                     "(ascending up to the batch's last offset delta in a cleaned batch)", (long long)e->record,
+                     (long long)e->value);
         return NULL;
     default: what = "unknown error"; break;
     }
@@ -414,23 +417,25 @@ new_buffer(int64_t size, int zeroed, void *ptr)
 }
 
 PyDoc_STRVAR(decode_doc,
-"decode(section, count, base_offset, base_timestamp, log_append_time, max_timestamp, build=True)\n\n"
+"decode(section, count, base_offset, base_timestamp, log_append_time, max_timestamp, build=True,\n"
+"       max_offset_delta=-1)\n\n"
 "Validate a records section of `count` records; with build, return its column buffers:\n"
 "(offsets, timestamps, key_valid, key_offsets, key_data, key_nulls, value_valid, value_offsets, value_data,\n"
 " value_nulls, list_valid, list_offsets, with_headers, hkey_offsets, hkey_data, hvalue_valid,\n"
 " hvalue_offsets, hvalue_data, hvalue_nulls, header_count); validity buffers are None when nothing is\n"
-"null, list buffers None when no record has headers.");
+"null, list buffers None when no record has headers. Offset deltas must run 0, 1, 2, ... unless\n"
+"max_offset_delta >= 0 (a stored batch the log cleaner rewrote): then they ascend, with gaps, up to it.");
 
 static PyObject *
 v2_decode(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"section", "count", "base_offset", "base_timestamp", "log_append_time", "max_timestamp", "build",
-                             NULL};
+                             "max_offset_delta", NULL};
     Py_buffer view;
-    long long count, base_offset, base_ts, lat_ts;
+    long long count, base_offset, base_ts, lat_ts, max_delta = -1;
     int lat, build = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*LLLpL|p", kwlist, &view, &count, &base_offset, &base_ts, &lat, &lat_ts,
-                                     &build))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*LLLpL|pL", kwlist, &view, &count, &base_offset, &base_ts, &lat, &lat_ts,
+                                     &build, &max_delta))
         return NULL;
     PyObject *result = NULL;
     PyObject *bufs[16] = {NULL};
@@ -446,7 +451,7 @@ v2_decode(PyObject *self, PyObject *args, PyObject *kwargs)
         goto done;
     }
     Py_BEGIN_ALLOW_THREADS
-    rc = scan((const uint8_t *)view.buf, view.len, count, &s, &err);
+    rc = scan((const uint8_t *)view.buf, view.len, count, max_delta, &s, &err);
     Py_END_ALLOW_THREADS
     if (rc) {
         decode_error(&err);
@@ -594,6 +599,7 @@ typedef struct {
     int has_headers;
     int64_t base_ts;
     int64_t max_ts;
+    const int32_t *deltas;   /* each record's offset delta, or NULL: 0, 1, 2, ... */
     int32_t *body;    /* per-record body sizes (pass 1) */
 } Enc;
 
@@ -606,7 +612,7 @@ enc_size(Enc *e)
         int64_t ts = e->ts[i];
         if (ts > max_ts) max_ts = ts;
         int64_t body = 1 + varlong_size((int64_t)((uint64_t)ts - (uint64_t)e->base_ts))
-                       + varint_size((int32_t)i);
+                       + varint_size(e->deltas ? e->deltas[i] : (int32_t)i);
         if (col_is_valid(&e->key, i)) {
             int32_t l = col_off(&e->key, i + 1) - col_off(&e->key, i);
             body += varint_size(l) + l;
@@ -669,7 +675,7 @@ enc_fill(Enc *e, uint8_t *p)
         p = wr_varint(p, e->body[i]);
         *p++ = 0;
         p = wr_varlong(p, (int64_t)((uint64_t)e->ts[i] - (uint64_t)e->base_ts));
-        p = wr_varint(p, (int32_t)i);
+        p = wr_varint(p, e->deltas ? e->deltas[i] : (int32_t)i);
         p = wr_bytes(p, &e->key, i);
         p = wr_bytes(p, &e->value, i);
         int32_t hcount = 0, h0 = 0;
@@ -699,27 +705,29 @@ put_be64(uint8_t *p, uint64_t v)
 }
 
 PyDoc_STRVAR(encode_doc,
-"encode(n, timestamps, key, value, headers, base_timestamp, header, crc)\n\n"
+"encode(n, timestamps, key, value, headers, base_timestamp, header, crc, deltas=None)\n\n"
 "The records section of n records, or with header (61 packed bytes) the whole uncompressed batch.\n"
 "timestamps: (int64 buffer, offset); key, value: (validity, offsets, data, offset); headers: None or\n"
 "((list validity, list offsets, None, list offset), header key column, header value column) where the\n"
 "header columns' offsets already include the struct's. base_timestamp None: the first record's. With\n"
 "header, batch_length, base/max timestamp (when base_timestamp is None) and the CRC (crc(memoryview) ->\n"
-"int over bytes 21..end) are patched in. Returns (bytes, first_timestamp, max_timestamp).");
+"int over bytes 21..end) are patched in. deltas: None (offset deltas 0, 1, 2, ...) or (int32 buffer, offset)\n"
+"of ascending offset deltas (the log cleaner keeps records at their offsets). Returns (bytes,\n"
+"first_timestamp, max_timestamp).");
 
 static PyObject *
 v2_encode(PyObject *self, PyObject *args)
 {
     long long n;
-    PyObject *ts_t, *key_t, *value_t, *headers_t, *base_obj, *header_obj, *crc_fn;
-    if (!PyArg_ParseTuple(args, "LOOOOOOO", &n, &ts_t, &key_t, &value_t, &headers_t, &base_obj, &header_obj,
-                          &crc_fn))
+    PyObject *ts_t, *key_t, *value_t, *headers_t, *base_obj, *header_obj, *crc_fn, *deltas_t = Py_None;
+    if (!PyArg_ParseTuple(args, "LOOOOOOO|O", &n, &ts_t, &key_t, &value_t, &headers_t, &base_obj, &header_obj,
+                          &crc_fn, &deltas_t))
         return NULL;
     Enc e;
     memset(&e, 0, sizeof(e));
     e.n = n;
-    Py_buffer ts_view;
-    int has_ts = 0;
+    Py_buffer ts_view, deltas_view;
+    int has_ts = 0, has_deltas = 0;
     PyObject *result = NULL, *out = NULL;
     PyObject *ts_buf;
     long long ts_offset;
@@ -737,6 +745,26 @@ v2_encode(PyObject *self, PyObject *args)
         goto done;
     }
     e.ts = (const int64_t *)ts_view.buf + ts_offset;
+    if (deltas_t != Py_None) {
+        PyObject *deltas_buf;
+        long long deltas_offset;
+        if (!PyArg_ParseTuple(deltas_t, "OL", &deltas_buf, &deltas_offset))
+            goto done;
+        if (PyObject_GetBuffer(deltas_buf, &deltas_view, PyBUF_SIMPLE) < 0)
+            goto done;
+        has_deltas = 1;
+        if (deltas_offset < 0 || (deltas_offset + n) * 4 > deltas_view.len) {
+            PyErr_SetString(PyExc_ValueError, "offset delta buffer too short");
+            goto done;
+        }
+        e.deltas = (const int32_t *)deltas_view.buf + deltas_offset;
+        for (int64_t k = 0; k < n; k++) {
+            if (e.deltas[k] < 0 || (k > 0 && e.deltas[k] <= e.deltas[k - 1])) {
+                PyErr_SetString(PyExc_ValueError, "offset deltas must be non-negative and ascending");
+                goto done;
+            }
+        }
+    }
     if (col_parse(key_t, &e.key, "key") || col_check_binary(&e.key, n, "key"))
         goto done;
     if (col_parse(value_t, &e.value, "value") || col_check_binary(&e.value, n, "value"))
@@ -847,6 +875,7 @@ done:
     col_release(&e.hkey);
     col_release(&e.hvalue);
     if (has_ts) PyBuffer_Release(&ts_view);
+    if (has_deltas) PyBuffer_Release(&deltas_view);
     return result;
 }
 

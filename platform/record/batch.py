@@ -188,6 +188,25 @@ def decode_payload(header: BatchHeader, batch: Buffer) -> pa.RecordBatch:
          records.column("headers")], schema=DECODED_SCHEMA)
 
 
+def slice_offsets(decoded: pa.RecordBatch, start: int, end: Optional[int] = None) -> pa.RecordBatch:
+    """Rows of a decoded batch (``DECODED_SCHEMA``) with ``start <= offset < end`` (no end: to the
+    last). Offsets ascend within a batch; where the log cleaner left gaps the bounds are found by a
+    vectorized count, else by arithmetic."""
+    n = decoded.num_rows
+    if n == 0:
+        return decoded
+    offsets = decoded.column("offset")
+    first, last = offsets[0].as_py(), offsets[n - 1].as_py()
+    stop = last + 1 if end is None else end
+    if last - first + 1 == n:
+        lo = min(n, max(0, start - first))
+        hi = max(lo, min(n, stop - first))
+    else:
+        lo = pc.sum(pc.less(offsets, start)).as_py() if start > first else 0
+        hi = max(lo, pc.sum(pc.less(offsets, stop)).as_py() if stop <= last else n)
+    return decoded if (lo, hi) == (0, n) else decoded.slice(lo, hi - lo)
+
+
 def stored_columns(header: BatchHeader, batch: Buffer) -> pa.RecordBatch:
     """The Arrow payload of one of ember's batches as stored (``RECORD_SCHEMA``: no offsets, the
     records' own timestamps), for work that needs neither, such as building a Kafka batch from it."""

@@ -93,6 +93,12 @@ class BatchHeader(NamedTuple):
         return bool(self.attributes & LOG_APPEND_TIME_FLAG)
 
     @property
+    def has_gaps(self) -> bool:
+        """Whether offsets inside the batch skip some (a Kafka batch the log cleaner rewrote):
+        record ``i`` is then not at ``base_offset + i``. Producers' batches never have gaps."""
+        return self.last_offset_delta != self.record_count - 1
+
+    @property
     def last_sequence(self) -> int:
         return increment_sequence(self.base_sequence, self.last_offset_delta)
 
@@ -102,7 +108,10 @@ class BatchHeader(NamedTuple):
             return f"unsupported magic {self.magic} (1: ember's Arrow batches, 2: Kafka's RecordBatch v2)"
         if self.batch_length < HEADER_SIZE - LOG_OVERHEAD:
             return f"invalid batch length {self.batch_length}"
-        if self.record_count <= 0 or self.last_offset_delta != self.record_count - 1:
+        # a Kafka batch the log cleaner rewrote keeps its offsets: fewer records than its offset span
+        spans = self.last_offset_delta >= self.record_count - 1 if self.magic == KAFKA_MAGIC else \
+            self.last_offset_delta == self.record_count - 1
+        if self.record_count <= 0 or not spans:
             return (f"invalid record count {self.record_count} "
                     f"(last offset delta {self.last_offset_delta})")
         if self.codec not in (KAFKA_CODECS if self.magic == KAFKA_MAGIC else ARROW_CODECS):

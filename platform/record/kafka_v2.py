@@ -9,9 +9,11 @@ The C side walks a records section twice without the GIL (validate and size, the
 once at their exact sizes); the Arrow arrays are built over those buffers with ``pa.Array.from_buffers``,
 so the Python work is constant per batch, never per record. Decoding is strict: structural damage is
 :class:`~ember.errors.CorruptRecord`, offset deltas other than 0, 1, 2, ... are
-:class:`~ember.errors.InvalidRecord`, and no declared length is believed beyond the bytes that are there
-(decompressed sizes are bounded from the frames' own structure and capped at ``max_bytes`` before anything
-is allocated), so a hostile batch costs at most a small multiple of its own size.
+:class:`~ember.errors.InvalidRecord` (a stored batch the log cleaner rewrote may skip offsets, ascending up
+to its header's last offset delta: decoding gives each record its own offset), and no declared length is
+believed beyond the bytes that are there (decompressed sizes are bounded from the frames' own structure and
+capped at ``max_bytes`` before anything is allocated), so a hostile batch costs at most a small multiple of
+its own size.
 
 Codecs (attributes bits 0-2): gzip; snappy both xerial-framed (Java, kafka-python, aiokafka) and raw
 (librdkafka); lz4 frames; zstd frames with or without a content size. Encoding writes lz4 frames with
@@ -56,12 +58,13 @@ def decode_records(header: BatchHeader, batch: Buffer, *, max_bytes: int = DEFAU
     CRC already checked) as columns of ``DECODED_SCHEMA``. Timestamps are the batch's max timestamp for
     every record under LogAppendTime. CorruptRecord / InvalidRecord when the records are not sound."""
     count = header.record_count
-    with _section(header, batch, max_bytes) as section:
+    with _section(header, batch, max_bytes, gaps=True) as section:
         try:
             (offsets, ts, key_valid, key_offsets, key_data, key_nulls, value_valid, value_offsets, value_data, value_nulls,
              list_valid, list_offsets, with_headers, hkey_offsets, hkey_data, hvalue_valid, hvalue_offsets,
              hvalue_data, hvalue_nulls, header_count) = _v2codec.decode(
-                section, count, header.base_offset, header.first_timestamp, header.log_append_time, header.max_timestamp)
+                section, count, header.base_offset, header.first_timestamp, header.log_append_time, header.max_timestamp,
+                max_offset_delta=header.last_offset_delta if header.has_gaps else -1)
         except _v2codec.CorruptError as exc:
             raise CorruptRecord(f"record batch at offset {header.base_offset}: {exc}") from None
         except _v2codec.InvalidError as exc:
@@ -93,7 +96,8 @@ def decode_records(header: BatchHeader, batch: Buffer, *, max_bytes: int = DEFAU
 
 
 def validate_records(header: BatchHeader, batch: Buffer, *, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
-    """The checks of :func:`decode_records` without building columns (no copy of keys and values)."""
+    """The checks of :func:`decode_records` without building columns (no copy of keys and values), for a
+    producer's batch: its offset deltas must run 0..count-1 (only the log cleaner writes gaps)."""
     with _section(header, batch, max_bytes) as section:
         try:
             _v2codec.decode(section, header.record_count, header.base_offset, header.first_timestamp, header.log_append_time,
@@ -108,8 +112,9 @@ def _maybe(buf: Optional[bytes]) -> Optional[pa.Buffer]:
     return None if buf is None else pa.py_buffer(buf)
 
 
-def _section(header: BatchHeader, batch: Buffer, max_bytes: int) -> memoryview:
-    """The (decompressed) records section of a whole v2 batch."""
+def _section(header: BatchHeader, batch: Buffer, max_bytes: int, *, gaps: bool = False) -> memoryview:
+    """The (decompressed) records section of a whole v2 batch (``gaps``: a stored batch, whose offsets
+    may skip some after a log cleaning)."""
     view = memoryview(batch)
     if view.ndim != 1 or view.itemsize != 1:
         view = view.cast("B")
@@ -118,7 +123,9 @@ def _section(header: BatchHeader, batch: Buffer, max_bytes: int) -> memoryview:
     if header.batch_length < HEADER_SIZE - LOG_OVERHEAD or len(view) < header.size:
         raise CorruptRecord(f"record batch at offset {header.base_offset} claims {header.size} bytes, "
                             f"{len(view)} are there")
-    if header.record_count < 0 or (header.record_count > 0 and header.last_offset_delta != header.record_count - 1):
+    spans = header.last_offset_delta >= header.record_count - 1 if gaps else \
+        header.last_offset_delta == header.record_count - 1
+    if header.record_count < 0 or (header.record_count > 0 and not spans):
         raise InvalidRecord(f"record batch of {header.record_count} records with last offset delta "
                             f"{header.last_offset_delta}; offsets must run 0..count-1")
     codec = header.attributes & CODEC_MASK
@@ -199,11 +206,14 @@ def _unxerial(data: memoryview, max_bytes: int) -> memoryview:
 
 # --- encoding ---------------------------------------------------------------------------------
 
-def encode_batch(header: BatchHeader, records: pa.RecordBatch, codec: int) -> bytes:
+def encode_batch(header: BatchHeader, records: pa.RecordBatch, codec: int,
+                 offset_deltas: Optional[pa.Array] = None) -> bytes:
     """A complete v2 batch of ``records`` (columns key, value, timestamp, headers as in RECORD_SCHEMA; slices
     and nulls fine) compressed with Kafka ``codec`` (0-4). base_offset, partition_leader_epoch and the
     producer fields come from ``header``; under LogAppendTime (its bit 3) its first and max timestamps too,
-    else the first record's timestamp and the largest."""
+    else the first record's timestamp and the largest. ``offset_deltas`` (int32, ascending; the log
+    cleaner's survivors) keeps records at their offsets, and the batch keeps ``header``'s last offset delta;
+    without them record ``i`` is at ``base_offset + i``."""
     if codec not in (NONE, GZIP, SNAPPY, LZ4, ZSTD):
         raise ValueError(f"unknown Kafka compression codec {codec}")
     count = records.num_rows
@@ -223,16 +233,28 @@ def encode_batch(header: BatchHeader, records: pa.RecordBatch, codec: int) -> by
     base_timestamp = header.first_timestamp if log_append_time else None
     kafka = BatchHeader(base_offset=header.base_offset, batch_length=0,
                         partition_leader_epoch=header.partition_leader_epoch, magic=KAFKA_MAGIC, crc=0,
-                        attributes=attributes, last_offset_delta=count - 1,
+                        attributes=attributes,
+                        last_offset_delta=count - 1 if offset_deltas is None else header.last_offset_delta,
                         first_timestamp=header.first_timestamp if log_append_time else 0,
                         max_timestamp=header.max_timestamp if log_append_time else 0,
                         producer_id=header.producer_id, producer_epoch=header.producer_epoch,
                         base_sequence=header.base_sequence, record_count=count)
     ts_arg = (timestamps.buffers()[1], timestamps.offset)
+    deltas_arg = None
+    if offset_deltas is not None:
+        deltas = _whole(offset_deltas).cast(pa.int32())
+        if len(deltas) != count or deltas.null_count:
+            raise ValueError(f"{len(deltas)} offset deltas (nulls: {deltas.null_count}) for {count} records")
+        if count and deltas[count - 1].as_py() > header.last_offset_delta:
+            raise ValueError(f"offset delta {deltas[count - 1].as_py()} past the batch's last offset delta "
+                             f"{header.last_offset_delta}")
+        deltas_arg = (deltas.buffers()[1], deltas.offset)
     if codec == NONE:
-        batch, _, _ = _v2codec.encode(count, ts_arg, key, value, headers_arg, base_timestamp, kafka.pack(), crc32c)
+        batch, _, _ = _v2codec.encode(count, ts_arg, key, value, headers_arg, base_timestamp, kafka.pack(), crc32c,
+                                      deltas_arg)
         return batch
-    section, first, largest = _v2codec.encode(count, ts_arg, key, value, headers_arg, base_timestamp, None, None)
+    section, first, largest = _v2codec.encode(count, ts_arg, key, value, headers_arg, base_timestamp, None, None,
+                                              deltas_arg)
     body = _compress(codec, section)
     if not log_append_time:
         kafka = kafka._replace(first_timestamp=first, max_timestamp=largest)

@@ -22,9 +22,10 @@ from ember.log import checkpoint
 from ember.log.data_dir import META_FILE, broker_id_of
 from ember.log.reader import read_offset_range
 from ember.log.recovery import segment_bases
+from ember.record.batch import slice_offsets
 from ember.sources.options import ReaderOptions
 from ember.sources.planning import OffsetRange, RangeGroup, Task, check_data_loss
-from ember.sources.schema import slice_offsets, to_spark_batch
+from ember.sources.schema import to_spark_batch
 
 FETCH_BYTES = 16 * 1024 * 1024  # per fetch: a task reads one partition, so large fetches pay off
 FLUSH_POLL_S = 0.2  # readPath=direct: how often to look again for a copy's broker to flush the rest
@@ -264,15 +265,19 @@ def _read_broker(ranges: list[tuple[OffsetRange, int]], options: ReaderOptions,
                     consumer.assign(list(positions))
                 continue
             done = False
-            for tp, batch in fetched.items():
-                if tp not in positions:
-                    continue
+            for tp in list(positions):
                 task = tasks[tp]
-                batch = slice_offsets(batch, positions[tp], task.end)
-                if batch is not None and batch.num_rows:
-                    positions[tp] = batch.column("offset")[-1].as_py() + 1
+                batch = fetched.get(tp)
+                if batch is not None:
+                    batch = slice_offsets(batch, positions[tp], task.end)
+                    if batch.num_rows:
+                        deadline = time.monotonic() + options.fetch_timeout_ms / 1000
+                        yield task, to_spark_batch(batch, task.topic, task.partition, target)
+                # the consumer's position also moves past offsets a log cleaning removed
+                moved_to = consumer.position(tp)
+                if moved_to > positions[tp]:
+                    positions[tp] = moved_to
                     deadline = time.monotonic() + options.fetch_timeout_ms / 1000
-                    yield task, to_spark_batch(batch, task.topic, task.partition, target)
                 if positions[tp] >= task.end:
                     del positions[tp]
                     done = True

@@ -50,13 +50,3 @@ def to_spark_batch(decoded: pa.RecordBatch, topic: str, partition: int, target: 
     if "headers" in target.names:
         columns["headers"] = decoded.column("headers").cast(target.field("headers").type)
     return pa.RecordBatch.from_arrays([columns[name] for name in target.names], schema=target)
-
-
-def slice_offsets(decoded: pa.RecordBatch, start: int, end: int) -> pa.RecordBatch:
-    """Rows of a decoded batch with ``start <= offset < end`` (offsets are contiguous in a batch)."""
-    if decoded.num_rows == 0:
-        return decoded
-    first = decoded.column("offset")[0].as_py()
-    lo = max(0, start - first)
-    hi = max(lo, min(decoded.num_rows, end - first))
-    return decoded.slice(lo, hi - lo)

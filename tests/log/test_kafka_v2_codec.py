@@ -195,6 +195,42 @@ def test_round_trip(rows: list[tuple[int, bytes | None, bytes | None, list[tuple
     assert aiokafka_rows(encoded) == arrow_rows(decoded)
 
 
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=_records, codec=st.sampled_from(CODECS), base_offset=st.integers(0, 1 << 40), data=st.data())
+def test_round_trip_keeps_the_offsets_a_cleaning_left(
+        rows: list[tuple[int, bytes | None, bytes | None, list[tuple[str, bytes | None]]]], codec: int,
+        base_offset: int, data: st.DataObject) -> None:
+    span = data.draw(st.integers(len(rows), len(rows) + 50))
+    deltas = sorted(data.draw(st.sets(st.integers(0, span - 1), min_size=len(rows), max_size=len(rows))))
+    header = BatchHeader(base_offset, 0, 5, 2, 0, 0, span - 1, 0, 0, 9, 1, 100, 0)
+    table = records_table(rows)
+    encoded = kafka_v2.encode_batch(header, table, codec, pa.array(deltas, pa.int32()))
+    stored = BatchHeader.parse(encoded)
+    assert (stored.record_count, stored.last_offset_delta, stored.has_gaps) == (len(rows), span - 1, len(rows) < span)
+    assert (stored.producer_id, stored.producer_epoch, stored.base_sequence) == (9, 1, 100)
+    decoded = decode(encoded)
+    decoded.validate(full=True)
+    assert decoded.column("offset").to_pylist() == [base_offset + d for d in deltas]
+    for name in ("key", "value", "timestamp", "headers"):
+        assert decoded.column(name).equals(table.column(name)), name
+    assert aiokafka_rows(encoded) == arrow_rows(decoded)
+
+
+def test_a_producer_batch_with_offset_gaps_is_refused() -> None:
+    raw = gapped(record(simple()) + record(simple(2)), 2, 2)
+    assert decode(raw).column("offset").to_pylist() == [0, 2]     # stored: readable
+    with pytest.raises(InvalidRecord, match="offsets must run"):
+        kafka_v2.validate_records(BatchHeader.parse(raw), raw)
+
+
+def test_encode_refuses_offset_deltas_past_the_batch() -> None:
+    header = BatchHeader(0, 0, 0, 2, 0, 0, 1, 0, 0, -1, -1, -1, 0)
+    with pytest.raises(ValueError, match="past the batch's last offset delta"):
+        kafka_v2.encode_batch(header, records_table(SAMPLE[:2]), 0, pa.array([0, 2], pa.int32()))
+    with pytest.raises(ValueError, match="ascending"):
+        kafka_v2.encode_batch(header, records_table(SAMPLE[:2]), 0, pa.array([1, 1], pa.int32()))
+
+
 # --- hostile input ----------------------------------------------------------------------------
 
 def zz(value: int) -> bytes:
@@ -214,6 +250,12 @@ def record(body: bytes) -> bytes:
 
 def batch_of(section: bytes, count: int, codec: int = 0) -> bytes:
     header = BatchHeader(0, 0, 0, 2, 0, codec, count - 1, 0, 0, -1, -1, -1, count)
+    return reseal(header.pack() + section)
+
+
+def gapped(section: bytes, count: int, last_offset_delta: int) -> bytes:
+    """A stored batch as the log cleaner leaves it: ``count`` records spanning ``last_offset_delta + 1`` offsets."""
+    header = BatchHeader(0, 0, 0, 2, 0, 0, last_offset_delta, 0, 0, -1, -1, -1, count)
     return reseal(header.pack() + section)
 
 
@@ -247,8 +289,10 @@ def hostile_cases() -> list[tuple[str, bytes, type[Exception]]]:
         ("more records than the header", batch_of(good + record(simple(1)), 1), CorruptRecord),
         ("offset delta gap", batch_of(good + record(simple(2)), 2), InvalidRecord),
         ("offset delta repeated", batch_of(good + record(simple(0)), 2), InvalidRecord),
-        ("last offset delta", reseal(BatchHeader.parse(batch_of(good, 1))._replace(last_offset_delta=3).pack()
-                                     + good), InvalidRecord),
+        ("gap past the last offset delta", gapped(good + record(simple(4)), 2, 3), InvalidRecord),
+        ("gap deltas descending", gapped(record(simple(2)) + record(simple(1)), 2, 3), InvalidRecord),
+        ("gap delta repeated", gapped(record(simple(1)) + record(simple(1)), 2, 3), InvalidRecord),
+        ("last offset delta below the count", gapped(good + record(simple(1)), 2, 0), InvalidRecord),
     ]
     for codec in (1, 2, 3, 4):
         cases.append((f"garbage codec {codec}", batch_of(b"\x01\x02garbage" * 3, 1, codec), CorruptRecord))

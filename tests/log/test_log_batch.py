@@ -6,11 +6,15 @@ import zlib
 
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from log_helpers import values_batch
 
 from ember import errors
 from ember.record import batch as b
 from ember.record import header as h
+from ember.record.batch import slice_offsets
+from ember.record.schema import DECODED_SCHEMA, HEADERS_TYPE
 
 
 def test_header_is_61_bytes_and_round_trips():
@@ -143,3 +147,17 @@ def test_valid_crc_over_a_garbage_payload_is_a_typed_error_on_read(tmp_path):
     with pytest.raises(errors.CorruptRecord, match="not a valid ember record batch"):
         b.to_table(log.read(0, 1 << 20).read_bytes())
     log.close()
+
+
+@settings(max_examples=80, deadline=None)
+@given(offsets=st.lists(st.integers(0, 200), min_size=1, max_size=60, unique=True).map(sorted),
+       start=st.integers(-5, 210), length=st.none() | st.integers(0, 220))
+def test_slice_offsets_keeps_the_offsets_in_range_also_across_gaps(offsets: list[int], start: int,
+                                                                    length: int | None) -> None:
+    n = len(offsets)
+    decoded = pa.RecordBatch.from_arrays(
+        [pa.array(offsets, pa.int64()), pa.array([0] * n, pa.int64()), pa.array([b"k"] * n, pa.binary()),
+         pa.array([b"v%d" % o for o in offsets], pa.binary()), pa.nulls(n, HEADERS_TYPE)], schema=DECODED_SCHEMA)
+    end = None if length is None else start + length
+    kept = slice_offsets(decoded, start, end)
+    assert kept.column("offset").to_pylist() == [o for o in offsets if o >= start and (end is None or o < end)]

@@ -5,6 +5,7 @@ import pyarrow as pa
 import pytest
 
 from ember.errors import EmberError
+from ember.record.batch import slice_offsets
 from ember.sources.offsets import offsets_from_json, offsets_to_json
 from ember.sources.options import OptionError, reader_options
 from ember.sources.planning import (
@@ -18,7 +19,7 @@ from ember.sources.planning import (
     plan_ranges,
     plan_tasks,
 )
-from ember.sources.schema import arrow_schema, slice_offsets, to_spark_batch
+from ember.sources.schema import arrow_schema, to_spark_batch
 
 A0, A1, B0 = ("a", 0), ("a", 1), ("b", 0)
 
