@@ -58,6 +58,20 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in (
           "How often the broker deletes segments past their topic's retention.", 1),
     _long("log.flush.interval.ms", None, "Default flush.ms (topic default when not set).", 0,
           nullable=True),
+    ConfigDef("log.cleanup.policy", "list", "delete", "Default cleanup.policy.", choices=("delete", "compact")),
+    ConfigDef("log.cleaner.min.cleanable.ratio", "double", 0.5, "Default min.cleanable.dirty.ratio.",
+              minimum=0.0, maximum=1.0),
+    _long("log.cleaner.min.compaction.lag.ms", 0, "Default min.compaction.lag.ms.", 0),
+    _long("log.cleaner.max.compaction.lag.ms", INT64_MAX, "Default max.compaction.lag.ms.", 1),
+    _long("log.cleaner.delete.retention.ms", 86_400_000, "Default delete.retention.ms.", 0),
+    _bool("log.cleaner.enable", True, "Run the log cleaner, which compacts the logs of topics with "
+          "cleanup.policy=compact (off: they grow like delete-policy logs without retention)."),
+    _int("log.cleaner.threads", 1, "Threads cleaning logs at once (one log per thread).", 1),
+    _long("log.cleaner.dedupe.buffer.size", 128 * 1024 * 1024, "Memory a cleaning's key map may use over all "
+          "cleaner threads: a dirty section with more keys is cleaned in several passes.", 1024 * 1024),
+    _long("log.cleaner.backoff.ms", 15000, "How long the cleaner sleeps when no log needs cleaning.", 0),
+    ConfigDef("log.cleaner.io.max.bytes.per.second", "double", float("inf"), "Bytes per second the cleaner reads "
+              "and writes at most, all its threads together (throttled in steps of 1 MiB).", minimum=1.0),
     _long("log.flush.scheduler.interval.ms", 1000,
           "How often the broker checks whether a partition's flush.ms has elapsed.", 1),
     _long("log.offline.retry.interval.ms", 5000, "How often the broker retries the logs a disk failure took "
@@ -149,6 +163,11 @@ _TOPIC_DEFAULTS = {
     "log.segment.bytes": "segment.bytes",
     "log.roll.ms": "segment.ms",
     "log.flush.interval.ms": "flush.ms",
+    "log.cleanup.policy": "cleanup.policy",
+    "log.cleaner.min.cleanable.ratio": "min.cleanable.dirty.ratio",
+    "log.cleaner.min.compaction.lag.ms": "min.compaction.lag.ms",
+    "log.cleaner.max.compaction.lag.ms": "max.compaction.lag.ms",
+    "log.cleaner.delete.retention.ms": "delete.retention.ms",
     "min.insync.replicas": "min.insync.replicas",
     "message.max.bytes": "max.message.bytes",
     "unclean.leader.election.enable": "unclean.leader.election.enable",
@@ -183,6 +202,16 @@ class BrokerConfig:
     log_roll_ms: Optional[int]
     log_retention_check_interval_ms: int
     log_flush_interval_ms: Optional[int]
+    log_cleanup_policy: str
+    log_cleaner_min_cleanable_ratio: float
+    log_cleaner_min_compaction_lag_ms: int
+    log_cleaner_max_compaction_lag_ms: int
+    log_cleaner_delete_retention_ms: int
+    log_cleaner_enable: bool
+    log_cleaner_threads: int
+    log_cleaner_dedupe_buffer_size: int
+    log_cleaner_backoff_ms: int
+    log_cleaner_io_max_bytes_per_second: float
     log_flush_scheduler_interval_ms: int
     log_offline_retry_interval_ms: int
     socket_request_max_bytes: int

@@ -48,8 +48,21 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in (
     _int("min.insync.replicas", 1, "Fewest in-sync replicas an acks=all write needs.", 1),
     ConfigDef("unclean.leader.election.enable", "boolean", False,
               "Allow an out-of-sync replica to become leader (may lose acknowledged records)."),
-    ConfigDef("cleanup.policy", "string", "delete", "How old segments are cleaned up.",
-              choices=("delete",), unsupported=("compact", "compact,delete", "delete,compact")),
+    ConfigDef("cleanup.policy", "list", "delete",
+              "delete: drop old segments by retention.ms / retention.bytes; compact: keep the latest record "
+              "of each key (the log cleaner; records need keys); both: compact, and drop old segments too.",
+              choices=("delete", "compact")),
+    ConfigDef("min.cleanable.dirty.ratio", "double", 0.5,
+              "Clean a compacted log once this share of it was written since its last cleaning.",
+              minimum=0.0, maximum=1.0),
+    _int("min.compaction.lag.ms", 0, "A record stays uncompacted at least this long after it was written.",
+         0, INT64_MAX),
+    _int("max.compaction.lag.ms", INT64_MAX,
+         "A record is compacted at most this long after it was written, however clean the log is.", 1,
+         INT64_MAX),
+    _int("delete.retention.ms", _DAY_MS,
+         "How long a tombstone (a record with a null value) stays after its log was cleaned, so a consumer "
+         "reading from the start sees the delete.", 0, INT64_MAX),
     _int("producer.id.expiration.ms", 86_400_000,
          "Forget an idempotent producer this long after its last batch's timestamp; later retries "
          "of its batches are no longer deduplicated (Kafka's broker setting, per topic here).",
@@ -78,12 +91,26 @@ class LogConfig:
     min_insync_replicas: int = TOPIC_CONFIGS["min.insync.replicas"].default
     unclean_leader_election_enable: bool = TOPIC_CONFIGS["unclean.leader.election.enable"].default
     cleanup_policy: str = TOPIC_CONFIGS["cleanup.policy"].default
+    min_cleanable_dirty_ratio: float = TOPIC_CONFIGS["min.cleanable.dirty.ratio"].default
+    min_compaction_lag_ms: int = TOPIC_CONFIGS["min.compaction.lag.ms"].default
+    max_compaction_lag_ms: int = TOPIC_CONFIGS["max.compaction.lag.ms"].default
+    delete_retention_ms: int = TOPIC_CONFIGS["delete.retention.ms"].default
     producer_id_expiration_ms: int = TOPIC_CONFIGS["producer.id.expiration.ms"].default
     compression_type: str = TOPIC_CONFIGS["compression.type"].default
 
     def __post_init__(self) -> None:
         for name, definition in TOPIC_CONFIGS.items():
             definition.parse(getattr(self, _field(name)))
+
+    @property
+    def compact(self) -> bool:
+        """cleanup.policy has compact: the log cleaner keeps each key's latest record."""
+        return "compact" in self.cleanup_policy.split(",")
+
+    @property
+    def delete(self) -> bool:
+        """cleanup.policy has delete: retention.ms and retention.bytes drop old segments."""
+        return "delete" in self.cleanup_policy.split(",")
 
     @classmethod
     def from_properties(cls, properties: Optional[Mapping[str, Any]] = None) -> "LogConfig":

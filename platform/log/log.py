@@ -34,7 +34,7 @@ from ember.log.epoch_cache import LeaderEpochCache
 from ember.log.producer_state import ProducerStateManager
 from ember.log.segment import DELETED_SUFFIX, LogSegment
 from ember.record import kafka_v2
-from ember.record.batch import decode_payload, iter_batches, stamp_log_append_time
+from ember.record.batch import decode_payload, iter_batches, stamp_log_append_time, stored_columns
 from ember.record.header import HEADER_SIZE, BatchHeader, Buffer, patch_base_offset, patch_leader_epoch
 
 _log = logging.getLogger(__name__)
@@ -266,7 +266,7 @@ class Log:
         offsets with ``duplicate=True``.
         """
         view = memoryview(raw)
-        batches = _validate(view, self._config.max_message_bytes)
+        batches = _validate(view, self._config.max_message_bytes, require_keys=self._config.compact)
         with self._lock:
             self._check_open()
             if leader_epoch < self._epochs.latest_epoch:
@@ -691,18 +691,27 @@ class Log:
                 _log.error("skipping the rest of a damaged segment: %s", e)
 
 
-def _validate(view: memoryview, max_batch_bytes: Optional[int]) -> list[tuple[int, BatchHeader]]:
+def _validate(view: memoryview, max_batch_bytes: Optional[int], *,
+              require_keys: bool = False) -> list[tuple[int, BatchHeader]]:
     """(position, header) of every batch, all checked (length, header, CRC, size) before any is
     written; raises CorruptRecord, InvalidRecord or MessageTooLarge. A producer's Kafka batch
     (``max_batch_bytes`` given: a leader append) has its records checked too, as Kafka's broker
-    does: it is stored and served as it came, so a malformed one would fail every reader."""
+    does: it is stored and served as it came, so a malformed one would fail every reader. With
+    ``require_keys`` (a compacted topic) a record without a key is refused, as Kafka does."""
     batches, position = [], 0
     for header, raw in iter_batches(view):
         if max_batch_bytes is not None and header.size > max_batch_bytes:
             raise errors.MessageTooLarge(
                 f"batch of {header.size} bytes exceeds max.message.bytes {max_batch_bytes}")
+        keyless = 0
         if max_batch_bytes is not None and header.is_kafka:
-            kafka_v2.validate_records(header, raw)
+            keyless = kafka_v2.validate_records(header, raw)
+        elif require_keys:
+            keyless = stored_columns(header, raw).column("key").null_count
+        if require_keys and keyless:
+            raise errors.InvalidRecord(f"Compacted topic cannot accept message without key: {keyless} of the "
+                                       f"{header.record_count} records of a batch have none (cleanup.policy="
+                                       f"compact keeps each key's latest record, so every record needs a key)")
         batches.append((position, header))
         position += header.size
     if not batches:

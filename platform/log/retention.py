@@ -3,7 +3,8 @@
 Kafka's three rules, each taking segments from the oldest: wholly below the log start offset
 (DeleteRecords), older than ``retention.ms`` by their newest record, or beyond ``retention.bytes``.
 Time and size only delete segments wholly below the high watermark, so retention never removes
-data followers may still need; the active segment is never deleted.
+data followers may still need; the active segment is never deleted. Time and size apply only when
+``cleanup.policy`` has ``delete``: a compact-only log keeps every key's latest record however old.
 """
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ def deletable_count(segments: Sequence[LogSegment], *, config: LogConfig, now_ms
     def replicated(segment: LogSegment) -> bool:
         return segment.next_offset <= high_watermark
 
+    if not config.delete:
+        return count
     if config.retention_ms >= 0:
         while count < len(sealed) and replicated(sealed[count]) and \
                 now_ms - sealed[count].max_timestamp > config.retention_ms:

@@ -419,7 +419,8 @@ new_buffer(int64_t size, int zeroed, void *ptr)
 PyDoc_STRVAR(decode_doc,
 "decode(section, count, base_offset, base_timestamp, log_append_time, max_timestamp, build=True,\n"
 "       max_offset_delta=-1)\n\n"
-"Validate a records section of `count` records; with build, return its column buffers:\n"
+"Validate a records section of `count` records; without build, return how many have a null key; with\n"
+"build, return its column buffers:\n"
 "(offsets, timestamps, key_valid, key_offsets, key_data, key_nulls, value_valid, value_offsets, value_data,\n"
 " value_nulls, list_valid, list_offsets, with_headers, hkey_offsets, hkey_data, hvalue_valid,\n"
 " hvalue_offsets, hvalue_data, hvalue_nulls, header_count); validity buffers are None when nothing is\n"
@@ -458,7 +459,7 @@ v2_decode(PyObject *self, PyObject *args, PyObject *kwargs)
         goto done;
     }
     if (!build) {
-        result = Py_NewRef(Py_None);
+        result = PyLong_FromLongLong((long long)s.key_nulls);
         goto done;
     }
     Out o;

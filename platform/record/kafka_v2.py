@@ -95,13 +95,15 @@ def decode_records(header: BatchHeader, batch: Buffer, *, max_bytes: int = DEFAU
         raise CorruptRecord(f"record batch at offset {header.base_offset}: {type(exc).__name__}: {exc}") from None
 
 
-def validate_records(header: BatchHeader, batch: Buffer, *, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+def validate_records(header: BatchHeader, batch: Buffer, *, max_bytes: int = DEFAULT_MAX_BYTES) -> int:
     """The checks of :func:`decode_records` without building columns (no copy of keys and values), for a
-    producer's batch: its offset deltas must run 0..count-1 (only the log cleaner writes gaps)."""
+    producer's batch: its offset deltas must run 0..count-1 (only the log cleaner writes gaps). Returns
+    how many of its records have no key (a compacted topic refuses those)."""
     with _section(header, batch, max_bytes) as section:
         try:
-            _v2codec.decode(section, header.record_count, header.base_offset, header.first_timestamp, header.log_append_time,
-                            header.max_timestamp, build=False)
+            keyless: int = _v2codec.decode(section, header.record_count, header.base_offset, header.first_timestamp,
+                                           header.log_append_time, header.max_timestamp, build=False)
+            return keyless
         except _v2codec.CorruptError as exc:
             raise CorruptRecord(f"record batch at offset {header.base_offset}: {exc}") from None
         except _v2codec.InvalidError as exc:

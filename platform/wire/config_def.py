@@ -17,13 +17,14 @@ INT64_MAX = (1 << 63) - 1
 class ConfigDef:
     """One known config: how to parse and validate it and how to describe it."""
     name: str
-    # "int", "long", "boolean", "string" (free text when it has no choices) or "address"
-    # (HOST:PORT, parsed to a tuple)
+    # "int", "long", "double", "boolean", "string" (free text when it has no choices), "list" (comma-
+    # separated items, each one of the choices; parsed to the items joined by commas, repeats dropped) or
+    # "address" (HOST:PORT, parsed to a tuple)
     type: str
     default: Any
     doc: str
-    minimum: Optional[int] = None
-    maximum: Optional[int] = None
+    minimum: Optional[float] = None
+    maximum: Optional[float] = None
     choices: tuple[str, ...] = ()
     unsupported: tuple[str, ...] = ()  # values Kafka knows that ember does not support yet
     nullable: bool = False  # None (or "none") means "not set"
@@ -32,7 +33,9 @@ class ConfigDef:
     @property
     def valid_values(self) -> str:
         """Human-readable allowed values, quoted in errors and DescribeConfigs."""
-        if self.choices:
+        if self.type == "list":
+            text = f"a comma-separated list of {', '.join(self.choices)}"
+        elif self.choices:
             text = ", ".join(self.choices)
         elif self.type == "address":
             text = "HOST:PORT (port 0: any free port)"
@@ -54,6 +57,10 @@ class ConfigDef:
             return self._parse_bool(raw)
         if self.type == "string":
             return self._parse_choice(raw)
+        if self.type == "list":
+            return self._parse_list(raw)
+        if self.type == "double":
+            return self._parse_double(raw)
         if self.type == "address":
             return self._parse_address(raw)
         return self._parse_int(raw)
@@ -76,6 +83,27 @@ class ConfigDef:
         if value in self.unsupported:
             raise self._invalid(raw, f"{value!r} is not supported yet")
         if self.choices and value not in self.choices:
+            raise self._invalid(raw)
+        return value
+
+    def _parse_list(self, raw: Any) -> str:
+        items: list[str] = []
+        for item in (str(part).strip() for part in (raw if isinstance(raw, (list, tuple)) else str(raw).split(","))):
+            if item not in self.choices:
+                raise self._invalid(raw, f"{item!r} is not one of {', '.join(self.choices)}" if item else "an empty item")
+            if item not in items:
+                items.append(item)
+        return ",".join(items)
+
+    def _parse_double(self, raw: Any) -> float:
+        if isinstance(raw, bool):
+            raise self._invalid(raw)
+        try:
+            value = float(raw.strip()) if isinstance(raw, str) else float(raw)
+        except (TypeError, ValueError):
+            raise self._invalid(raw) from None
+        if value != value or (self.minimum is not None and value < self.minimum) or \
+                (self.maximum is not None and value > self.maximum):
             raise self._invalid(raw)
         return value
 

@@ -216,7 +216,7 @@ def test_malformed_fields_get_invalid_request(bootstrap_client):
     (None, 1, 4, {}, ErrorCode.INVALID_REPLICATION_FACTOR),
     (None, 1, 1, {"retention.ms": "soon"}, ErrorCode.INVALID_CONFIG),
     (None, 1, 1, {"no.such.config": "1"}, ErrorCode.INVALID_CONFIG),
-    (None, 1, 1, {"cleanup.policy": "compact"}, ErrorCode.INVALID_CONFIG),
+    (None, 1, 1, {"cleanup.policy": "compact,shred"}, ErrorCode.INVALID_CONFIG),
 ])
 def test_create_topic_rejects_invalid_requests(bootstrap_client, topic_name, topic, partitions, rf,
                                                config, code):

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from ember.record import build_batch
+from ember.record import build_batch, kafka_v2
+from ember.record.header import KAFKA_MAGIC, NO_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, BatchHeader
+from ember.record.schema import HEADERS_TYPE, RECORD_SCHEMA
 
 
 class FakeClock:
@@ -22,6 +24,22 @@ def values_batch(values: list[bytes], *, timestamp: int = 1_000, **kw) -> bytes:
     return build_batch(pa.table({"key": pa.array(values, pa.binary()),
                                  "value": pa.array(values, pa.binary()),
                                  "timestamp": pa.array([timestamp] * n, pa.int64())}), **kw)
+
+
+def table_batch(records: pa.Table, *, timestamp: int = 1_000, **kw) -> bytes:
+    """One ember batch of ``records`` (columns key and value) at a fixed timestamp."""
+    return build_batch(records.append_column("timestamp", pa.array([timestamp] * records.num_rows, pa.int64())), **kw)
+
+
+def kafka_batch(records: pa.Table, *, timestamp: int = 1_000, producer_id: int = NO_PRODUCER_ID,
+                producer_epoch: int = NO_EPOCH, base_sequence: int = NO_SEQUENCE) -> bytes:
+    """One Kafka RecordBatch v2 of ``records`` (columns key and value), as a Kafka producer sends it."""
+    n = records.num_rows
+    columns = pa.RecordBatch.from_arrays(
+        [records.column("key").combine_chunks(), records.column("value").combine_chunks(),
+         pa.array([timestamp] * n, pa.int64()), pa.nulls(n, HEADERS_TYPE)], schema=RECORD_SCHEMA)
+    header = BatchHeader(0, 0, NO_EPOCH, KAFKA_MAGIC, 0, 0, 0, 0, 0, producer_id, producer_epoch, base_sequence, 0)
+    return kafka_v2.encode_batch(header, columns, kafka_v2.NONE)
 
 
 def numbered(start: int, count: int, size: int = 20) -> list[bytes]:

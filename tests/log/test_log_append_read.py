@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
-from log_helpers import numbered, values_batch
+from log_helpers import kafka_batch, numbered, table_batch, values_batch
 
 from ember import errors
 from ember.log import Log, LogConfig, read_offset_range
@@ -174,3 +174,15 @@ def test_a_created_log_works_and_reopens_as_the_log_open_would_have_made(log_dir
     reopened = open_log()
     assert reopened.log_end_offset == 3 and reopened.latest_epoch == 2
     assert to_table(reopened.read(0, 1 << 20).read_bytes()).column("value").to_pylist() == numbered(0, 3)
+
+
+@pytest.mark.parametrize("kafka", [False, True], ids=["ember batch", "Kafka batch"])
+def test_a_compacted_log_refuses_records_without_a_key_and_writes_nothing(open_log, kafka):
+    log = open_log(cleanup_policy="compact")
+    keyed = pa.table({"key": [b"a", b"b"], "value": [b"1", b"2"]})
+    keyless = pa.table({"key": [b"a", None], "value": [b"1", b"2"]})
+    build = kafka_batch if kafka else table_batch
+    assert log.append_as_leader(build(keyed), 0).last_offset == 1
+    with pytest.raises(errors.InvalidRecord, match="Compacted topic cannot accept message without key"):
+        log.append_as_leader(build(keyless), 0)
+    assert log.log_end_offset == 2

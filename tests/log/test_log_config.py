@@ -34,7 +34,12 @@ def test_from_properties_parses_wire_strings():
     ({"retention.ms": "-2"}, r"retention.ms; allowed: \[-1, "),
     ({"min.insync.replicas": "two"}, "min.insync.replicas"),
     ({"message.timestamp.type": "Now"}, "allowed: CreateTime, LogAppendTime"),
-    ({"cleanup.policy": "compact"}, "not supported yet"),
+    ({"cleanup.policy": "compact,shred"}, "'shred' is not one of delete, compact"),
+    ({"cleanup.policy": "compact,"}, "an empty item"),
+    ({"min.cleanable.dirty.ratio": "1.5"}, r"min.cleanable.dirty.ratio; allowed: \[0.0, 1.0\]"),
+    ({"min.cleanable.dirty.ratio": "half"}, "min.cleanable.dirty.ratio"),
+    ({"delete.retention.ms": "-1"}, "delete.retention.ms"),
+    ({"max.compaction.lag.ms": "0"}, "max.compaction.lag.ms"),
     ({"compression.type": "gzip"}, "not supported yet"),
     ({"compression.type": "zstd"}, "not supported yet"),
     ({"flush.ms": 1.5}, "flush.ms"),
@@ -62,4 +67,13 @@ def test_round_trip_and_overrides():
 def test_config_table_describes_every_entry():
     for name, definition in TOPIC_CONFIGS.items():
         assert definition.name == name and definition.doc and definition.valid_values
-        assert definition.type in ("int", "long", "boolean", "string")
+        assert definition.type in ("int", "long", "double", "boolean", "string", "list")
+
+
+@pytest.mark.parametrize("policy, compact, delete", [
+    ("delete", False, True), ("compact", True, False), ("compact,delete", True, True),
+    (" delete , compact ", True, True), ("compact,compact", True, False)])
+def test_cleanup_policy_is_a_list_of_delete_and_compact(policy, compact, delete):
+    config = LogConfig.from_properties({"cleanup.policy": policy, "min.cleanable.dirty.ratio": "0.1"})
+    assert (config.compact, config.delete, config.min_cleanable_dirty_ratio) == (compact, delete, 0.1)
+    assert config.cleanup_policy == ",".join(dict.fromkeys(p.strip() for p in policy.split(",")))

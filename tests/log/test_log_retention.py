@@ -53,3 +53,11 @@ def test_retention_forever(open_log, clock):
     log = open_log(segment_bytes=1500, retention_ms=-1)
     fill_segments(log, [0] * 4)
     assert log.apply_retention(clock.now) == 0
+
+
+def test_a_compact_only_log_keeps_old_segments_and_compact_delete_drops_them(open_log, clock):
+    log = open_log(segment_bytes=1500, retention_ms=HOUR, retention_bytes=1, cleanup_policy="compact")
+    fill_segments(log, [clock.now - 10 * HOUR] * 4)
+    assert log.apply_retention(clock.now) == 0 and log.log_start_offset == 0
+    log.update_config(log.config.overridden({"cleanup.policy": "compact,delete"}))
+    assert log.apply_retention(clock.now) == 3 and log.log_start_offset == 3

@@ -28,7 +28,7 @@ TOPIC, BROKER = 2, 4
 #: Kafka's ConfigSource of each of the core's sources
 SOURCES = {"topic": 1, "broker": 4, "default": 5}   # DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG
 #: Kafka's ConfigType of each ConfigDef type (DescribeConfigs v3+)
-_TYPES = {"boolean": 1, "string": 2, "address": 2, "int": 3, "long": 5}
+_TYPES = {"boolean": 1, "string": 2, "address": 2, "int": 3, "long": 5, "double": 6, "list": 7}
 #: IncrementalAlterConfigs operations
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
@@ -94,7 +94,7 @@ class ConfigHandlers:
         return build(response_class(ApiKey.ALTER_CONFIGS, request.api_version), {"responses": responses})
 
     async def incremental_alter_configs(self, request: KafkaRequest) -> Any:
-        responses = await self._alter(request, _operations)
+        responses = await self._alter(request, self._operations)
         return build(response_class(ApiKey.INCREMENTAL_ALTER_CONFIGS, request.api_version), {"responses": responses})
 
     async def _alter(self, request: KafkaRequest,
@@ -129,21 +129,34 @@ class ConfigHandlers:
                 responses.append({**error_fields(exc), **result})
         return responses
 
+    def _operations(self, resource: Any) -> tuple[dict[str, str], list[str]]:
+        """IncrementalAlterConfigs' operations as (configs to set, configs to delete); APPEND and
+        SUBTRACT add items to or remove them from a list config's effective value."""
+        updates, deletes = {}, []
+        for config in resource.configs:
+            if config.config_operation == SET:
+                if config.value is None:
+                    raise InvalidRequest(f"SET of {config.name[:100]!r} has no value")
+                updates[config.name] = config.value
+            elif config.config_operation == DELETE:
+                deletes.append(config.name)
+            elif config.config_operation in (APPEND, SUBTRACT):
+                updates[config.name] = self._list_operation(resource, config)
+            else:
+                raise InvalidRequest(f"config operation {config.config_operation} is unknown (0 SET, 1 DELETE, "
+                                     f"2 APPEND, 3 SUBTRACT)")
+        return updates, deletes
 
-def _operations(resource: Any) -> tuple[dict[str, str], list[str]]:
-    """IncrementalAlterConfigs' operations as (configs to set, configs to delete)."""
-    updates, deletes = {}, []
-    for config in resource.configs:
-        if config.config_operation == SET:
-            if config.value is None:
-                raise InvalidRequest(f"SET of {config.name[:100]!r} has no value")
-            updates[config.name] = config.value
-        elif config.config_operation == DELETE:
-            deletes.append(config.name)
-        elif config.config_operation in (APPEND, SUBTRACT):
-            raise InvalidConfig(f"{config.name[:100]!r} is not a list config: APPEND and SUBTRACT apply to lists "
-                                f"only, and ember has no list-valued config; use SET")
-        else:
-            raise InvalidRequest(f"config operation {config.config_operation} is unknown (0 SET, 1 DELETE, "
-                                 f"2 APPEND, 3 SUBTRACT)")
-    return updates, deletes
+    def _list_operation(self, resource: Any, config: Any) -> str:
+        definition = TOPIC_CONFIGS.get(config.name) if resource.resource_type == TOPIC else None
+        if definition is None or definition.type != "list":
+            lists = ", ".join(n for n, d in TOPIC_CONFIGS.items() if d.type == "list")
+            raise InvalidConfig(f"{config.name[:100]!r} is not a list config: APPEND and SUBTRACT apply to the "
+                                f"list-valued topic configs ({lists}); use SET")
+        current = next(e.value for e in self.core.topics.describe_config(resource.resource_name)
+                       if e.name == config.name) or ""
+        items = [i for i in current.split(",") if i]
+        given = [i.strip() for i in (config.value or "").split(",") if i.strip()]
+        if config.config_operation == APPEND:
+            return ",".join(items + [i for i in given if i not in items])
+        return ",".join(i for i in items if i not in given)

@@ -118,6 +118,29 @@ def test_topic_configs_altered_by_either_client_read_the_same_in_both(shared_clu
                "the legacy alter applied")
 
 
+def test_cleanup_policy_is_a_list_config_kafka_clients_create_append_and_subtract(shared_cluster, bootstrap,
+                                                                                  topic_name):
+    create_topic(bootstrap, topic_name, config={"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.2"})
+    client = admin(bootstrap)
+    configs = topic_configs(client, topic_name)
+    assert (configs["cleanup.policy"].value, configs["min.cleanable.dirty.ratio"].value) == ("compact", "0.2")
+    assert configs["delete.retention.ms"].value == "86400000"
+
+    def change(operation: AlterConfigOpType, name: str, value: str) -> Any:
+        resource = ConfigResource(ResourceType.TOPIC, topic_name, incremental_configs=[
+            ConfigEntry(name, value, incremental_operation=operation)])
+        return client.incremental_alter_configs([resource])[resource]
+
+    result(change(AlterConfigOpType.APPEND, "cleanup.policy", "delete"))
+    eventually(lambda: topic_configs(client, topic_name)["cleanup.policy"].value == "compact,delete", "appended")
+    result(change(AlterConfigOpType.SUBTRACT, "cleanup.policy", "compact"))
+    eventually(lambda: topic_configs(client, topic_name)["cleanup.policy"].value == "delete", "subtracted")
+    refused = kafka_error(change(AlterConfigOpType.APPEND, "retention.ms", "1"))
+    assert refused.code() == KafkaError.INVALID_CONFIG and "not a list config" in refused.str()
+    emptied = kafka_error(change(AlterConfigOpType.SUBTRACT, "cleanup.policy", "delete"))
+    assert emptied.code() == KafkaError.INVALID_CONFIG and "cleanup.policy" in emptied.str()
+
+
 def test_broker_configs_are_described_read_only_and_setting_one_is_refused(shared_cluster, bootstrap):
     client = admin(bootstrap)
     broker = ConfigResource(ResourceType.BROKER, str(min(shared_cluster.brokers)))
