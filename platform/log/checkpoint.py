@@ -24,6 +24,7 @@ HIGH_WATERMARK = "high-watermark-checkpoint"
 RECOVERY_POINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET = "log-start-offset-checkpoint"
 LEADER_EPOCH = "leader-epoch-checkpoint"
+CLEANER_OFFSET = "cleaner-offset-checkpoint"
 
 _log = logging.getLogger(__name__)
 

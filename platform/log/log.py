@@ -27,7 +27,7 @@ from typing import BinaryIO, Callable, Iterator, Optional, Sequence
 import pyarrow.compute as pc
 
 from ember import errors
-from ember.log import checkpoint, recovery, retention
+from ember.log import checkpoint, cleaner, recovery, retention
 from ember.log.config import LogConfig
 from ember.log.disk import UntrustedFiles
 from ember.log.epoch_cache import LeaderEpochCache
@@ -56,15 +56,20 @@ class FetchSlice:
     position: int
     size: int
     first_offset: int  # base offset of the first batch (may be below the requested offset)
+    inode: int = 0     # the file the positions are in (0: whichever has the name)
 
     def open(self) -> BinaryIO:
-        """The segment file, also if retention renamed it meanwhile (``file.delete.delay.ms``).
+        """The segment file, also if retention or a log cleaning renamed it meanwhile
+        (``file.delete.delay.ms``): a cleaned copy under the same name is not it.
 
         Raises ``OffsetOutOfRange`` once the file is gone.
         """
         for path in (self.path, self.path.with_name(self.path.name + DELETED_SUFFIX)):
             with contextlib.suppress(FileNotFoundError):
-                return open(path, "rb")
+                f = open(path, "rb")
+                if not self.inode or os.fstat(f.fileno()).st_ino == self.inode:
+                    return f
+                f.close()
         raise errors.OffsetOutOfRange(f"segment {self.path} was deleted")
 
     def read_bytes(self) -> bytes:
@@ -101,6 +106,7 @@ class Log:
         self._last_flush_ms = now_ms()
         self._written: dict[str, int] = {}  # checkpoint name -> value on disk
         self._pending_deletes: list[tuple[int, list[Path]]] = []
+        self._first_dirty = 0   # the log cleaner's checkpoint: cleaned below this offset
         self._closed = False
         self._offline_reason: Optional[str] = None
 
@@ -111,6 +117,7 @@ class Log:
         directory = Path(directory)
         try:
             directory.mkdir(parents=True, exist_ok=True)
+            cleaner.finish_interrupted(directory)
             recovery.clean_directory(directory)
         except (OSError, UntrustedFiles) as e:
             raise errors.StorageError(f"cannot open log {directory}: {e}") from e
@@ -149,6 +156,7 @@ class Log:
         self._written[checkpoint.RECOVERY_POINT] = self._recovery_point
         self._set_segments(recovery.load_segments(self.directory, self._config, self._recovery_point))
         checkpointed_start = read(checkpoint.LOG_START_OFFSET)
+        self._first_dirty = read(checkpoint.CLEANER_OFFSET) or 0
         if not self._segments and recovery_point is None and checkpointed_start is None and \
                 read(checkpoint.HIGH_WATERMARK) is None:
             self._start_empty()
@@ -441,8 +449,8 @@ class Log:
             if max_offset is None or start_offset < max_offset:
                 found = segment.read(start_offset, max_bytes, max_offset, min_one_batch)
             if found is None:
-                return FetchSlice(self._active.path, self._active.size, 0, start_offset)
-            return FetchSlice(segment.path, *found)
+                return FetchSlice(self._active.path, self._active.size, 0, start_offset, self._active.inode)
+            return FetchSlice(segment.path, *found, segment.inode)
 
     def offset_for_timestamp(self, timestamp_ms: int) -> Optional[tuple[int, int]]:
         """(offset, timestamp) of the first record with timestamp ≥ ``timestamp_ms``, or None."""
@@ -469,6 +477,77 @@ class Log:
                           default=-1)
             return self.offset_for_timestamp(largest) if largest >= 0 else None
 
+    # --- compaction (the log cleaner: ember.log.cleaner) ------------------------------------------
+
+    def now_ms(self) -> int:
+        """The log's clock (tests set it)."""
+        return self._now_ms()
+
+    def cleanable(self, now_ms: Optional[int] = None) -> Optional[cleaner.Cleanable]:
+        """What a cleaning may rewrite now: the sealed segments wholly below the high watermark and
+        older than min.compaction.lag.ms; None unless the log is compacted, open and has some."""
+        now = self._now_ms() if now_ms is None else now_ms
+        with self._lock:
+            if self._closed or self._offline_reason is not None or not self._config.compact:
+                return None
+            segments = []
+            for segment in self._segments[:-1]:
+                if segment.next_offset > self._high_watermark or \
+                        now - segment.max_timestamp < self._config.min_compaction_lag_ms:
+                    break
+                segments.append(segment)
+            if not segments:
+                return None
+            end = segments[-1].next_offset
+            first_dirty = min(max(self._first_dirty, segments[0].base_offset), end)
+            dirty = [s for s in segments if s.next_offset > first_dirty]
+            return cleaner.Cleanable(
+                segments, first_dirty, end, clean_bytes=sum(s.size for s in segments if s not in dirty),
+                dirty_bytes=sum(s.size for s in dirty), producer_last_batches=self._producers.last_batch_offsets(),
+                oldest_dirty_ms=dirty[0].rolling_timestamp() if dirty else -1)
+
+    def install_cleaned(self, old: LogSegment, swap: Path) -> bool:
+        """Put the cleaned copy of ``old`` (files in the committed ``swap`` directory) in its place;
+        False, changing nothing, if ``old`` is no longer in the log (retention, truncation). The old
+        files linger as ``*.deleted`` for readers holding a FetchSlice of them."""
+        with self._flush_lock, self._lock:
+            self._check_open()
+            if old not in self._segments[:-1]:
+                return False
+            index = self._segments.index(old)
+            with self._disk(fatal=True):
+                due = self._now_ms() + self._config.file_delete_delay_ms
+                self._pending_deletes.append((due, old.rename_for_delete()))
+                for part in sorted(swap.iterdir()):
+                    os.replace(part, self.directory / part.name)
+                checkpoint.fsync_dir(self.directory)
+                swap.rmdir()
+                cleaned = recovery.open_segment(self.directory, old.base_offset, self._config)
+                try:
+                    cleaned.open_sealed(old.next_offset)
+                except BaseException:
+                    cleaned.close()
+                    raise
+                if cleaned.next_offset != old.next_offset:
+                    cleaned.close()
+                    raise OSError(f"cleaned segment {cleaned.path} ends at {cleaned.next_offset}, not at "
+                                  f"{old.next_offset}")
+            self._set_segments(self._segments[:index] + [cleaned] + self._segments[index + 1:])
+            return True
+
+    def set_first_dirty(self, offset: int) -> None:
+        """Record that the log is clean below ``offset`` (checkpointed; a crash only cleans again)."""
+        with self._flush_lock:
+            with self._lock:
+                self._check_open()
+                self._first_dirty = offset
+            self._checkpoint(checkpoint.CLEANER_OFFSET, offset)
+
+    @property
+    def first_dirty_offset(self) -> int:
+        """The log cleaner's checkpoint: the log was compacted below this offset."""
+        return self._first_dirty
+
     # --- truncation, deletion, retention --------------------------------------------------------
 
     def truncate_to(self, offset: int) -> None:
@@ -491,6 +570,7 @@ class Log:
                 self._delete_segments(doomed)
                 self._active.truncate_to(offset)
                 end = self.log_end_offset
+                self._first_dirty = min(self._first_dirty, end)
                 self._recovery_point = min(self._recovery_point, end)
                 self._high_watermark = min(self._high_watermark, end)
                 self._epochs.truncate_from_end(end)
@@ -509,11 +589,12 @@ class Log:
         self._set_segments([])
         self._delete_segments(doomed)
         self._set_segments([self._new_segment(offset)])
-        self._log_start_offset = self._recovery_point = self._high_watermark = offset
+        self._log_start_offset = self._recovery_point = self._high_watermark = self._first_dirty = offset
         self._epochs.clear()
         self._producers.clear()
         self._unflushed_records = 0
-        for name in (checkpoint.LOG_START_OFFSET, checkpoint.RECOVERY_POINT, checkpoint.HIGH_WATERMARK):
+        for name in (checkpoint.LOG_START_OFFSET, checkpoint.RECOVERY_POINT, checkpoint.HIGH_WATERMARK,
+                     checkpoint.CLEANER_OFFSET):
             self._checkpoint(name, offset)
 
     def delete_records_before(self, offset: int) -> int:
@@ -704,6 +785,9 @@ def _validate(view: memoryview, max_batch_bytes: Optional[int], *,
             raise errors.MessageTooLarge(
                 f"batch of {header.size} bytes exceeds max.message.bytes {max_batch_bytes}")
         keyless = 0
+        if max_batch_bytes is not None and (header.record_count == 0 or header.has_gaps):
+            raise errors.InvalidRecord(f"a producer's batch of {header.record_count} records spans offset deltas "
+                                       f"0..{header.last_offset_delta}: they must run 0..count-1")
         if max_batch_bytes is not None and header.is_kafka:
             keyless = kafka_v2.validate_records(header, raw)
         elif require_keys:

@@ -108,6 +108,10 @@ class ProducerStateManager:
             del self._producers[pid]
         return len(expired)
 
+    def last_batch_offsets(self) -> frozenset[int]:
+        """The base offset of each known producer's last batch (the log cleaner keeps those batches)."""
+        return frozenset(e.batches[-1].first_offset for e in self._producers.values() if e.batches)
+
     def __len__(self) -> int:
         return len(self._producers)
 

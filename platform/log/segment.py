@@ -97,7 +97,10 @@ class LogSegment:
         # opens on every broker, which was a quarter of their work.
         self._fd = os.open(self.path, flags, 0o644)
         try:
-            self.size = os.fstat(self._fd).st_size
+            stat = os.fstat(self._fd)
+            self.size = stat.st_size
+            #: which file this is: a cleaned copy replaces it under the same name
+            self.inode = stat.st_ino
         except OSError as e:
             self.close()
             if create:  # a half-created segment would make every later roll fail with EEXIST
@@ -318,12 +321,13 @@ class LogSegment:
         if self.size == 0:
             return False
         return (self.size + batch_bytes > segment_bytes
-                or max_timestamp - self._rolling_timestamp() > segment_ms
+                or max_timestamp - self.rolling_timestamp() > segment_ms
                 or self.offset_index.is_full or self.time_index.is_full
                 or last_offset - self.base_offset > _MAX_RELATIVE_OFFSET)
 
-    def _rolling_timestamp(self) -> int:
-        """The first batch's max timestamp: segment.ms counts from it, as in Kafka."""
+    def rolling_timestamp(self) -> int:
+        """The first batch's max timestamp: segment.ms counts from it, as in Kafka (and the log
+        cleaner's max.compaction.lag.ms)."""
         return BatchHeader.parse(os.pread(self._fd, HEADER_SIZE, 0)).max_timestamp
 
     def seal(self) -> None:

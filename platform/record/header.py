@@ -108,10 +108,13 @@ class BatchHeader(NamedTuple):
             return f"unsupported magic {self.magic} (1: ember's Arrow batches, 2: Kafka's RecordBatch v2)"
         if self.batch_length < HEADER_SIZE - LOG_OVERHEAD:
             return f"invalid batch length {self.batch_length}"
-        # a Kafka batch the log cleaner rewrote keeps its offsets: fewer records than its offset span
-        spans = self.last_offset_delta >= self.record_count - 1 if self.magic == KAFKA_MAGIC else \
-            self.last_offset_delta == self.record_count - 1
-        if self.record_count <= 0 or not spans:
+        # a Kafka batch the log cleaner rewrote keeps its offsets: fewer records than its offset span,
+        # none at all where it must stay for its offsets (a segment's end) or producer state
+        if self.magic == KAFKA_MAGIC:
+            spans = self.record_count >= 0 and self.last_offset_delta >= max(self.record_count - 1, 0)
+        else:
+            spans = self.record_count > 0 and self.last_offset_delta == self.record_count - 1
+        if not spans:
             return (f"invalid record count {self.record_count} "
                     f"(last offset delta {self.last_offset_delta})")
         if self.codec not in (KAFKA_CODECS if self.magic == KAFKA_MAGIC else ARROW_CODECS):

@@ -220,7 +220,9 @@ def encode_batch(header: BatchHeader, records: pa.RecordBatch, codec: int,
         raise ValueError(f"unknown Kafka compression codec {codec}")
     count = records.num_rows
     if count == 0:
-        raise ValueError("a Kafka record batch holds at least one record")
+        if offset_deltas is None:
+            raise ValueError("a producer's Kafka record batch holds at least one record")
+        return empty_batch(header)
     timestamps = _whole(records.column("timestamp"))
     if timestamps.type != pa.int64():
         timestamps = timestamps.cast(pa.int64())
@@ -264,6 +266,16 @@ def encode_batch(header: BatchHeader, records: pa.RecordBatch, codec: int,
     packed = kafka.pack()
     crc = crc32c(body, crc32c(packed[CRC_START:]))
     return kafka._replace(crc=crc).pack() + body
+
+
+def empty_batch(header: BatchHeader) -> bytes:
+    """A v2 batch with no records spanning ``header``'s offsets (base offset .. last offset delta), with its
+    timestamps, epoch and producer fields: what the log cleaner leaves where a batch must stay (a segment's
+    end offset, an idempotent producer's last sequence), as Kafka's cleaner does."""
+    empty = header._replace(batch_length=HEADER_SIZE - LOG_OVERHEAD, magic=KAFKA_MAGIC, crc=0,
+                            attributes=header.attributes & LOG_APPEND_TIME_FLAG, record_count=0)
+    packed = empty.pack()
+    return empty._replace(crc=crc32c(packed[CRC_START:])).pack()
 
 
 _Column = tuple[Optional[pa.Buffer], Optional[pa.Buffer], Optional[pa.Buffer], int]

@@ -1,0 +1,296 @@
+"""The log cleaner's work on one log (``cleanup.policy=compact``): keep each key's latest record.
+
+A cleaning takes the log's *cleanable* part: the sealed segments from the log start up to the first
+segment that is active, reaches the high watermark, or is younger than ``min.compaction.lag.ms``.
+Below the *first dirty offset* (the cleaner checkpoint) the log was cleaned before; from it on it is
+*dirty*. The cleaning builds the latest offset of each key in the dirty part (columnar: keys and
+offsets as Arrow arrays, a hash group-by), then rewrites every cleanable segment keeping a record
+only if no later record of its key exists: an Arrow ``index_in`` and filter per segment, never a
+Python loop per record. When the key map would outgrow its memory bound (the broker's
+``log.cleaner.dedupe.buffer.size``), the dirty part is cleaned in several passes, up to a segment
+boundary each.
+
+What a cleaning never changes: offsets (the log gets gaps; a rewritten batch keeps its base offset,
+last offset delta, leader epoch and producer fields). The last batch of each segment (so every
+segment still ends where the next begins) and the last batch of each idempotent producer (its
+sequence state, which a restart rebuilds from batch headers) stay, with no records if none is
+left (Kafka's cleaner keeps such empty batches too). A batch that loses records is written
+as a Kafka RecordBatch v2 with the survivors at their offsets, whatever its format was: v2 carries
+offset deltas, and every reader decodes it. Records without a key are dropped, as in Kafka.
+Tombstones (null values) stay while their segment was cleaned less than ``delete.retention.ms`` ago
+(told by the segment file's modification time, set to the log's clock when it is written), so a
+consumer reading from the start sees the delete; after that the next cleaning drops them.
+
+Crash safety: a cleaned segment is written whole into ``<base>.cleaning/`` and fsynced, then that
+directory is renamed to ``<base>.swap/`` (the commit point), then its files replace the old
+segment's. Opening a log deletes ``*.cleaning`` directories and finishes ``*.swap`` ones
+(:func:`finish_interrupted`), so each segment is either the old one or the cleaned one. Any mix of
+old and cleaned segments is consistent, because a record is only ever removed in favour of a later
+record of its key that every cleaning keeps.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Iterator, Optional
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ember.log.checkpoint import fsync_dir
+from ember.log.segment import LogSegment, scan_batches, segment_path
+from ember.record import kafka_v2
+from ember.record.batch import decode_payload, stored_columns
+from ember.record.header import (
+    KAFKA_MAGIC,
+    LOG_APPEND_TIME_FLAG,
+    BatchHeader,
+    Buffer,
+)
+
+if TYPE_CHECKING:
+    from ember.log.log import Log
+
+CLEANING_SUFFIX = ".cleaning"
+SWAP_SUFFIX = ".swap"
+#: Memory a key of the map costs beyond its bytes (its offset and the hash table's share).
+KEY_OVERHEAD_BYTES = 24
+#: ember batches' Arrow codecs (header bits 0-2) -> the Kafka codec their cleaned v2 batch gets.
+_KAFKA_CODEC_OF_ARROW = {0: kafka_v2.NONE, 1: kafka_v2.LZ4, 2: kafka_v2.ZSTD}
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Cleanable:
+    """The part of a log one cleaning may rewrite, as the log was when it was looked at."""
+    segments: list[LogSegment]    # sealed, oldest first, each wholly below ``end``
+    first_dirty: int              # cleaned before below this offset
+    end: int                      # the first offset no cleaning may touch yet
+    clean_bytes: int
+    dirty_bytes: int
+    #: the last batch of each idempotent producer: kept whole (offsets of those batches)
+    producer_last_batches: frozenset[int] = field(default_factory=frozenset)
+
+    oldest_dirty_ms: int = -1     # the first dirty batch's timestamp (max.compaction.lag.ms counts from it)
+
+    @property
+    def dirty_ratio(self) -> float:
+        total = self.clean_bytes + self.dirty_bytes
+        return self.dirty_bytes / total if total else 0.0
+
+    def due(self, min_dirty_ratio: float, max_lag_ms: int, now_ms: int) -> bool:
+        """Whether the log should be cleaned now: dirty enough, or a dirty record waited too long."""
+        if self.first_dirty >= self.end:
+            return False
+        return self.dirty_ratio >= min_dirty_ratio or 0 <= self.oldest_dirty_ms <= now_ms - max_lag_ms
+
+
+@dataclass
+class CleanStats:
+    """What one cleaning of one log did (Kafka's cleaner metrics are built from these)."""
+    segments: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    records_read: int = 0
+    records_kept: int = 0
+    keys: int = 0
+    first_dirty: int = 0
+    end: int = 0
+    seconds: float = 0.0
+
+    @property
+    def recopy_percent(self) -> float:
+        """Share of the bytes read that were written back (Kafka's cleaner-recopy-percent)."""
+        return 100.0 * self.bytes_written / self.bytes_read if self.bytes_read else 0.0
+
+
+Throttle = Callable[[int], None]   # called with bytes read or written; sleeps to hold the I/O rate
+
+
+def clean(log: "Log", *, dedupe_buffer_bytes: int, throttle: Optional[Throttle] = None,
+          now_ms: Optional[int] = None) -> Optional[CleanStats]:
+    """Clean ``log`` once if it has a dirty part; the stats, or None when there was nothing to do.
+    Raises StorageError on a disk failure (the log's old segments stay in place)."""
+    started = time.monotonic()
+    cleanable = log.cleanable(now_ms)
+    if cleanable is None or cleanable.first_dirty >= cleanable.end:
+        return None
+    keys, offsets, end = _key_map(cleanable, dedupe_buffer_bytes, throttle)
+    stats = CleanStats(keys=len(keys), first_dirty=cleanable.first_dirty, end=end)
+    now = log.now_ms() if now_ms is None else now_ms
+    horizon = now - log.config.delete_retention_ms      # tombstones of segments cleaned before this go
+    for segment in cleanable.segments:
+        if segment.base_offset >= end:
+            break
+        dirty = segment.next_offset > cleanable.first_dirty
+        drop_tombstones = not dirty and _mtime_ms(segment) <= horizon
+        swap = _rewrite(log, segment, keys, offsets, cleanable.producer_last_batches, drop_tombstones, now, stats,
+                        throttle)
+        if swap is None and dirty:
+            _set_mtime(segment.path, now)      # its tombstones' delete.retention.ms counts from this cleaning
+        if swap is not None and not log.install_cleaned(segment, swap):
+            shutil.rmtree(swap, ignore_errors=True)     # the log changed meanwhile: the next cleaning redoes it
+            return None
+        stats.segments += 1
+    log.set_first_dirty(end)
+    stats.seconds = time.monotonic() - started
+    return stats
+
+
+def _key_map(cleanable: Cleanable, budget: int, throttle: Optional[Throttle]) -> tuple[pa.Array, pa.Array, int]:
+    """(keys, their latest offsets, the end of this pass): the dirty segments' keys, as many whole
+    segments as ``budget`` bytes of map hold (at least one)."""
+    key_parts: list[pa.Array] = []
+    offset_parts: list[pa.Array] = []
+    end, used = cleanable.first_dirty, 0
+    for segment in cleanable.segments:
+        if segment.next_offset <= cleanable.first_dirty:
+            continue
+        seg_keys, seg_offsets = [], []
+        for _, header, raw in _batches(segment, throttle):
+            columns = decode_payload(header, raw)
+            keyed = columns.filter(pc.is_valid(columns.column("key")))
+            seg_keys.append(keyed.column("key"))
+            seg_offsets.append(keyed.column("offset"))
+        size = sum(k.nbytes + KEY_OVERHEAD_BYTES * len(k) for k in seg_keys)
+        if key_parts and used + size > budget:
+            break
+        key_parts += seg_keys
+        offset_parts += seg_offsets
+        used += size
+        end = segment.next_offset
+        if used >= budget:
+            break
+    if not key_parts:
+        return pa.array([], pa.binary()), pa.array([], pa.int64()), end
+    latest = pa.table({"key": pa.concat_arrays(key_parts), "offset": pa.concat_arrays(offset_parts)}) \
+        .group_by("key").aggregate([("offset", "max")])
+    return latest.column("key").combine_chunks(), latest.column("offset_max").combine_chunks(), end
+
+
+def _batches(segment: LogSegment, throttle: Optional[Throttle]) -> Iterator[tuple[int, BatchHeader, memoryview]]:
+    """The segment's batches, CRC-checked, read through the cleaner's own descriptor."""
+    fd = os.open(segment.path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        for position, header, raw in scan_batches(fd, 0, size):
+            if throttle is not None:
+                throttle(header.size)
+            yield position, header, raw
+    finally:
+        os.close(fd)
+
+
+def _mtime_ms(segment: LogSegment) -> int:
+    return os.stat(segment.path).st_mtime_ns // 1_000_000
+
+
+def _set_mtime(path: Path, now_ms: int) -> None:
+    """Mark a segment file cleaned at ``now_ms`` (the log's clock)."""
+    os.utime(path, ns=(now_ms * 1_000_000, now_ms * 1_000_000))
+
+
+def _rewrite(log: "Log", segment: LogSegment, keys: pa.Array, offsets: pa.Array, producer_last: frozenset[int],
+             drop_tombstones: bool, now_ms: int, stats: CleanStats, throttle: Optional[Throttle]) -> Optional[Path]:
+    """Write the cleaned copy of ``segment`` and commit it as ``<base>.swap/``; None if nothing in it
+    would change."""
+    batches = list(_batches(segment, throttle))
+    out: list[tuple[BatchHeader, Buffer]] = []
+    changed = False
+    for index, (_, header, raw) in enumerate(batches):
+        columns = decode_payload(header, raw)
+        stats.records_read += columns.num_rows
+        stats.bytes_read += header.size
+        keep = _keep(columns, keys, offsets, drop_tombstones)
+        kept = pc.sum(keep).as_py() or 0
+        if kept == 0 and (index == len(batches) - 1 or header.base_offset in producer_last):
+            # the batch must stay (the segment's end offset, the producer's sequence): empty
+            changed = True
+            empty = kafka_v2.empty_batch(header)
+            out.append((BatchHeader.parse(empty), empty))
+            continue
+        if kept == columns.num_rows:
+            out.append((header, bytes(raw)))
+            stats.records_kept += kept
+            continue
+        changed = True
+        if kept == 0:
+            continue
+        stats.records_kept += kept
+        rebuilt = _cleaned_batch(header, raw, columns, keep)
+        out.append((BatchHeader.parse(rebuilt), rebuilt))
+    if not changed:
+        return None
+    cleaning = segment_path(segment.path.parent, segment.base_offset, CLEANING_SUFFIX)
+    shutil.rmtree(cleaning, ignore_errors=True)
+    cleaning.mkdir()
+    cleaned = LogSegment(cleaning, segment.base_offset, index_interval_bytes=log.config.index_interval_bytes,
+                         index_max_bytes=log.config.segment_index_bytes, create=True)
+    try:
+        if out:
+            cleaned.append([h for h, _ in out], [b for _, b in out])
+        cleaned.seal()
+        written = cleaned.size
+    finally:
+        cleaned.close()
+    _set_mtime(cleaned.path, now_ms)
+    if throttle is not None:
+        throttle(written)
+    stats.bytes_written += written
+    fsync_dir(cleaning)
+    swap = segment_path(segment.path.parent, segment.base_offset, SWAP_SUFFIX)
+    os.rename(cleaning, swap)                 # the commit point
+    fsync_dir(segment.path.parent)
+    return swap
+
+
+def _keep(columns: pa.RecordBatch, keys: pa.Array, offsets: pa.Array, drop_tombstones: bool) -> pa.Array:
+    """Which records of a decoded batch survive: keyed, not superseded by a later record of their key
+    in the dirty part, and not a tombstone past its retention."""
+    key = columns.column("key")
+    latest = pc.take(offsets, pc.index_in(key, value_set=keys))
+    keep = pc.and_(pc.is_valid(key), pc.or_kleene(pc.is_null(latest),
+                                                  pc.greater_equal(columns.column("offset"), latest)))
+    if drop_tombstones:
+        keep = pc.and_(keep, pc.is_valid(columns.column("value")))
+    return pc.fill_null(keep, False)
+
+
+def _cleaned_batch(header: BatchHeader, raw: Buffer, columns: pa.RecordBatch, keep: pa.Array) -> bytes:
+    """The surviving records of one batch as a Kafka v2 batch at their offsets (same base offset, last
+    offset delta, epoch, producer fields and timestamp type)."""
+    if header.magic == KAFKA_MAGIC:
+        codec = header.codec
+        records = pa.RecordBatch.from_arrays([columns.column(n) for n in ("key", "value", "timestamp", "headers")],
+                                             names=["key", "value", "timestamp", "headers"])
+    else:
+        codec = header.kafka_codec or _KAFKA_CODEC_OF_ARROW[header.codec]
+        records = stored_columns(header, raw)
+    deltas = pc.subtract(columns.column("offset").filter(keep), header.base_offset).cast(pa.int32())
+    target = header._replace(magic=KAFKA_MAGIC, attributes=header.attributes & LOG_APPEND_TIME_FLAG)
+    return kafka_v2.encode_batch(target, records.filter(keep), codec, deltas)
+
+
+def finish_interrupted(directory: Path) -> None:
+    """On opening a log: drop cleanings that did not reach their commit point (``*.cleaning/``) and
+    finish those that did (``*.swap/``: their files replace the old segment's)."""
+    for path in sorted(directory.iterdir()):
+        if not path.is_dir():
+            continue
+        if path.name.endswith(CLEANING_SUFFIX):
+            _log.info("%s: dropping an interrupted cleaning", path)
+            shutil.rmtree(path)
+        elif path.name.endswith(SWAP_SUFFIX):
+            _log.info("%s: finishing an interrupted cleaning", path)
+            for part in sorted(path.iterdir()):
+                os.replace(part, directory / part.name)
+            fsync_dir(directory)
+            path.rmdir()
+            fsync_dir(directory)
+
+
