@@ -252,7 +252,7 @@ def test_a_crash_anywhere_in_a_cleaning_reopens_to_old_or_cleaned_segments(log_d
     monkeypatch.setattr(os, "rename", rename)
     monkeypatch.setattr(os, "replace", replace)
     monkeypatch.setattr(log, "set_first_dirty", set_first_dirty)
-    with pytest.raises(Exception):
+    with pytest.raises(Crash):
         clean(log)
     monkeypatch.undo()
     for segment in log._segments:          # the crashed process's files, closed without a flush
