@@ -300,7 +300,8 @@ class Partition:
               replica_id: int) -> tuple["FetchSlice | None", LogOffsets]:
         offsets = self._offsets()
         limit = None if replica_id >= 0 else offsets.high_watermark
-        piece = self.log.read(fetch_offset, max_bytes, max_offset=limit, min_one_batch=min_one_batch)
+        piece = self.log.read(fetch_offset, max_bytes, max_offset=limit, min_one_batch=min_one_batch,
+                              skip_empty=replica_id < 0)
         return (piece if piece.size > 0 else None), offsets
 
     def _check_high_watermark_known(self) -> None:

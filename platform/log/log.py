@@ -434,12 +434,16 @@ class Log:
     # --- reading --------------------------------------------------------------------------------
 
     def read(self, start_offset: int, max_bytes: int, *, max_offset: Optional[int] = None,
-             min_one_batch: bool = True) -> FetchSlice:
+             min_one_batch: bool = True, skip_empty: bool = False) -> FetchSlice:
         """Whole batches from the one holding ``start_offset``, for ``sendfile``.
 
         At most ``max_bytes`` (but at least one batch if ``min_one_batch``), never a batch whose
-        base offset is ``max_offset`` or more, all from one segment. Raises ``OffsetOutOfRange``
-        outside [log start, log end] and ``CorruptSegment`` at a damaged batch header.
+        base offset is ``max_offset`` or more, all from one segment. ``skip_empty`` (a consumer's
+        read) starts at the first batch with records, in a later segment if need be, past the
+        empty batches a log cleaning leaves (a Kafka consumer given nothing but those several
+        times takes them for a record too large to fetch); with none, the empty ones are read, so
+        the reader still moves on. Raises ``OffsetOutOfRange`` outside [log start, log end] and
+        ``CorruptSegment`` at a damaged batch header.
         """
         with self._lock, self._disk():
             self._check_open()
@@ -448,9 +452,29 @@ class Log:
             found = None
             if max_offset is None or start_offset < max_offset:
                 found = segment.read(start_offset, max_bytes, max_offset, min_one_batch)
+            if found is not None and skip_empty and self._config.compact:
+                segment, found = self._past_empty(segment, start_offset, max_bytes, max_offset, min_one_batch,
+                                                  segment, found)
             if found is None:
                 return FetchSlice(self._active.path, self._active.size, 0, start_offset, self._active.inode)
             return FetchSlice(segment.path, *found, segment.inode)
+
+    def _past_empty(self, segment: LogSegment, offset: int, max_bytes: int, max_offset: Optional[int],
+                    min_one_batch: bool, first: LogSegment, found: tuple[int, int, int]
+                    ) -> tuple[LogSegment, tuple[int, int, int]]:
+        """The first read holding records from ``segment`` on, else ``first``'s ``found``."""
+        index = self._segments.index(segment)
+        while True:
+            if max_offset is not None and offset >= max_offset:
+                return first, found
+            nonempty = segment.read(offset, max_bytes, max_offset, min_one_batch, skip_empty=True)
+            if nonempty is not None:
+                return segment, nonempty
+            index += 1
+            if index >= len(self._segments):
+                return first, found
+            segment = self._segments[index]
+            offset = segment.base_offset
 
     def offset_for_timestamp(self, timestamp_ms: int) -> Optional[tuple[int, int]]:
         """(offset, timestamp) of the first record with timestamp ≥ ``timestamp_ms``, or None."""

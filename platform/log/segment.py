@@ -377,15 +377,22 @@ class LogSegment:
         return None
 
     def read(self, start_offset: int, max_bytes: int, max_offset: Optional[int],
-             min_one_batch: bool) -> Optional[tuple[int, int, int]]:
+             min_one_batch: bool, skip_empty: bool = False) -> Optional[tuple[int, int, int]]:
         """(position, size, first batch's base offset) of whole batches from the one holding
         ``start_offset``: at most ``max_bytes`` (but one batch if ``min_one_batch``), none whose
-        base offset is ``max_offset`` or more. None if the segment holds nothing at/after it."""
+        base offset is ``max_offset`` or more. None if the segment holds nothing at/after it
+        (``skip_empty``: nothing but batches a log cleaning emptied)."""
         found = self.find_batch(start_offset)
         if found is None:
             return None
         start, first = found
         stop = max_offset if max_offset is not None else self.next_offset
+        if skip_empty and first.record_count == 0:
+            found = next(((p, h) for p, h in self.iter_headers(start) if h.record_count or h.base_offset >= stop),
+                         None)
+            if found is None or found[1].base_offset >= stop:
+                return None
+            start, first = found
         limit = start + max_bytes
         end = max(start, self.offset_index.floor_entry(limit, stop)[1])
         for position, header in self.iter_headers(end):

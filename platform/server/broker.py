@@ -36,6 +36,7 @@ from ember.ingest.broker_config import BrokerConfig, TopicConfigPolicy
 from ember.ingest.core import BrokerCore
 from ember.ingest.isr import IsrWriter
 from ember.ingest.listeners import EMBER_LISTENER, ListenerConfig
+from ember.ingest.log_cleaner import LogCleaner
 from ember.ingest.log_manager import LogManager
 from ember.ingest.metadata_view import MetadataView
 from ember.ingest.replica_manager import ReplicaManager
@@ -155,6 +156,8 @@ class Broker:
                                      tuple((a.name, a.host, a.port) for a in options.listeners.advertised)),
             self.config.zookeeper_session_timeout_ms)
         self.replicas: ReplicaManager | None = None
+        #: compacts the logs of topics with cleanup.policy=compact (log.cleaner.enable)
+        self.cleaner: LogCleaner | None = None
         #: (listener name, its server), ember's protocol first.
         self.servers: list[tuple[str, BrokerServer]] = []
 
@@ -222,6 +225,14 @@ class Broker:
         self.groups.start()
         self.logs.start_schedules(self.replicas.all_partitions, self.config.log_retention_check_interval_ms,
                                   self.config.log_flush_scheduler_interval_ms, self.metrics)
+        if self.config.log_cleaner_enable:
+            self.cleaner = LogCleaner(self.replicas.all_partitions, threads=self.config.log_cleaner_threads,
+                                      dedupe_buffer_bytes=self.config.log_cleaner_dedupe_buffer_size,
+                                      backoff_ms=self.config.log_cleaner_backoff_ms,
+                                      io_max_bytes_per_second=self.config.log_cleaner_io_max_bytes_per_second)
+            if self.metrics is not None:
+                self.metrics.register(self.cleaner)
+            self.cleaner.start()
         log.info("broker %d started (cluster %s), listeners %s", options.broker_id, cluster_id,
                  ", ".join(f"{listener} ({self._describe_security(listener.name)})"
                            for listener in options.listeners.bind))
@@ -308,6 +319,7 @@ class Broker:
             ("close group coordinator", self.groups.close),
             ("stop serving", lambda: asyncio.gather(*(server.close() for _, server in self.servers))),
             ("stop schedules", self.logs.stop_schedules),
+            ("stop the log cleaner", lambda: self.cleaner.stop() if self.cleaner else asyncio.sleep(0)),
             ("close replicas and logs", lambda: self.replicas.close() if self.replicas else asyncio.sleep(0)),
             ("end ZooKeeper session", lambda: _on_daemon_thread(lambda: self.session.close(max(zk_budget(), 1.0)))),
             ("close log manager", lambda: asyncio.to_thread(self.logs.close)),

@@ -305,3 +305,17 @@ def test_any_writes_and_cleans_keep_every_keys_final_value_in_order_at_its_offse
                 assert not [r for r in after if r[1] == key and r[0] > record[0]]
     finally:
         log.close()
+
+
+def test_a_consumer_read_starts_past_the_empty_batches_a_cleaning_left(open_log):
+    log = open_log(segment_bytes=1024, cleanup_policy="compact")
+    fill(log, rounds=8, keys=3)
+    clean(log)
+
+    def first_batch(**kw):
+        return next(iter_batches(log.read(0, 1 << 20, **kw).read_bytes()))[0]
+    assert first_batch().record_count == 0                       # a follower copies the log as it is
+    skipped = first_batch(skip_empty=True)
+    assert skipped.record_count > 0 and skipped.base_offset > 0
+    only_empty = first_batch(skip_empty=True, max_offset=skipped.base_offset)
+    assert only_empty.record_count == 0                           # nothing else below: the reader still moves on

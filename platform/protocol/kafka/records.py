@@ -13,6 +13,8 @@ remember it), else by their Arrow codec: lz4 as lz4, zstd as zstd. zstd goes to 
 """
 from __future__ import annotations
 
+import pyarrow.compute as pc
+
 from ember.errors import CorruptRecord, InvalidRecord
 from ember.record.batch import iter_batches, stored_columns
 from ember.record.header import (
@@ -77,7 +79,9 @@ def fetched_batches(data: Buffer, fetch_version: int) -> Buffer:
         if end > start:
             parts.append(view[start:end])
         columns = decode_records(header, raw) if header.is_kafka else stored_columns(header, raw)
-        parts.append(encode_batch(header, columns, codec))
+        # a cleaned batch keeps its records' offsets (only stored Kafka batches have gaps)
+        deltas = pc.subtract(columns.column("offset"), header.base_offset) if header.has_gaps else None
+        parts.append(encode_batch(header, columns, codec, deltas))
         start = end = end + header.size
     if not parts:
         return view[start:end]
