@@ -8,7 +8,7 @@ session. Each :class:`JarSet` lands in ``.cache/jars/<name>/``; a stamp naming i
 marks it complete, so a set is fetched again only when its coordinates change. Downloads are kept
 in ``.cache/jars/ivy-cache`` and shared between sets.
 
-    python -m ember.jars fetch delta spark-kafka kafka-tools     # what `make setup` runs
+    python -m ember.jars fetch delta spark-kafka kafka-tools kafka-connect kafka-streams   # `make setup`
 """
 from __future__ import annotations
 
@@ -39,7 +39,8 @@ LOG4J_SLF4J = "org.apache.logging.log4j:log4j-slf4j-impl:2.25.3"   # the slf4j 1
 
 class JarsMissing(EmberError):
     """A jar set was never fetched (or its coordinates changed since)."""
-    hint = "`make setup` fetches delta, spark-kafka and kafka-tools; bench/vs_kafka/setup.sh kafka-broker"
+    hint = ("`make setup` fetches delta, spark-kafka, kafka-tools, kafka-connect and kafka-streams; "
+            "bench/vs_kafka/setup.sh kafka-broker")
 
 
 class JarFetchFailed(EmberError):
@@ -168,7 +169,13 @@ SPARK_KAFKA = JarSet("spark-kafka", (f"org.apache.spark:spark-sql-kafka-0-10_2.1
 KAFKA_TOOLS = JarSet("kafka-tools", (f"org.apache.kafka:kafka-tools:{KAFKA_VERSION}",
                                      f"org.apache.kafka:kafka_2.13:{KAFKA_VERSION}", LOG4J_SLF4J))
 KAFKA_BROKER = JarSet("kafka-broker", (f"org.apache.kafka:kafka_2.13:{KAFKA_VERSION}", LOG4J_SLF4J))
-JAR_SETS = {s.name: s for s in (DELTA, SPARK_KAFKA, KAFKA_TOOLS, KAFKA_BROKER)}
+#: Kafka Connect's worker (connect-distributed.sh's ConnectDistributed) with the file connectors, and
+#: Kafka Streams with its examples (WordCountDemo: a KTable count over a compacted changelog)
+KAFKA_CONNECT = JarSet("kafka-connect", (f"org.apache.kafka:connect-runtime:{KAFKA_VERSION}",
+                                         f"org.apache.kafka:connect-file:{KAFKA_VERSION}",
+                                         f"org.apache.kafka:connect-json:{KAFKA_VERSION}", LOG4J_SLF4J))
+KAFKA_STREAMS = JarSet("kafka-streams", (f"org.apache.kafka:kafka-streams-examples:{KAFKA_VERSION}", LOG4J_SLF4J))
+JAR_SETS = {s.name: s for s in (DELTA, SPARK_KAFKA, KAFKA_TOOLS, KAFKA_BROKER, KAFKA_CONNECT, KAFKA_STREAMS)}
 
 
 def main(argv: list[str]) -> int:

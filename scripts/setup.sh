@@ -100,9 +100,10 @@ if grep -q '"python3"' "$VENV/bin/find-spark-home"; then
     sed -i "s|\"python3\"|\"$VENV/bin/python\"|" "$VENV/bin/find-spark-home"
 fi
 
-# 5. JVM jars, fetched once from Maven Central into .cache/jars/ (ember.jars; about 60 MiB the first
+# 5. JVM jars, fetched once from Maven Central into .cache/jars/ (ember.jars; about 200 MiB the first
 #    time): Delta Lake's and Spark's Kafka connector (every SparkSession), Kafka's command-line
-#    tools (the Kafka-protocol tests run them with `java -cp '.cache/jars/kafka-tools/*'`).
-"$VENV/bin/python" -m ember.jars fetch delta spark-kafka kafka-tools
+#    tools (the Kafka-protocol tests run them with `java -cp '.cache/jars/kafka-tools/*'`), and
+#    Kafka Connect's worker and Kafka Streams (with RocksDB), which the compacted-topic tests run.
+"$VENV/bin/python" -m ember.jars fetch delta spark-kafka kafka-tools kafka-connect kafka-streams
 
 say "ready"
