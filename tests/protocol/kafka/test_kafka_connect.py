@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from kafka_helpers import create_topic
-from ember.client import Admin
 
+from ember.client import Admin
 from waiting import eventually
 
 INTERNAL_TOPICS = ("connect-configs", "connect-offsets", "connect-status")
