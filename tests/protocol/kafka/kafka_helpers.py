@@ -96,6 +96,12 @@ def ember_read(cluster, topic: str, partitions: int, count: int) -> list[tuple]:
         consumer.close()
 
 
+#: log4j2 settings of the Java processes the tests start (Connect, Streams): warnings and errors only
+LOG4J = "rootLogger.level = WARN\nrootLogger.appenderRef.stdout.ref = STDOUT\nappender.stdout.type = Console\n" \
+        "appender.stdout.name = STDOUT\nappender.stdout.layout.type = PatternLayout\n" \
+        "appender.stdout.layout.pattern = [%d] %p %m (%c)%n\n"
+
+
 def run_tool(main_class: str, *args: str, stdin: str | None = None, exit_code: int = 0,
              timeout_s: float = 90.0) -> subprocess.CompletedProcess:
     """Run one of Kafka's own command-line tools (``kafka-tools`` from Maven Central, cached by

@@ -13,15 +13,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from kafka_helpers import create_topic
+from kafka_helpers import LOG4J, create_topic
 
 from ember.client import Admin
 from waiting import eventually
 
 INTERNAL_TOPICS = ("connect-configs", "connect-offsets", "connect-status")
-LOG4J = "rootLogger.level = WARN\nrootLogger.appenderRef.stdout.ref = STDOUT\nappender.stdout.type = Console\n" \
-        "appender.stdout.name = STDOUT\nappender.stdout.layout.type = PatternLayout\n" \
-        "appender.stdout.layout.pattern = [%d] %p %m (%c)%n\n"
 
 
 def free_port() -> int:
