@@ -1,9 +1,10 @@
 """Batch reads (``spark.read.format("ember")``): one fixed offset range per partition."""
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from ember.sources.fetch import read_task
@@ -37,4 +38,21 @@ class EmberBatchReader(DataSourceReader):
         # InputPartition: it reads nothing.
         if not isinstance(partition, (OffsetRange, RangeGroup)):
             return iter(())
-        return read_task(partition, self._options, self._target)
+        batches = read_task(partition, self._options, self._target)
+        return latest_by_key(batches, self._target) if self._options.latest_by_key else batches
+
+
+def latest_by_key(batches: Iterable[pa.RecordBatch], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """Each key's latest record per topic partition, without tombstones (null values) or keyless
+    records: a compacted topic read as a table. Columnar (a group-by over the task's records in
+    offset order); no shuffle, since every record of a key is in one partition."""
+    table = pa.Table.from_batches(list(batches), schema=schema)
+    if table.num_rows == 0:
+        return
+    table = table.filter(pc.is_valid(table.column("key")))
+    rows = table.append_column("__row", pa.array(range(table.num_rows), pa.int64()))
+    latest = rows.group_by(["topic", "partition", "key"], use_threads=False).aggregate([("__row", "max")])
+    last_rows = latest.column("__row_max")
+    kept = table.take(pc.take(last_rows, pc.sort_indices(last_rows)))     # in the partitions' offset order
+    kept = kept.filter(pc.is_valid(kept.column("value")))
+    yield from kept.combine_chunks().to_batches()

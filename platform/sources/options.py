@@ -56,6 +56,8 @@ class ReaderOptions:
     read_path: str
     storage_root: Optional[str]
     fetch_timeout_ms: int
+    #: batch reads: each key's latest record per partition, tombstones applied (a compacted topic as a table)
+    latest_by_key: bool = False
     #: TLS settings of the clients the source creates (options ``security.protocol``, ``ssl.*``).
     security: ClientSecurity = ClientSecurity()
 
@@ -90,6 +92,12 @@ def reader_options(options: Mapping[str, str], *, streaming: bool) -> ReaderOpti
             re.compile(pattern)
         except re.error as exc:
             raise OptionError(f"topicPattern {pattern!r} is not a valid regular expression: {exc}") from None
+    latest_by_key = _bool(options, "latestByKey", False)
+    if streaming and latest_by_key:
+        raise OptionError("latestByKey is for batch reads only (spark.read): a streaming query sees every update")
+    if latest_by_key and "minpartitions" in options:
+        raise OptionError("latestByKey reads each partition in one task (all records of a key are in its partition); "
+                          "drop minPartitions")
     if streaming and "endingoffsets" in options:
         raise OptionError("endingOffsets is for batch reads only; a streaming query runs until stopped "
                           "(use trigger(availableNow=True) to stop at the current end)")
@@ -118,6 +126,7 @@ def reader_options(options: Mapping[str, str], *, streaming: bool) -> ReaderOpti
         read_path=read_path,
         storage_root=options.get("storageroot"),
         fetch_timeout_ms=_optional_int(options, "fetchTimeoutMs", minimum=1) or 60_000,
+        latest_by_key=latest_by_key,
         security=_security(options),
     )
 
