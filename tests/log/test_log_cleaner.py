@@ -210,6 +210,27 @@ def test_a_reader_holding_a_slice_of_the_old_segment_reads_the_old_bytes(open_lo
     assert log.read(0, 1 << 20).read_bytes() != expected
 
 
+def test_replicas_cleaning_at_different_times_serve_the_same_records_above_what_each_cleaned(tmp_path, clock):
+    config = LogConfig.from_properties({"segment.bytes": 1024, "cleanup.policy": "compact"})
+    replicas = [Log.open(tmp_path / name / "t-0", config, now_ms=clock) for name in ("a", "b")]
+    try:
+        written = []
+        for step in range(3):
+            for replica in replicas:              # a follower copies the leader's batches as they are
+                part = fill(replica, rounds=4, keys=5, kafka_every=2)
+            written += part
+            clean(replicas[step % 2])             # each cleans on its own schedule
+        above = max(r.first_dirty_offset for r in replicas)
+        assert above > 0
+        reads = [[r for r in records(replica) if r[0] >= above] for replica in replicas]
+        assert reads[0] == reads[1]
+        for replica in replicas:
+            assert set(latest(written).values()) <= set(records(replica))
+    finally:
+        for replica in replicas:
+            replica.close()
+
+
 # --- crashes ------------------------------------------------------------------------------------
 
 class Crash(Exception):
@@ -319,3 +340,41 @@ def test_a_consumer_read_starts_past_the_empty_batches_a_cleaning_left(open_log)
     assert skipped.record_count > 0 and skipped.base_offset > 0
     only_empty = first_batch(skip_empty=True, max_offset=skipped.base_offset)
     assert only_empty.record_count == 0                           # nothing else below: the reader still moves on
+
+
+# --- a real crash: the cleaning process killed (SIGKILL) at each of its file-system steps ----------
+
+CRASH_CHILD = Path(__file__).with_name("cleaner_crash_child.py")
+
+
+def test_a_cleaning_killed_at_any_file_system_step_reopens_consistent(tmp_path, clock):
+    import shutil
+    import subprocess
+    import sys
+
+    from cleaner_crash_child import CONFIG
+    original = tmp_path / "original" / "t-0"
+    log = Log.open(original, CONFIG, now_ms=clock)
+    written = fill(log, rounds=4, keys=6, kafka_every=2)
+    log.close()
+    kill_at, finished = 1, False
+    while not finished:
+        assert kill_at < 400, "the cleaning never finished"
+        directory = tmp_path / f"kill-{kill_at}" / "t-0"
+        shutil.copytree(original, directory)
+        child = subprocess.run([sys.executable, str(CRASH_CHILD), str(directory), str(kill_at)],
+                               capture_output=True, text=True, timeout=120)
+        finished = child.returncode == 0
+        assert finished or child.returncode == -9, child.stderr[-2000:]
+        reopened = Log.open(directory, CONFIG, now_ms=clock)
+        try:
+            after = records(reopened)
+            assert set(after) <= set(written), kill_at
+            assert set(latest(written).values()) <= set(after), kill_at
+            assert [o for o, _, _ in after] == sorted(o for o, _, _ in after)
+            assert not [p for p in directory.iterdir() if p.is_dir()], kill_at
+        finally:
+            reopened.close()
+        shutil.rmtree(directory.parent)
+        kill_at += 1
+    assert kill_at > 10          # the cleaning had steps to kill it at
