@@ -89,6 +89,8 @@ class KafkaCluster:
     nodes: dict[int, KafkaNode] = field(default_factory=dict)
     tls: ClusterTls | None = None
     sasl: ClusterSasl | None = None     # with tls: a SASL_SSL (SCRAM-SHA-512) listener too
+    #: more broker properties (a workload's own, such as the log cleaner's backoff)
+    overrides: dict[str, object] = field(default_factory=dict)
     cluster_id: str = field(default_factory=lambda: _cluster_id())
 
     @property
@@ -210,6 +212,7 @@ class KafkaCluster:
             "transaction.state.log.min.isr": 1,
             "share.coordinator.state.topic.replication.factor": min(3, self.node_count),
             "group.initial.rebalance.delay.ms": 0,
+            **self.overrides,
         }
         if self.tls is not None:
             _add_listener(properties, "SSL", node.ssl_port)

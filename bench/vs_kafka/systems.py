@@ -228,8 +228,10 @@ class EmberSystem:
 
     name = "ember"
 
-    def __init__(self, root: Path, brokers: int = 3, secure: bool = False, sasl: bool = False) -> None:
-        self.cluster = LocalCluster(root, broker_count=brokers, secure=secure, sasl=sasl)
+    def __init__(self, root: Path, brokers: int = 3, secure: bool = False, sasl: bool = False,
+                 broker_config: dict[str, str] | None = None) -> None:
+        self.cluster = LocalCluster(root, broker_count=brokers, secure=secure, sasl=sasl,
+                                    broker_config=dict(broker_config or {}))
         started = time.perf_counter()
         self.cluster.start()
         self.cold_start_s = time.perf_counter() - started
@@ -418,9 +420,9 @@ class KafkaSystem:
     name = "kafka"
 
     def __init__(self, root: Path, brokers: int = 3, tls: ClusterTls | None = None,
-                 sasl: ClusterSasl | None = None) -> None:
+                 sasl: ClusterSasl | None = None, overrides: dict[str, object] | None = None) -> None:
         from confluent_kafka.admin import AdminClient
-        self.cluster = KafkaCluster(root, node_count=brokers, tls=tls, sasl=sasl)
+        self.cluster = KafkaCluster(root, node_count=brokers, tls=tls, sasl=sasl, overrides=dict(overrides or {}))
         started = time.perf_counter()
         self.cluster.start()
         self.cold_start_s = time.perf_counter() - started
