@@ -30,8 +30,8 @@ sys.path[:0] = [str(HERE), str(HERE.parent.parent)]
 from systems import EmberSystem, KafkaSystem  # noqa: E402
 
 VALUE_SIZE = 100
-SEGMENT_BYTES = 64 * 1024 * 1024
-TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.bytes": str(SEGMENT_BYTES), "min.cleanable.dirty.ratio": "0.01"}
+#: about this many segments per log, so most of it is sealed (the active segment is never cleaned)
+SEGMENTS = 20
 CLEANER_BACKOFF_MS = 200
 
 
@@ -39,10 +39,12 @@ def log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
-def create(system: Any, topic: str) -> None:
+def create(system: Any, topic: str, records: int) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
+    config = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01",
+              "segment.bytes": str(max(1 << 20, records * (VALUE_SIZE + 20) // SEGMENTS))}
     admin = AdminClient({"bootstrap.servers": bootstrap(system)})
-    admin.create_topics([NewTopic(topic, 1, 1, config=TOPIC_CONFIG)])[topic].result(60)
+    admin.create_topics([NewTopic(topic, 1, 1, config=config)])[topic].result(60)
 
 
 def bootstrap(system: Any) -> str:
@@ -104,7 +106,9 @@ def wait_compacted(system: Any, topic: str, timeout_s: float = 900) -> float:
     started = time.perf_counter()
     while time.perf_counter() - started < timeout_s:
         _, active = log_bytes(system, topic)
-        if cleaned_to(system, topic) >= active > 0:
+        if active == 0:
+            raise RuntimeError(f"{system.name}: {topic} has one segment only: nothing to compact")
+        if cleaned_to(system, topic) >= active:
             return time.perf_counter() - started
         time.sleep(0.1)
     raise TimeoutError(f"{system.name}: {topic} not compacted within {timeout_s:.0f} s")
@@ -169,12 +173,13 @@ def main() -> None:
         for repeat in range(args.repeats):
             for system in (systems if repeat % 2 == 0 else systems[::-1]):
                 topic = f"compact-{repeat}"
-                create(system, topic)
+                create(system, topic, args.records)
                 produced_s = produce(system, topic, args.records, args.keys)
                 before, _ = log_bytes(system, topic)
                 compact_s = wait_compacted(system, topic)
                 after, _ = log_bytes(system, topic)
                 count, read_s = consume_all(system, topic)
+                spark_table(spark, system, topic)               # warm-up: the JVM, Python workers, page cache
                 rows, table_s = spark_table(spark, system, topic)
                 if rows != args.keys:
                     raise RuntimeError(f"{system.name}: the table read has {rows} rows, expected {args.keys}")

@@ -14,6 +14,7 @@ BYTES_OUT = "ember_server_brokertopicmetrics_bytesout_total"
 MESSAGES_IN = "ember_server_brokertopicmetrics_messagesin_total"
 REQUESTS = "ember_network_requestmetrics_requests_total"
 LAG = "ember_consumergroup_lag"
+CLEANINGS = "ember_log_logcleaner_cleanings_total"
 
 
 @dataclass(frozen=True)
@@ -90,4 +91,18 @@ def render(before: Scrape, now: Scrape) -> str:
             lags[(group, topic)] = (lag, change)
     for (group, topic), (lag, change) in sorted(lags.items()):
         lines.append(f"{group:<30}{topic:<30}{lag:>12.0f}{change:>+10.1f}")
+    lines += ["", f"{'CLEANER':<7}{'MAX DIRTY %':>12}{'CLEANINGS':>11}{'RECOPY %':>10}{'LONGEST S':>11}"
+                  f"{'LAST RUN S AGO':>16}{'DEAD':>6}"]
+    for samples in up.values():
+        info = samples.series("ember_server_broker_info")
+        broker_id = dict(next(iter(info)))["broker_id"] if info else "?"
+        if samples.get(CLEANINGS) is None:
+            lines.append(f"{broker_id:<7}{'off':>12}")      # log.cleaner.enable=false
+            continue
+        since = samples.total("ember_log_logcleaner_time_since_last_run_ms") / 1000
+        lines.append(f"{broker_id:<7}{samples.total('ember_log_logcleanermanager_max_dirty_percent'):>12.1f}"
+                     f"{samples.total(CLEANINGS):>11.0f}{samples.total('ember_log_logcleaner_cleaner_recopy_percent'):>10.1f}"
+                     f"{samples.total('ember_log_logcleaner_max_clean_time_secs'):>11.2f}"
+                     f"{since if samples.total(CLEANINGS) else float('nan'):>16.1f}"
+                     f"{samples.total('ember_log_logcleaner_dead_thread_count'):>6.0f}")
     return "\n".join(lines) + "\n"

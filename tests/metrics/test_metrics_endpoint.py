@@ -153,6 +153,7 @@ def test_ember_top_shows_each_broker_the_topic_and_the_groups_lag(cluster) -> No
     assert re.search(rf"^{TOPIC} +\d", last, re.MULTILINE)
     lag = PER_PARTITION - COMMITTED[0] + PER_PARTITION - COMMITTED[1]
     assert re.search(rf"^{GROUP} +{TOPIC} +{lag} ", last, re.MULTILINE), last
+    assert len(re.findall(r"^[123] +\d+\.\d +\d+ +\d+\.\d +\d+\.\d\d +\S+ +0$", last, re.MULTILINE)) == 3, last
 
 
 def test_cluster_up_metrics_prints_every_endpoint_and_a_prometheus_config(cluster, capsys) -> None:
