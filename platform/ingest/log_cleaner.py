@@ -79,6 +79,7 @@ class CleanerState:
     bytes_written: int = 0
     cleanings: int = 0
     dead_workers: int = 0
+    uncleanable: int = 0
 
 
 class LogCleaner(Collector):
@@ -91,6 +92,9 @@ class LogCleaner(Collector):
         self.throttle = IoThrottle(io_max_bytes_per_second)
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="log-cleaner")
         self._busy: set[tuple[str, int]] = set()
+        #: logs whose cleaning failed on something other than the disk (Kafka's uncleanable
+        #: partitions, KIP-346): skipped until the partition's log is reopened
+        self._uncleanable: dict[tuple[str, int], object] = {}
         self._workers: list[asyncio.Task[None]] = []
         self._wake = asyncio.Event()
         self.state = CleanerState()
@@ -141,7 +145,8 @@ class LogCleaner(Collector):
         best, best_ratio, max_ratio = None, -1.0, 0.0
         for partition in self._partitions():
             log_ = partition.log
-            if (partition.topic, partition.index) in self._busy or not log_.config.compact or log_.closed:
+            key = (partition.topic, partition.index)
+            if key in self._busy or not log_.config.compact or log_.closed or self._uncleanable.get(key) is log_:
                 continue
             cleanable = log_.cleanable()
             if cleanable is None:
@@ -152,6 +157,7 @@ class LogCleaner(Collector):
                     cleanable.dirty_ratio > best_ratio:
                 best, best_ratio = partition, cleanable.dirty_ratio
         self.state.max_dirty_percent = 100 * max_ratio
+        self.state.uncleanable = len(self._uncleanable)
         return best
 
     async def _clean(self, partition: "Partition") -> None:
@@ -163,6 +169,14 @@ class LogCleaner(Collector):
         except StorageError as exc:
             if not partition.log.closed:
                 log.warning("cleaning %s failed: %s (retried once it is due again)", partition, exc)
+            return
+        except Exception:
+            if partition.log.closed:
+                return            # deleted or moved away under the cleaning
+            # a damaged batch, a bug: this log is left alone until it is reopened, the others go on
+            self._uncleanable[(partition.topic, partition.index)] = partition.log
+            log.exception("cleaning %s failed; it is not cleaned again until its log is reopened "
+                          "(ember_log_logcleanermanager_uncleanable_partitions_count)", partition)
             return
         if stats is None:
             return
@@ -199,6 +213,9 @@ class LogCleaner(Collector):
                     "Since the last cleaning ended; 0 before the first (Kafka's time-since-last-run-ms).", since)
         yield gauge("ember_log_logcleaner_dead_thread_count", "Cleaner workers that died (Kafka's DeadThreadCount).",
                     state.dead_workers)
+        yield gauge("ember_log_logcleanermanager_uncleanable_partitions_count",
+                    "Logs whose cleaning failed and that are skipped until reopened (Kafka's "
+                    "uncleanable-partitions-count).", state.uncleanable)
         for name, doc, value in (("ember_log_logcleaner_read_bytes", "Bytes the cleaner read.", state.bytes_read),
                                  ("ember_log_logcleaner_written_bytes", "Bytes the cleaner wrote.", state.bytes_written),
                                  ("ember_log_logcleaner_cleanings", "Cleanings done.", state.cleanings)):

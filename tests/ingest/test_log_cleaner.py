@@ -1,0 +1,90 @@
+"""The broker's log cleaner (ember.ingest.log_cleaner): stopping interrupts a cleaning held by the
+I/O throttle (a broker stops in bounded time), and a log whose cleaning fails is set aside while
+the others are cleaned."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from ember.ingest.log_cleaner import IoThrottle, Stopped
+
+
+def test_stopping_interrupts_a_cleaning_held_by_the_throttle() -> None:
+    throttle = IoThrottle(bytes_per_second=1.0)
+    outcome: list[BaseException] = []
+
+    def clean() -> None:
+        try:
+            throttle(2 * IoThrottle.STEP)      # two MiB at one byte a second: held for weeks
+        except BaseException as exc:         # noqa: BLE001 - the outcome is what is checked
+            outcome.append(exc)
+    cleaning = threading.Thread(target=clean)
+    cleaning.start()
+    cleaning.join(0.3)
+    assert cleaning.is_alive()                # held
+    throttle.stopping.set()
+    cleaning.join(10)
+    assert not cleaning.is_alive() and len(outcome) == 1 and isinstance(outcome[0], Stopped)
+
+
+def test_a_stopped_throttle_refuses_the_next_batch_and_an_unlimited_one_never_waits() -> None:
+    unlimited = IoThrottle(bytes_per_second=float("inf"))
+    for _ in range(100):
+        unlimited(IoThrottle.STEP)
+    unlimited.stopping.set()
+    with pytest.raises(Stopped):
+        unlimited(1)
+
+
+def test_a_log_whose_cleaning_fails_is_set_aside_and_the_others_are_cleaned(tmp_path) -> None:
+    import asyncio
+    from dataclasses import dataclass
+
+    from ember.ingest.log_cleaner import LogCleaner
+    from ember.log import Log, LogConfig
+    from ember.record import build_batch
+
+    config = LogConfig.from_properties({"cleanup.policy": "compact", "segment.bytes": 1024,
+                                        "min.cleanable.dirty.ratio": "0.01"})
+
+    @dataclass
+    class Replica:             # what the cleaner reads of a Partition
+        topic: str
+        index: int
+        log: Log
+
+    replicas = []
+    for name in ("damaged", "fine"):
+        log = Log.open(tmp_path / f"{name}-0", config)
+        for round_ in range(6):
+            log.append_as_leader(build_batch([(b"k%d" % k, b"v%d" % round_) for k in range(4)]), 0)
+        log.update_high_watermark(log.log_end_offset)
+        replicas.append(Replica(name, 0, log))
+    first = replicas[0].log._segments[0].path
+    with open(first, "r+b") as f:                # flip a payload byte: that batch's CRC fails
+        f.seek(100)
+        byte = f.read(1)
+        f.seek(100)
+        f.write(bytes([byte[0] ^ 0xFF]))
+
+    async def run() -> LogCleaner:
+        cleaner = LogCleaner(lambda: replicas, threads=1, dedupe_buffer_bytes=1 << 20, backoff_ms=20,
+                             io_max_bytes_per_second=float("inf"))
+        cleaner.start()
+        try:
+            for _ in range(500):
+                if cleaner.state.uncleanable == 1 and cleaner.state.cleanings >= 1:
+                    break
+                await asyncio.sleep(0.01)
+        finally:
+            await cleaner.stop()
+        return cleaner
+    cleaner = asyncio.run(run())
+    try:
+        assert cleaner.state.uncleanable == 1 and cleaner.state.dead_workers == 0
+        assert replicas[0].log.first_dirty_offset == 0 and replicas[1].log.first_dirty_offset > 0
+        assert cleaner.state.cleanings >= 1
+    finally:
+        for replica in replicas:
+            replica.log.close()
