@@ -378,3 +378,20 @@ def test_a_cleaning_killed_at_any_file_system_step_reopens_consistent(tmp_path, 
         shutil.rmtree(directory.parent)
         kill_at += 1
     assert kill_at > 10          # the cleaning had steps to kill it at
+
+
+def test_a_log_is_due_by_its_dirty_ratio_or_once_a_dirty_record_waited_max_compaction_lag(open_log, clock):
+    log = open_log(segment_bytes=1024, cleanup_policy="compact")
+    fill(log, rounds=4, keys=60, timestamp=clock.now)
+    cleanable = log.cleanable()
+    assert cleanable is not None and cleanable.dirty_ratio == 1.0
+    assert cleanable.due(0.5, 1 << 62, clock.now) and not cleanable.due(1.0 + 1e-9, 1 << 62, clock.now)
+    clean(log)
+    fill(log, rounds=1, keys=2, timestamp=clock.now)          # a little dirt on a clean log
+    write(log, [(b"roll", b"x" * 2000)], timestamp=clock.now)
+    log.update_high_watermark(log.log_end_offset)
+    cleanable = log.cleanable()
+    ratio = cleanable.dirty_ratio
+    assert 0 < ratio < 1 and cleanable.clean_bytes > 0
+    assert cleanable.due(ratio, HOUR, clock.now) and not cleanable.due(ratio + 0.01, HOUR, clock.now)
+    assert cleanable.due(ratio + 0.01, HOUR, clock.now + HOUR)    # max.compaction.lag.ms passed
