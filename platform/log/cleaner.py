@@ -41,8 +41,10 @@ from typing import TYPE_CHECKING, Callable, Iterator, Optional
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ember.log import checkpoint, recovery
 from ember.log.checkpoint import fsync_dir
-from ember.log.segment import LogSegment, scan_batches, segment_path
+from ember.log.config import LogConfig
+from ember.log.segment import MAX_RELATIVE_OFFSET, SEGMENT_SUFFIXES, LogSegment, base_offset_of, scan_batches, segment_path
 from ember.record import kafka_v2
 from ember.record.batch import decode_payload, stored_columns
 from ember.record.header import (
@@ -57,8 +59,12 @@ if TYPE_CHECKING:
 
 CLEANING_SUFFIX = ".cleaning"
 SWAP_SUFFIX = ".swap"
+#: in a cleaning's directory: the offset the segments it replaces end at
+END_FILE = "end-offset"
 #: Memory a key of the map costs beyond its bytes (its offset and the hash table's share).
 KEY_OVERHEAD_BYTES = 24
+#: Records looked up in the key map at once (one hash build of the map per chunk, never per batch).
+CHUNK_RECORDS = 1 << 16
 #: ember batches' Arrow codecs (header bits 0-2) -> the Kafka codec their cleaned v2 batch gets.
 _KAFKA_CODEC_OF_ARROW = {0: kafka_v2.NONE, 1: kafka_v2.LZ4, 2: kafka_v2.ZSTD}
 
@@ -124,53 +130,57 @@ def clean(log: "Log", *, dedupe_buffer_bytes: int, throttle: Optional[Throttle] 
     stats = CleanStats(keys=len(keys), first_dirty=cleanable.first_dirty, end=end)
     now = log.now_ms() if now_ms is None else now_ms
     horizon = now - log.config.delete_retention_ms      # tombstones of segments cleaned before this go
-    for segment in cleanable.segments:
-        if segment.base_offset >= end:
-            break
-        dirty = segment.next_offset > cleanable.first_dirty
-        drop_tombstones = not dirty and _mtime_ms(segment) <= horizon
-        swap = _rewrite(log, segment, keys, offsets, cleanable.producer_last_batches, drop_tombstones, now, stats,
-                        throttle)
-        if swap is None and dirty:
-            _set_mtime(segment.path, now)      # its tombstones' delete.retention.ms counts from this cleaning
-        if swap is not None and not log.install_cleaned(segment, swap):
+    for group in _groups([s for s in cleanable.segments if s.base_offset < end], log.config):
+        drop = [s.next_offset <= cleanable.first_dirty and _mtime_ms(s) <= horizon for s in group]
+        swap = _rewrite(log, group, keys, offsets, cleanable.producer_last_batches, drop, now, stats, throttle)
+        if swap is None:
+            for segment in group:
+                if segment.next_offset > cleanable.first_dirty:
+                    _set_mtime(segment.path, now)   # its tombstones' delete.retention.ms counts from this cleaning
+        elif not log.install_cleaned(group, swap):
             shutil.rmtree(swap, ignore_errors=True)     # the log changed meanwhile: the next cleaning redoes it
             return None
-        stats.segments += 1
+        stats.segments += len(group)
     log.set_first_dirty(end)
     stats.seconds = time.monotonic() - started
     return stats
 
 
 def _key_map(cleanable: Cleanable, budget: int, throttle: Optional[Throttle]) -> tuple[pa.Array, pa.Array, int]:
-    """(keys, their latest offsets, the end of this pass): the dirty segments' keys, as many whole
-    segments as ``budget`` bytes of map hold (at least one)."""
-    key_parts: list[pa.Array] = []
-    offset_parts: list[pa.Array] = []
-    end, used = cleanable.first_dirty, 0
+    """(keys, their latest offsets, the end of this pass): the latest offset of every key in the dirty
+    segments, over as many whole segments as a map of ``budget`` bytes holds (at least one). The map
+    is reduced to one entry per key after every ``CHUNK_RECORDS`` records read, so its memory follows
+    the distinct keys, as Kafka's dedupe buffer does."""
+    keys, offsets = pa.array([], pa.binary()), pa.array([], pa.int64())
+    end = cleanable.first_dirty
     for segment in cleanable.segments:
         if segment.next_offset <= cleanable.first_dirty:
             continue
-        seg_keys, seg_offsets = [], []
+        seg_keys, seg_offsets, pending = [keys], [offsets], 0
         for _, header, raw in _batches(segment, throttle):
             columns = decode_payload(header, raw)
             keyed = columns.filter(pc.is_valid(columns.column("key")))
             seg_keys.append(keyed.column("key"))
             seg_offsets.append(keyed.column("offset"))
-        size = sum(k.nbytes + KEY_OVERHEAD_BYTES * len(k) for k in seg_keys)
-        if key_parts and used + size > budget:
+            pending += keyed.num_rows
+            if pending >= CHUNK_RECORDS:
+                merged = _latest(seg_keys, seg_offsets)
+                seg_keys, seg_offsets, pending = [merged[0]], [merged[1]], 0
+        merged = _latest(seg_keys, seg_offsets)
+        size = merged[0].nbytes + KEY_OVERHEAD_BYTES * len(merged[0])
+        if end > cleanable.first_dirty and size > budget:
+            break                                   # the rest of the dirty part waits for the next pass
+        (keys, offsets), end = merged, segment.next_offset
+        if size >= budget:
             break
-        key_parts += seg_keys
-        offset_parts += seg_offsets
-        used += size
-        end = segment.next_offset
-        if used >= budget:
-            break
-    if not key_parts:
-        return pa.array([], pa.binary()), pa.array([], pa.int64()), end
-    latest = pa.table({"key": pa.concat_arrays(key_parts), "offset": pa.concat_arrays(offset_parts)}) \
-        .group_by("key").aggregate([("offset", "max")])
-    return latest.column("key").combine_chunks(), latest.column("offset_max").combine_chunks(), end
+    return keys, offsets, end
+
+
+def _latest(keys: list[pa.Array], offsets: list[pa.Array]) -> tuple[pa.Array, pa.Array]:
+    """Each distinct key's largest offset (a hash group-by)."""
+    latest = pa.table({"key": pa.concat_arrays(keys), "offset": pa.concat_arrays(offsets)}) \
+        .group_by("key", use_threads=False).aggregate([("offset", "max")])
+    return latest.column("key").combine_chunks(), latest.column("offset_max").combine_chunks()
 
 
 def _batches(segment: LogSegment, throttle: Optional[Throttle]) -> Iterator[tuple[int, BatchHeader, memoryview]]:
@@ -195,20 +205,100 @@ def _set_mtime(path: Path, now_ms: int) -> None:
     os.utime(path, ns=(now_ms * 1_000_000, now_ms * 1_000_000))
 
 
-def _rewrite(log: "Log", segment: LogSegment, keys: pa.Array, offsets: pa.Array, producer_last: frozenset[int],
-             drop_tombstones: bool, now_ms: int, stats: CleanStats, throttle: Optional[Throttle]) -> Optional[Path]:
-    """Write the cleaned copy of ``segment`` and commit it as ``<base>.swap/``; None if nothing in it
-    would change."""
-    batches = list(_batches(segment, throttle))
-    out: list[tuple[BatchHeader, Buffer]] = []
-    changed = False
-    for index, (_, header, raw) in enumerate(batches):
+def _groups(segments: list[LogSegment], config: LogConfig) -> Iterator[list[LogSegment]]:
+    """Consecutive segments whose sizes together fit one segment (``segment.bytes``, its index limits
+    and 32-bit relative offsets), as Kafka's cleaner groups them: cleaned together into one, so a
+    compacted log's segment count shrinks as it does."""
+    group: list[LogSegment] = []
+    size = 0
+    for segment in segments:
+        if group and (size + segment.size > config.segment_bytes
+                      or segment.next_offset - group[0].base_offset > MAX_RELATIVE_OFFSET):
+            yield group
+            group, size = [], 0
+        group.append(segment)
+        size += segment.size
+    if group:
+        yield group
+
+
+def _rewrite(log: "Log", group: list[LogSegment], keys: pa.Array, offsets: pa.Array, producer_last: frozenset[int],
+             drop_tombstones: list[bool], now_ms: int, stats: CleanStats, throttle: Optional[Throttle]
+             ) -> Optional[Path]:
+    """Write the cleaned copy of ``group`` as one segment into ``<base>.cleaning/`` (batches stream
+    through in chunks: memory stays a chunk's, whatever the segment size) with the offset the group
+    ends at, fsync it all, and commit it by renaming the directory to ``<base>.swap/``. None, and
+    nothing kept, if the group is one segment in which nothing changed."""
+    first = group[0]
+    cleaning = segment_path(first.path.parent, first.base_offset, CLEANING_SUFFIX)
+    shutil.rmtree(cleaning, ignore_errors=True)
+    cleaning.mkdir()
+    cleaned = LogSegment(cleaning, first.base_offset, index_interval_bytes=log.config.index_interval_bytes,
+                         index_max_bytes=log.config.segment_index_bytes, create=True)
+    changed = len(group) > 1
+    try:
+        for segment, drop in zip(group, drop_tombstones):
+            for out, chunk_changed in _cleaned_chunks(segment, keys, offsets, producer_last, drop,
+                                                      segment is group[-1], stats, throttle):
+                changed = changed or chunk_changed
+                if out:
+                    cleaned.append([h for h, _ in out], [b for _, b in out])
+        if not changed:
+            cleaned.close()
+            shutil.rmtree(cleaning)
+            return None
+        cleaned.seal()
+        written = cleaned.size
+    finally:
+        cleaned.close()
+    _set_mtime(cleaned.path, now_ms)
+    if throttle is not None:
+        throttle(written)
+    stats.bytes_written += written
+    checkpoint.write_offset(cleaning / END_FILE, group[-1].next_offset)
+    fsync_dir(cleaning)
+    swap = segment_path(first.path.parent, first.base_offset, SWAP_SUFFIX)
+    os.rename(cleaning, swap)                 # the commit point
+    fsync_dir(first.path.parent)
+    return swap
+
+
+Chunk = list[tuple[BatchHeader, memoryview, pa.RecordBatch]]
+
+
+def _cleaned_chunks(segment: LogSegment, keys: pa.Array, offsets: pa.Array, producer_last: frozenset[int],
+                    drop_tombstones: bool, last_of_group: bool, stats: CleanStats, throttle: Optional[Throttle]
+                    ) -> Iterator[tuple[list[tuple[BatchHeader, Buffer]], bool]]:
+    """The kept batches of ``segment``, about ``CHUNK_RECORDS`` records' worth at a time, and whether
+    any record of the chunk went."""
+    chunk: Chunk = []
+    count = 0
+    for _, header, raw in _batches(segment, throttle):
         columns = decode_payload(header, raw)
+        chunk.append((header, raw, columns))
+        count += columns.num_rows
+        if count >= CHUNK_RECORDS:
+            yield _clean_chunk(chunk, keys, offsets, producer_last, drop_tombstones, False, stats)
+            chunk, count = [], 0
+    if chunk:
+        yield _clean_chunk(chunk, keys, offsets, producer_last, drop_tombstones, last_of_group, stats)
+
+
+def _clean_chunk(chunk: Chunk, keys: pa.Array, offsets: pa.Array, producer_last: frozenset[int],
+                 drop_tombstones: bool, ends_group: bool, stats: CleanStats
+                 ) -> tuple[list[tuple[BatchHeader, Buffer]], bool]:
+    """One chunk's kept batches: one map lookup for the whole chunk, then a filter per batch."""
+    records = pa.Table.from_batches([columns for _, _, columns in chunk]).combine_chunks()
+    keep_all = _keep(records, keys, offsets, drop_tombstones)
+    out: list[tuple[BatchHeader, Buffer]] = []
+    changed, start = False, 0
+    for index, (header, raw, columns) in enumerate(chunk):
+        keep = keep_all.slice(start, columns.num_rows)
+        start += columns.num_rows
         stats.records_read += columns.num_rows
         stats.bytes_read += header.size
-        keep = _keep(columns, keys, offsets, drop_tombstones)
         kept = pc.sum(keep).as_py() or 0
-        if kept == 0 and (index == len(batches) - 1 or header.base_offset in producer_last):
+        if kept == 0 and ((ends_group and index == len(chunk) - 1) or header.base_offset in producer_last):
             # the batch must stay (the segment's end offset, the producer's sequence): empty
             changed = True
             empty = kafka_v2.empty_batch(header)
@@ -224,41 +314,20 @@ def _rewrite(log: "Log", segment: LogSegment, keys: pa.Array, offsets: pa.Array,
         stats.records_kept += kept
         rebuilt = _cleaned_batch(header, raw, columns, keep)
         out.append((BatchHeader.parse(rebuilt), rebuilt))
-    if not changed:
-        return None
-    cleaning = segment_path(segment.path.parent, segment.base_offset, CLEANING_SUFFIX)
-    shutil.rmtree(cleaning, ignore_errors=True)
-    cleaning.mkdir()
-    cleaned = LogSegment(cleaning, segment.base_offset, index_interval_bytes=log.config.index_interval_bytes,
-                         index_max_bytes=log.config.segment_index_bytes, create=True)
-    try:
-        if out:
-            cleaned.append([h for h, _ in out], [b for _, b in out])
-        cleaned.seal()
-        written = cleaned.size
-    finally:
-        cleaned.close()
-    _set_mtime(cleaned.path, now_ms)
-    if throttle is not None:
-        throttle(written)
-    stats.bytes_written += written
-    fsync_dir(cleaning)
-    swap = segment_path(segment.path.parent, segment.base_offset, SWAP_SUFFIX)
-    os.rename(cleaning, swap)                 # the commit point
-    fsync_dir(segment.path.parent)
-    return swap
+    return out, changed
 
 
-def _keep(columns: pa.RecordBatch, keys: pa.Array, offsets: pa.Array, drop_tombstones: bool) -> pa.Array:
-    """Which records of a decoded batch survive: keyed, not superseded by a later record of their key
-    in the dirty part, and not a tombstone past its retention."""
+def _keep(columns: pa.Table, keys: pa.Array, offsets: pa.Array, drop_tombstones: bool) -> pa.Array:
+    """Which of the decoded records survive: keyed, not superseded by a later record of their key in
+    the dirty part, and not a tombstone past its retention."""
     key = columns.column("key")
     latest = pc.take(offsets, pc.index_in(key, value_set=keys))
     keep = pc.and_(pc.is_valid(key), pc.or_kleene(pc.is_null(latest),
                                                   pc.greater_equal(columns.column("offset"), latest)))
     if drop_tombstones:
         keep = pc.and_(keep, pc.is_valid(columns.column("value")))
-    return pc.fill_null(keep, False)
+    keep = pc.fill_null(keep, False)
+    return keep.combine_chunks() if isinstance(keep, pa.ChunkedArray) else keep
 
 
 def _cleaned_batch(header: BatchHeader, raw: Buffer, columns: pa.RecordBatch, keep: pa.Array) -> bytes:
@@ -278,7 +347,7 @@ def _cleaned_batch(header: BatchHeader, raw: Buffer, columns: pa.RecordBatch, ke
 
 def finish_interrupted(directory: Path) -> None:
     """On opening a log: drop cleanings that did not reach their commit point (``*.cleaning/``) and
-    finish those that did (``*.swap/``: their files replace the old segment's)."""
+    finish those that did (``*.swap/``, see :func:`finish_swap`)."""
     for path in sorted(directory.iterdir()):
         if not path.is_dir():
             continue
@@ -287,10 +356,30 @@ def finish_interrupted(directory: Path) -> None:
             shutil.rmtree(path)
         elif path.name.endswith(SWAP_SUFFIX):
             _log.info("%s: finishing an interrupted cleaning", path)
-            for part in sorted(path.iterdir()):
-                os.replace(part, directory / part.name)
-            fsync_dir(directory)
-            path.rmdir()
-            fsync_dir(directory)
+            finish_swap(directory, path)
+
+
+def finish_swap(directory: Path, swap: Path) -> None:
+    """Put a committed cleaned segment in place: its files replace the first old segment's under the
+    same names, and the other old segments it replaces (based below the offset it ends at) go.
+    Idempotent, so a crash in the middle is finished by the next open."""
+    end = checkpoint.read_offset(swap / END_FILE)
+    base = base_offset_of(swap)
+    if base is None:
+        raise OSError(f"{swap}: not named by a base offset")
+    if end is None:       # the end file goes last (the removal below): the rest was done before
+        shutil.rmtree(swap)
+        fsync_dir(directory)
+        return
+    for part in sorted(swap.iterdir()):
+        if part.name != END_FILE:
+            os.replace(part, directory / part.name)
+    for later in recovery.segment_bases(directory):
+        if base < later < end:
+            for suffix in SEGMENT_SUFFIXES:
+                segment_path(directory, later, suffix).unlink(missing_ok=True)
+    fsync_dir(directory)
+    shutil.rmtree(swap)   # holds only the end file now
+    fsync_dir(directory)
 
 

@@ -530,33 +530,34 @@ class Log:
                 dirty_bytes=sum(s.size for s in dirty), producer_last_batches=self._producers.last_batch_offsets(),
                 oldest_dirty_ms=dirty[0].rolling_timestamp() if dirty else -1)
 
-    def install_cleaned(self, old: LogSegment, swap: Path) -> bool:
-        """Put the cleaned copy of ``old`` (files in the committed ``swap`` directory) in its place;
-        False, changing nothing, if ``old`` is no longer in the log (retention, truncation). The old
-        files linger as ``*.deleted`` for readers holding a FetchSlice of them."""
+    def install_cleaned(self, group: Sequence[LogSegment], swap: Path) -> bool:
+        """Put the cleaned copy of the consecutive sealed segments ``group`` (one segment, its files
+        in the committed ``swap`` directory) in their place; False, changing nothing, if they are no
+        longer in the log as they were (retention, truncation). The old files linger as
+        ``*.deleted`` for readers holding a FetchSlice of them."""
         with self._flush_lock, self._lock:
             self._check_open()
-            if old not in self._segments[:-1]:
+            if group[0] not in self._segments[:-1]:
                 return False
-            index = self._segments.index(old)
+            index = self._segments.index(group[0])
+            if self._segments[index:index + len(group)] != list(group) or index + len(group) >= len(self._segments):
+                return False
+            end = group[-1].next_offset
             with self._disk(fatal=True):
                 due = self._now_ms() + self._config.file_delete_delay_ms
-                self._pending_deletes.append((due, old.rename_for_delete()))
-                for part in sorted(swap.iterdir()):
-                    os.replace(part, self.directory / part.name)
-                checkpoint.fsync_dir(self.directory)
-                swap.rmdir()
-                cleaned = recovery.open_segment(self.directory, old.base_offset, self._config)
+                for old in group:
+                    self._pending_deletes.append((due, old.rename_for_delete()))
+                cleaner.finish_swap(self.directory, swap)
+                cleaned = recovery.open_segment(self.directory, group[0].base_offset, self._config)
                 try:
-                    cleaned.open_sealed(old.next_offset)
+                    cleaned.open_sealed(end)
                 except BaseException:
                     cleaned.close()
                     raise
-                if cleaned.next_offset != old.next_offset:
+                if cleaned.next_offset != end:
                     cleaned.close()
-                    raise OSError(f"cleaned segment {cleaned.path} ends at {cleaned.next_offset}, not at "
-                                  f"{old.next_offset}")
-            self._set_segments(self._segments[:index] + [cleaned] + self._segments[index + 1:])
+                    raise OSError(f"cleaned segment {cleaned.path} ends at {cleaned.next_offset}, not at {end}")
+            self._set_segments(self._segments[:index] + [cleaned] + self._segments[index + len(group):])
             return True
 
     def set_first_dirty(self, offset: int) -> None:

@@ -30,7 +30,7 @@ SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
 
 _HEADER_CHUNK = 64 * 1024  # one read covers many small batches' headers
 READ_CHUNK = 8 * 1024 * 1024  # whole-batch reads (recovery, reader)
-_MAX_RELATIVE_OFFSET = (1 << 32) - 1
+MAX_RELATIVE_OFFSET = (1 << 32) - 1
 _IOV_MAX = 1024
 
 _log = logging.getLogger(__name__)
@@ -323,7 +323,7 @@ class LogSegment:
         return (self.size + batch_bytes > segment_bytes
                 or max_timestamp - self.rolling_timestamp() > segment_ms
                 or self.offset_index.is_full or self.time_index.is_full
-                or last_offset - self.base_offset > _MAX_RELATIVE_OFFSET)
+                or last_offset - self.base_offset > MAX_RELATIVE_OFFSET)
 
     def rolling_timestamp(self) -> int:
         """The first batch's max timestamp: segment.ms counts from it, as in Kafka (and the log

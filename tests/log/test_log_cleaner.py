@@ -189,6 +189,21 @@ def test_every_segment_still_ends_where_the_next_begins_and_producers_keep_their
         reopened.close()
 
 
+def test_cleaned_segments_are_merged_up_to_segment_bytes(open_log):
+    log = open_log(segment_bytes=2048, cleanup_policy="compact")
+    written = fill(log, rounds=120, keys=8, kafka_every=1)
+    clean(log)
+    cleaned_once = len(log._segments)
+    written += fill(log, rounds=12, keys=8, kafka_every=1)     # dirt past a roll: the next cleaning runs
+    assert len(log._segments) > cleaned_once
+    clean(log)
+    assert len(log._segments) <= cleaned_once / 2
+    assert all(s.size <= 2048 for s in log._segments[:-1])
+    for segment, following in zip(log._segments, log._segments[1:]):
+        assert segment.next_offset == following.base_offset
+    assert set(latest(written).values()) <= set(records(log)) and set(records(log)) <= set(written)
+
+
 def test_a_cleaned_log_reopens_as_cleaned(open_log, log_dir):
     log = open_log(segment_bytes=2048, cleanup_policy="compact")
     fill(log, rounds=10, keys=10)
@@ -347,7 +362,8 @@ def test_a_consumer_read_starts_past_the_empty_batches_a_cleaning_left(open_log)
 CRASH_CHILD = Path(__file__).with_name("cleaner_crash_child.py")
 
 
-def test_a_cleaning_killed_at_any_file_system_step_reopens_consistent(tmp_path, clock):
+@pytest.mark.parametrize("merging", [False, True], ids=["first cleaning", "merging cleaned segments"])
+def test_a_cleaning_killed_at_any_file_system_step_reopens_consistent(tmp_path, clock, merging):
     import shutil
     import subprocess
     import sys
@@ -356,6 +372,10 @@ def test_a_cleaning_killed_at_any_file_system_step_reopens_consistent(tmp_path, 
     original = tmp_path / "original" / "t-0"
     log = Log.open(original, CONFIG, now_ms=clock)
     written = fill(log, rounds=4, keys=6, kafka_every=2)
+    if merging:                  # cleaned once: the killed cleaning merges the small cleaned segments
+        clean(log)
+        written += fill(log, rounds=2, keys=6, kafka_every=2)
+    segments = len(log._segments)
     log.close()
     kill_at, finished = 1, False
     while not finished:
@@ -373,6 +393,8 @@ def test_a_cleaning_killed_at_any_file_system_step_reopens_consistent(tmp_path, 
             assert set(latest(written).values()) <= set(after), kill_at
             assert [o for o, _, _ in after] == sorted(o for o, _, _ in after)
             assert not [p for p in directory.iterdir() if p.is_dir()], kill_at
+            if finished:
+                assert (len(reopened._segments) < segments) == merging
         finally:
             reopened.close()
         shutil.rmtree(directory.parent)

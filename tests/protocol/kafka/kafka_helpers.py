@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from typing import Any, Iterable
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterable, Iterator
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -100,6 +102,26 @@ def ember_read(cluster, topic: str, partitions: int, count: int) -> list[tuple]:
 LOG4J = "rootLogger.level = WARN\nrootLogger.appenderRef.stdout.ref = STDOUT\nappender.stdout.type = Console\n" \
         "appender.stdout.name = STDOUT\nappender.stdout.layout.type = PatternLayout\n" \
         "appender.stdout.layout.pattern = [%d] %p %m (%c)%n\n"
+
+
+@contextmanager
+def java_service(classpath: str, main_class: str, properties: Path, log: Path) -> Iterator[subprocess.Popen]:
+    """A long-running Kafka Java process (a Connect worker, a Streams application) started with its
+    properties file, logging (warnings and errors) to ``log``; terminated, then killed, at exit."""
+    log4j = log.with_suffix(".log4j2.properties")
+    log4j.write_text(LOG4J)
+    with open(log, "a") as out:
+        process = subprocess.Popen(["java", "-Xmx512m", f"-Dlog4j2.configurationFile={log4j}", "-cp", classpath,
+                                    main_class, str(properties)], stdout=out, stderr=subprocess.STDOUT)
+        try:
+            yield process
+        finally:
+            process.terminate()
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(10)
 
 
 def run_tool(main_class: str, *args: str, stdin: str | None = None, exit_code: int = 0,

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
 import time
 import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from kafka_helpers import LOG4J, create_topic
+from kafka_helpers import create_topic, java_service
 
 from ember.client import Admin
 from waiting import eventually
@@ -43,13 +42,9 @@ def connect_worker(bootstrap: str, work: Path) -> Iterator[str]:
         *(f"{kind}.storage.replication.factor=3" for kind in ("config", "offset", "status")),
         "offset.flush.interval.ms=500", f"listeners=http://127.0.0.1:{port}",
         "plugin.discovery=service_load"]) + "\n")       # the file connectors declare themselves as services
-    (work / "log4j2.properties").write_text(LOG4J)
-    log = open(work / "connect.log", "a")
-    worker = subprocess.Popen(["java", "-Xmx512m", f"-Dlog4j2.configurationFile={work / 'log4j2.properties'}", "-cp",
-                               KAFKA_CONNECT.classpath, "org.apache.kafka.connect.cli.ConnectDistributed", str(properties)],
-                              stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
-    try:
+    with java_service(KAFKA_CONNECT.classpath, "org.apache.kafka.connect.cli.ConnectDistributed", properties,
+                      work / "connect.log") as worker:
         def up() -> bool:
             assert worker.poll() is None, f"the Connect worker exited {worker.returncode}: see {work / 'connect.log'}"
             try:
@@ -58,14 +53,6 @@ def connect_worker(bootstrap: str, work: Path) -> Iterator[str]:
                 return False
         eventually(up, "the Connect worker's REST API", timeout_s=120)
         yield url
-    finally:
-        worker.terminate()
-        try:
-            worker.wait(30)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait(10)
-        log.close()
 
 
 def rest(url: str, path: str, body: dict[str, Any] | None = None) -> Any:

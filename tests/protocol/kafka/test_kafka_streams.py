@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import collections
 import struct
-import subprocess
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
 from confluent_kafka import Consumer, Producer
-from kafka_helpers import LOG4J, create_topic
+from kafka_helpers import create_topic, java_service
 
 from ember.client import Admin
 from ember.log import checkpoint
@@ -31,22 +30,10 @@ def word_count(bootstrap: str, work: Path, state: Path) -> Iterator[None]:
     properties.write_text("\n".join([
         f"bootstrap.servers={bootstrap}", f"state.dir={state}", "replication.factor=3", "commit.interval.ms=200",
         "topic.segment.bytes=8192", "topic.min.cleanable.dirty.ratio=0.01"]) + "\n")   # internal topics' configs
-    (work / "log4j2.properties").write_text(LOG4J)
-    log = open(work / "streams.log", "a")
-    app = subprocess.Popen(["java", "-Xmx512m", f"-Dlog4j2.configurationFile={work / 'log4j2.properties'}", "-cp",
-                            KAFKA_STREAMS.classpath, "org.apache.kafka.streams.examples.wordcount.WordCountDemo",
-                            str(properties)], stdout=log, stderr=subprocess.STDOUT)
-    try:
+    with java_service(KAFKA_STREAMS.classpath, "org.apache.kafka.streams.examples.wordcount.WordCountDemo",
+                      properties, work / "streams.log") as app:
         yield
         assert app.poll() is None, f"WordCountDemo exited {app.returncode}: see {work / 'streams.log'}"
-    finally:
-        app.terminate()
-        try:
-            app.wait(30)
-        except subprocess.TimeoutExpired:
-            app.kill()
-            app.wait(10)
-        log.close()
 
 
 def produce_lines(bootstrap: str, count: int, counts: collections.Counter) -> None:
