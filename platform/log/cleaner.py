@@ -4,14 +4,15 @@ A cleaning takes the log's *cleanable* part: the sealed segments from the log st
 segment that is active, reaches the high watermark, or is younger than ``min.compaction.lag.ms``.
 Below the *first dirty offset* (the cleaner checkpoint) the log was cleaned before; from it on it is
 *dirty*. The cleaning builds the latest offset of each key in the dirty part (columnar: keys and
-offsets as Arrow arrays, a hash group-by), then rewrites every cleanable segment keeping a record
-only if no later record of its key exists: an Arrow ``index_in`` and filter per segment, never a
-Python loop per record. When the key map would outgrow its memory bound (the broker's
-``log.cleaner.dedupe.buffer.size``), the dirty part is cleaned in several passes, up to a segment
-boundary each.
+offsets as Arrow arrays, a hash group-by), then rewrites the cleanable segments keeping a record
+only if no later record of its key exists: an Arrow ``index_in`` per chunk of records and a filter
+per batch, never a Python loop per record. When the key map would outgrow its memory bound (the
+broker's ``log.cleaner.dedupe.buffer.size``), the dirty part is cleaned in several passes, up to a
+segment boundary each. Consecutive segments that fit ``segment.bytes`` together are cleaned into
+one, as Kafka groups them.
 
 What a cleaning never changes: offsets (the log gets gaps; a rewritten batch keeps its base offset,
-last offset delta, leader epoch and producer fields). The last batch of each segment (so every
+last offset delta, leader epoch and producer fields). The last batch of a cleaned group (so every
 segment still ends where the next begins) and the last batch of each idempotent producer (its
 sequence state, which a restart rebuilds from batch headers) stay, with no records if none is
 left (Kafka's cleaner keeps such empty batches too). A batch that loses records is written
@@ -21,12 +22,12 @@ Tombstones (null values) stay while their segment was cleaned less than ``delete
 (told by the segment file's modification time, set to the log's clock when it is written), so a
 consumer reading from the start sees the delete; after that the next cleaning drops them.
 
-Crash safety: a cleaned segment is written whole into ``<base>.cleaning/`` and fsynced, then that
-directory is renamed to ``<base>.swap/`` (the commit point), then its files replace the old
-segment's. Opening a log deletes ``*.cleaning`` directories and finishes ``*.swap`` ones
-(:func:`finish_interrupted`), so each segment is either the old one or the cleaned one. Any mix of
-old and cleaned segments is consistent, because a record is only ever removed in favour of a later
-record of its key that every cleaning keeps.
+Crash safety: a cleaned segment is written whole into ``<base>.cleaning/`` with the offset its group
+ends at and fsynced, then that directory is renamed to ``<base>.swap/`` (the commit point), then
+its files replace the group's (:func:`finish_swap`). Opening a log deletes ``*.cleaning``
+directories and finishes ``*.swap`` ones (:func:`finish_interrupted`), so each group is either the
+old segments or the cleaned one. Any mix of old and cleaned groups is consistent, because a record
+is only ever removed in favour of a later record of its key that every cleaning keeps.
 """
 from __future__ import annotations
 
@@ -126,21 +127,24 @@ def clean(log: "Log", *, dedupe_buffer_bytes: int, throttle: Optional[Throttle] 
     cleanable = log.cleanable(now_ms)
     if cleanable is None or cleanable.first_dirty >= cleanable.end:
         return None
-    keys, offsets, end = _key_map(cleanable, dedupe_buffer_bytes, throttle)
-    stats = CleanStats(keys=len(keys), first_dirty=cleanable.first_dirty, end=end)
     now = log.now_ms() if now_ms is None else now_ms
     horizon = now - log.config.delete_retention_ms      # tombstones of segments cleaned before this go
-    for group in _groups([s for s in cleanable.segments if s.base_offset < end], log.config):
-        drop = [s.next_offset <= cleanable.first_dirty and _mtime_ms(s) <= horizon for s in group]
-        swap = _rewrite(log, group, keys, offsets, cleanable.producer_last_batches, drop, now, stats, throttle)
-        if swap is None:
-            for segment in group:
-                if segment.next_offset > cleanable.first_dirty:
-                    _set_mtime(segment.path, now)   # its tombstones' delete.retention.ms counts from this cleaning
-        elif not log.install_cleaned(group, swap):
-            shutil.rmtree(swap, ignore_errors=True)     # the log changed meanwhile: the next cleaning redoes it
-            return None
-        stats.segments += len(group)
+    try:
+        keys, offsets, end = _key_map(cleanable, dedupe_buffer_bytes, throttle)
+        stats = CleanStats(keys=len(keys), first_dirty=cleanable.first_dirty, end=end)
+        for group in _groups([s for s in cleanable.segments if s.base_offset < end], log.config):
+            drop = [s.next_offset <= cleanable.first_dirty and _mtime_ms(s) <= horizon for s in group]
+            swap = _rewrite(log, group, keys, offsets, cleanable.producer_last_batches, drop, now, stats, throttle)
+            if swap is None:
+                for segment in group:
+                    if segment.next_offset > cleanable.first_dirty:
+                        _set_mtime(segment.path, now)   # its tombstones' delete.retention.ms counts from here
+            elif not log.install_cleaned(group, swap):
+                shutil.rmtree(swap, ignore_errors=True)     # the log changed meanwhile: the next cleaning redoes it
+                return None
+            stats.segments += len(group)
+    except FileNotFoundError:
+        return None     # retention or a truncation took a segment from under the cleaning: the next one redoes it
     log.set_first_dirty(end)
     stats.seconds = time.monotonic() - started
     return stats

@@ -417,3 +417,19 @@ def test_a_log_is_due_by_its_dirty_ratio_or_once_a_dirty_record_waited_max_compa
     assert 0 < ratio < 1 and cleanable.clean_bytes > 0
     assert cleanable.due(ratio, HOUR, clock.now) and not cleanable.due(ratio + 0.01, HOUR, clock.now)
     assert cleanable.due(ratio + 0.01, HOUR, clock.now + HOUR)    # max.compaction.lag.ms passed
+
+
+def test_a_segment_retention_takes_under_a_cleaning_only_ends_that_cleaning(open_log, monkeypatch):
+    log = open_log(segment_bytes=1024, cleanup_policy="compact,delete")
+    written = fill(log, rounds=8, keys=5)
+    real = cleaner._batches
+
+    def batches_then_retention(segment, throttle):
+        if segment is log._segments[1]:
+            log.delete_records_before(segment.next_offset)       # the first segments go meanwhile
+        yield from real(segment, throttle)
+    monkeypatch.setattr(cleaner, "_batches", batches_then_retention)
+    assert clean(log) is None
+    monkeypatch.undo()
+    assert clean(log) is not None
+    assert set(records(log)) <= set(written)
