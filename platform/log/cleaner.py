@@ -132,9 +132,15 @@ def clean(log: "Log", *, dedupe_buffer_bytes: int, throttle: Optional[Throttle] 
     try:
         keys, offsets, end = _key_map(cleanable, dedupe_buffer_bytes, throttle)
         stats = CleanStats(keys=len(keys), first_dirty=cleanable.first_dirty, end=end)
-        for group in _groups([s for s in cleanable.segments if s.base_offset < end], log.config):
+        for group in _groups([s for s in cleanable.segments if s.base_offset < end], log.config,
+                             cleanable.first_dirty, horizon):
             drop = [s.next_offset <= cleanable.first_dirty and _mtime_ms(s) <= horizon for s in group]
-            swap = _rewrite(log, group, keys, offsets, cleanable.producer_last_batches, drop, now, stats, throttle)
+            # "cleaned at" of the copy: now if it holds dirty records, else the latest of its segments', so
+            # merging clean segments does not restart their tombstones' delete.retention.ms
+            cleaned_at = now if any(s.next_offset > cleanable.first_dirty for s in group) else \
+                max(_mtime_ms(s) for s in group)
+            swap = _rewrite(log, group, keys, offsets, cleanable.producer_last_batches, drop, cleaned_at, stats,
+                            throttle)
             if swap is None:
                 for segment in group:
                     if segment.next_offset > cleanable.first_dirty:
@@ -209,15 +215,26 @@ def _set_mtime(path: Path, now_ms: int) -> None:
     os.utime(path, ns=(now_ms * 1_000_000, now_ms * 1_000_000))
 
 
-def _groups(segments: list[LogSegment], config: LogConfig) -> Iterator[list[LogSegment]]:
+def _groups(segments: list[LogSegment], config: LogConfig, first_dirty: int, horizon: int
+            ) -> Iterator[list[LogSegment]]:
     """Consecutive segments whose sizes together fit one segment (``segment.bytes``, its index limits
     and 32-bit relative offsets), as Kafka's cleaner groups them: cleaned together into one, so a
-    compacted log's segment count shrinks as it does."""
+    compacted log's segment count shrinks as it does. What may share a group is bounded by the
+    tombstones' clock (a segment file's time of cleaning): dirty segments group with dirty ones (their
+    copy is cleaned now); clean segments only once past ``delete.retention.ms`` (their tombstones go
+    in this cleaning, so no clock is left to keep); a clean segment still inside it stays alone, else
+    merging would move its tombstones' clock, or a neighbour's, at every cleaning."""
+    def kind(segment: LogSegment) -> object:
+        if segment.next_offset > first_dirty:
+            return "dirty"
+        return "past" if _mtime_ms(segment) <= horizon else segment
+
     group: list[LogSegment] = []
     size = 0
     for segment in segments:
         if group and (size + segment.size > config.segment_bytes
-                      or segment.next_offset - group[0].base_offset > MAX_RELATIVE_OFFSET):
+                      or segment.next_offset - group[0].base_offset > MAX_RELATIVE_OFFSET
+                      or kind(segment) != kind(group[0]) or kind(segment) is segment):
             yield group
             group, size = [], 0
         group.append(segment)
@@ -227,7 +244,7 @@ def _groups(segments: list[LogSegment], config: LogConfig) -> Iterator[list[LogS
 
 
 def _rewrite(log: "Log", group: list[LogSegment], keys: pa.Array, offsets: pa.Array, producer_last: frozenset[int],
-             drop_tombstones: list[bool], now_ms: int, stats: CleanStats, throttle: Optional[Throttle]
+             drop_tombstones: list[bool], cleaned_at_ms: int, stats: CleanStats, throttle: Optional[Throttle]
              ) -> Optional[Path]:
     """Write the cleaned copy of ``group`` as one segment into ``<base>.cleaning/`` (batches stream
     through in chunks: memory stays a chunk's, whatever the segment size) with the offset the group
@@ -255,7 +272,7 @@ def _rewrite(log: "Log", group: list[LogSegment], keys: pa.Array, offsets: pa.Ar
         written = cleaned.size
     finally:
         cleaned.close()
-    _set_mtime(cleaned.path, now_ms)
+    _set_mtime(cleaned.path, cleaned_at_ms)
     if throttle is not None:
         throttle(written)
     stats.bytes_written += written
@@ -302,8 +319,15 @@ def _clean_chunk(chunk: Chunk, keys: pa.Array, offsets: pa.Array, producer_last:
         stats.records_read += columns.num_rows
         stats.bytes_read += header.size
         kept = pc.sum(keep).as_py() or 0
-        if kept == 0 and ((ends_group and index == len(chunk) - 1) or header.base_offset in producer_last):
-            # the batch must stay (the segment's end offset, the producer's sequence): empty
+        # the batch must stay (the segment's end offset, the producer's sequence), empty if need be
+        must_stay = (ends_group and index == len(chunk) - 1) or header.base_offset in producer_last
+        if columns.num_rows == 0:             # an empty batch an earlier cleaning left
+            if must_stay:
+                out.append((header, bytes(raw)))
+            else:
+                changed = True
+            continue
+        if kept == 0 and must_stay:
             changed = True
             empty = kafka_v2.empty_batch(header)
             out.append((BatchHeader.parse(empty), empty))

@@ -12,7 +12,9 @@ import sys
 
 from ember.log import Log, LogConfig, cleaner
 
-CONFIG = LogConfig.from_properties({"segment.bytes": 1024, "cleanup.policy": "compact", "file.delete.delay.ms": 0})
+#: delete.retention.ms 0: cleaned segments may be merged at once (no tombstone clock to keep)
+CONFIG = LogConfig.from_properties({"segment.bytes": 1024, "cleanup.policy": "compact", "file.delete.delay.ms": 0,
+                                    "delete.retention.ms": 0})
 STEPS = ("rename", "replace", "fsync", "mkdir", "rmdir", "utime")
 
 

@@ -190,7 +190,7 @@ def test_every_segment_still_ends_where_the_next_begins_and_producers_keep_their
 
 
 def test_cleaned_segments_are_merged_up_to_segment_bytes(open_log):
-    log = open_log(segment_bytes=2048, cleanup_policy="compact")
+    log = open_log(segment_bytes=2048, cleanup_policy="compact", delete_retention_ms=0)   # no tombstone clock
     written = fill(log, rounds=120, keys=8, kafka_every=1)
     clean(log)
     cleaned_once = len(log._segments)
@@ -433,3 +433,25 @@ def test_a_segment_retention_takes_under_a_cleaning_only_ends_that_cleaning(open
     monkeypatch.undo()
     assert clean(log) is not None
     assert set(records(log)) <= set(written)
+
+
+def test_a_tombstone_beside_an_empty_batch_still_goes_after_delete_retention(open_log, clock):
+    log = open_log(segment_bytes=1024, cleanup_policy="compact", delete_retention_ms=HOUR)
+    write(log, [(b"k1", b"v")], kafka=True)
+    write(log, [(b"k1", None)], kafka=True)                  # the delete of k1, mid-segment
+    write(log, [(b"k0", b"old")], kafka=True)                # its segment's last batch: superseded below
+    for round_ in range(40):                                 # k0 updates: roll on, past the segment
+        write(log, [(b"k0", b"%d" % round_)], kafka=True)
+    log.update_high_watermark(log.log_end_offset)
+    clean(log)
+    assert [r[2] for r in records(log) if r[1] == b"k1"] == [None]
+    for _ in range(3):                                        # cleanings for other dirt, within the hour
+        clock.now += HOUR // 4
+        fill(log, rounds=12, keys=1, kafka_every=1)
+        clean(log)
+    assert [r[2] for r in records(log) if r[1] == b"k1"] == [None]
+    for _ in range(2):                                        # and past it: the clock was never restarted
+        clock.now += HOUR // 4
+        fill(log, rounds=12, keys=1, kafka_every=1)
+        clean(log)
+    assert [r[2] for r in records(log) if r[1] == b"k1"] == []
