@@ -453,16 +453,15 @@ class Log:
             if max_offset is None or start_offset < max_offset:
                 found = segment.read(start_offset, max_bytes, max_offset, min_one_batch)
             if found is not None and skip_empty and self._config.compact:
-                segment, found = self._past_empty(segment, start_offset, max_bytes, max_offset, min_one_batch,
-                                                  segment, found)
+                segment, found = self._past_empty(segment, start_offset, max_bytes, max_offset, min_one_batch, found)
             if found is None:
                 return FetchSlice(self._active.path, self._active.size, 0, start_offset, self._active.inode)
             return FetchSlice(segment.path, *found, segment.inode)
 
     def _past_empty(self, segment: LogSegment, offset: int, max_bytes: int, max_offset: Optional[int],
-                    min_one_batch: bool, first: LogSegment, found: tuple[int, int, int]
-                    ) -> tuple[LogSegment, tuple[int, int, int]]:
-        """The first read holding records from ``segment`` on, else ``first``'s ``found``."""
+                    min_one_batch: bool, found: tuple[int, int, int]) -> tuple[LogSegment, tuple[int, int, int]]:
+        """The first read holding records from ``segment`` on, else ``segment`` and its ``found``."""
+        first = segment
         index = self._segments.index(segment)
         while True:
             if max_offset is not None and offset >= max_offset:
