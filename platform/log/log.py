@@ -33,7 +33,9 @@ from ember.log.disk import UntrustedFiles
 from ember.log.epoch_cache import LeaderEpochCache
 from ember.log.producer_state import ProducerStateManager
 from ember.log.segment import DELETED_SUFFIX, LogSegment
+from ember.log.txn_index import AbortedTxn, TransactionIndex
 from ember.record import kafka_v2
+from ember.record.control import Marker, is_control, is_transactional, marker_batch, read_marker
 from ember.record.batch import decode_payload, iter_batches, stamp_log_append_time, stored_columns
 from ember.record.header import HEADER_SIZE, BatchHeader, Buffer, patch_base_offset, patch_leader_epoch
 
@@ -102,6 +104,7 @@ class Log:
         self._high_watermark = 0
         self._epochs = LeaderEpochCache(directory / checkpoint.LEADER_EPOCH)
         self._producers = ProducerStateManager()
+        self._txns = TransactionIndex()
         self._unflushed_records = 0
         self._last_flush_ms = now_ms()
         self._written: dict[str, int] = {}  # checkpoint name -> value on disk
@@ -232,6 +235,24 @@ class Log:
         return self._high_watermark
 
     @property
+    def last_stable_offset(self) -> int:
+        """What read_committed readers may read below: the high watermark, or the first offset of
+        a transaction that is open or whose marker is not below the high watermark yet."""
+        with self._lock:
+            first = self._txns.first_unstable_offset(self._producers.first_unstable_offset(), self._high_watermark)
+            return max(self._log_start_offset, first)
+
+    def aborted_transactions(self, start_offset: int, end_offset: int) -> list[AbortedTxn]:
+        """The aborted transactions a read_committed reader of [start, end) must filter."""
+        with self._lock:
+            return self._txns.aborted_in(start_offset, end_offset)
+
+    def open_transactions(self) -> dict[int, int]:
+        """producer id -> first offset of each transaction open in this partition."""
+        with self._lock:
+            return self._producers.ongoing()
+
+    @property
     def recovery_point(self) -> int:
         """Everything below this offset is fsynced."""
         return self._recovery_point
@@ -311,7 +332,9 @@ class Log:
         else ``UnexpectedAppendOffset``.
         """
         view = memoryview(raw)
-        headers = [h for _, h in _validate(view, None)]
+        batches = _validate(view, None)
+        headers = [h for _, h in batches]
+        markers = [read_marker(h, view[p:p + h.size]) if is_control(h) else None for p, h in batches]
         with self._lock:
             self._check_open()
             expected = self.log_end_offset
@@ -321,11 +344,28 @@ class Log:
                         f"{self.directory}: follower batch starts at {header.base_offset}, "
                         f"expected {expected}")
                 expected = header.last_offset + 1
-            self._append(headers, [view], [(h.partition_leader_epoch, h.base_offset) for h in headers])
+            self._append(headers, [view], [(h.partition_leader_epoch, h.base_offset) for h in headers], markers)
             return _result(headers)
 
+    def append_marker(self, marker: Marker, leader_epoch: int) -> AppendResult:
+        """Append, as leader, the control batch ending ``marker``'s producer's transaction here
+        (WriteTxnMarkers). Refused for a fenced producer epoch or coordinator."""
+        with self._lock:
+            self._check_open()
+            if leader_epoch < self._epochs.latest_epoch:
+                raise errors.FencedLeaderEpoch(f"marker with leader epoch {leader_epoch} refused: the log is "
+                                               f"already at epoch {self._epochs.latest_epoch}")
+            self._producers.check_marker(marker)
+            batch = bytearray(marker_batch(marker.producer_id, marker.producer_epoch, marker.coordinator_epoch,
+                                           marker.commit, self._now_ms()))
+            patch_base_offset(batch, self.log_end_offset)
+            patch_leader_epoch(batch, leader_epoch)
+            header = BatchHeader.parse(batch)
+            self._append([header], [batch], [(leader_epoch, header.base_offset)], [marker])
+            return _result([header])
+
     def _append(self, headers: Sequence[BatchHeader], buffers: Sequence[Buffer],
-                epochs: Sequence[tuple[int, int]]) -> None:
+                epochs: Sequence[tuple[int, int]], markers: Optional[Sequence[Optional[Marker]]] = None) -> None:
         """Write batches and record their (epoch, start offset)s; all or nothing: on a disk
         failure the files, offsets, epoch cache and producer state are as before."""
         size = sum(h.size for h in headers)
@@ -343,8 +383,10 @@ class Log:
             except OSError:
                 active.rollback(mark)
                 raise
-            for header in headers:
-                self._producers.update(header)
+            for i, header in enumerate(headers):
+                done = self._producers.update(header, markers[i] if markers is not None else None)
+                if done is not None:
+                    self._txns.completed(done)
             self._unflushed_records += sum(h.record_count for h in headers)
             if self._config.flush_messages is not None and \
                     self._unflushed_records >= self._config.flush_messages:
@@ -616,6 +658,7 @@ class Log:
         self._log_start_offset = self._recovery_point = self._high_watermark = self._first_dirty = offset
         self._epochs.clear()
         self._producers.clear()
+        self._txns.reset((), offset)
         self._unflushed_records = 0
         for name in (checkpoint.LOG_START_OFFSET, checkpoint.RECOVERY_POINT, checkpoint.HIGH_WATERMARK,
                      checkpoint.CLEANER_OFFSET):
@@ -664,6 +707,7 @@ class Log:
         self._log_start_offset = offset
         self._high_watermark = max(self._high_watermark, offset)
         self._producers.remove_before(offset)
+        self._txns.remove_before(offset)
         try:  # not fatal: the old checkpoints are safe (open takes the larger of it and the first segment)
             with self._disk():
                 self._epochs.truncate_from_start(offset)
@@ -779,20 +823,23 @@ class Log:
             self._offline_reason = reason
 
     def _rebuild_from_headers(self, *, include_epochs: bool) -> None:
-        """Producer state (and, on open, missing epoch-cache entries) from every batch header."""
-        headers = list(self._iter_headers())
-        self._producers.rebuild(headers)
+        """Producer state, the transaction index (and, on open, missing epoch-cache entries) from
+        every batch header and every marker."""
+        batches = list(self._iter_headers())
+        self._txns.reset(self._producers.rebuild(batches), self._high_watermark)
         if include_epochs:
-            for header in headers:
+            for header, _ in batches:
                 if header.partition_leader_epoch > self._epochs.latest_epoch:
                     self._epochs.assign(header.partition_leader_epoch, header.base_offset)
 
-    def _iter_headers(self) -> Iterator[BatchHeader]:
+    def _iter_headers(self) -> Iterator[tuple[BatchHeader, Optional[Marker]]]:
+        """Each batch's header, with the marker of a control batch."""
         for segment in self._segments:
             try:
-                for _, header in segment.iter_headers():
-                    yield header
-            except errors.CorruptSegment as e:  # reads there fail loudly; opening must not
+                for position, header in segment.iter_headers():
+                    yield header, (read_marker(header, segment.read_batch(position, header))
+                                   if is_control(header) else None)
+            except (errors.CorruptSegment, errors.CorruptRecord) as e:  # reads there fail loudly; opening must not
                 _log.error("skipping the rest of a damaged segment: %s", e)
 
 
@@ -809,6 +856,12 @@ def _validate(view: memoryview, max_batch_bytes: Optional[int], *,
             raise errors.MessageTooLarge(
                 f"batch of {header.size} bytes exceeds max.message.bytes {max_batch_bytes}")
         keyless = 0
+        if max_batch_bytes is not None and is_control(header):
+            raise errors.InvalidRecord("a producer cannot write control batches: transaction markers are written "
+                                       "by the partition leader when the transaction coordinator ends a transaction")
+        if max_batch_bytes is not None and is_transactional(header) and header.producer_id < 0:
+            raise errors.InvalidRecord("a transactional batch needs a producer id (InitProducerId with a "
+                                       "transactional.id)")
         if max_batch_bytes is not None and (header.record_count == 0 or header.has_gaps):
             raise errors.InvalidRecord(f"a producer's batch of {header.record_count} records spans offset deltas "
                                        f"0..{header.last_offset_delta}: they must run 0..count-1")

@@ -1,9 +1,13 @@
-"""Idempotent-producer state: per producer id, its epoch and its last few batches.
+"""Producer state: per producer id, its epoch, its last few batches and its open transaction.
 
 A leader checks every batch of an idempotent producer against this state before writing: a retry
 of one of the last ``MAX_CACHED_BATCHES`` batches gets the original offsets back instead of being
-written twice, a sequence gap is refused, an older epoch is fenced. The state is derived from
-batch headers only, so it is rebuilt from the segments on open and after truncation.
+written twice, a sequence gap is refused, an older epoch is fenced. A transactional producer's
+first batch in this partition opens its transaction here (the first offset the last stable offset
+cannot pass); the marker the leader writes when the transaction ends closes it, as a
+``CompletedTxn`` the log keeps (aborted ones in its aborted-transaction index). The state is
+derived from batch headers (and the markers' one record) only, so it is rebuilt from the segments
+on open and after truncation.
 """
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, NamedTuple, Optional, Sequence
 
 from ember import errors
+from ember.record.control import Marker, is_transactional
 from ember.record.header import NO_EPOCH, BatchHeader, increment_sequence
 
 MAX_CACHED_BATCHES = 5  # Kafka's max.in.flight.requests.per.connection limit for idempotence
@@ -29,10 +34,23 @@ class BatchMetadata(NamedTuple):
         return self.last_offset - self.first_offset + 1
 
 
+class CompletedTxn(NamedTuple):
+    """A transaction's span in this partition: its first batch here (the marker's own offset when
+    it wrote nothing here) to its marker."""
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    aborted: bool
+
+
 @dataclass
 class ProducerEntry:
     epoch: int
     batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=MAX_CACHED_BATCHES))
+    #: The open transaction's first offset in this partition (None: none open here).
+    txn_first_offset: Optional[int] = None
+    #: The newest transaction coordinator epoch whose marker this producer got (older ones are fenced).
+    coordinator_epoch: int = -1
 
     @property
     def last_sequence(self) -> int:
@@ -54,6 +72,8 @@ class ProducerEntry:
 class ProducerStateManager:
     def __init__(self) -> None:
         self._producers: dict[int, ProducerEntry] = {}
+        #: producer id -> first offset of its open transaction, for the last stable offset
+        self._ongoing: dict[int, int] = {}
 
     def check(self, headers: Sequence[BatchHeader]) -> Optional[BatchMetadata]:
         """Validate a leader append's batches in order; the metadata of a retried batch, if any.
@@ -77,25 +97,65 @@ class ProducerStateManager:
             pending[pid] = (header.producer_epoch, header.last_sequence)
         return None
 
-    def update(self, header: BatchHeader) -> None:
-        """Record a written batch (header carrying its final offsets)."""
-        if header.producer_id < 0:
+    def check_marker(self, marker: Marker) -> None:
+        """Refuse a marker from a fenced producer epoch or a stale transaction coordinator."""
+        entry = self._producers.get(marker.producer_id)
+        if entry is None:
             return
-        entry = self._producers.get(header.producer_id)
+        if marker.producer_epoch < entry.epoch:
+            raise errors.InvalidProducerEpoch(f"marker for producer {marker.producer_id} epoch {marker.producer_epoch} "
+                                              f"is older than its epoch {entry.epoch}")
+        if marker.coordinator_epoch < entry.coordinator_epoch:
+            raise errors.TransactionCoordinatorFenced(
+                f"marker for producer {marker.producer_id} from coordinator epoch {marker.coordinator_epoch}; "
+                f"a newer coordinator (epoch {entry.coordinator_epoch}) already wrote one")
+
+    def update(self, header: BatchHeader, marker: Optional[Marker] = None) -> Optional[CompletedTxn]:
+        """Record a written batch (header carrying its final offsets); a control batch's
+        ``marker`` ends its producer's transaction, which is returned."""
+        pid = header.producer_id
+        if pid < 0:
+            return None
+        entry = self._producers.get(pid)
+        if marker is not None:
+            if entry is None:
+                entry = self._producers[pid] = ProducerEntry(header.producer_epoch)
+            entry.epoch = max(entry.epoch, header.producer_epoch)
+            entry.coordinator_epoch = max(entry.coordinator_epoch, marker.coordinator_epoch)
+            first = self._ongoing.pop(pid, None)
+            entry.txn_first_offset = None
+            return CompletedTxn(pid, header.base_offset if first is None else first, header.base_offset,
+                                not marker.commit)
         if entry is None or header.producer_epoch != entry.epoch:
-            entry = self._producers[header.producer_id] = ProducerEntry(header.producer_epoch)
+            previous = entry
+            entry = self._producers[pid] = ProducerEntry(header.producer_epoch)
+            if previous is not None:    # a new epoch keeps the open transaction (its marker ends it)
+                entry.txn_first_offset, entry.coordinator_epoch = previous.txn_first_offset, previous.coordinator_epoch
         entry.batches.append(BatchMetadata(header.base_sequence, header.last_sequence,
                                            header.base_offset, header.last_offset,
                                            header.max_timestamp))
+        if is_transactional(header) and entry.txn_first_offset is None:
+            entry.txn_first_offset = self._ongoing[pid] = header.base_offset
+        return None
 
-    def rebuild(self, headers: Iterable[BatchHeader]) -> None:
-        self._producers.clear()
-        for header in headers:
-            self.update(header)
+    def rebuild(self, batches: Iterable[tuple[BatchHeader, Optional[Marker]]]) -> list[CompletedTxn]:
+        """State from every batch in log order; the transactions the markers among them ended."""
+        self.clear()
+        return [done for header, marker in batches if (done := self.update(header, marker)) is not None]
+
+    def first_unstable_offset(self) -> Optional[int]:
+        """The first offset of the oldest open transaction, None if none is open."""
+        return min(self._ongoing.values()) if self._ongoing else None
+
+    def ongoing(self) -> dict[int, int]:
+        """producer id -> first offset of each open transaction (a copy)."""
+        return dict(self._ongoing)
 
     def remove_before(self, log_start_offset: int) -> None:
-        """Forget producers whose every batch is below the log start (as a rebuild would)."""
-        for pid in [p for p, e in self._producers.items() if e.last_offset < log_start_offset]:
+        """Forget producers whose every batch is below the log start (as a rebuild would), except
+        those with an open transaction: its marker must still find it."""
+        for pid in [p for p, e in self._producers.items()
+                    if e.last_offset < log_start_offset and p not in self._ongoing]:
             del self._producers[pid]
 
     def remove_expired(self, now_ms: int, expiration_ms: int) -> int:
@@ -103,7 +163,8 @@ class ProducerStateManager:
         Without this, state grows with every producer id ever seen (the exactly-once Spark sink
         uses one per micro-batch task) until retention passes their batches."""
         cutoff = now_ms - expiration_ms
-        expired = [p for p, e in self._producers.items() if e.batches and e.batches[-1].max_timestamp < cutoff]
+        expired = [p for p, e in self._producers.items()
+                   if e.batches and e.batches[-1].max_timestamp < cutoff and p not in self._ongoing]
         for pid in expired:
             del self._producers[pid]
         return len(expired)
@@ -117,6 +178,7 @@ class ProducerStateManager:
 
     def clear(self) -> None:
         self._producers.clear()
+        self._ongoing.clear()
 
 
 def _check_sequence(header: BatchHeader, epoch: int, last_seq: int, *, known: bool) -> None:

@@ -1,0 +1,63 @@
+"""A log's transaction index: the aborted transactions read_committed readers must filter, and
+the completed ones whose markers are not yet replicated (they still hold the last stable offset).
+
+Kafka keeps aborted transactions in a ``.txnindex`` file per segment. ember derives them from the
+segments (markers are found by header, their one record says commit or abort) when a log opens or
+truncates, as it derives producer state, so nothing here is written to disk; retention drops the
+entries whose markers it deleted. Not thread-safe: the log calls it under its lock.
+"""
+from __future__ import annotations
+
+import bisect
+from typing import Iterable, NamedTuple, Optional
+
+from ember.log.producer_state import CompletedTxn
+
+
+class AbortedTxn(NamedTuple):
+    """What a read_committed Fetch returns per aborted transaction (Kafka's AbortedTransaction)."""
+    producer_id: int
+    first_offset: int
+
+
+class TransactionIndex:
+    def __init__(self) -> None:
+        self._aborted: list[CompletedTxn] = []     # in marker (last) offset order
+        self._unreplicated: list[CompletedTxn] = []
+
+    def completed(self, txn: CompletedTxn) -> None:
+        """A marker was appended (markers are appended in offset order)."""
+        if txn.aborted:
+            self._aborted.append(txn)
+        self._unreplicated.append(txn)
+
+    def reset(self, completed: Iterable[CompletedTxn], high_watermark: int) -> None:
+        """Everything from the markers found by a rebuild."""
+        txns = list(completed)
+        self._aborted = [t for t in txns if t.aborted]
+        self._unreplicated = [t for t in txns if t.last_offset >= high_watermark]
+
+    def remove_before(self, log_start_offset: int) -> None:
+        """Forget transactions whose markers are below the log start (retention deleted them)."""
+        cut = bisect.bisect_left(self._aborted, log_start_offset, key=lambda t: t.last_offset)
+        if cut:
+            del self._aborted[:cut]
+
+    def first_unstable_offset(self, open_first: Optional[int], high_watermark: int) -> int:
+        """Kafka's last stable offset before the log-start clamp: the high watermark, or the first
+        offset of an open transaction (``open_first``) or of a completed one whose marker is not
+        below the high watermark yet, whichever is smallest."""
+        self._unreplicated = [t for t in self._unreplicated if t.last_offset >= high_watermark]
+        candidates = [high_watermark, *(t.first_offset for t in self._unreplicated)]
+        if open_first is not None:
+            candidates.append(open_first)
+        return min(candidates)
+
+    def aborted_in(self, start_offset: int, end_offset: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping [``start_offset``, ``end_offset``): those a reader of
+        that range must filter (Kafka: last offset ≥ the fetch offset, first offset < the end)."""
+        at = bisect.bisect_left(self._aborted, start_offset, key=lambda t: t.last_offset)
+        return [AbortedTxn(t.producer_id, t.first_offset) for t in self._aborted[at:] if t.first_offset < end_offset]
+
+    def __len__(self) -> int:
+        return len(self._aborted)

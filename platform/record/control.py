@@ -1,0 +1,83 @@
+"""Transaction markers: the control batches a partition leader writes to end a transaction.
+
+A control batch is a Kafka v2 batch (magic 2) with attributes bits 4 (transactional) and 5
+(control), the transaction's producer id and epoch, no sequence, and one record whose key says
+commit or abort (Kafka's ``EndTransactionMarker``: key = version int16 0, type int16 0 abort /
+1 commit; value = version int16 0, coordinator epoch int32). It is written in this format whatever
+the data batches' format (docs/log.md), so Kafka consumers get it as stored and every reader can
+tell it by its header.
+"""
+from __future__ import annotations
+
+import struct
+from typing import NamedTuple
+
+import pyarrow as pa
+
+from ember import errors
+from ember.record import kafka_v2
+from ember.record.crc import crc32c
+from ember.record.header import (
+    CONTROL_FLAG,
+    CRC_START,
+    KAFKA_MAGIC,
+    NO_SEQUENCE,
+    TRANSACTIONAL_FLAG,
+    BatchHeader,
+    Buffer,
+)
+from ember.record.schema import RECORD_SCHEMA
+
+ABORT = 0
+COMMIT = 1
+_KEY = struct.Struct(">hh")
+_VALUE = struct.Struct(">hi")
+_ATTRIBUTES = struct.Struct(">h")
+
+
+class Marker(NamedTuple):
+    """What a control batch says: which producer's transaction ended, and how."""
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+    coordinator_epoch: int
+
+
+def is_control(header: BatchHeader) -> bool:
+    return header.magic == KAFKA_MAGIC and bool(header.attributes & CONTROL_FLAG)
+
+
+def is_transactional(header: BatchHeader) -> bool:
+    return bool(header.attributes & TRANSACTIONAL_FLAG)
+
+
+def marker_batch(producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
+                 timestamp_ms: int) -> bytes:
+    """A control batch ending ``producer_id``'s transaction (base offset 0: the leader assigns it)."""
+    record = pa.record_batch([pa.array([_KEY.pack(0, COMMIT if commit else ABORT)], pa.binary()),
+                              pa.array([_VALUE.pack(0, coordinator_epoch)], pa.binary()),
+                              pa.array([timestamp_ms], pa.int64()),
+                              pa.array([None], RECORD_SCHEMA.field("headers").type)], schema=RECORD_SCHEMA)
+    header = BatchHeader(base_offset=0, batch_length=0, partition_leader_epoch=0, magic=KAFKA_MAGIC, crc=0,
+                         attributes=0, last_offset_delta=0, first_timestamp=timestamp_ms,
+                         max_timestamp=timestamp_ms, producer_id=producer_id, producer_epoch=producer_epoch,
+                         base_sequence=NO_SEQUENCE, record_count=1)
+    batch = bytearray(kafka_v2.encode_batch(header, record, kafka_v2.NONE))
+    _ATTRIBUTES.pack_into(batch, CRC_START, TRANSACTIONAL_FLAG | CONTROL_FLAG)
+    struct.pack_into(">I", batch, 17, crc32c(memoryview(batch)[CRC_START:]))
+    return bytes(batch)
+
+
+def read_marker(header: BatchHeader, batch: Buffer) -> Marker:
+    """The marker a control batch holds; CorruptRecord if it holds none."""
+    records = kafka_v2.decode_records(header, batch)
+    keys = records.column("key")
+    if records.num_rows != 1 or keys[0].as_py() is None or len(keys[0].as_py()) != _KEY.size:
+        raise errors.CorruptRecord(f"control batch at offset {header.base_offset} holds no transaction marker")
+    version, kind = _KEY.unpack(keys[0].as_py())
+    if version != 0 or kind not in (ABORT, COMMIT):
+        raise errors.CorruptRecord(f"control batch at offset {header.base_offset}: unknown control record "
+                                   f"version {version} type {kind}")
+    value = records.column("value")[0].as_py() or b""
+    coordinator_epoch = _VALUE.unpack_from(value)[1] if len(value) >= _VALUE.size else -1
+    return Marker(header.producer_id, header.producer_epoch, kind == COMMIT, coordinator_epoch)

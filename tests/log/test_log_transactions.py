@@ -1,0 +1,179 @@
+"""Transactions in the log: open transactions hold the last stable offset, markers end them,
+aborted ones are indexed for read_committed readers, and all of it is rebuilt from the segments."""
+from __future__ import annotations
+
+import struct
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from log_helpers import kafka_batch
+
+from ember import errors
+from ember.log.log import Log
+from ember.log.txn_index import AbortedTxn
+from ember.record.control import Marker, is_control, read_marker
+from ember.record.crc import crc32c
+from ember.record.header import CRC_START, TRANSACTIONAL_FLAG, BatchHeader
+from ember.record.kafka_v2 import decode_records
+
+
+def txn_batch(pid: int, epoch: int, seq: int, n: int = 2, transactional: bool = True) -> bytes:
+    """A Kafka producer's batch of ``n`` records, transactional unless told otherwise."""
+    values = pa.array([f"p{pid}-{seq + i}".encode() for i in range(n)], pa.binary())
+    raw = bytearray(kafka_batch(pa.table({"key": values, "value": values}), producer_id=pid,
+                                producer_epoch=epoch, base_sequence=seq))
+    if transactional:
+        struct.pack_into(">h", raw, CRC_START, BatchHeader.parse(raw).attributes | TRANSACTIONAL_FLAG)
+        struct.pack_into(">I", raw, 17, crc32c(memoryview(raw)[CRC_START:]))
+    return bytes(raw)
+
+
+def marker(pid: int, commit: bool, epoch: int = 0, coordinator_epoch: int = 0) -> Marker:
+    return Marker(pid, epoch, commit, coordinator_epoch)
+
+
+def test_an_open_transaction_holds_the_last_stable_offset_until_its_marker_is_replicated(open_log):
+    log = open_log()
+    log.append_as_leader(txn_batch(1, 0, 0, transactional=False), 0)   # offsets 0-1, plain idempotent
+    log.append_as_leader(txn_batch(7, 0, 0), 0)                         # 2-3, transaction of producer 7
+    log.append_as_leader(txn_batch(8, 0, 0), 0)                         # 4-5, transaction of producer 8
+    log.update_high_watermark(log.log_end_offset)
+    assert log.last_stable_offset == 2
+    assert log.open_transactions() == {7: 2, 8: 4}
+    done = log.append_marker(marker(7, commit=True), 0)                  # 6
+    assert done.first_offset == 6
+    assert log.last_stable_offset == 2          # the marker is not below the high watermark yet
+    log.update_high_watermark(log.log_end_offset)
+    assert log.last_stable_offset == 4          # producer 8's transaction is still open
+    log.append_marker(marker(8, commit=False), 0)                        # 7
+    log.update_high_watermark(log.log_end_offset)
+    assert log.last_stable_offset == log.high_watermark == 8
+    assert log.aborted_transactions(0, 8) == [AbortedTxn(8, 4)]
+    assert log.aborted_transactions(6, 8) == [AbortedTxn(8, 4)]   # its marker is at 7
+    assert log.aborted_transactions(8, 9) == []
+    assert log.aborted_transactions(0, 4) == []                  # it starts at 4
+
+
+def test_the_marker_is_a_kafka_control_batch(open_log):
+    log = open_log()
+    log.append_as_leader(txn_batch(7, 3, 0), 0)
+    log.append_marker(marker(7, commit=False, epoch=3, coordinator_epoch=5), 0)
+    raw = log.read(2, 1 << 20).read_bytes()
+    header = BatchHeader.parse(raw)
+    assert is_control(header) and (header.producer_id, header.producer_epoch, header.base_offset) == (7, 3, 2)
+    assert read_marker(header, raw) == Marker(7, 3, False, 5)
+    key = decode_records(header, raw).column("key")[0].as_py()
+    assert key == b"\x00\x00\x00\x00"          # Kafka's ControlRecordType: version 0, ABORT
+
+
+def test_reopening_rebuilds_open_and_aborted_transactions(open_log):
+    log = open_log()
+    log.append_as_leader(txn_batch(7, 0, 0), 0)
+    log.append_marker(marker(7, commit=False), 0)
+    log.append_as_leader(txn_batch(8, 0, 0), 0)
+    log.update_high_watermark(log.log_end_offset)
+    log.flush()
+    log.close()
+    again = open_log()
+    assert again.open_transactions() == {8: 3}
+    assert again.aborted_transactions(0, 10) == [AbortedTxn(7, 0)]
+    assert again.last_stable_offset == 3
+
+
+def test_truncating_a_marker_away_reopens_its_transaction(open_log):
+    log = open_log()
+    log.append_as_leader(txn_batch(7, 0, 0), 0)
+    log.append_marker(marker(7, commit=False), 0)
+    log.truncate_to(2)
+    assert log.open_transactions() == {7: 0}
+    assert log.aborted_transactions(0, 10) == []
+    log.append_marker(marker(7, commit=True), 0)
+    assert log.open_transactions() == {} and log.aborted_transactions(0, 10) == []
+
+
+def test_retention_forgets_aborted_transactions_below_the_log_start(open_log):
+    log = open_log(segment_bytes=14)      # a segment per batch
+    log.append_as_leader(txn_batch(7, 0, 0), 0)
+    log.append_marker(marker(7, commit=False), 0)
+    log.append_as_leader(txn_batch(1, 0, 0, transactional=False), 0)
+    log.update_high_watermark(log.log_end_offset)
+    assert log.aborted_transactions(0, 10) == [AbortedTxn(7, 0)]
+    log.delete_records_before(3)
+    assert log.aborted_transactions(0, 10) == []
+
+
+def test_fenced_producer_epochs_and_stale_coordinators_cannot_end_a_transaction(open_log):
+    log = open_log()
+    log.append_as_leader(txn_batch(7, 2, 0), 0)
+    log.append_marker(marker(7, commit=True, epoch=2, coordinator_epoch=4), 0)
+    with pytest.raises(errors.InvalidProducerEpoch):
+        log.append_marker(marker(7, commit=False, epoch=1, coordinator_epoch=4), 0)
+    with pytest.raises(errors.TransactionCoordinatorFenced):
+        log.append_marker(marker(7, commit=False, epoch=2, coordinator_epoch=3), 0)
+
+
+def test_producers_cannot_write_control_batches_or_transactions_without_an_id(open_log):
+    log = open_log()
+    log.append_as_leader(txn_batch(7, 0, 0), 0)
+    log.append_marker(marker(7, commit=True), 0)
+    control = log.read(2, 1 << 20).read_bytes()
+    with pytest.raises(errors.InvalidRecord, match="control batches"):
+        log.append_as_leader(control, 0)
+    with pytest.raises(errors.InvalidRecord, match="producer id"):
+        log.append_as_leader(txn_batch(-1, -1, -1), 0)
+
+
+def test_a_follower_learns_markers_from_the_batches_it_copies(open_log, tmp_path):
+    leader = open_log()
+    leader.append_as_leader(txn_batch(7, 0, 0), 0)
+    leader.append_as_leader(txn_batch(8, 0, 0), 0)
+    leader.append_marker(marker(7, commit=False), 0)
+    follower = Log.open(tmp_path / "follower")
+    try:
+        while follower.log_end_offset < leader.log_end_offset:      # one segment per read
+            follower.append_as_follower(leader.read(follower.log_end_offset, 1 << 20).read_bytes())
+        assert follower.open_transactions() == {8: 2}
+        assert follower.aborted_transactions(0, 10) == [AbortedTxn(7, 0)]
+    finally:
+        follower.close()
+
+
+# --- the model: any interleaving of transactional writes and markers --------------------------
+
+_steps = st.lists(st.tuples(st.sampled_from(["data", "commit", "abort", "replicate", "plain"]),
+                            st.integers(min_value=1, max_value=3)), max_size=40)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=_steps)
+def test_last_stable_offset_and_aborted_index_match_a_model(open_log, steps):
+    log = open_log()
+    log.truncate_fully_and_start_at(0)
+    sequences: dict[int, int] = {}
+    open_first: dict[int, int] = {}
+    completed: list[tuple[int, int, int, bool]] = []   # pid, first, marker offset, aborted
+    for action, pid in steps:
+        if action in ("data", "plain"):
+            seq = sequences.get(pid, 0)
+            result = log.append_as_leader(txn_batch(pid, 0, seq, transactional=action == "data"), 0)
+            sequences[pid] = seq + 2
+            if action == "data":
+                open_first.setdefault(pid, result.first_offset)
+        elif action == "replicate":
+            log.update_high_watermark(log.log_end_offset)
+        else:
+            at = log.append_marker(marker(pid, commit=action == "commit"), 0).first_offset
+            completed.append((pid, open_first.pop(pid, at), at, action == "abort"))
+    hw = log.high_watermark
+    unstable = [*open_first.values(), *(first for _, first, end, _ in completed if end >= hw)]
+    assert log.last_stable_offset == min([hw, *unstable])
+    assert log.open_transactions() == open_first
+    assert log.aborted_transactions(0, 1 << 40) == [AbortedTxn(p, f) for p, f, _, aborted in completed if aborted]
+    log.flush()
+    log.close()
+    again = open_log()
+    assert again.open_transactions() == open_first
+    assert again.aborted_transactions(0, 1 << 40) == [AbortedTxn(p, f) for p, f, _, a in completed if a]
+    again.close()
