@@ -55,8 +55,14 @@ class ErrorCode(IntEnum):
     OUT_OF_ORDER_SEQUENCE_NUMBER = 45
     DUPLICATE_SEQUENCE_NUMBER = 46
     INVALID_PRODUCER_EPOCH = 47
+    INVALID_TXN_STATE = 48
+    INVALID_PRODUCER_ID_MAPPING = 49
+    INVALID_TRANSACTION_TIMEOUT = 50
+    CONCURRENT_TRANSACTIONS = 51
+    TRANSACTION_COORDINATOR_FENCED = 52
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
     SECURITY_DISABLED = 54
+    OPERATION_NOT_ATTEMPTED = 55
     KAFKA_STORAGE_ERROR = 56
     SASL_AUTHENTICATION_FAILED = 58
     UNKNOWN_PRODUCER_ID = 59
@@ -68,6 +74,8 @@ class ErrorCode(IntEnum):
     ELIGIBLE_LEADERS_NOT_AVAILABLE = 83
     ELECTION_NOT_NEEDED = 84
     NO_REASSIGNMENT_IN_PROGRESS = 85
+    PRODUCER_FENCED = 90
+    TRANSACTIONAL_ID_NOT_FOUND = 105
     GROUP_ID_NOT_FOUND = 69
     NON_EMPTY_GROUP = 68
     MEMBER_ID_REQUIRED = 79
@@ -376,6 +384,53 @@ class DuplicateSequenceNumber(EmberError):
 class InvalidProducerEpoch(EmberError):
     """The producer has been fenced by a newer instance with the same producer id."""
     code = ErrorCode.INVALID_PRODUCER_EPOCH
+
+
+class TransactionCoordinatorFenced(EmberError):
+    """A transaction coordinator was replaced by a newer one (a higher coordinator epoch) for this
+    transactional id: only the newer one may end its transactions."""
+    code = ErrorCode.TRANSACTION_COORDINATOR_FENCED
+
+
+class InvalidTxnState(EmberError):
+    """The transaction is not in a state that allows this request (e.g. EndTxn without an open
+    transaction, or a partition that is not in the producer's ongoing transaction)."""
+    code = ErrorCode.INVALID_TXN_STATE
+
+
+class InvalidProducerIdMapping(EmberError):
+    """The producer id is not the one the coordinator holds for this transactional id."""
+    code = ErrorCode.INVALID_PRODUCER_ID_MAPPING
+    hint = "call init_transactions() again"
+
+
+class InvalidTransactionTimeout(EmberError):
+    """transaction.timeout.ms is not positive or exceeds the broker's transaction.max.timeout.ms."""
+    code = ErrorCode.INVALID_TRANSACTION_TIMEOUT
+    hint = "lower the producer's transaction.timeout.ms"
+
+
+class ConcurrentTransactions(EmberError):
+    """The previous transaction of this transactional id is still being completed."""
+    code = ErrorCode.CONCURRENT_TRANSACTIONS
+    retriable = True
+
+
+class ProducerFenced(EmberError):
+    """A newer producer with the same transactional id (a higher epoch) replaced this one, or the
+    coordinator aborted its transaction on timeout."""
+    code = ErrorCode.PRODUCER_FENCED
+    hint = "close this producer; another instance with the same transactional.id took over"
+
+
+class TransactionalIdNotFound(EmberError):
+    """The coordinator has no state for this transactional id."""
+    code = ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
+
+
+class OperationNotAttempted(EmberError):
+    """Not attempted because another part of the same request failed."""
+    code = ErrorCode.OPERATION_NOT_ATTEMPTED
 
 
 class UnknownProducerId(EmberError):

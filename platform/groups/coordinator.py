@@ -171,6 +171,10 @@ class GroupCoordinator:
                      offsets: dict[TopicPartition, tuple[int, str]], instance_id: Optional[str] = None) -> None:
         await self._offsets.commit(group_id, member_id, generation, offsets, instance_id)
 
+    async def check_commit(self, group_id: str, member_id: str, generation: int, partitions: list[TopicPartition],
+                           instance_id: Optional[str] = None, transactional: bool = False) -> None:
+        await self._offsets.check_commit(group_id, member_id, generation, partitions, instance_id, transactional)
+
     async def fetch(self, group_id: str, partitions: Optional[list[TopicPartition]]) -> dict[TopicPartition, CommittedOffset]:
         return await self._offsets.fetch(group_id, partitions)
 

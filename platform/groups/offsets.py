@@ -33,14 +33,23 @@ class OffsetManager:
         ``ember groups reset-offsets``). Offsets of unknown topics or partitions are refused. Kafka's
         ACLs: Read on the group and on every topic. Here a refused topic refuses the whole commit;
         the Kafka listener checks first and commits the allowed topics, as Kafka does."""
+        await self.check_commit(group_id, member_id, generation, list(offsets), instance_id)
+        await asyncio.to_thread(self.store.commit, group_id, offsets)
+
+    async def check_commit(self, group_id: str, member_id: str, generation: int, partitions: list[TopicPartition],
+                           instance_id: Optional[str] = None, transactional: bool = False) -> None:
+        """Raise what :meth:`commit` would refuse; also the check of a transactional commit
+        (TxnOffsetCommit), whose offsets wait in the transaction until it commits. A transactional
+        commit without member id and generation (producers before KIP-447) is not checked against
+        the members, as in Kafka."""
         self.access.check_group(Operation.READ, group_id)
-        for topic in sorted({tp.topic for tp in offsets}):
+        for topic in sorted({tp.topic for tp in partitions}):
             self.access.check_topic(Operation.READ, topic)
         group = await self.load(group_id, create=True)
         group.check_instance(member_id, instance_id)
         if generation < 0 and not member_id:
             active = len(group.members) + len(group.expected)
-            if active:
+            if active and not transactional:
                 raise NonEmptyGroup(f"group {group_id!r} has {active} active member(s); only its members may commit")
         elif member_id in group.expected:
             # a member of the stored generation, not rejoined yet: it still owns its partitions
@@ -48,11 +57,11 @@ class OffsetManager:
         else:
             group.member(member_id, generation)
         topics = self.cache.topics()
-        unknown = [tp for tp in offsets if tp.topic not in topics or tp.partition not in topics[tp.topic].partitions]
+        unknown = [tp for tp in partitions
+                   if tp.topic not in topics or tp.partition not in topics[tp.topic].partitions]
         if unknown:
             raise UnknownTopicOrPartition("cannot commit offsets of unknown partitions: "
                                           + ", ".join(f"{tp.topic}-{tp.partition}" for tp in sorted(unknown)))
-        await asyncio.to_thread(self.store.commit, group_id, offsets)
 
     async def fetch(self, group_id: str, partitions: Optional[list[TopicPartition]]) -> dict[TopicPartition, CommittedOffset]:
         """Committed offsets (Kafka's ACLs: Describe on the group; of all partitions, only those of

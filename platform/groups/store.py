@@ -35,7 +35,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 #: Recursive deletes of a group raced by commits that write new offsets under it.
 DELETE_ATTEMPTS = 5
 #: kazoo's failures that say ZooKeeper is unreachable for now, not that the request is wrong.
-_UNREACHABLE = (ConnectionLoss, SessionExpiredError, OperationTimeoutError, ConnectionClosedError)
+ZK_UNREACHABLE = (ConnectionLoss, SessionExpiredError, OperationTimeoutError, ConnectionClosedError)
 
 
 def _retriable_while_unreachable(method: F) -> F:
@@ -46,7 +46,7 @@ def _retriable_while_unreachable(method: F) -> F:
     def call(*args: Any, **kwargs: Any) -> Any:
         try:
             return method(*args, **kwargs)
-        except _UNREACHABLE as exc:
+        except ZK_UNREACHABLE as exc:
             raise CoordinatorNotAvailable(f"the group coordinator cannot reach ZooKeeper "
                                           f"({type(exc).__name__}); retry shortly") from exc
     return call  # type: ignore[return-value]

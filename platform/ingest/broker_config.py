@@ -155,6 +155,13 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in (
          "group waits for more members, so a group starting together rebalances once.", 0),
     _int("group.max.session.timeout.ms", 1800000, "Longest session timeout a consumer group member may "
          "ask for (longer: INVALID_SESSION_TIMEOUT): bounds how long the coordinator keeps a silent member.", 1),
+    _int("transaction.max.timeout.ms", 900000, "Longest transaction.timeout.ms a transactional producer may "
+         "ask for (longer: INVALID_TRANSACTION_TIMEOUT): bounds how long a transaction can hold back "
+         "read_committed consumers.", 1),
+    _int("transactional.id.expiration.ms", 604800000, "How long the transaction coordinator keeps a "
+         "transactional id whose producer sent nothing transactional (its metadata in ZooKeeper then goes).", 1),
+    _int("transaction.abort.timed.out.transaction.cleanup.interval.ms", 10000, "How often the transaction "
+         "coordinator aborts transactions open past their timeout and expires unused transactional ids.", 1),
 )}
 
 #: Broker property -> the topic config it supplies the default of.
@@ -246,6 +253,9 @@ class BrokerConfig:
     allow_everyone_if_no_acl_found: bool
     group_initial_rebalance_delay_ms: int
     group_max_session_timeout_ms: int
+    transaction_max_timeout_ms: int
+    transactional_id_expiration_ms: int
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int
     metrics_listen: Optional[tuple[str, int]]
     listeners: Optional[str]
     advertised_listeners: Optional[str]

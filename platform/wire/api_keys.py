@@ -27,6 +27,11 @@ class ApiKey(IntEnum):
     DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
+    ADD_PARTITIONS_TO_TXN = 24
+    ADD_OFFSETS_TO_TXN = 25
+    END_TXN = 26
+    WRITE_TXN_MARKERS = 27
+    TXN_OFFSET_COMMIT = 28
     DESCRIBE_ACLS = 29
     CREATE_ACLS = 30
     DELETE_ACLS = 31
@@ -44,10 +49,16 @@ class ApiKey(IntEnum):
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_CLUSTER = 60
+    DESCRIBE_TRANSACTIONS = 65
+    LIST_TRANSACTIONS = 66
     DESCRIBE_TOPIC_PARTITIONS = 75
 
 
-#: APIs only the Kafka listener serves: ember's own clients have no use for them.
+#: APIs only the Kafka listener serves: ember's own clients have no use for them (the transaction
+#: APIs: not yet; ember's listener serves WRITE_TXN_MARKERS, between brokers).
 KAFKA_LISTENER_ONLY = frozenset({ApiKey.DESCRIBE_LOG_DIRS, ApiKey.INCREMENTAL_ALTER_CONFIGS,
                                  ApiKey.LIST_PARTITION_REASSIGNMENTS, ApiKey.DESCRIBE_CLUSTER,
-                                 ApiKey.DESCRIBE_TOPIC_PARTITIONS, ApiKey.OFFSET_DELETE})
+                                 ApiKey.DESCRIBE_TOPIC_PARTITIONS, ApiKey.OFFSET_DELETE,
+                                 ApiKey.ADD_PARTITIONS_TO_TXN, ApiKey.ADD_OFFSETS_TO_TXN, ApiKey.END_TXN,
+                                 ApiKey.TXN_OFFSET_COMMIT, ApiKey.DESCRIBE_TRANSACTIONS,
+                                 ApiKey.LIST_TRANSACTIONS})

@@ -84,3 +84,22 @@ def user(name: str) -> str:
 
 def user_name(node: str) -> str:
     return unquote(node)
+
+
+TRANSACTIONS = "/transactions"
+
+
+def transaction(transactional_id: str) -> str:
+    """A transactional id's transaction metadata (JSON, written by compare-and-set); the id
+    URL-encoded as a path segment (a transactional id may hold ``/``)."""
+    return f"{TRANSACTIONS}/{quote(transactional_id, safe='')}"
+
+
+def transactional_id(node: str) -> str:
+    return unquote(node)
+
+
+def transaction_offsets(transactional_id: str, group_id: str) -> str:
+    """Offsets of ``group_id`` pending in the transaction (TxnOffsetCommit), committed to the
+    group when the transaction commits: ``{"<topic>": {"<p>": [offset, metadata]}}``."""
+    return f"{transaction(transactional_id)}/{quote(group_id, safe='')}"

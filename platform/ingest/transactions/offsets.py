@@ -1,0 +1,58 @@
+"""TxnOffsetCommit: offsets a transactional producer commits for a consumer group, on the group's
+coordinator. The group coordinator checks the member and generation as for a commit; the offsets
+then wait in the transaction's ZooKeeper node (not in the group's committed offsets) until the
+transaction coordinator commits them with the transaction, or drops them when it aborts.
+
+The write is conditional on the transaction's znode version read here: it lands only while the
+transaction is Ongoing for this producer with the group added (AddOffsetsToTxn), so offsets never
+slip in after the transaction was decided.
+"""
+from __future__ import annotations
+
+import asyncio
+
+from ember.errors import ConcurrentTransactions, InvalidProducerIdMapping, InvalidTxnState, ProducerFenced
+from ember.groups.coordinator import GroupCoordinator
+from ember.ingest.transactions.coordinator import validate_transactional_id
+from ember.ingest.transactions.state import TxnState
+from ember.ingest.transactions.store import PendingOffsets, TransactionConflict, TransactionStore
+from ember.security.authorizer.access import ALLOW_ALL, Access
+from ember.security.authorizer.model import Operation, Resource, ResourceType
+
+#: Writes of the transaction's znode (its coordinator adding partitions) racing a commit.
+ATTEMPTS = 5
+
+
+class TransactionalOffsets:
+    def __init__(self, store: TransactionStore, groups: GroupCoordinator, access: Access = ALLOW_ALL) -> None:
+        self.store = store
+        self.groups = groups
+        self.access = access
+
+    async def commit(self, transactional_id: str, group_id: str, producer_id: int, producer_epoch: int,
+                     member_id: str, generation: int, offsets: PendingOffsets,
+                     instance_id: str | None = None) -> None:
+        """Add ``offsets`` to the group's offsets pending in the producer's transaction
+        (Kafka's ACLs: Write on the transactional id, Read on the group and the topics)."""
+        validate_transactional_id(transactional_id)
+        self.access.check(Operation.WRITE, Resource(ResourceType.TRANSACTIONAL_ID, transactional_id))
+        await self.groups.check_commit(group_id, member_id, generation, list(offsets), instance_id,
+                                       transactional=True)
+        for _ in range(ATTEMPTS):
+            meta, version = await asyncio.to_thread(self.store.load, transactional_id)
+            if meta is None or version is None or meta.producer_id != producer_id:
+                raise InvalidProducerIdMapping(f"producer {producer_id} does not hold transactional id "
+                                               f"{transactional_id!r}")
+            if meta.producer_epoch != producer_epoch:
+                raise ProducerFenced(f"producer {producer_id} epoch {producer_epoch} of {transactional_id!r} "
+                                     f"was fenced (current epoch {meta.producer_epoch})")
+            if meta.state != TxnState.ONGOING or group_id not in meta.groups:
+                raise InvalidTxnState(f"group {group_id!r} is not in an ongoing transaction of "
+                                      f"{transactional_id!r} (AddOffsetsToTxn first)")
+            try:
+                await asyncio.to_thread(self.store.add_offsets, transactional_id, version, group_id, offsets)
+                return
+            except TransactionConflict:
+                continue
+        raise ConcurrentTransactions(f"the transaction of {transactional_id!r} changed {ATTEMPTS} times while "
+                                     f"offsets were committed to it; retry")
