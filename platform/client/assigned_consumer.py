@@ -24,6 +24,7 @@ from ember.client.metadata import STALE_METADATA, MetadataClient
 from ember.client.offsets import EARLIEST, LATEST, list_offsets
 from ember.errors import EmberError, ErrorCode, OffsetOutOfRange, error_for_code
 from ember.record.batch import check_batch, decode_payload, slice_offsets
+from ember.record.control import is_control
 from ember.record.header import HEADER_SIZE, BatchHeader
 from ember.security.client import ClientSecurity
 from ember.wire.api_keys import ApiKey
@@ -410,9 +411,10 @@ def _decode(payload: memoryview, fetch_offset: int, verify_crc: bool) -> tuple[l
             break
         check_batch(payload, pos, verify_crc=verify_crc)
         if header.base_offset + header.last_offset_delta >= fetch_offset:
-            batch = slice_offsets(decode_payload(header, payload[pos:pos + header.size]), fetch_offset)
-            if batch.num_rows:
-                batches.append(batch)
+            if not is_control(header):    # a transaction marker: no record to hand out, but an offset to pass
+                batch = slice_offsets(decode_payload(header, payload[pos:pos + header.size]), fetch_offset)
+                if batch.num_rows:
+                    batches.append(batch)
             end = max(end, header.last_offset + 1)
         pos += header.size
     return batches, end

@@ -24,6 +24,7 @@ from ember.ingest.partition import LogOffsets, Partition
 from ember.ingest.replica_manager import ReplicaManager
 from ember.ingest.signals import Signal
 from ember.log import FetchSlice
+from ember.log.txn_index import AbortedTxn
 from ember.net.pipelining import next_request_sent
 from ember.security.authorizer.model import Operation
 from ember.wire.fetch_session import FINAL_EPOCH, INITIAL_EPOCH, NO_SESSION
@@ -45,6 +46,9 @@ class FetchResult:
     slice: FetchSlice | None = None
     leader: Partition | None = None
     offsets: LogOffsets = LogOffsets()   # all -1 on an error
+    #: read_committed: the aborted transactions the reader must filter from what it got (None:
+    #: read_uncommitted, or nothing read)
+    aborted: list[AbortedTxn] | None = None
 
     @property
     def size(self) -> int:
@@ -58,7 +62,8 @@ def response_limit(replicas: ReplicaManager, max_bytes: int) -> int:
 
 
 async def fetch_at_leaders(replicas: ReplicaManager, targets: Sequence[FetchTarget], replica_id: int,
-                           min_bytes: int, max_bytes: int, max_wait_s: float) -> list[FetchResult]:
+                           min_bytes: int, max_bytes: int, max_wait_s: float,
+                           committed: bool = False) -> list[FetchResult]:
     """A sessionless long poll (librdkafka never opens fetch sessions): read every target, then
     again only those whose partition changed, until there is enough. Re-reading all of them on
     every change cost a consumer of 1,000 partitions 333 reads per broker for each append (twice:
@@ -71,7 +76,7 @@ async def fetch_at_leaders(replicas: ReplicaManager, targets: Sequence[FetchTarg
     deadline = loop.time() + max_wait_s
     changes = _TargetChanges()
     try:
-        results = await _read_all(replicas, targets, replica_id, max_bytes, changes)
+        results = await _read_all(replicas, targets, replica_id, max_bytes, committed, changes)
         sent = None
         while True:
             remaining = deadline - loop.time()
@@ -84,7 +89,8 @@ async def fetch_at_leaders(replicas: ReplicaManager, targets: Sequence[FetchTarg
             fired = set(changed)
             kept = [r.size for i, r in enumerate(results) if i not in fired]
             again = await _read_all(replicas, [targets[i] for i in changed], replica_id,
-                                    max(0, max_bytes - sum(kept)), changes, indices=changed, some_data=any(kept))
+                                    max(0, max_bytes - sum(kept)), committed, changes, indices=changed,
+                                    some_data=any(kept))
             for index, result in zip(changed, again):
                 results[index] = result
     finally:
@@ -140,11 +146,12 @@ class _TargetChanges:
 
 async def fetch(replicas: ReplicaManager, targets: Sequence[FetchTarget], replica_id: int, min_bytes: int,
                 max_bytes: int, max_wait_s: float, session_id: int = NO_SESSION, epoch: int = FINAL_EPOCH,
-                forgotten: Sequence[tuple[str, int]] = ()) -> tuple[list[FetchResult], int]:
+                forgotten: Sequence[tuple[str, int]] = (), committed: bool = False) -> tuple[list[FetchResult], int]:
     """A Fetch of either protocol with KIP-227's session fields: epoch -1 is sessionless (closing
     ``session_id`` if one is named), 0 opens a session (when the cache has room; closing the named
     one), 1, 2, ... continue ``session_id`` (FetchSessionIdNotFound, InvalidFetchSessionEpoch when
-    it cannot). Returns the results and the session id to answer (0: none)."""
+    it cannot). ``committed``: read_committed (below each partition's last stable offset, with the
+    aborted transactions to filter). Returns the results and the session id to answer (0: none)."""
     sessions = replicas.fetch_sessions
     session = None
     if epoch in (INITIAL_EPOCH, FINAL_EPOCH):
@@ -155,15 +162,16 @@ async def fetch(replicas: ReplicaManager, targets: Sequence[FetchTarget], replic
     else:
         session = sessions.get(session_id, epoch, monotonic_ms())
     if session is None:
-        return await fetch_at_leaders(replicas, targets, replica_id, min_bytes, max_bytes, max_wait_s), NO_SESSION
+        return await fetch_at_leaders(replicas, targets, replica_id, min_bytes, max_bytes, max_wait_s,
+                                      committed), NO_SESSION
     results = await fetch_in_session(replicas, session, targets, forgotten, epoch == INITIAL_EPOCH, replica_id,
-                                     min_bytes, max_bytes, max_wait_s)
+                                     min_bytes, max_bytes, max_wait_s, committed)
     return results, session.id
 
 
 async def fetch_in_session(replicas: ReplicaManager, session: FetchSession, listed: Sequence[FetchTarget],
                            forgotten: Sequence[tuple[str, int]], full: bool, replica_id: int, min_bytes: int,
-                           max_bytes: int, max_wait_s: float) -> list[FetchResult]:
+                           max_bytes: int, max_wait_s: float, committed: bool = False) -> list[FetchResult]:
     """A fetch of ``session`` (docs/broker.md, "Fetch sessions"): ``listed`` partitions are added or
     updated (a full fetch lists them all), ``forgotten`` ones dropped. Each pass of the long poll
     reads the listed partitions and those with news (data past the fetcher's position, a new high
@@ -199,10 +207,10 @@ async def fetch_in_session(replicas: ReplicaManager, session: FetchSession, list
             session.maybe_news.clear()
             entries = list(session.partitions.values())
         else:
-            entries = session.take_news(listed_entries if first else (), lambda e: _has_news(e, replica_id))
+            entries = session.take_news(listed_entries if first else (), lambda e: _has_news(e, replica_id, committed))
         first = False
         results = await _read_all(replicas, [FetchTarget(e.topic, e.index, e.fetch_offset, e.max_bytes, e.leader_epoch)
-                                             for e in entries], replica_id, max_bytes)
+                                             for e in entries], replica_id, max_bytes, committed)
         for entry, result in zip(entries, results):
             session.watch(entry, result.leader)
         remaining = deadline - loop.time()
@@ -214,10 +222,10 @@ async def fetch_in_session(replicas: ReplicaManager, session: FetchSession, list
                     entry.sent_high_watermark = result.offsets.high_watermark
                     entry.sent_log_start = result.offsets.log_start_offset
             session.move_to_end([e.key for e, r in answered if r.size])
-            _keep_news(session, entries, replica_id)
+            _keep_news(session, entries, replica_id, committed)
             _count_sent(results, replica_id)
             return [r for _, r in answered]
-        _keep_news(session, entries, replica_id)
+        _keep_news(session, entries, replica_id, committed)
         await _changed_or_sent(changed, sent, remaining)
 
 
@@ -229,21 +237,21 @@ async def _changed_or_sent(changed: asyncio.Future[None], sent: asyncio.Future[N
                        return_when=asyncio.FIRST_COMPLETED)
 
 
-def _keep_news(session: FetchSession, read: list[SessionPartition], replica_id: int) -> None:
+def _keep_news(session: FetchSession, read: list[SessionPartition], replica_id: int, committed: bool) -> None:
     """Partitions read in a pass that still have news (not answered for lack of room, answered
     with data the fetcher has yet to move past, an error) are looked at again in the next pass:
     nothing fires for them meanwhile."""
-    session.maybe_news.update(e.key for e in read if _has_news(e, replica_id))
+    session.maybe_news.update(e.key for e in read if _has_news(e, replica_id, committed))
 
 
-def _has_news(entry: SessionPartition, replica_id: int) -> bool:
+def _has_news(entry: SessionPartition, replica_id: int, committed: bool) -> bool:
     """Whether a partition the fetcher did not name must be read: data past its position, a new
     high watermark or log start, or its replica here no longer leading (or never found)."""
     partition = entry.partition
     if partition is None or not partition.is_leader or partition.log.closed:
         return True
     log = partition.log
-    visible = log.log_end_offset if replica_id >= 0 else log.high_watermark
+    visible = log.log_end_offset if replica_id >= 0 else log.last_stable_offset if committed else log.high_watermark
     return entry.fetch_offset != visible or log.high_watermark != entry.sent_high_watermark \
         or log.log_start_offset != entry.sent_log_start
 
@@ -276,8 +284,8 @@ def _report_positions(replicas: ReplicaManager, session: FetchSession, replica_i
 
 
 async def _read_all(replicas: ReplicaManager, targets: Sequence[FetchTarget], replica_id: int,
-                    max_bytes: int, changes: _TargetChanges | None = None, indices: Sequence[int] | None = None,
-                    some_data: bool = False) -> list[FetchResult]:
+                    max_bytes: int, committed: bool = False, changes: _TargetChanges | None = None,
+                    indices: Sequence[int] | None = None, some_data: bool = False) -> list[FetchResult]:
     """At least one whole batch (of the first partition that has one, unless ``some_data`` says
     one was read already), then up to ``max_bytes`` in all and each partition's own ``max_bytes``
     (a negative one reads nothing but that first batch). With ``changes``, each partition found is
@@ -300,11 +308,13 @@ async def _read_all(replicas: ReplicaManager, targets: Sequence[FetchTarget], re
             if replica_id >= 0:
                 await replicas.follower_fetched(partition, replica_id, target.offset)
             piece, offsets = await partition.read(
-                target.offset, max(0, min(target.max_bytes, room)), not some_data, replica_id)
+                target.offset, max(0, min(target.max_bytes, room)), not some_data, replica_id, committed)
         except Exception as exc:
             results.append(FetchResult(target, error=exc))
             continue
-        result = FetchResult(target, slice=piece, leader=partition, offsets=offsets)
+        aborted = partition.log.aborted_transactions(target.offset, offsets.last_stable_offset) \
+            if committed and piece is not None else None
+        result = FetchResult(target, slice=piece, leader=partition, offsets=offsets, aborted=aborted)
         room = max(0, room - result.size)
         some_data = some_data or result.size > 0
         results.append(result)

@@ -46,6 +46,7 @@ from ember.record.header import NO_EPOCH
 if TYPE_CHECKING:
     from ember.log import AppendResult, FetchSlice, Log
     from ember.metrics.broker_metrics import TopicStats
+    from ember.record.control import Marker
 
 T = TypeVar("T")
 
@@ -68,6 +69,7 @@ class LogOffsets:
     high_watermark: int = -1
     log_start_offset: int = -1
     log_end_offset: int = -1
+    last_stable_offset: int = -1
 
 
 class Partition:
@@ -271,6 +273,25 @@ class Partition:
             self.stats.produced(result.record_count, len(raw))
         return result
 
+    async def write_marker(self, marker: "Marker") -> "AppendResult":
+        """Append, as leader, the marker ending ``marker``'s producer's transaction here
+        (WriteTxnMarkers); the caller waits for its replication, as Kafka appends markers with
+        acks=all."""
+        async with self._append_lock:
+            self.check_leader()
+            try:
+                return await self.run(self._write_marker, marker, self.leader_epoch)
+            except StorageError as exc:
+                self.write_failed("produce", exc)   # a marker is written like a produce
+                raise
+            finally:
+                self.changed.fire()
+
+    def _write_marker(self, marker: "Marker", leader_epoch: int) -> "AppendResult":
+        result = self.log.append_marker(marker, leader_epoch)
+        self._advance_high_watermark()
+        return result
+
     def _append(self, raw: memoryview, leader_epoch: int) -> "AppendResult":
         if self.space is not None and len(raw) <= self.config.max_message_bytes:   # larger: the log refuses it
             self.space.check(self.log.directory, len(raw))
@@ -279,27 +300,28 @@ class Partition:
         return result
 
     async def read(self, fetch_offset: int, max_bytes: int, min_one_batch: bool,
-                   replica_id: int) -> tuple["FetchSlice | None", LogOffsets]:
-        """Batches from ``fetch_offset``: below the high watermark for consumers, up to the log
-        end for followers. Returns the slice (None when nothing is readable yet) and offsets."""
+                   replica_id: int, committed: bool = False) -> tuple["FetchSlice | None", LogOffsets]:
+        """Batches from ``fetch_offset``: below the high watermark for consumers (below the last
+        stable offset for ``committed``: read_committed), up to the log end for followers.
+        Returns the slice (None when nothing is readable yet) and offsets."""
         if replica_id < 0:
             self._check_high_watermark_known()
         offsets = self._offsets()
-        if fetch_offset == (offsets.log_end_offset if replica_id >= 0 else offsets.high_watermark):
+        if fetch_offset == _visible_end(offsets, replica_id, committed):
             # Caught up: answer on the event loop. An I/O-pool round trip per idle partition would
             # serialize every follower fetch round, and the high watermark (so every acks=all
             # reply) only advances once per round.
             return None, offsets
-        return await self.run(self._read, fetch_offset, max_bytes, min_one_batch, replica_id)
+        return await self.run(self._read, fetch_offset, max_bytes, min_one_batch, replica_id, committed)
 
     def _offsets(self) -> LogOffsets:
         log = self.log
-        return LogOffsets(log.high_watermark, log.log_start_offset, log.log_end_offset)
+        return LogOffsets(log.high_watermark, log.log_start_offset, log.log_end_offset, log.last_stable_offset)
 
     def _read(self, fetch_offset: int, max_bytes: int, min_one_batch: bool,
-              replica_id: int) -> tuple["FetchSlice | None", LogOffsets]:
+              replica_id: int, committed: bool) -> tuple["FetchSlice | None", LogOffsets]:
         offsets = self._offsets()
-        limit = None if replica_id >= 0 else offsets.high_watermark
+        limit = None if replica_id >= 0 else _visible_end(offsets, replica_id, committed)
         piece = self.log.read(fetch_offset, max_bytes, max_offset=limit, min_one_batch=min_one_batch,
                               skip_empty=replica_id < 0)
         return (piece if piece.size > 0 else None), offsets
@@ -435,3 +457,11 @@ class Partition:
         """Apply an altered topic config to the open log (I/O thread)."""
         self.log.update_config(config)
         self.config = config
+
+
+def _visible_end(offsets: LogOffsets, replica_id: int, committed: bool) -> int:
+    """Where a reader's view of the log ends: the log end for a follower, the last stable offset
+    for a read_committed consumer, the high watermark for any other."""
+    if replica_id >= 0:
+        return offsets.log_end_offset
+    return offsets.last_stable_offset if committed else offsets.high_watermark

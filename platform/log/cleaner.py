@@ -48,9 +48,11 @@ from ember.log.config import LogConfig
 from ember.log.segment import MAX_RELATIVE_OFFSET, SEGMENT_SUFFIXES, LogSegment, base_offset_of, scan_batches, segment_path
 from ember.record import kafka_v2
 from ember.record.batch import decode_payload, stored_columns
+from ember.record.control import is_control, is_transactional
 from ember.record.header import (
     KAFKA_MAGIC,
     LOG_APPEND_TIME_FLAG,
+    TRANSACTIONAL_FLAG,
     BatchHeader,
     Buffer,
 )
@@ -82,6 +84,9 @@ class Cleanable:
     dirty_bytes: int
     #: the last batch of each idempotent producer: kept whole (offsets of those batches)
     producer_last_batches: frozenset[int] = field(default_factory=frozenset)
+    #: producer id -> (first offset, marker offset) of its aborted transactions in the log: their
+    #: records neither supersede a key nor survive a cleaning
+    aborted: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
 
     oldest_dirty_ms: int = -1     # the first dirty batch's timestamp (max.compaction.lag.ms counts from it)
 
@@ -139,7 +144,7 @@ def clean(log: "Log", *, dedupe_buffer_bytes: int, throttle: Optional[Throttle] 
             # merging clean segments does not restart their tombstones' delete.retention.ms
             cleaned_at = now if any(s.next_offset > cleanable.first_dirty for s in group) else \
                 max(_mtime_ms(s) for s in group)
-            swap = _rewrite(log, group, keys, offsets, cleanable.producer_last_batches, drop, cleaned_at, stats,
+            swap = _rewrite(log, group, keys, offsets, cleanable, drop, cleaned_at, stats,
                             throttle)
             if swap is None:
                 for segment in group:
@@ -168,6 +173,8 @@ def _key_map(cleanable: Cleanable, budget: int, throttle: Optional[Throttle]) ->
             continue
         seg_keys, seg_offsets, pending = [keys], [offsets], 0
         for _, header, raw in _batches(segment, throttle):
+            if is_control(header) or _aborted(header, cleanable.aborted):
+                continue
             columns = decode_payload(header, raw)
             keyed = columns.filter(pc.is_valid(columns.column("key")))
             seg_keys.append(keyed.column("key"))
@@ -184,6 +191,13 @@ def _key_map(cleanable: Cleanable, budget: int, throttle: Optional[Throttle]) ->
         if size >= budget:
             break
     return keys, offsets, end
+
+
+def _aborted(header: BatchHeader, aborted: dict[int, list[tuple[int, int]]]) -> bool:
+    """Whether the batch belongs to an aborted transaction (as Kafka's cleaner, which removes
+    them: a read_committed reader never sees them, and kept they would supersede committed values)."""
+    spans = aborted.get(header.producer_id) if is_transactional(header) else None
+    return spans is not None and any(first <= header.base_offset <= last for first, last in spans)
 
 
 def _latest(keys: list[pa.Array], offsets: list[pa.Array]) -> tuple[pa.Array, pa.Array]:
@@ -243,7 +257,7 @@ def _groups(segments: list[LogSegment], config: LogConfig, first_dirty: int, hor
         yield group
 
 
-def _rewrite(log: "Log", group: list[LogSegment], keys: pa.Array, offsets: pa.Array, producer_last: frozenset[int],
+def _rewrite(log: "Log", group: list[LogSegment], keys: pa.Array, offsets: pa.Array, cleanable: Cleanable,
              drop_tombstones: list[bool], cleaned_at_ms: int, stats: CleanStats, throttle: Optional[Throttle]
              ) -> Optional[Path]:
     """Write the cleaned copy of ``group`` as one segment into ``<base>.cleaning/`` (batches stream
@@ -259,7 +273,7 @@ def _rewrite(log: "Log", group: list[LogSegment], keys: pa.Array, offsets: pa.Ar
     changed = len(group) > 1
     try:
         for segment, drop in zip(group, drop_tombstones):
-            for out, chunk_changed in _cleaned_chunks(segment, keys, offsets, producer_last, drop,
+            for out, chunk_changed in _cleaned_chunks(segment, keys, offsets, cleanable, drop,
                                                       segment is group[-1], stats, throttle):
                 changed = changed or chunk_changed
                 if out:
@@ -287,7 +301,7 @@ def _rewrite(log: "Log", group: list[LogSegment], keys: pa.Array, offsets: pa.Ar
 Chunk = list[tuple[BatchHeader, memoryview, pa.RecordBatch]]
 
 
-def _cleaned_chunks(segment: LogSegment, keys: pa.Array, offsets: pa.Array, producer_last: frozenset[int],
+def _cleaned_chunks(segment: LogSegment, keys: pa.Array, offsets: pa.Array, cleanable: Cleanable,
                     drop_tombstones: bool, last_of_group: bool, stats: CleanStats, throttle: Optional[Throttle]
                     ) -> Iterator[tuple[list[tuple[BatchHeader, Buffer]], bool]]:
     """The kept batches of ``segment``, about ``CHUNK_RECORDS`` records' worth at a time, and whether
@@ -299,16 +313,18 @@ def _cleaned_chunks(segment: LogSegment, keys: pa.Array, offsets: pa.Array, prod
         chunk.append((header, raw, columns))
         count += columns.num_rows
         if count >= CHUNK_RECORDS:
-            yield _clean_chunk(chunk, keys, offsets, producer_last, drop_tombstones, False, stats)
+            yield _clean_chunk(chunk, keys, offsets, cleanable, drop_tombstones, False, stats)
             chunk, count = [], 0
     if chunk:
-        yield _clean_chunk(chunk, keys, offsets, producer_last, drop_tombstones, last_of_group, stats)
+        yield _clean_chunk(chunk, keys, offsets, cleanable, drop_tombstones, last_of_group, stats)
 
 
-def _clean_chunk(chunk: Chunk, keys: pa.Array, offsets: pa.Array, producer_last: frozenset[int],
+def _clean_chunk(chunk: Chunk, keys: pa.Array, offsets: pa.Array, cleanable: Cleanable,
                  drop_tombstones: bool, ends_group: bool, stats: CleanStats
                  ) -> tuple[list[tuple[BatchHeader, Buffer]], bool]:
-    """One chunk's kept batches: one map lookup for the whole chunk, then a filter per batch."""
+    """One chunk's kept batches: one map lookup for the whole chunk, then a filter per batch.
+    Transaction markers stay as they are (ember never removes them, see docs/log.md), records of
+    aborted transactions go."""
     records = pa.Table.from_batches([columns for _, _, columns in chunk]).combine_chunks()
     keep_all = _keep(records, keys, offsets, drop_tombstones)
     out: list[tuple[BatchHeader, Buffer]] = []
@@ -318,9 +334,14 @@ def _clean_chunk(chunk: Chunk, keys: pa.Array, offsets: pa.Array, producer_last:
         start += columns.num_rows
         stats.records_read += columns.num_rows
         stats.bytes_read += header.size
-        kept = pc.sum(keep).as_py() or 0
         # the batch must stay (the segment's end offset, the producer's sequence), empty if need be
-        must_stay = (ends_group and index == len(chunk) - 1) or header.base_offset in producer_last
+        must_stay = (ends_group and index == len(chunk) - 1) or header.base_offset in cleanable.producer_last_batches
+        if is_control(header):
+            out.append((header, bytes(raw)))
+            continue
+        if _aborted(header, cleanable.aborted):
+            keep = pa.array([False] * columns.num_rows, pa.bool_())
+        kept = pc.sum(keep).as_py() or 0
         if columns.num_rows == 0:             # an empty batch an earlier cleaning left
             if must_stay:
                 out.append((header, bytes(raw)))
@@ -369,7 +390,7 @@ def _cleaned_batch(header: BatchHeader, raw: Buffer, columns: pa.RecordBatch, ke
         codec = header.kafka_codec or _KAFKA_CODEC_OF_ARROW[header.codec]
         records = stored_columns(header, raw)
     deltas = pc.subtract(columns.column("offset").filter(keep), header.base_offset).cast(pa.int32())
-    target = header._replace(magic=KAFKA_MAGIC, attributes=header.attributes & LOG_APPEND_TIME_FLAG)
+    target = header._replace(magic=KAFKA_MAGIC, attributes=header.attributes & (LOG_APPEND_TIME_FLAG | TRANSACTIONAL_FLAG))
     return kafka_v2.encode_batch(target, records.filter(keep), codec, deltas)
 
 

@@ -35,8 +35,8 @@ from ember.log.producer_state import ProducerStateManager
 from ember.log.segment import DELETED_SUFFIX, LogSegment
 from ember.log.txn_index import AbortedTxn, TransactionIndex
 from ember.record import kafka_v2
-from ember.record.control import Marker, is_control, is_transactional, marker_batch, read_marker
 from ember.record.batch import decode_payload, iter_batches, stamp_log_append_time, stored_columns
+from ember.record.control import Marker, is_control, is_transactional, marker_batch, read_marker
 from ember.record.header import HEADER_SIZE, BatchHeader, Buffer, patch_base_offset, patch_leader_epoch
 
 _log = logging.getLogger(__name__)
@@ -102,6 +102,7 @@ class Log:
         self._log_start_offset = 0
         self._recovery_point = 0
         self._high_watermark = 0
+        self._last_stable_offset = 0
         self._epochs = LeaderEpochCache(directory / checkpoint.LEADER_EPOCH)
         self._producers = ProducerStateManager()
         self._txns = TransactionIndex()
@@ -178,6 +179,7 @@ class Log:
         self._epochs.truncate_from_start(self._log_start_offset)
         hw = read(checkpoint.HIGH_WATERMARK)
         self._high_watermark = self._clamp(hw if hw is not None else self._log_start_offset)
+        self._refresh_last_stable_offset()
         with self._flush_lock:
             self._flush()
             self._checkpoint(checkpoint.LOG_START_OFFSET, self._log_start_offset)
@@ -237,15 +239,19 @@ class Log:
     @property
     def last_stable_offset(self) -> int:
         """What read_committed readers may read below: the high watermark, or the first offset of
-        a transaction that is open or whose marker is not below the high watermark yet."""
-        with self._lock:
-            first = self._txns.first_unstable_offset(self._producers.first_unstable_offset(), self._high_watermark)
-            return max(self._log_start_offset, first)
+        a transaction that is open or whose marker is not below the high watermark yet. Kept up to
+        date under the lock by whatever moves it, and read without it: a fetch reads it on the
+        broker's event loop, which must not wait behind an append's roll or fsync."""
+        return self._last_stable_offset
+
+    def _refresh_last_stable_offset(self) -> None:
+        first = self._txns.first_unstable_offset(self._producers.first_unstable_offset(), self._high_watermark)
+        self._last_stable_offset = max(self._log_start_offset, first)
 
     def aborted_transactions(self, start_offset: int, end_offset: int) -> list[AbortedTxn]:
-        """The aborted transactions a read_committed reader of [start, end) must filter."""
-        with self._lock:
-            return self._txns.aborted_in(start_offset, end_offset)
+        """The aborted transactions a read_committed reader of [start, end) must filter (without
+        the lock: see ``TransactionIndex``)."""
+        return self._txns.aborted_in(start_offset, end_offset)
 
     def open_transactions(self) -> dict[int, int]:
         """producer id -> first offset of each transaction open in this partition."""
@@ -279,6 +285,7 @@ class Log:
         """Set the high watermark, clamped to [log start, log end]; returns the new value."""
         with self._lock:
             self._high_watermark = self._clamp(offset)
+            self._refresh_last_stable_offset()
             return self._high_watermark
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
@@ -387,6 +394,7 @@ class Log:
                 done = self._producers.update(header, markers[i] if markers is not None else None)
                 if done is not None:
                     self._txns.completed(done)
+            self._refresh_last_stable_offset()
             self._unflushed_records += sum(h.record_count for h in headers)
             if self._config.flush_messages is not None and \
                     self._unflushed_records >= self._config.flush_messages:
@@ -549,15 +557,16 @@ class Log:
         return self._now_ms()
 
     def cleanable(self, now_ms: Optional[int] = None) -> Optional[cleaner.Cleanable]:
-        """What a cleaning may rewrite now: the sealed segments wholly below the high watermark and
-        older than min.compaction.lag.ms; None unless the log is compacted, open and has some."""
+        """What a cleaning may rewrite now: the sealed segments wholly below the last stable offset
+        (no open transaction's records are touched) and older than min.compaction.lag.ms; None
+        unless the log is compacted, open and has some."""
         now = self._now_ms() if now_ms is None else now_ms
         with self._lock:
             if self._closed or self._offline_reason is not None or not self._config.compact:
                 return None
             segments = []
             for segment in self._segments[:-1]:
-                if segment.next_offset > self._high_watermark or \
+                if segment.next_offset > self._last_stable_offset or \
                         now - segment.max_timestamp < self._config.min_compaction_lag_ms:
                     break
                 segments.append(segment)
@@ -569,6 +578,7 @@ class Log:
             return cleaner.Cleanable(
                 segments, first_dirty, end, clean_bytes=sum(s.size for s in segments if s not in dirty),
                 dirty_bytes=sum(s.size for s in dirty), producer_last_batches=self._producers.last_batch_offsets(),
+                aborted=self._txns.aborted_spans(),
                 oldest_dirty_ms=dirty[0].rolling_timestamp() if dirty else -1)
 
     def install_cleaned(self, group: Sequence[LogSegment], swap: Path) -> bool:
@@ -641,6 +651,7 @@ class Log:
                 self._high_watermark = min(self._high_watermark, end)
                 self._epochs.truncate_from_end(end)
                 self._rebuild_from_headers(include_epochs=False)
+                self._refresh_last_stable_offset()
             self._checkpoint(checkpoint.RECOVERY_POINT, self._recovery_point)
             self._checkpoint(checkpoint.HIGH_WATERMARK, self._high_watermark)
 
@@ -659,6 +670,7 @@ class Log:
         self._epochs.clear()
         self._producers.clear()
         self._txns.reset((), offset)
+        self._refresh_last_stable_offset()
         self._unflushed_records = 0
         for name in (checkpoint.LOG_START_OFFSET, checkpoint.RECOVERY_POINT, checkpoint.HIGH_WATERMARK,
                      checkpoint.CLEANER_OFFSET):
@@ -708,6 +720,7 @@ class Log:
         self._high_watermark = max(self._high_watermark, offset)
         self._producers.remove_before(offset)
         self._txns.remove_before(offset)
+        self._refresh_last_stable_offset()
         try:  # not fatal: the old checkpoints are safe (open takes the larger of it and the first segment)
             with self._disk():
                 self._epochs.truncate_from_start(offset)

@@ -21,6 +21,7 @@ from ember.log.index import OffsetIndex
 from ember.log.recovery import segment_bases
 from ember.log.segment import INDEX_SUFFIX, LOG_SUFFIX, scan_batches, segment_path
 from ember.record.batch import decode_payload, slice_offsets
+from ember.record.control import is_control
 
 
 def read_offset_range(partition_dir: os.PathLike[str] | str, start_offset: int, end_offset: int, *,
@@ -63,9 +64,10 @@ def _read_segment(directory: Path, base: int, start: int, end: int,
             for _, header, data in scan_batches(fd, position, size, verify_crc=verify_crc):
                 if header.last_offset < start:
                     continue
-                records = slice_offsets(decode_payload(header, data), start, end)
-                if records.num_rows:
-                    yield records
+                if not is_control(header):    # a transaction marker holds no record to read
+                    records = slice_offsets(decode_payload(header, data), start, end)
+                    if records.num_rows:
+                        yield records
                 start = header.last_offset + 1
                 if start >= end:  # never touch the batch after: it may still be being written
                     break

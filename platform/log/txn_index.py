@@ -4,7 +4,9 @@ the completed ones whose markers are not yet replicated (they still hold the las
 Kafka keeps aborted transactions in a ``.txnindex`` file per segment. ember derives them from the
 segments (markers are found by header, their one record says commit or abort) when a log opens or
 truncates, as it derives producer state, so nothing here is written to disk; retention drops the
-entries whose markers it deleted. Not thread-safe: the log calls it under its lock.
+entries whose markers it deleted. The log changes it under its lock; ``aborted_in`` may be called
+without it (a fetch on the broker's event loop), so the aborted list is replaced, never changed in
+place: a reader works on the snapshot it took.
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ class TransactionIndex:
     def completed(self, txn: CompletedTxn) -> None:
         """A marker was appended (markers are appended in offset order)."""
         if txn.aborted:
-            self._aborted.append(txn)
+            self._aborted = [*self._aborted, txn]
         self._unreplicated.append(txn)
 
     def reset(self, completed: Iterable[CompletedTxn], high_watermark: int) -> None:
@@ -41,7 +43,7 @@ class TransactionIndex:
         """Forget transactions whose markers are below the log start (retention deleted them)."""
         cut = bisect.bisect_left(self._aborted, log_start_offset, key=lambda t: t.last_offset)
         if cut:
-            del self._aborted[:cut]
+            self._aborted = self._aborted[cut:]
 
     def first_unstable_offset(self, open_first: Optional[int], high_watermark: int) -> int:
         """Kafka's last stable offset before the log-start clamp: the high watermark, or the first
@@ -56,8 +58,17 @@ class TransactionIndex:
     def aborted_in(self, start_offset: int, end_offset: int) -> list[AbortedTxn]:
         """The aborted transactions overlapping [``start_offset``, ``end_offset``): those a reader of
         that range must filter (Kafka: last offset ≥ the fetch offset, first offset < the end)."""
-        at = bisect.bisect_left(self._aborted, start_offset, key=lambda t: t.last_offset)
-        return [AbortedTxn(t.producer_id, t.first_offset) for t in self._aborted[at:] if t.first_offset < end_offset]
+        aborted = self._aborted
+        at = bisect.bisect_left(aborted, start_offset, key=lambda t: t.last_offset)
+        return [AbortedTxn(t.producer_id, t.first_offset) for t in aborted[at:] if t.first_offset < end_offset]
+
+    def aborted_spans(self) -> dict[int, list[tuple[int, int]]]:
+        """producer id -> (first offset, marker offset) of each aborted transaction (the log cleaner
+        removes their records)."""
+        spans: dict[int, list[tuple[int, int]]] = {}
+        for txn in self._aborted:
+            spans.setdefault(txn.producer_id, []).append((txn.first_offset, txn.last_offset))
+        return spans
 
     def __len__(self) -> int:
         return len(self._aborted)

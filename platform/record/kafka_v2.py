@@ -38,6 +38,7 @@ from ember.record.header import (
     KAFKA_MAGIC,
     LOG_APPEND_TIME_FLAG,
     LOG_OVERHEAD,
+    TRANSACTIONAL_FLAG,
     BatchHeader,
     Buffer,
 )
@@ -233,7 +234,7 @@ def encode_batch(header: BatchHeader, records: pa.RecordBatch, codec: int,
     names = records.schema.names
     headers_arg = _headers_arg(records.column("headers")) if "headers" in names else None
     log_append_time = header.log_append_time
-    attributes = codec | (LOG_APPEND_TIME_FLAG if log_append_time else 0)
+    attributes = codec | (LOG_APPEND_TIME_FLAG if log_append_time else 0) | (header.attributes & TRANSACTIONAL_FLAG)
     base_timestamp = header.first_timestamp if log_append_time else None
     kafka = BatchHeader(base_offset=header.base_offset, batch_length=0,
                         partition_leader_epoch=header.partition_leader_epoch, magic=KAFKA_MAGIC, crc=0,
@@ -273,7 +274,7 @@ def empty_batch(header: BatchHeader) -> bytes:
     timestamps, epoch and producer fields: what the log cleaner leaves where a batch must stay (a segment's
     end offset, an idempotent producer's last sequence), as Kafka's cleaner does."""
     empty = header._replace(batch_length=HEADER_SIZE - LOG_OVERHEAD, magic=KAFKA_MAGIC, crc=0,
-                            attributes=header.attributes & LOG_APPEND_TIME_FLAG, record_count=0)
+                            attributes=header.attributes & (LOG_APPEND_TIME_FLAG | TRANSACTIONAL_FLAG), record_count=0)
     packed = empty.pack()
     return empty._replace(crc=crc32c(packed[CRC_START:])).pack()
 

@@ -198,7 +198,7 @@ def test_an_incremental_fetch_looks_only_at_partitions_that_changed(tmp_path: Pa
 
     looked_at: list[int] = []
     has_news = fetch_module._has_news
-    monkeypatch.setattr(fetch_module, "_has_news", lambda e, r: looked_at.append(e.index) or has_news(e, r))
+    monkeypatch.setattr(fetch_module, "_has_news", lambda e, r, c: looked_at.append(e.index) or has_news(e, r, c))
 
     async def scenario() -> None:
         replicas, logs = await _leader(tmp_path)

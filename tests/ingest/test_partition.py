@@ -340,7 +340,7 @@ def test_consumers_read_below_the_high_watermark_and_followers_to_the_log_end(ma
         await fetched_by(partition, FOLLOWER_2, 2)
         piece, offsets = await partition.read(0, 1 << 20, True, CONSUMER)
         assert base_offsets(piece) == [0]
-        assert offsets == LogOffsets(high_watermark=2, log_start_offset=0, log_end_offset=4)
+        assert offsets == LogOffsets(high_watermark=2, log_start_offset=0, log_end_offset=4, last_stable_offset=2)
         piece, _ = await partition.read(0, 1 << 20, True, FOLLOWER_2)
         assert base_offsets(piece) == [0, 2]
         assert (await partition.read(2, 1 << 20, True, CONSUMER))[0] is None   # caught up

@@ -11,8 +11,10 @@ from hypothesis import strategies as st
 from log_helpers import kafka_batch
 
 from ember import errors
+from ember.log import cleaner
 from ember.log.log import Log
 from ember.log.txn_index import AbortedTxn
+from ember.record.batch import iter_batches
 from ember.record.control import Marker, is_control, read_marker
 from ember.record.crc import crc32c
 from ember.record.header import CRC_START, TRANSACTIONAL_FLAG, BatchHeader
@@ -177,3 +179,63 @@ def test_last_stable_offset_and_aborted_index_match_a_model(open_log, steps):
     assert again.open_transactions() == open_first
     assert again.aborted_transactions(0, 1 << 40) == [AbortedTxn(p, f) for p, f, _, a in completed if a]
     again.close()
+
+
+# --- compaction with transactions -------------------------------------------------------------
+
+def keyed_txn_batch(pid: int, seq: int, pairs: list[tuple[bytes, bytes]]) -> bytes:
+    keys = pa.array([k for k, _ in pairs], pa.binary())
+    values = pa.array([v for _, v in pairs], pa.binary())
+    raw = bytearray(kafka_batch(pa.table({"key": keys, "value": values}), producer_id=pid, producer_epoch=0,
+                                base_sequence=seq))
+    struct.pack_into(">h", raw, CRC_START, BatchHeader.parse(raw).attributes | TRANSACTIONAL_FLAG)
+    struct.pack_into(">I", raw, 17, crc32c(memoryview(raw)[CRC_START:]))
+    return bytes(raw)
+
+
+def stored(log: Log) -> list[tuple[int, bool, list[tuple[bytes, bytes]]]]:
+    """(base offset, is control, [(key, value)]) of every batch from the log start."""
+    out = []
+    offset = log.log_start_offset
+    while offset < log.log_end_offset:
+        data = log.read(offset, 1 << 20).read_bytes()
+        for header, raw in iter_batches(data):
+            columns = decode_records(header, raw)
+            out.append((header.base_offset, is_control(header),
+                        list(zip(columns.column("key").to_pylist(), columns.column("value").to_pylist()))))
+            offset = header.last_offset + 1
+    return out
+
+
+def test_a_cleaning_drops_aborted_records_keeps_committed_ones_and_every_marker(open_log):
+    log = open_log(segment_bytes=300, cleanup_policy="compact")
+    log.append_as_leader(keyed_txn_batch(7, 0, [(b"k", b"committed")]), 0)           # 0
+    log.append_marker(marker(7, commit=True), 0)                                      # 1
+    log.append_as_leader(keyed_txn_batch(8, 0, [(b"k", b"aborted"), (b"j", b"x")]), 0)  # 2-3
+    log.append_marker(marker(8, commit=False), 0)                                     # 4
+    for i in range(6):                                                                # seal what came before
+        log.append_as_leader(keyed_txn_batch(9 + i, 0, [(b"other%d" % i, b"v")]), 0)
+        log.append_marker(marker(9 + i, commit=True), 0)
+    log.update_high_watermark(log.log_end_offset)
+    assert cleaner.clean(log, dedupe_buffer_bytes=1 << 30) is not None
+    batches = stored(log)
+    data = {k: (o, v) for o, control, pairs in batches if not control for k, v in pairs}
+    assert data[b"k"] == (0, b"committed")               # the aborted write did not supersede it
+    assert b"j" not in data                               # aborted records are gone
+    markers = [o for o, control, _ in batches if control]
+    assert 1 in markers and 4 in markers                  # markers stay (readers pass them)
+    assert log.aborted_transactions(0, 100) == [AbortedTxn(8, 2)]
+
+
+def test_an_open_transaction_holds_the_cleaner_back(open_log):
+    log = open_log(segment_bytes=300, cleanup_policy="compact")
+    log.append_as_leader(keyed_txn_batch(7, 0, [(b"k", b"open")]), 0)
+    for i in range(6):
+        log.append_as_leader(keyed_txn_batch(9 + i, 0, [(b"k", b"v%d" % i)]), 0)
+        log.append_marker(marker(9 + i, commit=True), 0)
+    log.update_high_watermark(log.log_end_offset)
+    assert log.last_stable_offset == 0
+    assert log.cleanable() is None                        # nothing is below the last stable offset
+    log.append_marker(marker(7, commit=True), 0)
+    log.update_high_watermark(log.log_end_offset)
+    assert log.cleanable() is not None

@@ -14,7 +14,6 @@ from ember.errors import (
     ErrorCode,
     FetchSessionIdNotFound,
     InvalidFetchSessionEpoch,
-    InvalidRecord,
     InvalidRequest,
     UnsupportedVersion,
 )
@@ -24,16 +23,20 @@ from ember.ingest.partition import CONSUMER_REPLICA_ID, LATEST_TIERED_TIMESTAMP,
 from ember.ingest.produce import Produced, ProduceEntry, append_at_leaders
 from ember.ingest.replica_manager import LeaderAnswer, LeaderQuery
 from ember.log import FetchSlice
+from ember.log.txn_index import AbortedTxn
 from ember.protocol.kafka.codec import KafkaRequest, build, millis, nested_class, response_class
 from ember.protocol.kafka.dispatcher import Api
 from ember.protocol.kafka.list_offsets_response import PartitionOffset, encode_list_offsets
 from ember.protocol.kafka.names import ZERO_UUID, TopicNames
 from ember.protocol.kafka.records import fetched_batches, produced_batch
 from ember.record.header import Buffer
-from ember.security.authorizer.model import Operation
+from ember.security.authorizer.model import Operation, Resource, ResourceType
 from ember.wire.api_keys import ApiKey
 from ember.wire.fetch_session import FINAL_EPOCH, NO_SESSION
 from ember.wire.reply import OK, CloseConnection, error_fields
+
+#: Fetch's isolation_level (v4+)
+READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 
 #: Produce v0-2 (magic 0/1 message sets) are advertised, as Kafka 4 does because librdkafka before
 #: 2.11.1 turns compression off when Produce starts at v3, and rejected per request.
@@ -65,7 +68,12 @@ class RecordHandlers:
         body = request.body
         names = TopicNames(self.core.cache.topics())
         listed: list[tuple[dict[str, Any], int, Buffer | Exception]] = []   # topic ref, partition, batch
+        refused = self._transactional_refusal(body.transactional_id)
         for topic in body.topic_data:
+            if refused is not None:
+                ref = {"name": getattr(topic, "name", None), "topic_id": getattr(topic, "topic_id", ZERO_UUID)}
+                listed += [(ref, p.index, refused) for p in topic.partition_data]
+                continue
             try:
                 ref = names.ref(names.name_of(topic))
                 self.core.access.check_topic(Operation.WRITE, ref["name"])   # before any batch is decoded, as Kafka
@@ -75,9 +83,7 @@ class RecordHandlers:
                 continue
             for part in topic.partition_data:
                 try:
-                    if body.transactional_id is not None:
-                        raise InvalidRecord("transactional produce is not supported (ember has no transactions)")
-                    listed.append((ref, part.index, produced_batch(part.records)))
+                    listed.append((ref, part.index, produced_batch(part.records, body.transactional_id)))
                 except Exception as exc:
                     listed.append((ref, part.index, exc))
         entries = [ProduceEntry(ref["name"], index, batch) for ref, index, batch in listed
@@ -94,6 +100,16 @@ class RecordHandlers:
             topic = topics.setdefault(id(ref), {**ref, "partition_responses": []})
             topic["partition_responses"].append({"index": index, **_produce_fields(outcome), "record_errors": []})
         return build(response_class(ApiKey.PRODUCE, request.api_version), {"responses": list(topics.values())})
+
+    def _transactional_refusal(self, transactional_id: str | None) -> Exception | None:
+        """A transactional Produce needs Write on its transactional id, as Kafka checks it first."""
+        if transactional_id is None:
+            return None
+        try:
+            self.core.access.check(Operation.WRITE, Resource(ResourceType.TRANSACTIONAL_ID, transactional_id))
+        except Exception as exc:
+            return exc
+        return None
 
     # -- Fetch ---------------------------------------------------------------------------------
 
@@ -135,7 +151,8 @@ class RecordHandlers:
         try:
             results, session_id = await fetch(
                 self.core.replicas, targets, CONSUMER_REPLICA_ID, body.min_bytes, body.max_bytes,
-                millis(body.max_wait) / 1000, getattr(body, "session_id", NO_SESSION), epoch, forgotten)
+                millis(body.max_wait) / 1000, getattr(body, "session_id", NO_SESSION), epoch, forgotten,
+                committed=getattr(body, "isolation_level", READ_UNCOMMITTED) == READ_COMMITTED)
         except (FetchSessionIdNotFound, InvalidFetchSessionEpoch) as exc:
             return build(cls, {**error_fields(exc), "session_id": NO_SESSION, "responses": []})
         converted = await self._fetch_partitions(results, request.api_version)
@@ -158,7 +175,8 @@ class RecordHandlers:
         fields: list[Any] = [
             None if r.error is None and r.slice is not None and r.leader is not None else
             _fetch_fields(r.target.partition, r.error) if r.error is not None else
-            _idle_partition(idle, r.target.partition, r.offsets.high_watermark, r.offsets.log_start_offset)
+            _idle_partition(idle, r.target.partition, r.offsets.high_watermark, r.offsets.log_start_offset,
+                            r.offsets.last_stable_offset)
             for r in results]
         reading = [i for i, f in enumerate(fields) if f is None]
         for i, read in zip(reading, await asyncio.gather(*(self._fetch_records(results[i], version) for i in reading))):
@@ -172,7 +190,7 @@ class RecordHandlers:
             records = await result.leader.run(_kafka_batches, result.slice, version)
         except Exception as exc:   # retention removed the segment meanwhile, or it is corrupt
             return _fetch_fields(result.target.partition, exc)
-        return _fetch_fields(result.target.partition, None, result.offsets, records)
+        return _fetch_fields(result.target.partition, None, result.offsets, records, result.aborted)
 
     # -- ListOffsets ---------------------------------------------------------------------------
 
@@ -239,10 +257,14 @@ def _known_names(names: TopicNames, topic: Any) -> list[str]:
 
 
 def _fetch_fields(index: int, error: Exception | None, offsets: LogOffsets = LogOffsets(),
-                  records: Buffer | None = _NO_RECORDS) -> dict[str, Any]:
+                  records: Buffer | None = _NO_RECORDS, aborted: list[AbortedTxn] | None = None) -> dict[str, Any]:
+    """A partition's Fetch response entry; ``aborted`` (read_committed) lists the aborted
+    transactions in what it holds, which every Kafka consumer filters by producer id and offset."""
     return {"partition_index": index, **(error_fields(error) if error is not None else OK),
-            "high_watermark": offsets.high_watermark, "last_stable_offset": offsets.high_watermark,
-            "log_start_offset": offsets.log_start_offset, "aborted_transactions": [],
+            "high_watermark": offsets.high_watermark, "last_stable_offset": offsets.last_stable_offset,
+            "log_start_offset": offsets.log_start_offset,
+            "aborted_transactions": None if aborted is None else
+            [{"producer_id": a.producer_id, "first_offset": a.first_offset} for a in aborted],
             "preferred_read_replica": -1, "records": records}
 
 
@@ -253,11 +275,11 @@ def _partition_class(version: int) -> type:
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def _idle_partition(cls: type, index: int, high_watermark: int, log_start_offset: int) -> Any:
+def _idle_partition(cls: type, index: int, high_watermark: int, log_start_offset: int, last_stable_offset: int) -> Any:
     """A Fetch response entry without records or error (most of a sessionless fetch's, at many
     partitions): kio entities are immutable, so one is shared by every response showing the same
     offsets; building them took as long as the rest of a 333-partition fetch."""
-    return build(cls, _fetch_fields(index, None, LogOffsets(high_watermark, log_start_offset, -1)))
+    return build(cls, _fetch_fields(index, None, LogOffsets(high_watermark, log_start_offset, -1, last_stable_offset)))
 
 
 def _kafka_batches(piece: FetchSlice, version: int) -> Buffer:

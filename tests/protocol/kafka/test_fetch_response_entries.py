@@ -24,7 +24,7 @@ def _response(version: int, partitions: list) -> bytes:
 @given(st.integers(min_value=4, max_value=18), st.integers(min_value=0, max_value=(1 << 31) - 1), OFFSETS, OFFSETS)
 def test_a_shared_idle_entry_encodes_as_one_built_for_the_response(version: int, index: int, high_watermark: int,
                                                                   log_start: int) -> None:
-    shared = _idle_partition(_partition_class(version), index, high_watermark, log_start)
-    assert shared is _idle_partition(_partition_class(version), index, high_watermark, log_start)
-    built = _fetch_fields(index, None, LogOffsets(high_watermark, log_start, -1))
+    shared = _idle_partition(_partition_class(version), index, high_watermark, log_start, high_watermark)
+    assert shared is _idle_partition(_partition_class(version), index, high_watermark, log_start, high_watermark)
+    built = _fetch_fields(index, None, LogOffsets(high_watermark, log_start, -1, high_watermark))
     assert _response(version, [shared]) == _response(version, [built])
