@@ -24,12 +24,13 @@ from ember.client.metadata import STALE_METADATA, MetadataClient
 from ember.client.offsets import EARLIEST, LATEST, list_offsets
 from ember.errors import EmberError, ErrorCode, OffsetOutOfRange, error_for_code
 from ember.record.batch import check_batch, decode_payload, slice_offsets
-from ember.record.control import is_control
+from ember.record.control import AbortedFilter, is_control
 from ember.record.header import HEADER_SIZE, BatchHeader
 from ember.security.client import ClientSecurity
 from ember.wire.api_keys import ApiKey
 from ember.wire.fetch_session import NO_SESSION, FetchSessionHandler
 from ember.wire.frame import Response, response_error, split_payload
+from ember.wire.isolation import isolation_level as wire_isolation_level
 from ember.wire.types import ConsumerRecord, OffsetAndTimestamp, TopicPartition
 
 Deserializer = Optional[Callable[[Optional[bytes]], Any]]
@@ -48,9 +49,10 @@ class AssignedConsumer:
                  enable_auto_commit: bool = True, consumer_timeout_ms: float = float("inf"),
                  request_timeout_ms: int = 30000, retry_backoff_ms: int = 100, check_crcs: bool = True,
                  key_deserializer: Deserializer = None, value_deserializer: Deserializer = None,
-                 **security: Any) -> None:
+                 isolation_level: str = "read_uncommitted", **security: Any) -> None:
         """``security``: ``security_protocol``, ``ssl_cafile``, ``sasl_mechanism`` and the other security keywords of
-        :class:`ember.security.client.SecurityOptions` (kafka-python's names)."""
+        :class:`ember.security.client.SecurityOptions` (kafka-python's names). ``isolation_level="read_committed"``
+        reads each partition only up to its last stable offset and leaves out aborted transactions' records."""
         if auto_offset_reset not in _RESET:
             raise ValueError(f"auto_offset_reset must be earliest, latest or none, not {auto_offset_reset!r}")
         self.group_id = group_id
@@ -64,6 +66,8 @@ class AssignedConsumer:
         self.consumer_timeout_s = consumer_timeout_ms / 1000
         self.request_timeout_s = request_timeout_ms / 1000
         self.check_crcs = check_crcs
+        self.isolation_level = isolation_level
+        self._isolation = wire_isolation_level(isolation_level)
         self._key_deserializer = key_deserializer
         self._value_deserializer = value_deserializer
         self._metadata = MetadataClient(bootstrap_servers, request_timeout_ms=request_timeout_ms,
@@ -312,7 +316,7 @@ class AssignedConsumer:
             session = self._sessions.setdefault(leader, FetchSessionHandler())
             listed, forgotten = session.next_fetch(dict(offsets))
             body = {"replica_id": -1, "max_wait_ms": self.fetch_max_wait_ms, "min_bytes": self.fetch_min_bytes,
-                    "max_bytes": self.fetch_max_bytes, **session.fields(),
+                    "max_bytes": self.fetch_max_bytes, "isolation_level": self._isolation, **session.fields(),
                     "partitions": [{"topic": tp.topic, "partition": tp.partition, "fetch_offset": offsets[tp],
                                     "max_bytes": self.max_partition_fetch_bytes} for tp in listed],
                     "forgotten": [{"topic": tp.topic, "partition": tp.partition} for tp in forgotten]}
@@ -379,7 +383,9 @@ class AssignedConsumer:
                 self._metadata.mark_stale()
                 return
             raise error
-        batches, end = _decode(payload, fetch_offset, self.check_crcs)
+        aborted = item.get("aborted_transactions")
+        keep = None if aborted is None else AbortedFilter((a["producer_id"], a["first_offset"]) for a in aborted)
+        batches, end = _decode(payload, fetch_offset, self.check_crcs, keep)
         if batches:
             self._buffers[tp] = deque(batches)
             self._buffer_ends[tp] = end
@@ -398,10 +404,12 @@ class AssignedConsumer:
         self.close()
 
 
-def _decode(payload: memoryview, fetch_offset: int, verify_crc: bool) -> tuple[list[pa.RecordBatch], int]:
-    """Record batches of a fetch payload without the records before ``fetch_offset``, and one past
-    the last offset the whole batches span (``fetch_offset`` if none): the next fetch offset, also
-    where a log cleaning removed the last records of a batch, as Kafka's consumer does.
+def _decode(payload: memoryview, fetch_offset: int, verify_crc: bool,
+            keep: AbortedFilter | None = None) -> tuple[list[pa.RecordBatch], int]:
+    """Record batches of a fetch payload without the records before ``fetch_offset`` (nor, with
+    ``keep``, those of aborted transactions), and one past the last offset the whole batches span
+    (``fetch_offset`` if none): the next fetch offset, also where a log cleaning removed the last
+    records of a batch or a transaction marker ends the payload, as Kafka's consumer does.
 
     A truncated batch at the end (a broker may cut the last one at max_bytes) is skipped."""
     pos, batches, end = 0, [], fetch_offset
@@ -411,8 +419,10 @@ def _decode(payload: memoryview, fetch_offset: int, verify_crc: bool) -> tuple[l
             break
         check_batch(payload, pos, verify_crc=verify_crc)
         if header.base_offset + header.last_offset_delta >= fetch_offset:
-            if not is_control(header):    # a transaction marker: no record to hand out, but an offset to pass
-                batch = slice_offsets(decode_payload(header, payload[pos:pos + header.size]), fetch_offset)
+            raw = payload[pos:pos + header.size]
+            # a transaction marker has no record to hand out, but an offset to pass
+            if (keep.keep(header, raw) if keep is not None else not is_control(header)):
+                batch = slice_offsets(decode_payload(header, raw), fetch_offset)
                 if batch.num_rows:
                     batches.append(batch)
             end = max(end, header.last_offset + 1)

@@ -10,7 +10,7 @@ tell it by its header.
 from __future__ import annotations
 
 import struct
-from typing import NamedTuple
+from typing import Iterable, NamedTuple
 
 import pyarrow as pa
 
@@ -81,3 +81,24 @@ def read_marker(header: BatchHeader, batch: Buffer) -> Marker:
     value = records.column("value")[0].as_py() or b""
     coordinator_epoch = _VALUE.unpack_from(value)[1] if len(value) >= _VALUE.size else -1
     return Marker(header.producer_id, header.producer_epoch, kind == COMMIT, coordinator_epoch)
+
+
+class AbortedFilter:
+    """A read_committed reader's filter over one partition's batches, in offset order: Kafka's
+    consumer algorithm, per batch (never per record). ``aborted`` lists (producer id, first offset)
+    of the aborted transactions overlapping what is read (a read_committed Fetch returns them, and
+    the direct segment reader asks for them); a producer's transactional batches are dropped from
+    its aborted transaction's first offset until its ABORT marker. Markers are never kept."""
+
+    def __init__(self, aborted: Iterable[tuple[int, int]]) -> None:
+        self._pending = sorted(aborted, key=lambda txn: txn[1], reverse=True)   # pop() takes the first
+        self._aborting: set[int] = set()
+
+    def keep(self, header: BatchHeader, batch: Buffer) -> bool:
+        while self._pending and self._pending[-1][1] <= header.last_offset:
+            self._aborting.add(self._pending.pop()[0])
+        if is_control(header):
+            if header.producer_id in self._aborting and not read_marker(header, batch).commit:
+                self._aborting.discard(header.producer_id)
+            return False
+        return not (is_transactional(header) and header.producer_id in self._aborting)

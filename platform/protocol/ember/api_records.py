@@ -18,6 +18,7 @@ from ember.wire import fields
 from ember.wire.api_keys import ApiKey
 from ember.wire.fetch_session import FINAL_EPOCH, NO_SESSION
 from ember.wire.frame import Request, split_payload
+from ember.wire.isolation import READ_COMMITTED, READ_UNCOMMITTED
 from ember.wire.reply import OK, CloseConnection, FileRegion, Reply, error_fields
 
 DEFAULT_PRODUCE_TIMEOUT_MS = 30000
@@ -75,7 +76,7 @@ class RecordApis:
         results, session_id = await fetch(
             self.replicas, targets, replica_id, min_bytes, max_bytes, max_wait_s,
             fields.integer(body, "session_id", NO_SESSION), fields.integer(body, "session_epoch", FINAL_EPOCH),
-            forgotten)
+            forgotten, committed=fields.integer(body, "isolation_level", READ_UNCOMMITTED) == READ_COMMITTED)
         return self._fetch_reply(results, session_id)
 
     @staticmethod
@@ -90,7 +91,11 @@ class RecordApis:
                                       **(error_fields(result.error) if result.error else OK),
                                       "high_watermark": offsets.high_watermark,
                                       "log_start_offset": offsets.log_start_offset,
-                                      "log_end_offset": offsets.log_end_offset}
+                                      "log_end_offset": offsets.log_end_offset,
+                                      "last_stable_offset": offsets.last_stable_offset}
+            if result.aborted is not None:
+                fields["aborted_transactions"] = [{"producer_id": a.producer_id, "first_offset": a.first_offset}
+                                                  for a in result.aborted]
             size = 0
             if result.slice is not None:
                 try:

@@ -33,10 +33,8 @@ from ember.record.header import Buffer
 from ember.security.authorizer.model import Operation, Resource, ResourceType
 from ember.wire.api_keys import ApiKey
 from ember.wire.fetch_session import FINAL_EPOCH, NO_SESSION
+from ember.wire.isolation import READ_COMMITTED, READ_UNCOMMITTED
 from ember.wire.reply import OK, CloseConnection, error_fields
-
-#: Fetch's isolation_level (v4+)
-READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 
 #: Produce v0-2 (magic 0/1 message sets) are advertised, as Kafka 4 does because librdkafka before
 #: 2.11.1 turns compression off when Produce starts at v3, and rejected per request.
