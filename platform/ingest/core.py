@@ -1,5 +1,5 @@
 """The broker core both wire protocols' handlers share: one broker's replicas, metadata, topic
-administration, producer ids, group coordinator and controller. A protocol adds a translation layer on top;
+administration, producer ids, group and transaction coordinators and controller. A protocol adds a translation layer on top;
 it never holds state or logic of its own about records, topics or groups."""
 from __future__ import annotations
 
@@ -13,6 +13,9 @@ from ember.ingest.broker_config import BrokerConfig
 from ember.ingest.metadata_view import MetadataView
 from ember.ingest.replica_manager import ReplicaManager
 from ember.ingest.topic_changes import TopicChanges
+from ember.ingest.transactions.coordinator import TransactionCoordinator
+from ember.ingest.transactions.local_markers import LeaderMarkers
+from ember.ingest.transactions.offsets import TransactionalOffsets
 from ember.security.authorizer.access import ALLOW_ALL, Access
 from ember.security.authorizer.store import AclStore
 from ember.security.sasl.scram_admin import ScramAdmin
@@ -34,6 +37,12 @@ class BrokerCore:
     controller: Controller
     #: Users' SCRAM credentials (Describe/AlterUserScramCredentials).
     scram: ScramAdmin
+    #: The transactional ids this broker coordinates.
+    transactions: TransactionCoordinator
+    #: TxnOffsetCommit of the groups this broker coordinates.
+    txn_offsets: TransactionalOffsets
+    #: Markers for the partitions this broker leads (WriteTxnMarkers).
+    txn_markers: LeaderMarkers
     #: The ACL checks (every check passes without ``authorizer.class.name``).
     access: Access = ALLOW_ALL
     #: The ACLs in ZooKeeper (None: no authorizer, so the ACL APIs answer SECURITY_DISABLED).

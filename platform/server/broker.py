@@ -41,6 +41,11 @@ from ember.ingest.log_manager import LogManager
 from ember.ingest.metadata_view import MetadataView
 from ember.ingest.replica_manager import ReplicaManager
 from ember.ingest.topic_changes import TopicChanges
+from ember.ingest.transactions.coordinator import TransactionConfig, TransactionCoordinator
+from ember.ingest.transactions.local_markers import LeaderMarkers
+from ember.ingest.transactions.marker_router import MarkerRouter
+from ember.ingest.transactions.offsets import TransactionalOffsets
+from ember.ingest.transactions.store import TransactionStore
 from ember.net.budget import RequestBudget
 from ember.net.server import BrokerServer
 from ember.protocol.ember.api_acls import AclApis
@@ -51,6 +56,7 @@ from ember.protocol.ember.api_leadership import LeadershipApis
 from ember.protocol.ember.api_records import RecordApis
 from ember.protocol.ember.api_replication import ReplicationApis
 from ember.protocol.ember.api_sasl import SaslApis, ScramCredentialApis
+from ember.protocol.ember.api_transactions import TransactionApis
 from ember.protocol.ember.dispatcher import Dispatcher
 from ember.protocol.ember.listener import EmberServer
 from ember.protocol.kafka.listener import kafka_server
@@ -156,6 +162,9 @@ class Broker:
                                      tuple((a.name, a.host, a.port) for a in options.listeners.advertised)),
             self.config.zookeeper_session_timeout_ms)
         self.replicas: ReplicaManager | None = None
+        #: coordinates the transactional ids the broker mapping gives this broker
+        self.transactions: TransactionCoordinator | None = None
+        self.marker_router: MarkerRouter | None = None
         #: compacts the logs of topics with cleanup.policy=compact (log.cleaner.enable)
         self.cleaner: LogCleaner | None = None
         #: (listener name, its server), ember's protocol first.
@@ -192,15 +201,26 @@ class Broker:
                             self.replicas.unavailable_reason, self.access)
         producer_ids = ProducerIdAllocator(self.session, options.broker_id)
         scram = ScramAdmin(self.credentials)
+        leader_markers = LeaderMarkers(self.replicas)
+        self.marker_router = MarkerRouter(options.broker_id, self.cache, leader_markers, self.inter_broker)
+        txn_store = TransactionStore(self.session)
+        self.transactions = TransactionCoordinator(
+            options.broker_id, self.cache, txn_store, producer_ids, self.marker_router, GroupStore(self.session),
+            TransactionConfig(self.config.transaction_max_timeout_ms, self.config.transactional_id_expiration_ms,
+                              self.config.transaction_abort_timed_out_transaction_cleanup_interval_ms),
+            self.access)
         dispatcher = Dispatcher(
             ClusterApis(view).handlers(), RecordApis(self.replicas).handlers(),
             ReplicationApis(self.replicas).handlers(),
             AdminApis(topics, self.cache, producer_ids).handlers(),
             LeadershipApis(self.controller, self.access).handlers(), GroupApis(self.groups).handlers(),
             AclApis(AclAdmin(self.access, self.acls)).handlers(), SaslApis().handlers(),
-            ScramCredentialApis(scram, self.access).handlers())
+            ScramCredentialApis(scram, self.access).handlers(),
+            TransactionApis(leader_markers, self.access).handlers())
         core = BrokerCore(options.broker_id, cluster_id, self.config, self.cache, self.replicas, view, topics,
-                          producer_ids, self.groups, self.controller, scram, self.access, self.acls)
+                          producer_ids, self.groups, self.controller, scram, self.transactions,
+                          TransactionalOffsets(txn_store, self.groups, self.access), leader_markers,
+                          self.access, self.acls)
         max_bytes, max_idle_ms = self.config.socket_request_max_bytes, self.config.connections_max_idle_ms
         # queued.max.request.bytes: one pool for the client listeners, one for the inter-broker listener
         # (docs/broker.md: shared with ember's clients when that is the EMBER listener, the default)
@@ -223,6 +243,7 @@ class Broker:
             await server.start_serving()
         self.controller.start()
         self.groups.start()
+        self.transactions.start()
         self.logs.start_schedules(self.replicas.all_partitions, self.config.log_retention_check_interval_ms,
                                   self.config.log_flush_scheduler_interval_ms, self.metrics)
         if self.config.log_cleaner_enable:
@@ -317,6 +338,7 @@ class Broker:
             ("resign as controller", lambda: _on_daemon_thread(lambda: self.controller.close(zk_budget()))),
             ("deregister", lambda: _on_daemon_thread(lambda: self.registration.deregister(zk_budget()))),
             ("close group coordinator", self.groups.close),
+            ("close transaction coordinator", self._close_transactions),
             ("stop serving", lambda: asyncio.gather(*(server.close() for _, server in self.servers))),
             ("stop schedules", self.logs.stop_schedules),
             ("stop the log cleaner", lambda: self.cleaner.stop() if self.cleaner else asyncio.sleep(0)),
@@ -333,6 +355,12 @@ class Broker:
             except Exception:
                 log.exception("shutdown step %r failed; continuing", name)
         log.info("broker %d stopped", self.options.broker_id)
+
+    async def _close_transactions(self) -> None:
+        if self.transactions is not None:
+            await self.transactions.close()
+        if self.marker_router is not None:
+            self.marker_router.close()
 
     async def run(self) -> None:
         """Start, serve until SIGTERM or SIGINT, then shut down cleanly."""

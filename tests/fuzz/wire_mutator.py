@@ -138,6 +138,7 @@ class RequestTemplates:
             ApiKey.DESCRIBE_ACLS: lambda rng: Request(ApiKey.DESCRIBE_ACLS, {"resource_type": "Topic"}),
             ApiKey.CREATE_ACLS: lambda rng: Request(ApiKey.CREATE_ACLS, {"acls": [self._acl(rng)]}),
             ApiKey.DELETE_ACLS: lambda rng: Request(ApiKey.DELETE_ACLS, {"filters": [self._acl(rng)]}),
+            ApiKey.WRITE_TXN_MARKERS: self.write_txn_markers,
         }
         # Record APIs carry most real traffic; weigh them up.
         self._weights = {key: 6 if key in (ApiKey.PRODUCE, ApiKey.FETCH) else 1 for key in self._builders}
@@ -168,6 +169,12 @@ class RequestTemplates:
     @staticmethod
     def empty(api_key: int) -> Callable[[random.Random], Request]:
         return lambda rng: Request(api_key, {})
+
+    def write_txn_markers(self, rng: random.Random) -> Request:
+        """A coordinator's markers (for producers with no open transaction: the leaders answer them)."""
+        return Request(ApiKey.WRITE_TXN_MARKERS, {
+            "producer_id": rng.choice(self.targets.producer_ids), "producer_epoch": 0, "coordinator_epoch": 0,
+            "commit": rng.random() < 0.5, "partitions": self._tps(rng)})
 
     # -- record APIs --
 

@@ -435,7 +435,10 @@ class TransactionCoordinator:
         names = {s.value for s in TxnState}
         wanted_states = set(states)
         wanted_pids = set(producer_ids)
-        regex = re.compile(pattern) if pattern else None
+        try:
+            regex = re.compile(pattern) if pattern else None
+        except re.error as exc:
+            raise InvalidRequest(f"transactional id pattern {pattern!r}: {exc}") from None
         now = self.clock_ms()
         found = []
         for transactional_id, entry in sorted(self.entries.items()):

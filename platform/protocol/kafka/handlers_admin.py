@@ -1,6 +1,6 @@
 """CreateTopics, CreatePartitions, DeleteTopics, DeleteRecords and InitProducerId over Kafka's
 protocol: translation only, the work is the broker core's (``ember.ingest.topic_changes``, the
-partitions' leaders, the cluster's producer-id allocator)."""
+partitions' leaders, the cluster's producer-id allocator, the transaction coordinator)."""
 from __future__ import annotations
 
 import asyncio
@@ -13,8 +13,9 @@ from ember.ingest.core import BrokerCore
 from ember.protocol.kafka.codec import KafkaRequest, build, millis, response_class
 from ember.protocol.kafka.dispatcher import Api
 from ember.protocol.kafka.handlers_configs import kafka_config
+from ember.protocol.kafka.handlers_transactions import producer_error
 from ember.protocol.kafka.names import ZERO_UUID, TopicNames
-from ember.security.authorizer.model import Operation, Resource, ResourceType
+from ember.security.authorizer.model import Operation
 from ember.wire.api_keys import ApiKey
 from ember.wire.reply import OK, error_fields
 
@@ -112,19 +113,24 @@ class AdminHandlers:
 
     async def init_producer_id(self, request: KafkaRequest) -> Any:
         """A fresh producer id for an idempotent producer (also when it asks to bump the epoch of
-        its old one: a new id is a valid answer, KIP-360). Transactions are refused."""
+        its old one: a new id is a valid answer, KIP-360); with a transactional id, the
+        transaction coordinator's (fencing the id's previous producer)."""
+        body = request.body
         cls = response_class(ApiKey.INIT_PRODUCER_ID, request.api_version)
+        if body.transactional_id is not None:
+            try:
+                if getattr(body, "enable2_pc", False):
+                    raise InvalidRequest("two-phase commit (KIP-939) is not supported")
+                producer_id, epoch = await self.core.transactions.init_producer_id(
+                    body.transactional_id, millis(body.transaction_timeout), getattr(body, "producer_id", -1),
+                    getattr(body, "producer_epoch", -1))
+            except Exception as exc:
+                return build(cls, {**producer_error(exc, ApiKey.INIT_PRODUCER_ID, request.api_version),
+                                   "producer_id": -1, "producer_epoch": -1})
+            return build(cls, {**OK, "producer_id": producer_id, "producer_epoch": epoch})
         try:
-            if request.body.transactional_id is not None:
-                self.core.access.check(Operation.WRITE, Resource(ResourceType.TRANSACTIONAL_ID,
-                                                                 request.body.transactional_id))
-            else:
-                self.core.access.check_idempotent_write()
+            self.core.access.check_idempotent_write()
         except Exception as exc:
             return build(cls, {**error_fields(exc), "producer_id": -1, "producer_epoch": -1})
-        if request.body.transactional_id is not None:
-            error = InvalidRequest("transactions are not supported: ember has no transaction coordinator; "
-                                   "use an idempotent producer without transactional.id")
-            return build(cls, {**error_fields(error), "producer_id": -1, "producer_epoch": -1})
         producer_id = await asyncio.to_thread(self.core.producer_ids.next_id)
         return build(cls, {**OK, "producer_id": producer_id, "producer_epoch": PRODUCER_EPOCH})

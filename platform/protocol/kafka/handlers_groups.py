@@ -1,5 +1,5 @@
-"""Consumer groups over Kafka's protocol: FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
-LeaveGroup, OffsetCommit and OffsetFetch. Translation only: the work is the shared group coordinator's
+"""Consumer groups over Kafka's protocol: FindCoordinator (of groups, and of transactional ids:
+key type 1), JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit and OffsetFetch. Translation only: the work is the shared group coordinator's
 (``ember.groups.coordinator``), so a group joined by Kafka consumers shows in ``ember groups
 describe`` and committed offsets are the same whichever protocol committed or reads them.
 
@@ -29,6 +29,7 @@ from ember.wire.reply import OK, error_fields
 from ember.wire.types import TopicPartition
 
 GROUP_KEY = 0
+TRANSACTION_KEY = 1
 NO_OFFSET = -1
 #: JoinGroup v4+ clients join in two steps (MEMBER_ID_REQUIRED); older ones get an id at once.
 TWO_STEP_JOIN_VERSION = 4
@@ -60,9 +61,12 @@ class GroupHandlers:
 
     def _coordinator(self, key: str, key_type: int) -> dict[str, Any]:
         try:
-            if key_type != GROUP_KEY:
-                raise InvalidRequest("only group coordinators exist (ember has no transactions)")
-            broker = self.core.groups.coordinator_broker(key)
+            if key_type == GROUP_KEY:
+                broker = self.core.groups.coordinator_broker(key)
+            elif key_type == TRANSACTION_KEY:
+                broker = self.core.transactions.coordinator_broker(key)
+            else:
+                raise InvalidRequest(f"coordinator key type {key_type} is unknown (0 = group, 1 = transaction)")
             endpoint = broker.endpoint(self.listener)
             if endpoint is None:
                 raise CoordinatorNotAvailable(f"broker {broker.id} coordinates {key!r} but has no "

@@ -25,6 +25,7 @@ from ember.protocol.kafka.handlers_leadership import LeadershipHandlers
 from ember.protocol.kafka.handlers_records import RecordHandlers
 from ember.protocol.kafka.handlers_sasl import SaslHandlers, ScramCredentialHandlers
 from ember.protocol.kafka.handlers_sasl import authenticate as authenticate_kafka
+from ember.protocol.kafka.handlers_transactions import TransactionHandlers
 from ember.security.listener import ListenerSecurity
 from ember.wire.reply import FramePieces
 
@@ -62,7 +63,8 @@ def kafka_dispatcher(core: BrokerCore, listener: str, observer: "RequestObserver
                                  AdminHandlers(core).apis(), GroupHandlers(core, listener).apis(),
                                  GroupAdminHandlers(core).apis(), ConfigHandlers(core).apis(),
                                  LeadershipHandlers(core).apis(), AclHandlers(core).apis(), SaslHandlers().apis(),
-                                 ScramCredentialHandlers(core).apis(), observer=observer)
+                                 ScramCredentialHandlers(core).apis(), TransactionHandlers(core).apis(),
+                                 observer=observer)
     dispatcher.apis.update(ApiVersionsHandler(dispatcher.supported).apis())
     return dispatcher
 

@@ -13,7 +13,6 @@ import pytest
 
 from ember.cluster.producer_ids import ProducerIdAllocator
 from ember.errors import (
-    ConcurrentTransactions,
     InvalidProducerIdMapping,
     InvalidTransactionTimeout,
     InvalidTxnState,

@@ -51,7 +51,10 @@ def test_every_advertised_version_has_kafkas_schema_except_rejected_produce_v0_t
                     ApiKey.ALTER_PARTITION_REASSIGNMENTS, ApiKey.LIST_PARTITION_REASSIGNMENTS, ApiKey.DESCRIBE_LOG_DIRS,
                     ApiKey.DESCRIBE_ACLS, ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS,
                     ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE, ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS,
-                    ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 48}   # 48: DescribeClientQuotas (none)
+                    ApiKey.ALTER_USER_SCRAM_CREDENTIALS, ApiKey.ADD_PARTITIONS_TO_TXN, ApiKey.ADD_OFFSETS_TO_TXN,
+                    ApiKey.END_TXN, ApiKey.TXN_OFFSET_COMMIT, ApiKey.WRITE_TXN_MARKERS,
+                    ApiKey.DESCRIBE_TRANSACTIONS, ApiKey.LIST_TRANSACTIONS,
+                    48}   # 48: DescribeClientQuotas (none)
     for key, low, high in supported:
         for version in range(low, high + 1):
             if key == ApiKey.PRODUCE and version < 3:
