@@ -180,7 +180,7 @@ class AssignedConsumer:
             raise OffsetOutOfRange(f"no position for {_names(unresettable)} and auto_offset_reset='none'; "
                                    f"call seek() or seek_to_beginning() first")
         resets = {tp: where for tp, where in pending.items() if where is not None}   # all of pending: None raised above
-        for tp, (offset, _) in list_offsets(self._metadata, resets, self.request_timeout_s).items():
+        for tp, (offset, _) in list_offsets(self._metadata, resets, self.request_timeout_s, self._isolation).items():
             self._positions[tp] = offset
             self._pending_reset.pop(tp, None)
 
@@ -188,11 +188,13 @@ class AssignedConsumer:
         return self._offsets(partitions, EARLIEST)
 
     def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        """The high watermark of each partition: one past the last record a consumer can read."""
+        """One past the last offset this consumer can read in each partition: the high watermark, or
+        the last stable offset with ``isolation_level="read_committed"`` (as Kafka's consumer)."""
         return self._offsets(partitions, LATEST)
 
     def _offsets(self, partitions: Iterable[TopicPartition], where: int) -> dict[TopicPartition, int]:
-        found = list_offsets(self._metadata, {TopicPartition(*tp): where for tp in partitions}, self.request_timeout_s)
+        found = list_offsets(self._metadata, {TopicPartition(*tp): where for tp in partitions}, self.request_timeout_s,
+                             self._isolation)
         return {tp: offset for tp, (offset, _) in found.items()}
 
     def offsets_for_times(self, timestamps: Mapping[TopicPartition, int]) -> dict[TopicPartition, Optional[OffsetAndTimestamp]]:

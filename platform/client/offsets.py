@@ -14,6 +14,7 @@ from ember.client.metadata import MetadataClient
 from ember.errors import EmberError, KafkaTimeoutError, LeaderNotAvailable, UnknownTopicOrPartition, error_for_code
 from ember.wire.api_keys import ApiKey
 from ember.wire.frame import response_error
+from ember.wire.isolation import READ_UNCOMMITTED
 from ember.wire.types import TopicPartition
 
 EARLIEST = -2
@@ -21,18 +22,20 @@ LATEST = -1
 
 
 def list_offsets(metadata: MetadataClient, query: Mapping[TopicPartition, int],
-                 timeout_s: float) -> dict[TopicPartition, tuple[int, int]]:
-    """``{tp: (offset, timestamp)}`` for ``{tp: timestamp}`` (EARLIEST, LATEST = high watermark, or ms).
+                 timeout_s: float, isolation: int = READ_UNCOMMITTED) -> dict[TopicPartition, tuple[int, int]]:
+    """``{tp: (offset, timestamp)}`` for ``{tp: timestamp}`` (EARLIEST, LATEST = high watermark, or
+    the last stable offset for READ_COMMITTED, or ms).
 
     Offset is -1 when no record has a timestamp at or after the one asked for."""
-    found = at_leaders(metadata, ApiKey.LIST_OFFSETS, {tp: {"timestamp": t} for tp, t in query.items()}, timeout_s)
+    found = at_leaders(metadata, ApiKey.LIST_OFFSETS, {tp: {"timestamp": t} for tp, t in query.items()}, timeout_s,
+                       {"isolation_level": isolation})
     return {tp: (item.get("offset", -1), item.get("timestamp", -1)) for tp, item in found.items()}
 
 
 def at_leaders(metadata: MetadataClient, api_key: int, query: Mapping[TopicPartition, dict[str, Any]],
-               timeout_s: float) -> dict[TopicPartition, dict[str, Any]]:
+               timeout_s: float, request_fields: Mapping[str, Any] | None = None) -> dict[TopicPartition, dict[str, Any]]:
     """Each partition's answer to a per-partition request (``query``: its fields besides topic and
-    partition) sent to the partition's leader: grouped per leader, retried after a metadata
+    partition; ``request_fields``: the request's own) sent to the partition's leader: grouped per leader, retried after a metadata
     refresh while leaders move (the request must be safe to repeat); the first non-retriable
     error is raised."""
     name = ApiKey(api_key).name
@@ -61,7 +64,7 @@ def at_leaders(metadata: MetadataClient, api_key: int, query: Mapping[TopicParti
             by_leader.setdefault(leader, []).append(tp)
         for leader, tps in by_leader.items():
             try:
-                body = metadata.request(api_key, {"partitions": [
+                body = metadata.request(api_key, {**(request_fields or {}), "partitions": [
                     {"topic": tp.topic, "partition": tp.partition, **remaining[tp]} for tp in tps]},
                     broker_id=leader).body
                 error = response_error(body)

@@ -346,19 +346,20 @@ class Partition:
     def _delete_records(self, offset: int) -> int:
         return self.log.delete_records_before(self.log.high_watermark if offset == DELETE_TO_HIGH_WATERMARK else offset)
 
-    async def offset_for_timestamp(self, timestamp: int, replica_id: int) -> tuple[int, int]:
+    async def offset_for_timestamp(self, timestamp: int, replica_id: int, committed: bool = False) -> tuple[int, int]:
         """ListOffsets: (offset, timestamp) for a timestamp or one of the special timestamps above;
-        (-1, -1) when no visible record answers it. Earliest and latest are answered on the event
-        loop, from offsets held in memory: Spark's Kafka connector asks for both after every poll."""
+        (-1, -1) when no visible record answers it (``committed``: read_committed, whose view ends at
+        the last stable offset). Earliest and latest are answered on the event loop, from offsets
+        held in memory: Spark's Kafka connector asks for both after every poll."""
         if timestamp in _IN_MEMORY_TIMESTAMPS:
-            return self._offset(timestamp, replica_id)
-        return await self.run(self._offset, timestamp, replica_id)
+            return self._offset(timestamp, replica_id, committed)
+        return await self.run(self._offset, timestamp, replica_id, committed)
 
-    def _offset(self, timestamp: int, replica_id: int) -> tuple[int, int]:
+    def _offset(self, timestamp: int, replica_id: int, committed: bool) -> tuple[int, int]:
         log = self.log
         if replica_id < 0:
             self._check_high_watermark_known()
-        visible_end = log.log_end_offset if replica_id >= 0 else log.high_watermark
+        visible_end = _visible_end(self._offsets(), replica_id, committed)
         if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
             return log.log_start_offset, -1
         if timestamp == LATEST_TIMESTAMP:

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from log_helpers import kafka_batch
 
 from ember import errors
-from ember.log import cleaner
+from ember.log import cleaner, read_offset_range
 from ember.log.log import Log
 from ember.log.txn_index import AbortedTxn
 from ember.record.batch import iter_batches
@@ -156,6 +156,8 @@ def test_last_stable_offset_and_aborted_index_match_a_model(open_log, steps):
     sequences: dict[int, int] = {}
     open_first: dict[int, int] = {}
     completed: list[tuple[int, int, int, bool]] = []   # pid, first, marker offset, aborted
+    markers_at: set[int] = set()
+    owner: dict[int, int] = {}                          # offset -> producer of a transactional record there
     for action, pid in steps:
         if action in ("data", "plain"):
             seq = sequences.get(pid, 0)
@@ -163,16 +165,23 @@ def test_last_stable_offset_and_aborted_index_match_a_model(open_log, steps):
             sequences[pid] = seq + 2
             if action == "data":
                 open_first.setdefault(pid, result.first_offset)
+                owner.update({result.first_offset: pid, result.first_offset + 1: pid})
         elif action == "replicate":
             log.update_high_watermark(log.log_end_offset)
         else:
             at = log.append_marker(marker(pid, commit=action == "commit"), 0).first_offset
+            markers_at.add(at)
             completed.append((pid, open_first.pop(pid, at), at, action == "abort"))
     hw = log.high_watermark
     unstable = [*open_first.values(), *(first for _, first, end, _ in completed if end >= hw)]
     assert log.last_stable_offset == min([hw, *unstable])
     assert log.open_transactions() == open_first
     assert log.aborted_transactions(0, 1 << 40) == [AbortedTxn(p, f) for p, f, _, aborted in completed if aborted]
+    stable = log.last_stable_offset
+    aborted_spans = [(p, f, end) for p, f, end, aborted in completed if aborted]
+    wanted = [o for o in range(stable) if o not in markers_at
+              and not any(p == owner.get(o) and f <= o < end for p, f, end in aborted_spans)]
+    assert offsets_read(log, 0, stable) == wanted
     log.flush()
     log.close()
     again = open_log()
@@ -239,3 +248,36 @@ def test_an_open_transaction_holds_the_cleaner_back(open_log):
     log.append_marker(marker(7, commit=True), 0)
     log.update_high_watermark(log.log_end_offset)
     assert log.cleanable() is not None
+
+
+# --- read_committed straight from the segment files (Spark's direct path) -----------------------
+
+def offsets_read(log: Log, start: int, end: int, committed: bool = True) -> list[int]:
+    log.flush()
+    return [o for batch in read_offset_range(log.directory, start, end, committed=committed)
+            for o in batch.column("offset").to_pylist()]
+
+
+def test_the_segment_reader_leaves_out_aborted_transactions_even_when_their_marker_is_past_the_range(open_log):
+    log = open_log(segment_bytes=300)
+    log.append_as_leader(txn_batch(7, 0, 0), 0)                         # 0-1 aborted below
+    log.append_as_leader(txn_batch(8, 0, 0), 0)                         # 2-3 committed below
+    log.append_as_leader(txn_batch(1, 0, 0, transactional=False), 0)    # 4-5 plain
+    log.append_marker(marker(7, commit=False), 0)                       # 6
+    log.append_as_leader(txn_batch(9, 0, 0), 0)                         # 7-8 committed at 10
+    log.append_marker(marker(8, commit=True), 0)                        # 9
+    log.append_marker(marker(9, commit=True), 0)                        # 10
+    log.update_high_watermark(log.log_end_offset)
+    assert log.last_stable_offset == 11
+    assert offsets_read(log, 0, 11) == [2, 3, 4, 5, 7, 8]
+    assert offsets_read(log, 0, 6) == [2, 3, 4, 5]                     # markers at 6 and 9 are past the range
+    assert offsets_read(log, 3, 8) == [3, 4, 5, 7]
+    assert offsets_read(log, 0, 11, committed=False) == [0, 1, 2, 3, 4, 5, 7, 8]
+
+
+def test_the_segment_reader_never_returns_a_transaction_it_cannot_see_end(open_log):
+    log = open_log()
+    log.append_as_leader(txn_batch(7, 0, 0), 0)                         # open: its marker is not written
+    log.append_as_leader(txn_batch(1, 0, 0, transactional=False), 0)
+    log.update_high_watermark(log.log_end_offset)
+    assert offsets_read(log, 0, 4) == [2, 3]

@@ -109,9 +109,10 @@ class RecordApis:
 
     async def list_offsets(self, request: Request) -> Reply:
         replica_id = fields.integer(request.body, "replica_id", CONSUMER_REPLICA_ID)
+        committed = fields.integer(request.body, "isolation_level", READ_UNCOMMITTED) == READ_COMMITTED
 
         async def offset(partition: Partition, timestamp: int) -> tuple[int, int]:
-            return await partition.offset_for_timestamp(timestamp, replica_id)
+            return await partition.offset_for_timestamp(timestamp, replica_id, committed)
         operation = self.replicas.access.follower_or_topic(replica_id, Operation.DESCRIBE)
         queries = leader_queries(request.body, lambda e: fields.integer(e, "timestamp", bits=fields.INT64))
         answers = await self.replicas.answer_at_leader(queries, offset, operation)

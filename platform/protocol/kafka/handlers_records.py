@@ -194,12 +194,13 @@ class RecordHandlers:
 
     async def list_offsets(self, request: KafkaRequest) -> Any:
         body = request.body
+        committed = getattr(body, "isolation_level", READ_UNCOMMITTED) == READ_COMMITTED
 
         async def offset(partition: Partition, wanted: int) -> tuple[int, int]:
             if wanted < LATEST_TIERED_TIMESTAMP:
                 raise UnsupportedVersion(f"ListOffsets timestamp {wanted} (a special offset of "
                                          f"ListOffsets v11+) is not supported")
-            return await partition.offset_for_timestamp(wanted, CONSUMER_REPLICA_ID)
+            return await partition.offset_for_timestamp(wanted, CONSUMER_REPLICA_ID, committed)
         topics: list[tuple[str, list[PartitionOffset]]] = []
         for topic in body.topics:
             queries = [LeaderQuery(topic.name, p.partition_index, getattr(p, "current_leader_epoch", -1), p.timestamp)
