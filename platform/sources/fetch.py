@@ -171,7 +171,7 @@ def _read_direct(task: OffsetRange, position: int, roots: list[Path], options: R
         if stop < task.end:
             unflushed = True
             problems.append(f"{copy} is flushed only up to offset {stop}")
-        batches = read_offset_range(copy, position, stop) if stop > position else iter(())
+        batches = read_offset_range(copy, position, stop, committed=options.committed) if stop > position else iter(())
         while True:
             try:
                 batch = next(batches, None)  # contiguous, trimmed
@@ -180,7 +180,8 @@ def _read_direct(task: OffsetRange, position: int, roots: list[Path], options: R
                                              _log_start(task, options), options.fail_on_data_loss)
                 if skipped_to > position:
                     position = skipped_to
-                    batches = read_offset_range(copy, position, stop) if stop > position else iter(())
+                    batches = read_offset_range(copy, position, stop, committed=options.committed) \
+                        if stop > position else iter(())
                     continue  # retention deleted what we wanted: read the same copy from the log start
                 problems.append(f"{copy} stops early ({exc})")  # it lags behind the high watermark
                 break
@@ -191,8 +192,11 @@ def _read_direct(task: OffsetRange, position: int, roots: list[Path], options: R
                 problems.append(f"{copy} is unreadable at offset {position} ({type(exc).__name__}: {exc})")
                 break
             if batch is None:
+                # the reader got to ``stop``: offsets without a record to hand out (transaction markers,
+                # aborted or cleaned records) end a range as well as records do
+                position = max(position, stop)
                 break
-            position += batch.num_rows
+            position = batch.column("offset")[batch.num_rows - 1].as_py() + 1
             yield to_spark_batch(batch, task.topic, task.partition, target)
         copies.pop(0)
     return position, problems, unflushed
@@ -239,7 +243,8 @@ def _read_broker(ranges: list[tuple[OffsetRange, int]], options: ReaderOptions,
     tasks = {TopicPartition(task.topic, task.partition): task for task, _ in ranges}
     positions = {TopicPartition(task.topic, task.partition): position for task, position in ranges}
     consumer = Consumer(bootstrap_servers=options.bootstrap, enable_auto_commit=False, auto_offset_reset="none",
-                        max_partition_fetch_bytes=FETCH_BYTES, fetch_max_bytes=FETCH_BYTES, **options.security.options())
+                        max_partition_fetch_bytes=FETCH_BYTES, fetch_max_bytes=FETCH_BYTES,
+                        isolation_level=options.isolation_level, **options.security.options())
     try:
         consumer.assign(list(tasks))
         for tp, position in positions.items():

@@ -24,7 +24,7 @@ class ClusterView:
         self._options = options
         self._admin = Admin(bootstrap_servers=options.bootstrap, **options.security.options())
         self._consumer = Consumer(bootstrap_servers=options.bootstrap, enable_auto_commit=False,
-                                  **options.security.options())
+                                  isolation_level=options.isolation_level, **options.security.options())
 
     def close(self) -> None:
         self._consumer.close()
@@ -58,7 +58,7 @@ class ClusterView:
         return _plain(self._consumer.beginning_offsets([TopicPartition(*tp) for tp in partitions]))
 
     def latest(self, partitions: Iterable[TP]) -> PartitionOffsets:
-        """High watermarks: the end of what every in-sync replica holds."""
+        """Where reading ends now: high watermarks, or last stable offsets for read_committed."""
         partitions = list(partitions)
         if not partitions:
             return {}

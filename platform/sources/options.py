@@ -60,6 +60,13 @@ class ReaderOptions:
     latest_by_key: bool = False
     #: TLS settings of the clients the source creates (options ``security.protocol``, ``ssl.*``).
     security: ClientSecurity = ClientSecurity()
+    #: read_committed (the default): up to each partition's last stable offset, aborted transactions
+    #: left out; read_uncommitted: up to the high watermark, every record
+    isolation_level: str = "read_committed"
+
+    @property
+    def committed(self) -> bool:
+        return self.isolation_level == "read_committed"
 
     def subscribes(self, topic: str) -> bool:
         """Whether ``topic`` belongs to this source (listed, or matching ``topicPattern``)."""
@@ -128,7 +135,16 @@ def reader_options(options: Mapping[str, str], *, streaming: bool) -> ReaderOpti
         fetch_timeout_ms=_optional_int(options, "fetchTimeoutMs", minimum=1) or 60_000,
         latest_by_key=latest_by_key,
         security=_security(options),
+        isolation_level=_isolation_level(options),
     )
+
+
+def _isolation_level(options: Mapping[str, str]) -> str:
+    """Option ``isolationLevel`` (or ``kafka.isolation.level``, as a Kafka connector job sets it)."""
+    value = options.get("isolationlevel", options.get("kafka.isolation.level", "read_committed")).strip().lower()
+    if value not in ("read_committed", "read_uncommitted"):
+        raise OptionError(f"isolationLevel must be read_committed or read_uncommitted, not {value!r}")
+    return value
 
 
 def _max_partition_bytes(options: Mapping[str, str]) -> int:
