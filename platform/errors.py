@@ -433,6 +433,13 @@ class OperationNotAttempted(EmberError):
     code = ErrorCode.OPERATION_NOT_ATTEMPTED
 
 
+class UnstableOffsetCommit(EmberError):
+    """The partition's offset is being committed by an open transaction (OffsetFetch with
+    require_stable): the answer would be stale."""
+    code = ErrorCode.UNSTABLE_OFFSET_COMMIT
+    retriable = True
+
+
 class UnknownProducerId(EmberError):
     """The broker has no state for this producer id."""
     code = ErrorCode.UNKNOWN_PRODUCER_ID

@@ -178,6 +178,9 @@ class GroupCoordinator:
     async def fetch(self, group_id: str, partitions: Optional[list[TopicPartition]]) -> dict[TopicPartition, CommittedOffset]:
         return await self._offsets.fetch(group_id, partitions)
 
+    async def unstable(self, group_id: str) -> set[TopicPartition]:
+        return await self._offsets.unstable(group_id)
+
     async def describe(self, group_id: str) -> Group:
         return await self._admin.describe(group_id)
 

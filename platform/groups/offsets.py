@@ -75,3 +75,8 @@ class OffsetManager:
         found = await asyncio.to_thread(self.store.fetch, group_id, partitions)
         visible = set(self.access.visible_topics(sorted({tp.topic for tp in found})))
         return {tp: offset for tp, offset in found.items() if tp.topic in visible}
+
+    async def unstable(self, group_id: str) -> set[TopicPartition]:
+        """Partitions whose offsets open transactions are committing (require_stable refuses them)."""
+        self.access.check_group(Operation.DESCRIBE, group_id)
+        return await asyncio.to_thread(self.store.unstable, group_id)

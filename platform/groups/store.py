@@ -68,6 +68,22 @@ class CommittedOffset:
         return cls(int(doc["offset"]), str(doc.get("metadata", "")), int(doc.get("commit_timestamp", -1)))
 
 
+#: Offsets of one group committed in a transaction (TxnOffsetCommit): {partition: (offset, metadata)}.
+PendingOffsets = dict[TopicPartition, tuple[int, str]]
+
+
+def pending_to_bytes(offsets: PendingOffsets) -> bytes:
+    doc: dict[str, dict[str, list[Any]]] = {}
+    for tp, (offset, metadata) in sorted(offsets.items()):
+        doc.setdefault(tp.topic, {})[str(tp.partition)] = [offset, metadata]
+    return json.dumps(doc).encode()
+
+
+def pending_from_bytes(data: bytes) -> PendingOffsets:
+    return {TopicPartition(topic, int(p)): (int(offset), str(metadata))
+            for topic, parts in json.loads(data).items() for p, (offset, metadata) in parts.items()}
+
+
 class MetadataConflict(Exception):
     """``/groups/<group>`` changed since it was read: another coordinator wrote it."""
 
@@ -134,6 +150,23 @@ class GroupStore:
                 result.get()
             except NoNodeError:
                 continue
+
+    @_retriable_while_unreachable
+    def unstable(self, group_id: str) -> set[TopicPartition]:
+        """Partitions whose offsets open transactions are committing (written there by the
+        transaction coordinator's store, ``/groups/<group>/pending_txn_offsets/<transactional id>``)."""
+        parent = zk_paths.group_pending_offsets(group_id)
+        try:
+            reads = [self.client.get_async(f"{parent}/{child}") for child in self.client.get_children(parent)]
+        except NoNodeError:
+            return set()
+        found: set[TopicPartition] = set()
+        for result in reads:
+            try:
+                found.update(pending_from_bytes(result.get()[0]))
+            except NoNodeError:
+                continue
+        return found
 
     def _all_partitions(self, group_id: str, topics: Optional[set[str]] = None) -> list[TopicPartition]:
         """The partitions the group has committed offsets for (of ``topics`` only, unless None),

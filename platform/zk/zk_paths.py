@@ -68,6 +68,18 @@ def group_offset(group_id: str, topic_name: str, index: int) -> str:
     return f"{group_offsets(group_id)}/{topic_name}/{index}"
 
 
+def group_pending_offsets(group_id: str) -> str:
+    """Offsets of the group committed inside open transactions (TxnOffsetCommit)."""
+    return f"{group(group_id)}/pending_txn_offsets"
+
+
+def group_pending_offset(group_id: str, transactional_id: str) -> str:
+    """The group's offsets pending in one transaction, ``{"<topic>": {"<p>": [offset, metadata]}}``:
+    committed to the group when the transaction commits, dropped when it aborts; while there,
+    OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT for those partitions."""
+    return f"{group_pending_offsets(group_id)}/{quote(transactional_id, safe='')}"
+
+
 #: SCRAM credentials, one znode per user, Kafka's layout:
 #: ``{"version":1,"config":{"SCRAM-SHA-256":"salt=...,stored_key=...,server_key=...,iterations=4096"}}``.
 CONFIG_USERS = "/config/users"
@@ -97,9 +109,3 @@ def transaction(transactional_id: str) -> str:
 
 def transactional_id(node: str) -> str:
     return unquote(node)
-
-
-def transaction_offsets(transactional_id: str, group_id: str) -> str:
-    """Offsets of ``group_id`` pending in the transaction (TxnOffsetCommit), committed to the
-    group when the transaction commits: ``{"<topic>": {"<p>": [offset, metadata]}}``."""
-    return f"{transaction(transactional_id)}/{quote(group_id, safe='')}"

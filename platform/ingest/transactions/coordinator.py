@@ -355,10 +355,10 @@ class TransactionCoordinator:
             if not await self._write_markers(transactional_id, meta):
                 return
             if meta.committing:
-                pending = await asyncio.to_thread(self.store.pending_offsets, transactional_id)
+                pending = await asyncio.to_thread(self.store.pending_offsets, transactional_id, meta.groups)
                 for group_id, offsets in sorted(pending.items()):
                     await asyncio.to_thread(self.group_offsets.commit, group_id, offsets)
-            await asyncio.to_thread(self.store.drop_offsets, transactional_id)
+            await asyncio.to_thread(self.store.drop_offsets, transactional_id, meta.groups)
             async with self._lock(transactional_id):
                 if self.entries.get(transactional_id) is entry and entry.meta == meta:
                     await self._save(entry, meta.complete(self.clock_ms()))
@@ -471,8 +471,8 @@ class TransactionCoordinator:
         transactions past their timeout, retry unfinished completions, expire unused ids."""
         brokers = frozenset(self.cache.brokers())
         if brokers != self._brokers:
-            self._brokers = brokers
             await self._load_owned()
+            self._brokers = brokers         # only once loaded: a failed load is retried next tick
         now = asyncio.get_running_loop().time()
         if force or now - self._last_check >= self.config.abort_check_interval_ms / 1000:
             self._last_check = now

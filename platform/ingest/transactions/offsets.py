@@ -3,7 +3,9 @@ coordinator. The group coordinator checks the member and generation as for a com
 then wait in the transaction's ZooKeeper node (not in the group's committed offsets) until the
 transaction coordinator commits them with the transaction, or drops them when it aborts.
 
-The write is conditional on the transaction's znode version read here: it lands only while the
+They are stored under the group (``/groups/<group>/pending_txn_offsets/<transactional id>``), so
+the group's OffsetFetch with require_stable finds them. The write is conditional on the
+transaction's znode version read here: it lands only while the
 transaction is Ongoing for this producer with the group added (AddOffsetsToTxn), so offsets never
 slip in after the transaction was decided.
 """
@@ -13,9 +15,10 @@ import asyncio
 
 from ember.errors import ConcurrentTransactions, InvalidProducerIdMapping, InvalidTxnState, ProducerFenced
 from ember.groups.coordinator import GroupCoordinator
+from ember.groups.store import PendingOffsets
 from ember.ingest.transactions.coordinator import validate_transactional_id
 from ember.ingest.transactions.state import TxnState
-from ember.ingest.transactions.store import PendingOffsets, TransactionConflict, TransactionStore
+from ember.ingest.transactions.store import TransactionConflict, TransactionStore
 from ember.security.authorizer.access import ALLOW_ALL, Access
 from ember.security.authorizer.model import Operation, Resource, ResourceType
 

@@ -1,7 +1,8 @@
 """Consumer groups over Kafka's protocol: FindCoordinator (of groups, and of transactional ids:
-key type 1), JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit and OffsetFetch. Translation only: the work is the shared group coordinator's
-(``ember.groups.coordinator``), so a group joined by Kafka consumers shows in ``ember groups
-describe`` and committed offsets are the same whichever protocol committed or reads them.
+key type 1), JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit and OffsetFetch.
+Translation only: the work is the shared group coordinator's (``ember.groups.coordinator``), so
+a group joined by Kafka consumers shows in ``ember groups describe`` and committed offsets are the
+same whichever protocol committed or reads them.
 
 Kafka consumers assign partitions themselves (the classic protocol): the coordinator hands the
 leader every member's subscription and distributes the leader's assignment through SyncGroup.
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ember.errors import CoordinatorNotAvailable, InvalidRequest, MemberIdRequired
+from ember.errors import CoordinatorNotAvailable, InvalidRequest, MemberIdRequired, UnstableOffsetCommit
 from ember.ingest.core import BrokerCore
 from ember.net.server import client_host
 from ember.protocol.kafka.codec import KafkaRequest, build, millis, response_class
@@ -198,26 +199,35 @@ class GroupHandlers:
             first: dict[str, Any] = {}
             for group in body.groups:
                 first.setdefault(group.group_id, group)
-            groups = [{"group_id": g.group_id, **await self._fetch_group(g.group_id, g.topics, names)}
+            stable = getattr(body, "require_stable", False)
+            groups = [{"group_id": g.group_id, **await self._fetch_group(g.group_id, g.topics, names, stable)}
                       for g in first.values()]
             return build(cls, {"groups": groups})
-        return build(cls, await self._fetch_group(body.group_id, body.topics, names))
+        return build(cls, await self._fetch_group(body.group_id, body.topics, names,
+                                                  getattr(body, "require_stable", False)))
 
-    async def _fetch_group(self, group_id: str, topics: Any, names: TopicNames) -> dict[str, Any]:
-        """One group's committed offsets: of the listed topics' partitions, or (null) all of them."""
+    async def _fetch_group(self, group_id: str, topics: Any, names: TopicNames,
+                           require_stable: bool) -> dict[str, Any]:
+        """One group's committed offsets: of the listed topics' partitions, or (null) all of them.
+        With ``require_stable`` (KIP-447), a partition whose offset an open transaction is
+        committing gets UNSTABLE_OFFSET_COMMIT (the client retries) instead of a stale offset."""
         wanted: list[TopicPartition] | None = None
+        unstable: set[TopicPartition] = set()
         try:
             if topics is not None:
                 wanted = [TopicPartition(names.name_of(t), index) for t in topics for index in t.partition_indexes]
             found = await self.core.groups.fetch(group_id, wanted)
+            if require_stable:
+                unstable = await self.core.groups.unstable(group_id)
             status = dict(OK)
         except Exception as exc:
             found, status = {}, error_fields(exc)
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for tp in sorted(found) if wanted is None else wanted:
-            committed = found.get(tp)
+            committed = None if tp in unstable else found.get(tp)
+            code = int(UnstableOffsetCommit.code) if tp in unstable else status["error_code"]
             by_topic.setdefault(tp.topic, []).append({
-                "partition_index": tp.partition, "error_code": status["error_code"],
+                "partition_index": tp.partition, "error_code": code,
                 "committed_offset": committed.offset if committed else NO_OFFSET, "committed_leader_epoch": -1,
                 "metadata": committed.metadata if committed else ""})
         return {"error_code": status["error_code"],

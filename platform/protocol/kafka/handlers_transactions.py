@@ -10,6 +10,7 @@ Clients before KIP-588 get INVALID_PRODUCER_EPOCH where newer ones get PRODUCER_
 """
 from __future__ import annotations
 
+import datetime
 from typing import Any, Optional
 
 from ember.errors import InvalidProducerEpoch, ProducerFenced
@@ -156,14 +157,14 @@ class TransactionHandlers:
             meta = found[transactional_id]
             if isinstance(meta, Exception):
                 states.append({**error_fields(meta), "transactional_id": transactional_id, "transaction_state": "",
-                               "transaction_timeout": 0, "transaction_start_time": -1, "producer_id": -1,
+                               "transaction_timeout": 0, "transaction_start_time": _timestamp(-1), "producer_id": -1,
                                "producer_epoch": -1, "topics": []})
                 continue
             by_topic: dict[str, list[int]] = {}
             for topic, index in sorted(meta.partitions):
                 by_topic.setdefault(topic, []).append(index)
             states.append({**OK, "transactional_id": transactional_id, "transaction_state": meta.state.value,
-                           "transaction_timeout": meta.timeout_ms, "transaction_start_time": meta.start_ms,
+                           "transaction_timeout": meta.timeout_ms, "transaction_start_time": _timestamp(meta.start_ms),
                            "producer_id": meta.producer_id, "producer_epoch": meta.producer_epoch,
                            "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]})
         return build(response_class(ApiKey.DESCRIBE_TRANSACTIONS, request.api_version), {"transaction_states": states})
@@ -180,6 +181,11 @@ class TransactionHandlers:
         return build(cls, {**OK, "unknown_state_filters": unknown, "transaction_states": [
             {"transactional_id": m.transactional_id, "producer_id": m.producer_id,
              "transaction_state": m.state.value} for m in found]})
+
+
+def _timestamp(ms: int) -> datetime.datetime:
+    """A timestamp field that may be -1 (no transaction open), which the codec would make null."""
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc)
 
 
 def _topic_results(results: dict[Partition, Optional[Exception]]) -> list[dict[str, Any]]:

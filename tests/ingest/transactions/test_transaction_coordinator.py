@@ -291,8 +291,10 @@ def test_transactional_offsets_reach_the_group_only_when_the_transaction_commits
             with pytest.raises(ProducerFenced):
                 await offsets.commit(tid, group, pid, epoch - 1, "", -1, {tp: (7, "m")})
             assert await groups.fetch(group, [tp]) == {}
+            assert await groups.unstable(group) == {tp}       # OffsetFetch with require_stable: retry
             await coordinator.end_txn(tid, pid, epoch, commit=commit)
-            assert TransactionStore(session).pending_offsets(tid) == {}
+            assert await groups.unstable(group) == set()
+            assert TransactionStore(session).pending_offsets(tid, [group]) == {}
         committed = await groups.fetch(group, [tp])
         assert committed[tp].offset == 10 and committed[tp].metadata == "m"
         await coordinator.close()

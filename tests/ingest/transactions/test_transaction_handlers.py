@@ -1,9 +1,12 @@
-"""Kafka transactions through Kafka's protocol with a client nobody here wrote (confluent-kafka /
-librdkafka) on a 3-broker cluster: committed and aborted transactions over partitions led by
-several brokers (markers routed to remote leaders), a consume-transform-produce step whose offsets
-commit with the transaction, and a second producer instance fencing the first."""
+"""Kafka transactions through Kafka's protocol with clients nobody here wrote (confluent-kafka /
+librdkafka, and Kafka 4.2's Java client through its own tools) on a 3-broker cluster: committed
+and aborted transactions over partitions led by several brokers (markers routed to remote
+leaders), consume-transform-produce loops whose offsets commit with the transaction (the Java one
+aborting at random), a second producer instance fencing the first, and ``kafka-transactions``
+listing and describing."""
 from __future__ import annotations
 
+import subprocess
 import time
 import uuid
 
@@ -53,6 +56,16 @@ def read_all(bootstrap: str, topic: str, partitions: int, isolation: str, expect
         return values
     finally:
         consumer.close()
+
+
+def java_tool(main_class: str, *args: str, timeout_s: float = 120.0) -> str:
+    """Run one of Kafka's own tools (the ``kafka-tools`` jars ``make setup`` fetched); its stdout."""
+    from ember.jars import KAFKA_TOOLS
+
+    done = subprocess.run(["java", "-Xmx256m", "-cp", KAFKA_TOOLS.classpath, main_class, *args],
+                          capture_output=True, text=True, timeout=timeout_s)
+    assert done.returncode == 0, f"{main_class} exited {done.returncode}:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+    return done.stdout
 
 
 def test_committed_transactions_are_read_and_aborted_ones_are_not(make_cluster) -> None:
@@ -139,3 +152,31 @@ def test_a_new_instance_fences_the_old_one(make_cluster) -> None:
     assert refused.value.args[0].code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
                                             KafkaError.INVALID_PRODUCER_EPOCH)
     assert read_all(bootstrap, topic, 1, "read_committed", 1) == [b"fresh"]
+
+
+def test_the_java_client_copies_exactly_once_and_kafka_transactions_describes(make_cluster) -> None:
+    """Kafka's TransactionalMessageCopier (Java producer and read_committed consumer, offsets sent
+    with the group's metadata, transactions aborted at random and redone) copies every record once;
+    kafka-transactions lists and describes its transactional id."""
+    cluster = make_cluster(brokers=3)
+    bootstrap = cluster.kafka_bootstrap
+    source, sink = f"jin-{uuid.uuid4().hex[:8]}", f"jout-{uuid.uuid4().hex[:8]}"
+    create_topic(bootstrap, source, partitions=1, replication_factor=2)
+    create_topic(bootstrap, sink, partitions=3, replication_factor=2)
+    plain = Producer({"bootstrap.servers": bootstrap})
+    for i in range(300):
+        plain.produce(source, value=f"r{i}".encode(), partition=0)
+    assert plain.flush(WAIT_S) == 0
+    transactional_id = f"copier-{source}"
+    java_tool("org.apache.kafka.tools.TransactionalMessageCopier", "--broker-list", bootstrap,
+              "--input-topic", source, "--input-partition", "0", "--output-topic", sink,
+              "--consumer-group", f"g-{source}", "--transactional-id", transactional_id,
+              "--transaction-size", "40", "--enable-random-aborts", "--use-group-metadata", timeout_s=180)
+    copied = read_all(bootstrap, sink, 3, "read_committed", 300)
+    assert sorted(copied) == sorted(f"r{i}".encode() for i in range(300))
+
+    listed = java_tool("org.apache.kafka.tools.TransactionsCommand", "--bootstrap-server", bootstrap, "list")
+    assert transactional_id in listed
+    described = java_tool("org.apache.kafka.tools.TransactionsCommand", "--bootstrap-server", bootstrap,
+                          "describe", "--transactional-id", transactional_id)
+    assert transactional_id in described and ("CompleteCommit" in described or "Empty" in described)
