@@ -180,3 +180,29 @@ def test_the_java_client_copies_exactly_once_and_kafka_transactions_describes(ma
     described = java_tool("org.apache.kafka.tools.TransactionsCommand", "--bootstrap-server", bootstrap,
                           "describe", "--transactional-id", transactional_id)
     assert transactional_id in described and ("CompleteCommit" in described or "Empty" in described)
+
+
+def test_a_transaction_commits_after_its_coordinators_broker_is_killed(make_cluster) -> None:
+    """The coordinator's broker dies while a transaction is open: the broker that coordinates the
+    id next loads it from ZooKeeper, and the producer's commit (retried there) writes the markers,
+    also to partitions whose leader died with it."""
+    from ember.groups.coordinator import coordinator_id
+
+    cluster = make_cluster(brokers=3, config={"zookeeper.session.timeout.ms": "2000",
+                                              "replica.fetch.backoff.ms": "200"})
+    bootstrap = cluster.kafka_bootstrap
+    topic = f"fail-{uuid.uuid4().hex[:8]}"
+    create_topic(bootstrap, topic, partitions=6, replication_factor=3)
+    transactional_id = f"tx-{topic}"
+    producer = transactional(bootstrap, transactional_id)
+    producer.begin_transaction()
+    for i in range(60):
+        producer.produce(topic, value=f"v{i}".encode(), partition=i % 6)
+    assert producer.flush(WAIT_S) == 0
+    cluster.kill_broker(coordinator_id(transactional_id, [1, 2, 3]))
+    producer.commit_transaction(2 * WAIT_S)
+    producer.begin_transaction()
+    producer.produce(topic, value=b"after", partition=1)
+    producer.commit_transaction(WAIT_S)
+    committed = read_all(bootstrap, topic, 6, "read_committed", 61)
+    assert sorted(committed) == sorted([f"v{i}".encode() for i in range(60)] + [b"after"])
