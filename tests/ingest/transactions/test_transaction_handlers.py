@@ -206,3 +206,28 @@ def test_a_transaction_commits_after_its_coordinators_broker_is_killed(make_clus
     producer.commit_transaction(WAIT_S)
     committed = read_all(bootstrap, topic, 6, "read_committed", 61)
     assert sorted(committed) == sorted([f"v{i}".encode() for i in range(60)] + [b"after"])
+
+
+def test_kafka_python_commits_and_aborts(make_cluster) -> None:
+    """kafka-python's transactional producer (its own versions of the transaction APIs)."""
+    from kafka import KafkaProducer
+
+    cluster = make_cluster(brokers=1)
+    bootstrap = cluster.kafka_bootstrap
+    topic = f"kp-{uuid.uuid4().hex[:8]}"
+    create_topic(bootstrap, topic, partitions=2, replication_factor=1)
+    producer = KafkaProducer(bootstrap_servers=bootstrap, transactional_id=f"tx-{topic}")
+    try:
+        producer.init_transactions()
+        for commit in (True, False, True):
+            producer.begin_transaction()
+            for i in range(10):
+                producer.send(topic, value=f"{commit}-{i}".encode(), partition=i % 2)
+            if commit:
+                producer.commit_transaction()
+            else:
+                producer.abort_transaction()
+    finally:
+        producer.close(timeout=WAIT_S)
+    committed = read_all(bootstrap, topic, 2, "read_committed", 20)
+    assert sorted(committed) == sorted([f"True-{i}".encode() for i in range(10)] * 2)
