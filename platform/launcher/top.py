@@ -78,6 +78,19 @@ def render(before: Scrape, now: Scrape) -> str:
         rates = [sum(_rate(s, before.brokers.get(a), name, seconds, topic=topic) for a, s in up.items())
                  for name in (MESSAGES_IN, BYTES_IN, BYTES_OUT)]
         lines.append(f"{topic:<30}{rates[0]:>11.1f}{rates[1] / MB:>9.2f}{rates[2] / MB:>9.2f}")
+    lines += ["", f"{'TOPIC':<30}{'OPEN TXNS':>10}{'UNSTABLE':>10}   (transactions: open ones, offsets between the "
+                  "last stable offset and the high watermark)"]
+    transactions: dict[str, list[float]] = {}
+    for samples in up.values():
+        for key in samples.series("ember_log_log_opentransactions"):
+            labels = dict(key)
+            found = transactions.setdefault(labels["topic"], [0.0, 0.0])
+            found[0] += samples.total("ember_log_log_opentransactions", **labels)
+            found[1] += samples.total("ember_log_log_highwatermark", **labels) - \
+                samples.total("ember_log_log_laststableoffset", **labels)
+    for topic, (open_count, unstable) in sorted(transactions.items()):
+        if open_count or unstable:
+            lines.append(f"{topic:<30}{open_count:>10.0f}{unstable:>10.0f}")
     lines += ["", f"{'GROUP':<30}{'TOPIC':<30}{'LAG':>12}{'LAG/S':>10}"]
     lags: dict[tuple[str, str], tuple[float, float]] = {}
     for address, samples in up.items():

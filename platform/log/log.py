@@ -253,6 +253,11 @@ class Log:
         the lock: see ``TransactionIndex``)."""
         return self._txns.aborted_in(start_offset, end_offset)
 
+    @property
+    def open_transaction_count(self) -> int:
+        """How many transactions are open here (without the lock: metrics read it on the event loop)."""
+        return self._producers.ongoing_count
+
     def open_transactions(self) -> dict[int, int]:
         """producer id -> first offset of each transaction open in this partition."""
         with self._lock:

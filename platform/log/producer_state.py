@@ -147,6 +147,10 @@ class ProducerStateManager:
         """The first offset of the oldest open transaction, None if none is open."""
         return min(self._ongoing.values()) if self._ongoing else None
 
+    @property
+    def ongoing_count(self) -> int:
+        return len(self._ongoing)
+
     def ongoing(self) -> dict[int, int]:
         """producer id -> first offset of each open transaction (a copy)."""
         return dict(self._ongoing)

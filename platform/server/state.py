@@ -103,6 +103,13 @@ class BrokerStateCollector(Collector):
                                   "1 when the ISR is smaller than the replica set (reported by the leader).", labels=tp)
         under_min = GaugeMetricFamily("ember_cluster_partition_underminisr",
                                       "1 when the ISR is below min.insync.replicas (reported by the leader).", labels=tp)
+        high = GaugeMetricFamily("ember_log_log_highwatermark", "Offset after the last record every in-sync replica "
+                                 "has: read_uncommitted readers read below it (reported by the leader).", labels=tp)
+        stable = GaugeMetricFamily("ember_log_log_laststableoffset", "Offset read_committed readers read below: the "
+                                   "high watermark, or the first offset of a transaction still open (reported by the "
+                                   "leader).", labels=tp)
+        open_txns = GaugeMetricFamily("ember_log_log_opentransactions", "Transactions open in the partition: "
+                                      "written to, not yet ended by a marker (reported by the leader).", labels=tp)
         counts = {"under": 0, "under_min": 0, "at_min": 0, "leaders": 0}
         offline_logs = 0
         for partition in local:
@@ -123,6 +130,9 @@ class BrokerStateCollector(Collector):
             counts["under"] += isr < replicas_count
             counts["under_min"] += isr < min_isr
             counts["at_min"] += isr == min_isr
+            high.add_metric(labels, log.high_watermark)
+            stable.add_metric(labels, log.last_stable_offset)
+            open_txns.add_metric(labels, log.open_transaction_count)
             in_sync.add_metric(labels, isr)
             assigned.add_metric(labels, replicas_count)
             under.add_metric(labels, int(isr < replicas_count))
@@ -130,7 +140,7 @@ class BrokerStateCollector(Collector):
         for topic, index in sorted(self._in_offline_dirs()):   # never opened: only the offline flag
             offline.add_metric([topic, str(index)], 1)
             offline_logs += 1
-        yield from (size, segments, start, end, offline, in_sync, assigned, under, under_min)
+        yield from (size, segments, start, end, offline, in_sync, assigned, under, under_min, high, stable, open_txns)
         yield GaugeMetricFamily("ember_log_logmanager_offlinelogs",
                                 "Logs on this broker that a disk failure took offline, with the replicas on a log "
                                 "directory that failed at start-up (Kafka counts whole directories: "

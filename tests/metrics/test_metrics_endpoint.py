@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+from confluent_kafka import Producer as KafkaProducer
 from metrics_helpers import cluster_total, scrape_all
 
 from ember.client import Admin, Consumer, Producer, TopicPartition
@@ -154,6 +155,29 @@ def test_ember_top_shows_each_broker_the_topic_and_the_groups_lag(cluster) -> No
     lag = PER_PARTITION - COMMITTED[0] + PER_PARTITION - COMMITTED[1]
     assert re.search(rf"^{GROUP} +{TOPIC} +{lag} ", last, re.MULTILINE), last
     assert len(re.findall(r"^[123] +\d+\.\d +\d+ +\d+\.\d +\d+\.\d\d +\S+ +0$", last, re.MULTILINE)) == 3, last
+
+
+def test_an_open_transaction_shows_in_the_partition_metrics_and_ember_top(cluster) -> None:
+    topic = "transactional"
+    with Admin(cluster.bootstrap) as admin:
+        admin.create_topic(topic, partitions=1, replication_factor=3)
+    producer = KafkaProducer({"bootstrap.servers": cluster.kafka_bootstrap, "transactional.id": "metered-txn"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(5):
+        producer.produce(topic, b"v%d" % i)
+    producer.flush(30)
+    try:
+        leader_metrics = [http_get(b.host, b.metrics_port, "/metrics", 5)[1].decode() for b in cluster.brokers.values()]
+        found = "".join(leader_metrics)
+        assert re.search(rf'^ember_log_log_opentransactions\{{partition="0",topic="{topic}"\}} 1\.0$', found, re.MULTILINE)
+        assert re.search(rf'^ember_log_log_laststableoffset\{{partition="0",topic="{topic}"\}} 0\.0$', found, re.MULTILINE)
+        assert re.search(rf'^ember_log_log_highwatermark\{{partition="0",topic="{topic}"\}} 5\.0$', found, re.MULTILINE)
+        out = subprocess.run([sys.executable, "-m", "ember.cli", "top", "--data", str(cluster.data_dir),
+                              "--iterations", "1", "--interval", "0.5"], capture_output=True, text=True, timeout=60)
+        assert re.search(rf"^{topic} +1 +5$", out.stdout, re.MULTILINE), out.stdout
+    finally:
+        producer.commit_transaction(30)
 
 
 def test_cluster_up_metrics_prints_every_endpoint_and_a_prometheus_config(cluster, capsys) -> None:
