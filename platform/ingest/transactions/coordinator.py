@@ -219,7 +219,8 @@ class TransactionCoordinator:
             pid, epoch = await asyncio.to_thread(self.producer_ids.next_id), 0
         else:
             pid, epoch = meta.producer_id, meta.producer_epoch + 1
-        await self._save(entry, meta.with_producer(pid, epoch, self.clock_ms(), timeout_ms))
+        await self._save(entry, meta.with_producer(pid, epoch, self.clock_ms(), timeout_ms,
+                                                   continuing=producer_id != NO_PRODUCER_ID))
         return pid, epoch
 
     # -- the transaction's partitions and groups ---------------------------------------------

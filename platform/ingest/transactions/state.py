@@ -114,11 +114,14 @@ class TransactionMetadata:
     def committing(self) -> bool:
         return self.state in (TxnState.PREPARE_COMMIT, TxnState.COMPLETE_COMMIT)
 
-    def with_producer(self, producer_id: int, producer_epoch: int, now_ms: int,
-                      timeout_ms: int) -> "TransactionMetadata":
-        """A new producer instance (InitProducerId): Empty, the previous producer remembered."""
+    def with_producer(self, producer_id: int, producer_epoch: int, now_ms: int, timeout_ms: int,
+                      continuing: bool = False) -> "TransactionMetadata":
+        """After InitProducerId: Empty with the new producer id/epoch. The previous epoch is
+        remembered only when the same producer ``continuing`` asked for the bump (KIP-360), so
+        its retry gets the same answer; after a new instance's bump nothing older is let back in."""
         return self.transition(TxnState.EMPTY, now_ms, producer_id=producer_id, producer_epoch=producer_epoch,
-                               last_producer_id=self.producer_id, last_producer_epoch=self.producer_epoch,
+                               last_producer_id=self.producer_id,
+                               last_producer_epoch=self.producer_epoch if continuing else NO_PRODUCER_EPOCH,
                                timeout_ms=timeout_ms, partitions=frozenset(), groups=frozenset(), start_ms=-1)
 
     def to_bytes(self) -> bytes:

@@ -193,6 +193,8 @@ def test_a_new_instance_fences_the_old_and_aborts_its_open_transaction(make: Mak
             await coordinator.add_partitions_to_txn(tid, pid, epoch, [("t", 1)])
         with pytest.raises(ProducerFenced):
             await coordinator.end_txn(tid, pid, epoch, commit=True)
+        with pytest.raises(ProducerFenced):         # nor may it bump its way back in (KIP-360)
+            await coordinator.init_producer_id(tid, 60000, pid, epoch)
         assert stored(session, tid).state == TxnState.EMPTY
         await coordinator.close()
     run(scenario())

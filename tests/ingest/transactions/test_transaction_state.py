@@ -51,11 +51,12 @@ def test_a_prepared_transaction_takes_no_partitions_and_no_new_producer() -> Non
         prepared.prepare(False, 30)
 
 
-def test_a_new_producer_remembers_the_previous_one() -> None:
-    bumped = META.with_producer(7, 1, 50, 2000)
+def test_a_producer_bumping_its_own_epoch_is_remembered_a_new_instance_is_not() -> None:
+    bumped = META.with_producer(7, 1, 50, 2000, continuing=True)
     assert (bumped.producer_id, bumped.producer_epoch) == (7, 1)
     assert (bumped.last_producer_id, bumped.last_producer_epoch) == (7, 0)
     assert bumped.timeout_ms == 2000 and bumped.state == TxnState.EMPTY
+    assert META.with_producer(7, 1, 50, 2000).last_producer_epoch == -1
 
 
 def test_json_round_trip() -> None:
