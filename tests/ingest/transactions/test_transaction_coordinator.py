@@ -337,3 +337,18 @@ def test_ids_are_znodes_under_transactions(session: ZkSession, make: Make) -> No
     run(make().init_producer_id(tid, 1000))
     assert session.client.exists(zk_paths.transaction(tid)) is not None
     assert tid in TransactionStore(session).ids()
+
+
+def test_an_exhausted_epoch_gets_a_new_producer_id(make: Make, session: ZkSession) -> None:
+    async def scenario() -> None:
+        import dataclasses
+
+        from ember.ingest.transactions.state import MAX_PRODUCER_EPOCH
+        store, tid = TransactionStore(session), txn_id()
+        pid, _ = await make().init_producer_id(tid, 60000)
+        meta, version = store.load(tid)
+        store.save(dataclasses.replace(meta, producer_epoch=MAX_PRODUCER_EPOCH), version)
+        new_pid, epoch = await make().init_producer_id(tid, 60000)       # a new coordinator instance reads it
+        assert new_pid != pid and epoch == 0
+        assert (stored(session, tid).last_producer_id, stored(session, tid).producer_id) == (pid, new_pid)
+    run(scenario())
