@@ -27,7 +27,17 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"comma-separated kinds among {','.join(ALL_KINDS)} (default the first {len(KINDS)}; "
                              "the disk-* kinds mount a fault FUSE file system under each broker: root only)")
     parser.add_argument("--keep", action="store_true", help="keep the run directory after a passing run")
+    txn = parser.add_argument_group("transactional workload (--transactions; tests/chaos/txn_*.py)")
+    txn.add_argument("--transactions", action="store_true",
+                     help="run the transactional workload instead of the record one (default faults: every kind "
+                          "plus kill-txn-producer,kill-txn-coordinator)")
+    txn.add_argument("--txn-producers", type=int, default=3, help="transactional producer processes")
+    txn.add_argument("--txn-rate", type=float, default=0.0, help="transactions/s per producer (0: as fast as it goes)")
+    txn.add_argument("--abort-every", type=int, default=4, help="about one transaction in N aborted on purpose")
+    txn.add_argument("--min-faults", type=int, default=0, help="keep injecting past the duration until this many")
     args = parser.parse_args(argv)
+    if args.transactions:
+        return _transactions(args)
     data = args.data or Path("data") / f"chaos-{args.seed}-{int(time.time())}"
     data.mkdir(parents=True, exist_ok=True)
     logging.basicConfig(filename=data / "clients.log", level=logging.INFO,
@@ -43,6 +53,28 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(data, ignore_errors=True)
     elif not report.ok:
         print(f"run directory kept for inspection: {data} (broker logs, clients.log, stalls.txt)")
+    return 0 if report.ok else 1
+
+
+def _transactions(args: argparse.Namespace) -> int:
+    from .txn_runner import TxnChaosConfig, run_txn_chaos
+    from .txn_workload import ALL_TXN_KINDS
+
+    data = args.data or Path("data") / f"chaos-txn-{args.seed}-{int(time.time())}"
+    data.mkdir(parents=True, exist_ok=True)
+    logging.basicConfig(filename=data / "clients.log", level=logging.INFO,
+                        format="%(asctime)s %(threadName)s %(name)s %(levelname)s %(message)s")
+    kinds = ALL_TXN_KINDS if args.faults == ",".join(KINDS) else tuple(k for k in args.faults.split(",") if k)
+    config = TxnChaosConfig(duration_s=args.duration, seed=args.seed, data_dir=data, partitions=args.partitions,
+                            producers=args.txn_producers, txn_rate=args.txn_rate, abort_every=args.abort_every,
+                            kinds=kinds, min_faults=args.min_faults, progress_every_s=15)
+    print(f"transactional chaos: seed {args.seed}, {args.duration:.0f}s of faults, run directory {data}", flush=True)
+    report = run_txn_chaos(config, progress=lambda message: print(message, flush=True))
+    print(report.summary(), flush=True)
+    if report.ok and not args.keep:
+        shutil.rmtree(data, ignore_errors=True)
+    elif not report.ok:
+        print(f"run directory kept for inspection: {data} (broker logs under cluster/, txn-producer-N.events/.log)")
     return 0 if report.ok else 1
 
 

@@ -141,15 +141,19 @@ def expire_session(connect: str, session_id: int, timeout_s: float = 10.0) -> No
 
 
 class Nemesis(threading.Thread):
-    """Injects, holds and heals faults until ``stop()``; every fault is recorded in the history."""
+    """Injects, holds and heals faults until ``stop()``; every fault is recorded in the history.
+    A subclass adds kinds of its own by naming them in ``extra_kinds`` and injecting them in
+    :meth:`inject_extra` (the transactional workload's producer kill, tests/chaos/txn_workload.py)."""
+
+    extra_kinds: tuple[str, ...] = ()
 
     def __init__(self, cluster: LocalCluster, topic: str, partitions: int, history: History,
                  rng: random.Random, bounds: ChaosBounds, kinds: tuple[str, ...] = KINDS,
                  progress: Callable[[str], None] = lambda message: None, disks: Optional[dict[int, Any]] = None) -> None:
         super().__init__(name="chaos-nemesis", daemon=True)
-        unknown = set(kinds) - set(ALL_KINDS)
+        unknown = set(kinds) - set(ALL_KINDS) - set(self.extra_kinds)
         if unknown or not kinds:
-            raise ValueError(f"fault kinds must be among {ALL_KINDS}, got {sorted(kinds)}")
+            raise ValueError(f"fault kinds must be among {ALL_KINDS + self.extra_kinds}, got {sorted(kinds)}")
         if set(kinds) & set(DISK_KINDS) and not disks:
             raise ValueError(f"{sorted(set(kinds) & set(DISK_KINDS))} need a fault file system under each broker")
         #: broker id -> its fault file system (tests.faults.faultfs.FaultFs), for the disk faults
@@ -189,7 +193,9 @@ class Nemesis(threading.Thread):
         """One fault of ``kind``: inject, hold (cut short by ``stop``), heal; recorded when healed."""
         brokers = sorted(self.cluster.brokers)
         fault = Fault(kind, (), time.monotonic())
-        if kind == "zookeeper-down":
+        if kind in self.extra_kinds:
+            self.inject_extra(fault, brokers)
+        elif kind == "zookeeper-down":
             self._zookeeper_down(fault)
         elif kind == "expire-session":
             self._expire_session(fault, self.rng.choice(brokers))
@@ -206,6 +212,10 @@ class Nemesis(threading.Thread):
         self.progress(f"fault {len(self.history.faults)}: {kind} {list(fault.targets)} "
                       f"held {fault.healed_at - fault.injected_at:.1f}s {fault.note}".rstrip())
         return fault
+
+    def inject_extra(self, fault: Fault, brokers: list[int]) -> None:
+        """Inject, hold and heal a fault of one of ``extra_kinds`` (setting its targets and note)."""
+        raise NotImplementedError(fault.kind)
 
     def _victims(self, kind: str, brokers: list[int]) -> list[int]:
         if kind == "kill-two":
