@@ -561,6 +561,17 @@ class UnexpectedAppendOffset(EmberError):
     hint = "truncate the follower to its log end offset or re-fetch from there"
 
 
+class IllegalStateError(EmberError):
+    """A client call its object's state does not allow (kafka-python's IllegalStateError, Java's
+    IllegalStateException): begin_transaction() twice, commit_transaction() without a transaction.
+    Client-side only, never on the wire."""
+
+
+class TransactionAborted(EmberError):
+    """The record's transaction was aborted before the record was sent (Kafka's
+    TransactionAbortedException). Client-side only, never on the wire."""
+
+
 def _by_code() -> dict[int, type[EmberError]]:
     table: dict[int, type[EmberError]] = {}
     for cls in EmberError.__subclasses__():

@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Protocol, Sequenc
 
 from ember.client.assigned_consumer import AssignedConsumer, Polled
 from ember.client.coordinator_client import CoordinatorClient
+from ember.client.group_metadata import ConsumerGroupMetadata
 from ember.client.membership import Membership
 from ember.errors import (
     CoordinatorNotAvailable,
@@ -95,6 +96,14 @@ class Consumer(AssignedConsumer):
     def member_id(self) -> str:
         """This consumer's member id in its group ("" when it is not a member)."""
         return self._membership.generation_info()[0] if self._membership is not None else ""
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """The group, member id and generation to pass to ``Producer.send_offsets_to_transaction``
+        (Kafka's ``groupMetadata()``): offsets of a member no longer in the group are then refused."""
+        if self.group_id is None:
+            raise InvalidGroupId("group_metadata() needs a group: pass group_id= to the Consumer")
+        member_id, generation = self._membership.generation_info() if self._membership is not None else ("", -1)
+        return ConsumerGroupMetadata(self.group_id, generation, member_id)
 
     def _matching_topics(self) -> list[str]:
         assert self._pattern is not None   # a pattern subscription

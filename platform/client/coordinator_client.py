@@ -1,4 +1,5 @@
-"""Client side of the coordinator protocol: find a group's coordinator and send it requests.
+"""Client side of the coordinator protocol: find a group's (or a transactional id's) coordinator
+and send it requests.
 
 The coordinator gets its own connection (not the pooled one partition fetches use): a broker
 answers a connection's requests one at a time, so a JoinGroup waiting for a rebalance would
@@ -23,12 +24,18 @@ from ember.wire.frame import Response, response_error
 # The answer to a first JoinGroup, which carries the member id to join with (read from the body).
 MEMBER_ID_REQUIRED = ErrorCode.MEMBER_ID_REQUIRED
 _MOVED = frozenset({ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE})
+#: FindCoordinator's key types (Kafka's).
+GROUP_KEY, TRANSACTION_KEY = 0, 1
 
 
 class CoordinatorClient:
-    def __init__(self, metadata: MetadataClient, group_id: str, request_timeout_s: float) -> None:
+    def __init__(self, metadata: MetadataClient, group_id: str, request_timeout_s: float,
+                 key_type: int = GROUP_KEY) -> None:
+        """``group_id``: the coordinator's key, a transactional id with ``key_type=TRANSACTION_KEY``."""
         self.metadata = metadata
         self.group_id = group_id
+        self.key_type = key_type
+        self._kind = "group" if key_type == GROUP_KEY else "transactional id"
         self.request_timeout_s = request_timeout_s
         self._pool = ConnectionPool(request_timeout_ms=int(request_timeout_s * 1000), security=metadata.security)
         self._address: Optional[Address] = None
@@ -36,7 +43,10 @@ class CoordinatorClient:
     def coordinator(self) -> Address:
         """The coordinator's address, asking any broker (FindCoordinator) when not known."""
         if self._address is None:
-            body = self.metadata.request(ApiKey.FIND_COORDINATOR, {"key": self.group_id}).body
+            query: dict[str, Any] = {"key": self.group_id}
+            if self.key_type != GROUP_KEY:
+                query["key_type"] = self.key_type
+            body = self.metadata.request(ApiKey.FIND_COORDINATOR, query).body
             error = response_error(body)
             if error is not None:
                 raise error
@@ -71,9 +81,9 @@ class CoordinatorClient:
             self._address = None
             if time.monotonic() + self.metadata.retry_backoff_s >= deadline:
                 if isinstance(error, (KafkaTimeoutError, RequestTimedOut)):
-                    raise KafkaTimeoutError(f"the coordinator of group {self.group_id!r} did not answer "
+                    raise KafkaTimeoutError(f"the coordinator of {self._kind} {self.group_id!r} did not answer "
                                             f"in time ({error})")
-                raise CoordinatorNotAvailable(f"no coordinator of group {self.group_id!r} answered "
+                raise CoordinatorNotAvailable(f"no coordinator of {self._kind} {self.group_id!r} answered "
                                               f"({type(error).__name__}: {error})")
             time.sleep(self.metadata.retry_backoff_s)
 

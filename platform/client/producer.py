@@ -11,6 +11,11 @@ ready-made batches. Config names are Kafka's in snake_case (``linger_ms`` = ``li
 ``producer_id=`` gives an idempotent producer a caller-chosen identity instead of one from
 ``InitProducerId``: sending the same batches again under it is deduplicated by the broker, which
 is how the Spark sink makes re-run micro-batches exactly-once.
+
+``transactional_id=`` makes a transactional producer (Kafka's API: ``init_transactions``,
+``begin_transaction``, ``send_offsets_to_transaction``, ``commit_transaction``,
+``abort_transaction``; the state machine is :class:`~ember.client.transaction_manager.TransactionManager`).
+Its ``send`` is the Python method (each send checks that a transaction is open).
 """
 from __future__ import annotations
 
@@ -18,21 +23,30 @@ import threading
 import time
 from concurrent.futures import Future, wait
 from functools import partial
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Mapping, Optional
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ember.client.accumulator import BATCH_OVERHEAD, RECORD_OVERHEAD, Headers, ProducerBatch, RecordAccumulator
 from ember.client.futures import FutureRecordMetadata, ProduceResult
+from ember.client.group_metadata import ConsumerGroupMetadata
 from ember.client.metadata import MetadataClient
 from ember.client.partitioner import StickyPartitioner, partition_for_key, partitions_for_keys
 from ember.client.sender import Sender, SenderConfig
-from ember.errors import EmberError, KafkaTimeoutError, MessageTooLarge, UnknownTopicOrPartition
+from ember.client.transaction_manager import TransactionManager
+from ember.errors import (
+    EmberError,
+    IllegalStateError,
+    KafkaTimeoutError,
+    MessageTooLarge,
+    TransactionAborted,
+    UnknownTopicOrPartition,
+)
 from ember.record.header import COMPRESSION_TYPES
 from ember.record.schema import RECORD_SCHEMA
 from ember.security.client import ClientSecurity
-from ember.wire.types import BatchMetadata, TopicPartition
+from ember.wire.types import BatchMetadata, OffsetAndMetadata, TopicPartition
 
 Serializer = Optional[Callable[[Any], Optional[bytes]]]
 _ACKS = {0: 0, 1: 1, -1: -1, "all": -1, "0": 0, "1": 1, "-1": -1}
@@ -41,16 +55,20 @@ _ACKS = {0: 0, 1: 1, -1: -1, "all": -1, "0": 0, "1": 1, "-1": -1}
 class Producer:
     """Publish records to ember topics (see docs/clients.md for every option)."""
 
-    def __init__(self, bootstrap_servers: str | Iterable[str] = "127.0.0.1:9092", *, acks: int | str = 1,
+    def __init__(self, bootstrap_servers: str | Iterable[str] = "127.0.0.1:9092", *, acks: int | str | None = None,
                  linger_ms: float = 5, batch_size: int = 256 * 1024, buffer_memory: int = 64 * 1024 * 1024,
                  max_block_ms: int = 60000, compression_type: str | None = None, retries: int = 2**31 - 1,
                  retry_backoff_ms: int = 100, delivery_timeout_ms: int = 120000, request_timeout_ms: int = 30000,
                  max_request_size: int = 1024 * 1024, enable_idempotence: bool | None = None,
                  max_in_flight_requests_per_connection: int = 5, metadata_max_age_ms: int = 300000,
                  key_serializer: Serializer = None, value_serializer: Serializer = None,
-                 producer_id: int | None = None, producer_epoch: int = 0, **security: Any) -> None:
+                 producer_id: int | None = None, producer_epoch: int = 0, transactional_id: str | None = None,
+                 transaction_timeout_ms: int = 60000, **security: Any) -> None:
         """``security``: ``security_protocol``, ``ssl_cafile``, ``sasl_mechanism`` and the other security keywords of
-        :class:`ember.security.client.SecurityOptions` (kafka-python's names)."""
+        :class:`ember.security.client.SecurityOptions` (kafka-python's names). ``acks`` defaults to 1, to
+        ``'all'`` with a ``transactional_id`` (a transactional producer is idempotent with acks=all)."""
+        if acks is None:
+            acks = "all" if transactional_id is not None else 1
         if acks not in _ACKS:
             raise ValueError(f"acks must be 0, 1 or 'all', not {acks!r}")
         acks = _ACKS[acks]
@@ -62,6 +80,8 @@ class Producer:
         if enable_idempotence and acks == 0:
             raise ValueError("enable_idempotence needs acks=1 or 'all' (acks=0 gets no answer to dedup by)")
         idempotent = acks != 0 if enable_idempotence is None else enable_idempotence
+        if transactional_id is not None:
+            _check_transactional(acks, idempotent, producer_id)
         if producer_id is not None:
             _check_identity(producer_id, producer_epoch, idempotent)
         if delivery_timeout_ms < linger_ms + request_timeout_ms:
@@ -75,6 +95,8 @@ class Producer:
                                         retry_backoff_ms=retry_backoff_ms, metadata_max_age_ms=metadata_max_age_ms,
                                         security=ClientSecurity.from_options(security, "Producer"))
         self._accumulator = RecordAccumulator(batch_size=batch_size, buffer_memory=buffer_memory, linger_ms=linger_ms)
+        self._transactions = None if transactional_id is None else TransactionManager.connect(
+            self._metadata, transactional_id, transaction_timeout_ms, request_timeout_ms / 1000)
         self._sticky = StickyPartitioner()
         self._partitions: dict[str, list[TopicPartition]] = {}
         self._topics: set[str] = set()
@@ -84,10 +106,11 @@ class Producer:
             delivery_timeout_s=delivery_timeout_ms / 1000, request_timeout_ms=request_timeout_ms,
             max_in_flight=max_in_flight_requests_per_connection, max_request_size=max_request_size,
             idempotent=idempotent, producer_id=-1 if producer_id is None else producer_id,
-            producer_epoch=producer_epoch), self._topics)
+            producer_epoch=producer_epoch), self._topics, self._transactions)
         self._sender.start()
         # the C path takes bytes as they are, and stands for Producer.send only (not a subclass's override)
-        if value_serializer is None and key_serializer is None and type(self).send is Producer.send:
+        if (value_serializer is None and key_serializer is None and type(self).send is Producer.send
+                and self._transactions is None):
             appender = self._accumulator.appender
             appender.configure_send(self._partitions, self._sticky.current, max_request_size, RECORD_OVERHEAD,
                                     BATCH_OVERHEAD, partial(Producer.send, self))
@@ -102,6 +125,8 @@ class Producer:
         Blocks (up to ``max_block_ms``) only for topic metadata or when ``buffer_memory`` is full."""
         if self._closed:
             raise RuntimeError("send() on a closed Producer")
+        if self._transactions is not None:
+            self._transactions.check_send()
         if self._key_serializer is not None and key is not None:
             key = self._key_serializer(key)
         if self._value_serializer is not None and value is not None:
@@ -168,6 +193,8 @@ class Producer:
         table order. The future resolves to the batches written per partition."""
         if self._closed:
             raise RuntimeError("send_batch() on a closed Producer")
+        if self._transactions is not None:
+            self._transactions.check_send()
         if isinstance(table, pa.RecordBatch):
             table = pa.Table.from_batches([table])
         unknown = set(table.column_names) - set(RECORD_SCHEMA.names)
@@ -212,6 +239,60 @@ class Producer:
             yield p, table.slice(begin, end - begin), sizes.slice(begin, end - begin)
             begin = end
 
+    # -- transactions (Kafka's API; each call bounded by ``timeout`` seconds, default max_block_ms) --
+
+    def init_transactions(self, timeout: Optional[float] = None) -> None:
+        """Get the transactional id's producer id and epoch, fencing every earlier producer of it
+        (whose open transaction the coordinator aborts). Call once, before the first transaction."""
+        producer_id, epoch = self._transaction_manager().init_transactions(self._txn_timeout(timeout))
+        self._sender.use_producer_id(producer_id, epoch)
+
+    def begin_transaction(self) -> None:
+        """Start a transaction: every record sent until it ends belongs to it."""
+        self._transaction_manager().begin_transaction()
+
+    def send_offsets_to_transaction(self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int],
+                                    group_id_or_consumer_group_metadata: str | ConsumerGroupMetadata,
+                                    timeout: Optional[float] = None) -> None:
+        """Commit a consumer group's ``offsets`` (the next offsets to read) with the transaction:
+        they count only if it commits. Pass ``consumer.group_metadata()`` so a consumer that left
+        the group cannot commit."""
+        self._transaction_manager().send_offsets_to_transaction(
+            offsets, group_id_or_consumer_group_metadata, self._txn_timeout(timeout))
+
+    def commit_transaction(self, timeout: Optional[float] = None) -> None:
+        """Send every record of the transaction, then commit it. KafkaTimeoutError: call again to
+        finish; any other error: the transaction must be aborted (or, if fatal, the producer closed)."""
+        manager = self._transaction_manager()
+        deadline = time.monotonic() + self._txn_timeout(timeout)
+        manager.begin_commit()
+        self.flush(max(deadline - time.monotonic(), 0))
+        manager.end_transaction(True, max(deadline - time.monotonic(), 0))
+
+    def abort_transaction(self, timeout: Optional[float] = None) -> None:
+        """Drop the records not yet sent (their futures fail with TransactionAborted), wait for those
+        on the way, then abort: no reader with isolation_level read_committed sees any of it."""
+        manager = self._transaction_manager()
+        deadline = time.monotonic() + self._txn_timeout(timeout)
+        manager.begin_abort()
+        self._sender.abort_unsent(TransactionAborted(f"transaction of {manager.transactional_id!r} aborted "
+                                                     f"before the record was sent"))
+        _, in_flight = wait(self._accumulator.unfinished(), max(deadline - time.monotonic(), 0))
+        if in_flight:
+            raise KafkaTimeoutError(f"abort_transaction: {len(in_flight)} batch(es) still unanswered; call again")
+        manager.end_transaction(False, max(deadline - time.monotonic(), 0))
+
+    def _transaction_manager(self) -> TransactionManager:
+        if self._transactions is None:
+            raise IllegalStateError("transactional calls need a transactional producer: "
+                                    "Producer(transactional_id=...)")
+        if self._closed:
+            raise RuntimeError("transaction call on a closed Producer")
+        return self._transactions
+
+    def _txn_timeout(self, timeout: Optional[float]) -> float:
+        return self.max_block_s if timeout is None else timeout
+
     # -- lifecycle ---------------------------------------------------------------------------
 
     def partitions_for(self, topic: str) -> set[int]:
@@ -248,6 +329,8 @@ class Producer:
             self._sender.join(self._request_timeout_s)
         # Closing the connections fails the requests still out; their batches go back to the
         # queue or fail, and whatever is queued then fails here: no future is left unresolved.
+        if self._transactions is not None:
+            self._transactions.close()
         self._metadata.close()
         self._sender.abort_unsent(KafkaTimeoutError("producer closed before the record was acknowledged"))
 
@@ -321,6 +404,15 @@ def _check_identity(producer_id: int, producer_epoch: int, idempotent: bool) -> 
         raise ValueError(f"producer_id must be in [0, 2**63), not {producer_id}")
     if not 0 <= producer_epoch < 2**15:
         raise ValueError(f"producer_epoch must be in [0, 2**15), not {producer_epoch}")
+
+
+def _check_transactional(acks: int, idempotent: bool, producer_id: int | None) -> None:
+    if acks != -1 or not idempotent:
+        raise ValueError("a transactional producer is idempotent with acks='all' (leave acks and enable_idempotence "
+                         "unset or set them so)")
+    if producer_id is not None:
+        raise ValueError("transactional_id and producer_id exclude each other: the transaction coordinator gives "
+                         "a transactional producer its id")
 
 
 def _gather(batches: list[ProducerBatch]) -> "Future[dict[TopicPartition, list[BatchMetadata]]]":

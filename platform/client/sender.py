@@ -5,6 +5,11 @@ Produce requests (at most ``max_in_flight`` per connection and per partition), b
 payload once (stamped with the idempotent producer id and sequence), and turns answers into
 completed futures, retries, or errors. Responses are handled on the connection's reader thread;
 they only complete futures and requeue batches, then wake the sender.
+
+A transactional producer's sender sends a partition's batches only once the partition is in the
+transaction (:meth:`TransactionManager.sendable` adds it first), marks them transactional, fails
+the batches not yet sent once the transaction has an error (Kafka's abortUndrainedBatches), and
+reports a failed batch to the transaction manager (which makes the transaction abortable or fatal).
 """
 from __future__ import annotations
 
@@ -18,12 +23,14 @@ from typing import Any, cast
 from ember.client.accumulator import ProducerBatch, RecordAccumulator
 from ember.client.futures import ProduceResult
 from ember.client.metadata import STALE_METADATA, MetadataClient
+from ember.client.transaction_manager import TransactionManager
 from ember.errors import (
     EmberError,
     ErrorCode,
     InvalidProducerEpoch,
     KafkaTimeoutError,
     OutOfOrderSequenceNumber,
+    TransactionAborted,
     UnknownProducerId,
     error_for_code,
 )
@@ -79,6 +86,12 @@ class IdempotenceState:
         self.next_sequence: dict[TopicPartition, int] = {}
         self.reset_requested = False
 
+    def use(self, producer_id: int, producer_epoch: int) -> None:
+        """Take a fixed identity given from outside (a transactional producer's, from its
+        coordinator), sequences starting again at 0."""
+        self.producer_id, self.producer_epoch, self.fixed = producer_id, producer_epoch, True
+        self.next_sequence = {}
+
     def assign(self, batch: ProducerBatch) -> None:
         if batch.base_sequence < 0:
             batch.base_sequence = self.next_sequence.get(batch.tp, 0)
@@ -89,13 +102,14 @@ class Sender(threading.Thread):
     """Drains the accumulator into Produce requests until closed."""
 
     def __init__(self, metadata: MetadataClient, accumulator: RecordAccumulator, config: SenderConfig,
-                 topics: set[str]) -> None:
+                 topics: set[str], transactions: TransactionManager | None = None) -> None:
         super().__init__(name="ember-producer-sender", daemon=True)
         self.metadata = metadata
         self.acc = accumulator
         self.config = config
         self.topics = topics
         self.idempotence = IdempotenceState(config.producer_id, config.producer_epoch) if config.idempotent else None
+        self.transactions = transactions
         self.running = True
         self.force_close = False
 
@@ -126,6 +140,14 @@ class Sender(threading.Thread):
         ready, wait = self.acc.next_ready(now)
         if ready and self.idempotence is not None and not self._ensure_producer_id(self.idempotence):
             return self.config.retry_backoff_s
+        if ready and self.transactions is not None:
+            error = self.transactions.error()
+            if error is not None:
+                self.abort_unsent(error)
+                return self.config.retry_backoff_s
+            ready = self.transactions.sendable(ready)
+            if not ready:
+                return self.config.retry_backoff_s
         by_leader: dict[int, list[TopicPartition]] = {}
         for tp in ready:
             leader = self.metadata.leader(tp.topic, tp.partition)
@@ -143,7 +165,14 @@ class Sender(threading.Thread):
         # Nothing could go (connections busy or down): answers and appends set the wakeup event.
         return wait or self.config.retry_backoff_s
 
+    def use_producer_id(self, producer_id: int, producer_epoch: int) -> None:
+        """The transactional producer's id and epoch (``init_transactions``), used from now on."""
+        assert self.idempotence is not None      # a transactional producer is idempotent
+        self.idempotence.use(producer_id, producer_epoch)
+
     def _ensure_producer_id(self, state: IdempotenceState) -> bool:
+        if self.transactions is not None:     # its id comes from init_transactions, never from here
+            return state.producer_id >= 0
         if state.reset_requested:
             if self.acc.in_flight_count():
                 return False   # hold new batches until the old producer id has no requests out
@@ -210,6 +239,8 @@ class Sender(threading.Thread):
                                                 "size": len(encoded)} for b, encoded in zip(batches, payload)]}
         if self.idempotence is not None:
             body["producer_id"] = self.idempotence.producer_id
+        if self.transactions is not None:
+            body["transactional_id"] = self.transactions.transactional_id
         # Never wait for an answer past a batch's delivery timeout: every send resolves within it.
         first_deadline = min(b.created for b in batches) + config.delivery_timeout_s
         timeout_s = min(config.request_timeout_ms / 1000, max(first_deadline - time.monotonic(), _MIN_REQUEST_TIMEOUT_S))
@@ -240,7 +271,7 @@ class Sender(threading.Thread):
         state.assign(batch)
         batch.encoded = build_batch(batch.records(), compression=self.config.compression,
                                     producer_id=state.producer_id, producer_epoch=state.producer_epoch,
-                                    base_sequence=batch.base_sequence)
+                                    base_sequence=batch.base_sequence, transactional=self.transactions is not None)
         return batch.encoded
 
     # -- responses ---------------------------------------------------------------------------
@@ -316,6 +347,8 @@ class Sender(threading.Thread):
             # A fixed identity keeps it (and its later batches fail too): a new id would turn a
             # deduplicated re-send into duplicates.
             state.reset_requested = True
+        if self.transactions is not None and not isinstance(error, TransactionAborted):
+            self.transactions.fail(error)
         if not batch.future.done():
             batch.future.set_exception(error)
         if not batch.settled.done():

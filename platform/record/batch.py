@@ -31,6 +31,7 @@ from ember.record.header import (
     NO_EPOCH,
     NO_PRODUCER_ID,
     NO_SEQUENCE,
+    TRANSACTIONAL_FLAG,
     BatchHeader,
     Buffer,
 )
@@ -100,14 +101,15 @@ RecordsLike = Union[pa.Table, pa.RecordBatch, Iterable[Union[Record, tuple[Any, 
 
 def build_batch(records: RecordsLike, *, compression: str = "none", producer_id: int = NO_PRODUCER_ID,
                 producer_epoch: int = NO_EPOCH, base_sequence: int = NO_SEQUENCE,
-                partition_leader_epoch: int = NO_EPOCH, base_offset: int = 0) -> bytes:
+                partition_leader_epoch: int = NO_EPOCH, base_offset: int = 0, transactional: bool = False) -> bytes:
     """Encode records into one raw batch (header + Arrow IPC payload).
 
     ``records`` is an Arrow table/record batch with any of the columns key, value, timestamp,
     headers (missing ones are null, a missing or null timestamp is now), or Python records
     ``(key, value[, timestamp_ms[, headers]])``. ``compression`` is one of Kafka's codec names
     (:data:`COMPRESSION_TYPES`); gzip and snappy, which Arrow cannot store, are remembered in the
-    header for Kafka consumers.
+    header for Kafka consumers. ``transactional`` sets :data:`TRANSACTIONAL_FLAG` (a transactional
+    producer's batch: read_committed readers hold it back until its transaction's marker).
     """
     if compression not in COMPRESSION_TYPES:
         raise ValueError(f"compression must be one of {sorted(COMPRESSION_TYPES)}, not {compression!r}")
@@ -125,7 +127,7 @@ def build_batch(records: RecordsLike, *, compression: str = "none", producer_id:
     header = BatchHeader(
         base_offset=base_offset, batch_length=HEADER_SIZE - LOG_OVERHEAD + payload.size,
         partition_leader_epoch=partition_leader_epoch, magic=MAGIC, crc=0,
-        attributes=codec | (kafka_codec & CODEC_MASK) << KAFKA_CODEC_SHIFT,
+        attributes=codec | (kafka_codec & CODEC_MASK) << KAFKA_CODEC_SHIFT | (TRANSACTIONAL_FLAG if transactional else 0),
         last_offset_delta=batch.num_rows - 1, first_timestamp=timestamps[0].as_py(),
         max_timestamp=pc.max(timestamps).as_py(), producer_id=producer_id,
         producer_epoch=producer_epoch, base_sequence=base_sequence, record_count=batch.num_rows)

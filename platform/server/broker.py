@@ -45,7 +45,9 @@ from ember.ingest.transactions.coordinator import TransactionConfig, Transaction
 from ember.ingest.transactions.local_markers import LeaderMarkers
 from ember.ingest.transactions.marker_router import MarkerRouter
 from ember.ingest.transactions.offsets import TransactionalOffsets
+from ember.ingest.transactions.peers import Peers
 from ember.ingest.transactions.store import TransactionStore
+from ember.ingest.transactions.verifier import PartitionVerifier
 from ember.net.budget import RequestBudget
 from ember.net.server import BrokerServer
 from ember.protocol.ember.api_acls import AclApis
@@ -53,6 +55,7 @@ from ember.protocol.ember.api_admin import AdminApis
 from ember.protocol.ember.api_cluster import ClusterApis
 from ember.protocol.ember.api_groups import GroupApis
 from ember.protocol.ember.api_leadership import LeadershipApis
+from ember.protocol.ember.api_producer_transactions import ProducerTransactionApis
 from ember.protocol.ember.api_records import RecordApis
 from ember.protocol.ember.api_replication import ReplicationApis
 from ember.protocol.ember.api_sasl import SaslApis, ScramCredentialApis
@@ -202,25 +205,29 @@ class Broker:
         producer_ids = ProducerIdAllocator(self.session, options.broker_id)
         scram = ScramAdmin(self.credentials)
         leader_markers = LeaderMarkers(self.replicas)
-        self.marker_router = MarkerRouter(options.broker_id, self.cache, leader_markers, self.inter_broker)
+        peers = Peers(self.cache, self.inter_broker)
+        self.marker_router = MarkerRouter(options.broker_id, self.cache, leader_markers, peers)
         txn_store = TransactionStore(self.session)
         self.transactions = TransactionCoordinator(
             options.broker_id, self.cache, txn_store, producer_ids, self.marker_router, GroupStore(self.session),
             TransactionConfig(self.config.transaction_max_timeout_ms, self.config.transactional_id_expiration_ms,
                               self.config.transaction_abort_timed_out_transaction_cleanup_interval_ms),
             self.access)
+        txn_offsets = TransactionalOffsets(txn_store, self.groups, self.access)
+        verifier = PartitionVerifier(options.broker_id, self.cache, self.transactions, peers)
         dispatcher = Dispatcher(
-            ClusterApis(view).handlers(), RecordApis(self.replicas).handlers(),
+            ClusterApis(view).handlers(), RecordApis(self.replicas, verifier).handlers(),
             ReplicationApis(self.replicas).handlers(),
-            AdminApis(topics, self.cache, producer_ids).handlers(),
-            LeadershipApis(self.controller, self.access).handlers(), GroupApis(self.groups).handlers(),
+            AdminApis(topics, self.cache, producer_ids, self.transactions).handlers(),
+            LeadershipApis(self.controller, self.access).handlers(),
+            GroupApis(self.groups, self.transactions).handlers(),
             AclApis(AclAdmin(self.access, self.acls)).handlers(), SaslApis().handlers(),
             ScramCredentialApis(scram, self.access).handlers(),
-            TransactionApis(leader_markers, self.access).handlers())
+            TransactionApis(leader_markers, self.access).handlers(),
+            ProducerTransactionApis(self.transactions, txn_offsets).handlers())
         core = BrokerCore(options.broker_id, cluster_id, self.config, self.cache, self.replicas, view, topics,
-                          producer_ids, self.groups, self.controller, scram, self.transactions,
-                          TransactionalOffsets(txn_store, self.groups, self.access), leader_markers,
-                          self.access, self.acls)
+                          producer_ids, self.groups, self.controller, scram, self.transactions, txn_offsets,
+                          leader_markers, self.access, self.acls, verifier)
         max_bytes, max_idle_ms = self.config.socket_request_max_bytes, self.config.connections_max_idle_ms
         # queued.max.request.bytes: one pool for the client listeners, one for the inter-broker listener
         # (docs/broker.md: shared with ember's clients when that is the EMBER listener, the default)

@@ -54,11 +54,9 @@ class ApiKey(IntEnum):
     DESCRIBE_TOPIC_PARTITIONS = 75
 
 
-#: APIs only the Kafka listener serves: ember's own clients have no use for them (the transaction
-#: APIs: not yet; ember's listener serves WRITE_TXN_MARKERS, between brokers).
+#: APIs only the Kafka listener serves: ember's own clients have no use for them (of the transaction
+#: APIs, ember's listener serves the transactional producer's and WRITE_TXN_MARKERS, between brokers).
 KAFKA_LISTENER_ONLY = frozenset({ApiKey.DESCRIBE_LOG_DIRS, ApiKey.INCREMENTAL_ALTER_CONFIGS,
                                  ApiKey.LIST_PARTITION_REASSIGNMENTS, ApiKey.DESCRIBE_CLUSTER,
                                  ApiKey.DESCRIBE_TOPIC_PARTITIONS, ApiKey.OFFSET_DELETE,
-                                 ApiKey.ADD_PARTITIONS_TO_TXN, ApiKey.ADD_OFFSETS_TO_TXN, ApiKey.END_TXN,
-                                 ApiKey.TXN_OFFSET_COMMIT, ApiKey.DESCRIBE_TRANSACTIONS,
-                                 ApiKey.LIST_TRANSACTIONS})
+                                 ApiKey.DESCRIBE_TRANSACTIONS, ApiKey.LIST_TRANSACTIONS})

@@ -139,6 +139,14 @@ class RequestTemplates:
             ApiKey.CREATE_ACLS: lambda rng: Request(ApiKey.CREATE_ACLS, {"acls": [self._acl(rng)]}),
             ApiKey.DELETE_ACLS: lambda rng: Request(ApiKey.DELETE_ACLS, {"filters": [self._acl(rng)]}),
             ApiKey.WRITE_TXN_MARKERS: self.write_txn_markers,
+            ApiKey.ADD_PARTITIONS_TO_TXN: lambda rng: Request(ApiKey.ADD_PARTITIONS_TO_TXN, {
+                **self._txn(rng), "partitions": self._tps(rng)}),
+            ApiKey.ADD_OFFSETS_TO_TXN: lambda rng: Request(ApiKey.ADD_OFFSETS_TO_TXN, {
+                **self._txn(rng), "group_id": self._group(rng)}),
+            ApiKey.END_TXN: lambda rng: Request(ApiKey.END_TXN, {**self._txn(rng), "commit": rng.random() < 0.5}),
+            ApiKey.TXN_OFFSET_COMMIT: lambda rng: Request(ApiKey.TXN_OFFSET_COMMIT, {
+                **self._txn(rng), "group_id": self._group(rng),
+                "offsets": [{**tp, "offset": rng.choice([0, 1, 5])} for tp in self._tps(rng)]}),
         }
         # Record APIs carry most real traffic; weigh them up.
         self._weights = {key: 6 if key in (ApiKey.PRODUCE, ApiKey.FETCH) else 1 for key in self._builders}
@@ -162,6 +170,11 @@ class RequestTemplates:
 
     def _tps(self, rng: random.Random, most: int = 3) -> list[dict[str, Any]]:
         return [self._tp(rng) for _ in range(rng.randint(1, most))]
+
+    def _txn(self, rng: random.Random) -> dict[str, Any]:
+        """A transactional producer's fields (ids of the fuzz's own: mostly refused, as unknown)."""
+        return {"transactional_id": f"fz-txn{rng.randrange(3)}", "producer_id": rng.choice(self.targets.producer_ids),
+                "producer_epoch": 0}
 
     def _group(self, rng: random.Random) -> str:
         return rng.choice(self.targets.groups)

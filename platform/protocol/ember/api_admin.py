@@ -1,6 +1,8 @@
 """Topic administration and producer ids of the ember protocol: CreateTopics, CreatePartitions,
-DeleteTopics, DescribeConfigs, AlterConfigs, InitProducerId. Any broker serves these; the work is in
-``ember.ingest.topic_changes`` (shared with the Kafka protocol), this module is the JSON format."""
+DeleteTopics, DescribeConfigs, AlterConfigs, InitProducerId. Any broker serves these (InitProducerId
+with a ``transactional_id``: its transaction coordinator only); the work is in
+``ember.ingest.topic_changes`` and ``ember.ingest.transactions`` (shared with the Kafka protocol),
+this module is the JSON format."""
 from __future__ import annotations
 
 import asyncio
@@ -8,7 +10,9 @@ from typing import Any
 
 from ember.cluster.metadata_cache import MetadataCache
 from ember.cluster.producer_ids import PRODUCER_EPOCH, ProducerIdAllocator
+from ember.errors import InvalidRequest
 from ember.ingest.topic_changes import DEFAULT_TIMEOUT_MS, TopicChanges
+from ember.ingest.transactions.coordinator import TransactionCoordinator
 from ember.protocol.ember.dispatcher import Handler
 from ember.wire import fields
 from ember.wire.api_keys import ApiKey
@@ -18,10 +22,12 @@ from ember.wire.reply import OK, Reply, error_fields
 
 
 class AdminApis:
-    def __init__(self, topics: TopicChanges, cache: MetadataCache, producer_ids: ProducerIdAllocator) -> None:
+    def __init__(self, topics: TopicChanges, cache: MetadataCache, producer_ids: ProducerIdAllocator,
+                 transactions: TransactionCoordinator | None = None) -> None:
         self.topics = topics
         self.cache = cache
         self.producer_ids = producer_ids
+        self.transactions = transactions
 
     def handlers(self) -> dict[ApiKey, Handler]:
         return {ApiKey.CREATE_TOPICS: self.create_topics, ApiKey.CREATE_PARTITIONS: self.create_partitions,
@@ -93,7 +99,20 @@ class AdminApis:
                                        fields.boolean(body, "validate_only", False), DEFAULT_TIMEOUT_MS / 1000)
         return Reply(dict(OK))
 
-    async def init_producer_id(self, _request: Request) -> Reply:
+    async def init_producer_id(self, request: Request) -> Reply:
+        """An idempotent producer's new id; with ``transactional_id`` (and ``transaction_timeout_ms``)
+        the transaction coordinator's id and bumped epoch, which fence the id's previous producer
+        (``producer_id``/``producer_epoch``: the caller's current ones, KIP-360)."""
+        body = request.body
+        transactional_id = fields.string(body, "transactional_id", None)
+        if transactional_id is not None and self.transactions is not None:
+            producer_id, epoch = await self.transactions.init_producer_id(
+                transactional_id, fields.integer(body, "transaction_timeout_ms"),
+                fields.integer(body, "producer_id", -1, bits=fields.INT64),
+                fields.integer(body, "producer_epoch", -1, bits=fields.INT16))
+            return Reply({**OK, "producer_id": producer_id, "producer_epoch": epoch})
+        if transactional_id is not None:
+            raise InvalidRequest("this broker has no transaction coordinator")
         self.topics.access.check_idempotent_write()
         producer_id = await asyncio.to_thread(self.producer_ids.next_id)
         return Reply({**OK, "producer_id": producer_id, "producer_epoch": PRODUCER_EPOCH})

@@ -1,4 +1,5 @@
-"""Consumer-group APIs: FindCoordinator, JoinGroup, Heartbeat, LeaveGroup, OffsetCommit,
+"""Consumer-group APIs: FindCoordinator (of groups, ``key_type`` 0, and of transactional ids, 1),
+JoinGroup, Heartbeat, LeaveGroup, OffsetCommit,
 OffsetFetch, DescribeGroups, ListGroups, DeleteGroups. Wire format only: the work is in
 ``ember.groups.coordinator``. SyncGroup is not served: JoinGroup answers with the member's
 assignment, which the coordinator computes (docs/groups.md)."""
@@ -6,9 +7,11 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from ember.cluster.records import BrokerInfo
 from ember.errors import InvalidRequest, MemberIdRequired
 from ember.groups.coordinator import GroupCoordinator
 from ember.groups.group import Group
+from ember.ingest.transactions.coordinator import TransactionCoordinator
 from ember.net.server import client_host
 from ember.protocol.ember.dispatcher import Handler
 from ember.wire import fields
@@ -26,9 +29,14 @@ def _parse_tps(items: Iterable[dict[str, Any]]) -> list[TopicPartition]:
     return [TopicPartition(*fields.topic_partition(item)) for item in items]
 
 
+GROUP_KEY = 0
+TRANSACTION_KEY = 1
+
+
 class GroupApis:
-    def __init__(self, coordinator: GroupCoordinator) -> None:
+    def __init__(self, coordinator: GroupCoordinator, transactions: TransactionCoordinator | None = None) -> None:
         self.coordinator = coordinator
+        self.transactions = transactions
 
     def handlers(self) -> dict[ApiKey, Handler]:
         return {ApiKey.FIND_COORDINATOR: self.find_coordinator, ApiKey.JOIN_GROUP: self.join_group,
@@ -38,7 +46,15 @@ class GroupApis:
                 ApiKey.DELETE_GROUPS: self.delete_groups}
 
     async def find_coordinator(self, request: Request) -> Reply:
-        broker = self.coordinator.coordinator_broker(fields.string(request.body, "key"))
+        key = fields.string(request.body, "key")
+        key_type = fields.integer(request.body, "key_type", GROUP_KEY, bits=fields.INT8)
+        broker: BrokerInfo
+        if key_type == GROUP_KEY:
+            broker = self.coordinator.coordinator_broker(key)
+        elif key_type == TRANSACTION_KEY and self.transactions is not None:
+            broker = self.transactions.coordinator_broker(key)
+        else:
+            raise InvalidRequest(f"coordinator key type {key_type} is unknown (0 = group, 1 = transaction)")
         return Reply({**OK, "node_id": broker.id, "host": broker.host, "port": broker.port})
 
     async def join_group(self, request: Request) -> Reply:
