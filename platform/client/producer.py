@@ -249,7 +249,9 @@ class Producer:
 
     def begin_transaction(self) -> None:
         """Start a transaction: every record sent until it ends belongs to it."""
-        self._transaction_manager().begin_transaction()
+        manager = self._transaction_manager()
+        self._bump_after_gap(manager, self.max_block_s)
+        manager.begin_transaction()
 
     def send_offsets_to_transaction(self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int],
                                     group_id_or_consumer_group_metadata: str | ConsumerGroupMetadata,
@@ -281,6 +283,14 @@ class Producer:
         if in_flight:
             raise KafkaTimeoutError(f"abort_transaction: {len(in_flight)} batch(es) still unanswered; call again")
         manager.end_transaction(False, max(deadline - time.monotonic(), 0))
+        self._bump_after_gap(manager, max(deadline - time.monotonic(), 0))
+
+    def _bump_after_gap(self, manager: TransactionManager, timeout_s: float) -> None:
+        """A new epoch when an aborted transaction left a gap in sequence numbers (retried at the
+        next ``begin_transaction`` if this one times out)."""
+        if self._sender.sequence_gap():
+            producer_id, epoch = manager.bump_epoch(timeout_s)
+            self._sender.use_producer_id(producer_id, epoch)
 
     def _transaction_manager(self) -> TransactionManager:
         if self._transactions is None:

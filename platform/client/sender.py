@@ -85,12 +85,15 @@ class IdempotenceState:
         self.fixed = producer_id >= 0
         self.next_sequence: dict[TopicPartition, int] = {}
         self.reset_requested = False
+        #: A numbered batch of a transactional producer failed or was dropped: its partition's
+        #: sequences may have a gap, which only a new epoch closes (``Producer.abort_transaction``).
+        self.sequence_gap = False
 
     def use(self, producer_id: int, producer_epoch: int) -> None:
         """Take a fixed identity given from outside (a transactional producer's, from its
         coordinator), sequences starting again at 0."""
         self.producer_id, self.producer_epoch, self.fixed = producer_id, producer_epoch, True
-        self.next_sequence = {}
+        self.next_sequence, self.sequence_gap = {}, False
 
     def assign(self, batch: ProducerBatch) -> None:
         if batch.base_sequence < 0:
@@ -169,6 +172,10 @@ class Sender(threading.Thread):
         """The transactional producer's id and epoch (``init_transactions``), used from now on."""
         assert self.idempotence is not None      # a transactional producer is idempotent
         self.idempotence.use(producer_id, producer_epoch)
+
+    def sequence_gap(self) -> bool:
+        """Whether the transactional producer needs a new epoch before its next transaction."""
+        return self.idempotence is not None and self.idempotence.sequence_gap
 
     def _ensure_producer_id(self, state: IdempotenceState) -> bool:
         if self.transactions is not None:     # its id comes from init_transactions, never from here
@@ -347,8 +354,11 @@ class Sender(threading.Thread):
             # A fixed identity keeps it (and its later batches fail too): a new id would turn a
             # deduplicated re-send into duplicates.
             state.reset_requested = True
-        if self.transactions is not None and not isinstance(error, TransactionAborted):
-            self.transactions.fail(error)
+        if self.transactions is not None:
+            if state is not None and batch.base_sequence >= 0:
+                state.sequence_gap = True
+            if not isinstance(error, TransactionAborted):
+                self.transactions.fail(error)
         if not batch.future.done():
             batch.future.set_exception(error)
         if not batch.settled.done():

@@ -189,6 +189,21 @@ class TransactionManager:
             self._transition(S.READY)
         return self.producer_id, self.producer_epoch
 
+    def bump_epoch(self, timeout_s: float) -> tuple[int, int]:
+        """InitProducerId naming this producer's id and epoch (KIP-360): the next epoch, whose
+        sequences start again at 0. Needed after an aborted transaction whose batches may have
+        left a gap in a partition's sequence numbers (a batch failed or dropped after it was
+        numbered), which the broker would refuse as OUT_OF_ORDER_SEQUENCE_NUMBER."""
+        self._require("bump_epoch", S.READY)
+        body = self._call(ApiKey.INIT_PRODUCER_ID, {"transactional_id": self.transactional_id,
+                                                    "transaction_timeout_ms": self.transaction_timeout_ms,
+                                                    "producer_id": self.producer_id,
+                                                    "producer_epoch": self.producer_epoch},
+                          time.monotonic() + timeout_s, "bump_epoch")
+        with self._lock:
+            self.producer_id, self.producer_epoch = body["producer_id"], body["producer_epoch"]
+        return self.producer_id, self.producer_epoch
+
     def begin_transaction(self) -> None:
         self._require("begin_transaction", S.READY)
         with self._lock:

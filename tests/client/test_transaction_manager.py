@@ -183,3 +183,15 @@ def test_a_commit_that_timed_out_can_be_called_again():
     tm.begin_commit()
     tm.end_transaction(True, 1.0)
     assert tm.state == TransactionState.READY
+
+
+def test_bump_epoch_names_the_current_producer():
+    coordinator = FakeCoordinator()
+    tm = ready(coordinator)
+    coordinator.answers[ApiKey.INIT_PRODUCER_ID] = [{"error_code": 0, "producer_id": 7, "producer_epoch": 4}]
+    assert tm.bump_epoch(1.0) == (7, 4)
+    assert coordinator.sent[-1] == (ApiKey.INIT_PRODUCER_ID, {"transactional_id": "tx", "transaction_timeout_ms": 60000,
+                                                              "producer_id": 7, "producer_epoch": 3})
+    tm.begin_transaction()
+    with pytest.raises(IllegalStateError, match="IN_TRANSACTION"):
+        tm.bump_epoch(1.0)

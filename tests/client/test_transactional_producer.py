@@ -14,7 +14,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from ember.client import Admin, Consumer, OffsetAndMetadata, Producer, TopicPartition
-from ember.errors import IllegalStateError, ProducerFenced
+from ember.errors import IllegalStateError, MessageTooLarge, ProducerFenced
 
 pytestmark = pytest.mark.integration
 
@@ -26,9 +26,9 @@ def cluster(shared_cluster):
     return shared_cluster
 
 
-def create(cluster, topic: str, partitions: int = 3) -> None:
+def create(cluster, topic: str, partitions: int = 3, **config: str) -> None:
     with Admin(bootstrap_servers=cluster.bootstrap) as admin:
-        admin.create_topic(topic, partitions=partitions, replication_factor=3)
+        admin.create_topic(topic, partitions=partitions, replication_factor=3, config=config)
 
 
 def transactional(cluster, transactional_id: str, **options) -> Producer:
@@ -171,6 +171,25 @@ def test_consume_transform_produce_commits_offsets_only_with_the_transaction(clu
         step(commit=True)
         assert consumer.committed(tp) == 10
     assert ember_values(cluster, sink, 1, "read_committed") == [b"%d" % i * 2 for i in range(10)]
+
+
+def test_a_refused_batch_makes_the_transaction_abortable_and_the_next_one_commits(cluster, topic_name):
+    """The broker refuses a numbered batch (larger than the topic's max.message.bytes): the
+    transaction must be aborted, and the next epoch (no sequence gap) commits on that partition."""
+    create(cluster, topic_name, partitions=1, **{"max.message.bytes": "2048"})
+    with transactional(cluster, f"tx-{topic_name}") as producer:
+        producer.begin_transaction()
+        producer.send(topic_name, b"before", partition=0).get(WAIT_S)
+        too_large = producer.send(topic_name, b"x" * 4096, partition=0)
+        with pytest.raises(MessageTooLarge):
+            too_large.get(WAIT_S)
+        with pytest.raises(MessageTooLarge):         # abortable: only abort_transaction() is allowed
+            producer.commit_transaction()
+        producer.abort_transaction()
+        producer.begin_transaction()
+        producer.send(topic_name, b"after", partition=0)
+        producer.commit_transaction()
+    assert ember_values(cluster, topic_name, 1, "read_committed") == [b"after"]
 
 
 def test_illegal_calls_raise_clear_errors(cluster, topic_name):
