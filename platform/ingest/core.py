@@ -11,6 +11,7 @@ from ember.cluster.producer_ids import ProducerIdAllocator
 from ember.groups.coordinator import GroupCoordinator
 from ember.ingest.broker_config import BrokerConfig
 from ember.ingest.metadata_view import MetadataView
+from ember.ingest.produce import TxnVerifier
 from ember.ingest.replica_manager import ReplicaManager
 from ember.ingest.topic_changes import TopicChanges
 from ember.ingest.transactions.coordinator import TransactionCoordinator
@@ -47,3 +48,6 @@ class BrokerCore:
     access: Access = ALLOW_ALL
     #: The ACLs in ZooKeeper (None: no authorizer, so the ACL APIs answer SECURITY_DISABLED).
     acls: AclStore | None = None
+    #: Asks transaction coordinators whether a transactional batch's partition is in its
+    #: producer's transaction before Produce appends it (None: no verification, tests only).
+    txn_verifier: TxnVerifier | None = None

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable, TypeVar
 from ember.cluster.records import NOT_APPLIED_VERSION, PartitionState
 from ember.errors import (
     FencedLeaderEpoch,
+    InvalidTxnState,
     NotEnoughReplicas,
     NotEnoughReplicasAfterAppend,
     NotLeaderOrFollower,
@@ -41,7 +42,7 @@ from ember.ingest.isr import FollowerProgress, now_ms
 from ember.ingest.log_dir_space import LogDirSpace
 from ember.ingest.signals import Signal, wait_any
 from ember.log.config import LogConfig
-from ember.record.header import NO_EPOCH
+from ember.record.header import NO_EPOCH, BatchHeader
 
 if TYPE_CHECKING:
     from ember.log import AppendResult, FetchSlice, Log
@@ -98,6 +99,8 @@ class Partition:
         # Serializes appends and truncations with the leadership check made before each: an append
         # queued on the I/O pool while leading must not land after this replica began following.
         self._append_lock = asyncio.Lock()
+        #: producer id -> its verification guard (see verification_guard)
+        self._verification_guards: dict[int, object] = {}
         self._io_pool = io_pool
         #: The topic's byte and record counters (None: metrics are off).
         self.stats = stats
@@ -253,11 +256,20 @@ class Partition:
 
     # -- records -------------------------------------------------------------------------------
 
-    async def append(self, raw: memoryview, required_acks: int) -> "AppendResult":
+    def verification_guard(self, producer_id: int) -> object:
+        """What a transactional batch verified with the coordinator presents to :meth:`append`
+        (Kafka's VerificationGuard): one per producer until its transaction here ends; a marker
+        voids it, so a verification that raced the transaction's end cannot open a new one."""
+        return self._verification_guards.setdefault(producer_id, object())
+
+    async def append(self, raw: memoryview, required_acks: int, guard: object | None = None) -> "AppendResult":
         """Append a producer's batch as leader. acks=all needs ``min.insync.replicas`` in-sync
-        replicas before the write (Kafka's NOT_ENOUGH_REPLICAS)."""
+        replicas before the write (Kafka's NOT_ENOUGH_REPLICAS). A batch verified with its
+        transaction coordinator (``guard``) is appended only if no marker voided the guard since."""
         async with self._append_lock:
             self.check_leader()
+            if guard is not None:
+                self._check_guard(raw, guard)
             if required_acks == -1 and len(self.state.isr) < self.config.min_insync_replicas:
                 raise NotEnoughReplicas(f"{self}: {len(self.state.isr)} in-sync replica(s) {self.state.isr}, "
                                         f"min.insync.replicas is {self.config.min_insync_replicas}")
@@ -273,12 +285,24 @@ class Partition:
             self.stats.produced(result.record_count, len(raw))
         return result
 
+    def drop_verification_guard(self, producer_id: int, guard: object) -> None:
+        """Forget ``guard`` after a failed verification (unless a newer one replaced it)."""
+        if self._verification_guards.get(producer_id) is guard:
+            del self._verification_guards[producer_id]
+
+    def _check_guard(self, raw: memoryview, guard: object) -> None:
+        producer_id = BatchHeader.parse(raw).producer_id
+        if not self.log.in_transaction(producer_id) and self._verification_guards.get(producer_id) is not guard:
+            raise InvalidTxnState(f"{self}: the transaction of producer {producer_id} ended while its batch was "
+                                  f"being verified; the batch was not written")
+
     async def write_marker(self, marker: "Marker") -> "AppendResult":
         """Append, as leader, the marker ending ``marker``'s producer's transaction here
         (WriteTxnMarkers); the caller waits for its replication, as Kafka appends markers with
-        acks=all."""
+        acks=all. It voids the producer's verification guard."""
         async with self._append_lock:
             self.check_leader()
+            self._verification_guards.pop(marker.producer_id, None)
             try:
                 return await self.run(self._write_marker, marker, self.leader_epoch)
             except StorageError as exc:

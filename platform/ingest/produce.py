@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Awaitable, Sequence
+from typing import Awaitable, Iterable, Optional, Protocol, Sequence
 
 from ember.errors import InvalidRequiredAcks
+from ember.ingest.partition import Partition
 from ember.ingest.replica_manager import ReplicaManager
 from ember.net.pipelining import read_on
-from ember.record.header import Buffer
+from ember.record.control import is_transactional
+from ember.record.header import HEADER_SIZE, BatchHeader, Buffer
 from ember.security.authorizer.model import Operation
 
 NO_TIMESTAMP = -1
@@ -37,20 +39,33 @@ class ProduceEntry:
     batch: Buffer               # one or more stored-format batches (ember's or Kafka's, docs/log.md)
 
 
+class TxnVerifier(Protocol):
+    """Asks a transactional id's coordinator whether partitions are in the producer's ongoing
+    transaction (``ember.ingest.transactions.verifier.PartitionVerifier``)."""
+
+    async def verify(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                     partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], Optional[Exception]]: ...
+
+
 def check_acks(acks: int) -> None:
     if acks not in (0, 1, -1):
         raise InvalidRequiredAcks(f"acks={acks}; use 0, 1 or -1 (all)")
 
 
 async def append_at_leaders(replicas: ReplicaManager, entries: Sequence[ProduceEntry], acks: int,
-                            timeout_s: float) -> list[Produced | Exception]:
-    """Per entry, in order: where it was appended, or the error that stopped it."""
+                            timeout_s: float, transactional_id: str | None = None,
+                            verifier: TxnVerifier | None = None) -> list[Produced | Exception]:
+    """Per entry, in order: where it was appended, or the error that stopped it. A transactional
+    producer's first batch at a partition (``transactional_id``) is appended only once its
+    coordinator confirms the partition is in the producer's ongoing transaction (``verifier``:
+    KIP-890's server-side defence), so a late or stray batch cannot open a transaction no marker
+    will ever end."""
     deadline = asyncio.get_running_loop().time() + timeout_s
     outcomes: list[Produced | Exception] = []
     waits: list[tuple[int, Awaitable[None]]] = []
     for entry in entries:
         try:
-            produced, wait = await _append_one(replicas, entry, acks, deadline)
+            produced, wait = await _append_one(replicas, entry, acks, deadline, transactional_id, verifier)
             if wait is not None:
                 waits.append((len(outcomes), wait))
             outcomes.append(produced)
@@ -67,15 +82,37 @@ async def append_at_leaders(replicas: ReplicaManager, entries: Sequence[ProduceE
     return outcomes
 
 
-async def _append_one(replicas: ReplicaManager, entry: ProduceEntry, acks: int,
-                      deadline: float) -> tuple[Produced, Awaitable[None] | None]:
+async def _append_one(replicas: ReplicaManager, entry: ProduceEntry, acks: int, deadline: float,
+                      transactional_id: str | None, verifier: TxnVerifier | None
+                      ) -> tuple[Produced, Awaitable[None] | None]:
     """Append as leader: where it landed and, for acks=all, the replication wait."""
     check_acks(acks)
     replicas.access.check_topic(Operation.WRITE, entry.topic)
     partition = replicas.leader_partition(entry.topic, entry.partition)
+    guard = await _verified(partition, entry, transactional_id, verifier)
     leader_epoch = partition.leader_epoch
-    result = await partition.append(memoryview(entry.batch), acks)
+    result = await partition.append(memoryview(entry.batch), acks, guard)
     wait = partition.wait_replicated(result.last_offset + 1, leader_epoch, deadline) if acks == -1 else None
     log_append_time = result.max_timestamp \
         if partition.config.message_timestamp_type == "LogAppendTime" else NO_TIMESTAMP
     return Produced(result.first_offset, log_append_time, partition.log.log_start_offset), wait
+
+
+async def _verified(partition: Partition, entry: ProduceEntry, transactional_id: str | None,
+                    verifier: TxnVerifier | None) -> object | None:
+    """The verification guard a transactional batch that would open its producer's transaction
+    here must present to be appended (None: no verification needed). Taken before asking the
+    coordinator, so a marker written meanwhile (the transaction ended) voids it."""
+    if transactional_id is None or verifier is None or len(entry.batch) < HEADER_SIZE:
+        return None
+    header = BatchHeader.parse(entry.batch)
+    if not is_transactional(header) or partition.log.in_transaction(header.producer_id):
+        return None
+    guard = partition.verification_guard(header.producer_id)
+    answers = await verifier.verify(transactional_id, header.producer_id, header.producer_epoch,
+                                    [(entry.topic, entry.partition)])
+    error = answers.get((entry.topic, entry.partition))
+    if error is not None:
+        partition.drop_verification_guard(header.producer_id, guard)
+        raise error
+    return guard

@@ -258,6 +258,10 @@ class Log:
         """How many transactions are open here (without the lock: metrics read it on the event loop)."""
         return self._producers.ongoing_count
 
+    def in_transaction(self, producer_id: int) -> bool:
+        """Whether ``producer_id`` has a transaction open here (without the lock: one dict lookup)."""
+        return self._producers.has_ongoing(producer_id)
+
     def open_transactions(self) -> dict[int, int]:
         """producer id -> first offset of each transaction open in this partition."""
         with self._lock:

@@ -147,6 +147,9 @@ class ProducerStateManager:
         """The first offset of the oldest open transaction, None if none is open."""
         return min(self._ongoing.values()) if self._ongoing else None
 
+    def has_ongoing(self, producer_id: int) -> bool:
+        return producer_id in self._ongoing
+
     @property
     def ongoing_count(self) -> int:
         return len(self._ongoing)

@@ -86,7 +86,8 @@ class RecordHandlers:
                     listed.append((ref, part.index, exc))
         entries = [ProduceEntry(ref["name"], index, batch) for ref, index, batch in listed
                    if not isinstance(batch, Exception)]
-        appended = iter(await append_at_leaders(self.core.replicas, entries, body.acks, millis(body.timeout) / 1000))
+        appended = iter(await append_at_leaders(self.core.replicas, entries, body.acks, millis(body.timeout) / 1000,
+                                                body.transactional_id, self.core.txn_verifier))
         outcomes = [batch if isinstance(batch, Exception) else next(appended) for _, _, batch in listed]
         if body.acks == 0:
             failed = next((o for o in outcomes if isinstance(o, Exception)), None)
