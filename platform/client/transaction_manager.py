@@ -93,6 +93,7 @@ class TransactionManager:
         self.transaction_timeout_ms = transaction_timeout_ms
         self.coordinator = coordinator
         self._group_coordinator = group_coordinator
+        self._groups: dict[str, Coordinator] = {}     # the group coordinators offsets went to, kept
         self.request_timeout_s = request_timeout_s
         self.retry_backoff_s = retry_backoff_s
         self.producer_id = -1
@@ -229,11 +230,10 @@ class TransactionManager:
                                     for tp, om in offsets.items()]}
         if meta.group_instance_id is not None:
             body["group_instance_id"] = meta.group_instance_id
-        group_coordinator = self._group_coordinator(meta.group_id)
-        try:
-            self._call(ApiKey.TXN_OFFSET_COMMIT, body, deadline, "send_offsets_to_transaction", group_coordinator)
-        finally:
-            group_coordinator.close()
+        group_coordinator = self._groups.get(meta.group_id)
+        if group_coordinator is None:
+            group_coordinator = self._groups[meta.group_id] = self._group_coordinator(meta.group_id)
+        self._call(ApiKey.TXN_OFFSET_COMMIT, body, deadline, "send_offsets_to_transaction", group_coordinator)
 
     def begin_commit(self) -> None:
         """IN_TRANSACTION → COMMITTING_TRANSACTION (a commit that timed out may be called again)."""
@@ -338,4 +338,6 @@ class TransactionManager:
 
     def close(self) -> None:
         self.coordinator.close()
+        for group_coordinator in self._groups.values():
+            group_coordinator.close()
 

@@ -167,7 +167,9 @@ def test_offsets_go_to_both_coordinators_with_the_group_metadata():
         "transactional_id": "tx", "producer_id": 7, "producer_epoch": 3, "group_id": "g", "member_id": "member-1",
         "generation": 4, "offsets": [{"topic": "t", "partition": 0, "offset": 5, "metadata": "m"},
                                      {"topic": "t", "partition": 1, "offset": 9, "metadata": ""}]})]
-    assert group.closed and tm.started
+    assert tm.started and not group.closed
+    tm.close()
+    assert group.closed and coordinator.closed
 
 
 def test_a_commit_that_timed_out_can_be_called_again():
