@@ -14,6 +14,7 @@ from ember.errors import InvalidRequest
 from ember.ingest.transactions.coordinator import TransactionCoordinator
 from ember.ingest.transactions.offsets import TransactionalOffsets
 from ember.protocol.ember.dispatcher import Handler
+from ember.security.authorizer.model import Operation
 from ember.wire import fields
 from ember.wire.api_keys import ApiKey
 from ember.wire.frame import Request
@@ -39,10 +40,17 @@ class ProducerTransactionApis:
 
     async def add_partitions_to_txn(self, request: Request) -> Reply:
         """``partitions`` [{topic, partition}] → ``partitions`` with an error code each (a refused
-        one adds none: the others answer OPERATION_NOT_ATTEMPTED, as in Kafka)."""
+        one adds none: the others answer OPERATION_NOT_ATTEMPTED, as in Kafka). With ``verify_only``
+        (brokers only: ClusterAction) nothing is added; each partition answers whether it is in the
+        producer's ongoing transaction."""
         partitions = fields.unique([fields.topic_partition(p) for p in fields.partitions(request.body)],
                                    lambda p: p, "partitions")
-        results = await self.transactions.add_partitions_to_txn(*_producer(request.body), partitions)
+        if fields.boolean(request.body, "verify_only", False):
+            # a partition leader asking before it appends a transactional batch (KIP-890): adds nothing
+            self.transactions.access.check_cluster(Operation.CLUSTER_ACTION)
+            results = await self.transactions.verify_partitions(*_producer(request.body), partitions)
+        else:
+            results = await self.transactions.add_partitions_to_txn(*_producer(request.body), partitions)
         return Reply({**OK, "partitions": [
             {"topic": topic, "partition": index, **(error_fields(error) if error is not None else OK)}
             for (topic, index), error in results.items()]})

@@ -10,6 +10,7 @@ from typing import Any
 from ember.cluster.records import PartitionState
 from ember.errors import BrokerNotAvailable, LeaderNotAvailable, NotLeaderOrFollower, UnknownTopicOrPartition
 from ember.ingest.transactions.marker_router import MarkerRouter
+from ember.ingest.transactions.peers import Peers
 from ember.wire.api_keys import ApiKey
 from ember.wire.frame import Response
 
@@ -69,7 +70,7 @@ class FakeInterBroker:
 
 def route(inter_broker: FakeInterBroker, partitions: list[tuple[str, int]]) -> tuple[dict, LocalWriter]:
     local = LocalWriter()
-    router = MarkerRouter(1, FakeCache(), local, inter_broker)  # type: ignore[arg-type]
+    router = MarkerRouter(1, FakeCache(), local, Peers(FakeCache(), inter_broker))  # type: ignore[arg-type]
     results = asyncio.run(router.write_markers(7, 2, 5, True, partitions))
     return results, local
 
