@@ -157,7 +157,7 @@ class TxnConsumer(threading.Thread):
             consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"chaos-{self.log.name}",
                                  "isolation.level": self.log.isolation, "enable.auto.commit": False,
                                  "auto.offset.reset": "earliest", "fetch.wait.max.ms": 100,
-                                 "logger": logging.getLogger(f"chaos.txn.{self.log.name}")})
+                                 "logger": _InfoLogger(logging.getLogger(f"chaos.txn.{self.log.name}"))})
             tps = [TopicPartition(self.topic, p, 0) for p in range(self.partitions)]
             consumer.assign(tps)
             last_positions = 0.0
@@ -187,6 +187,17 @@ class TxnConsumer(threading.Thread):
         self._halt.set()
         self.join(bound_s)
         return not self.is_alive()
+
+
+class _InfoLogger:
+    """librdkafka's log lines (connection refused while a broker is down...) at INFO: expected
+    under faults, they go to the run's clients.log, not to a test's captured errors."""
+
+    def __init__(self, logger: logging.Logger) -> None:
+        self.logger = logger
+
+    def log(self, level: int, message: str, *args: Any) -> None:
+        self.logger.info(message, *args)
 
 
 class TxnNemesis(Nemesis):
