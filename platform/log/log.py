@@ -31,7 +31,7 @@ from ember.log import checkpoint, cleaner, recovery, retention
 from ember.log.config import LogConfig
 from ember.log.disk import UntrustedFiles
 from ember.log.epoch_cache import LeaderEpochCache
-from ember.log.producer_state import ProducerStateManager
+from ember.log.producer_state import ActiveProducer, ProducerStateManager
 from ember.log.segment import DELETED_SUFFIX, LogSegment
 from ember.log.txn_index import AbortedTxn, TransactionIndex
 from ember.record import kafka_v2
@@ -257,6 +257,11 @@ class Log:
     def open_transaction_count(self) -> int:
         """How many transactions are open here (without the lock: metrics read it on the event loop)."""
         return self._producers.ongoing_count
+
+    def active_producers(self) -> list[ActiveProducer]:
+        """The producers this log knows, with the transaction each has open here (DescribeProducers)."""
+        with self._lock:
+            return self._producers.active()
 
     def in_transaction(self, producer_id: int) -> bool:
         """Whether ``producer_id`` has a transaction open here (without the lock: one dict lookup)."""

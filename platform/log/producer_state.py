@@ -43,6 +43,16 @@ class CompletedTxn(NamedTuple):
     aborted: bool
 
 
+class ActiveProducer(NamedTuple):
+    """A producer's state in one partition (Kafka's DescribeProducers ``ProducerState``)."""
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int
+    current_txn_start_offset: int     # -1: no transaction open here
+
+
 @dataclass
 class ProducerEntry:
     epoch: int
@@ -146,6 +156,12 @@ class ProducerStateManager:
     def first_unstable_offset(self) -> Optional[int]:
         """The first offset of the oldest open transaction, None if none is open."""
         return min(self._ongoing.values()) if self._ongoing else None
+
+    def active(self) -> list[ActiveProducer]:
+        """Every producer known here, as DescribeProducers shows them."""
+        return [ActiveProducer(pid, e.epoch, e.last_sequence, e.batches[-1].max_timestamp if e.batches else -1,
+                               e.coordinator_epoch, -1 if e.txn_first_offset is None else e.txn_first_offset)
+                for pid, e in self._producers.items()]
 
     def has_ongoing(self, producer_id: int) -> bool:
         return producer_id in self._ongoing

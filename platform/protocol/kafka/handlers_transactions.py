@@ -15,8 +15,11 @@ from typing import Any, Optional
 
 from ember.errors import InvalidProducerEpoch, ProducerFenced
 from ember.ingest.core import BrokerCore
+from ember.ingest.partition import Partition as Replica
+from ember.ingest.replica_manager import LeaderQuery
 from ember.ingest.transactions.state import Partition
 from ember.ingest.txn_markers import TxnMarker
+from ember.log.producer_state import ActiveProducer
 from ember.protocol.kafka.codec import KafkaRequest, build, response_class
 from ember.protocol.kafka.dispatcher import Api
 from ember.security.authorizer.model import Operation
@@ -53,7 +56,8 @@ class TransactionHandlers:
                 ApiKey.TXN_OFFSET_COMMIT: Api(0, 4, self.txn_offset_commit),
                 ApiKey.WRITE_TXN_MARKERS: Api(1, 1, self.write_txn_markers),
                 ApiKey.DESCRIBE_TRANSACTIONS: Api(0, 0, self.describe_transactions),
-                ApiKey.LIST_TRANSACTIONS: Api(0, 2, self.list_transactions)}
+                ApiKey.LIST_TRANSACTIONS: Api(0, 2, self.list_transactions),
+                ApiKey.DESCRIBE_PRODUCERS: Api(0, 0, self.describe_producers)}
 
     # -- AddPartitionsToTxn --------------------------------------------------------------------
 
@@ -148,7 +152,23 @@ class TransactionHandlers:
             for t in _topic_results(result)]} for marker, result in zip(markers, results)]
         return build(response_class(ApiKey.WRITE_TXN_MARKERS, request.api_version), {"markers": answers})
 
-    # -- DescribeTransactions, ListTransactions ---------------------------------------------------
+    # -- DescribeProducers, DescribeTransactions, ListTransactions --------------------------------
+
+    async def describe_producers(self, request: KafkaRequest) -> Any:
+        """Each partition's producers at its leader, with the transaction each has open there
+        (``kafka-transactions.sh describe-producers``, ``find-hanging``, ``abort --start-offset``).
+        Read on the topic, as Kafka."""
+        async def producers(partition: Replica, _: None) -> list[ActiveProducer]:
+            return await partition.run(partition.log.active_producers)
+        topics = []
+        for topic in request.body.topics:
+            queries = [LeaderQuery(topic.name, index, None, None) for index in topic.partition_indexes]
+            answers = await self.core.replicas.answer_at_leader(queries, producers, Operation.READ)
+            topics.append({"name": topic.name, "partitions": [
+                {"partition_index": a.partition, **(error_fields(a.error) if a.error else {**OK, "error_message": None}),
+                 "active_producers": [p._asdict() for p in a.value or ()]} for a in answers]})
+        return build(response_class(ApiKey.DESCRIBE_PRODUCERS, request.api_version), {"topics": topics})
+
 
     async def describe_transactions(self, request: KafkaRequest) -> Any:
         found = await self.core.transactions.describe(request.body.transactional_ids)

@@ -53,7 +53,7 @@ def test_every_advertised_version_has_kafkas_schema_except_rejected_produce_v0_t
                     ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE, ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS,
                     ApiKey.ALTER_USER_SCRAM_CREDENTIALS, ApiKey.ADD_PARTITIONS_TO_TXN, ApiKey.ADD_OFFSETS_TO_TXN,
                     ApiKey.END_TXN, ApiKey.TXN_OFFSET_COMMIT, ApiKey.WRITE_TXN_MARKERS,
-                    ApiKey.DESCRIBE_TRANSACTIONS, ApiKey.LIST_TRANSACTIONS,
+                    ApiKey.DESCRIBE_TRANSACTIONS, ApiKey.LIST_TRANSACTIONS, ApiKey.DESCRIBE_PRODUCERS,
                     48}   # 48: DescribeClientQuotas (none)
     for key, low, high in supported:
         for version in range(low, high + 1):
