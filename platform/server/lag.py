@@ -24,6 +24,7 @@ from prometheus_client.registry import Collector
 from ember.ingest.broker_client import BrokerClient, InterBroker
 from ember.ingest.partition import LATEST_TIMESTAMP
 from ember.wire.api_keys import ApiKey
+from ember.wire.isolation import READ_COMMITTED, READ_UNCOMMITTED
 from ember.wire.types import TopicPartition
 
 if TYPE_CHECKING:
@@ -49,6 +50,7 @@ class GroupLagCollector(Collector):
         self.timeout_s = timeout_s
         self._committed: Committed = {}
         self._ends: dict[TopicPartition, int] = {}
+        self._stable: dict[TopicPartition, int] = {}
         self._members: dict[str, int] = {}
         self._clients: dict[int, BrokerClient] = {}
         self._refreshing = asyncio.Lock()   # concurrent scrapes share the leader connections
@@ -61,7 +63,7 @@ class GroupLagCollector(Collector):
     async def _refresh(self) -> None:
         committed = await asyncio.to_thread(self._read_committed)
         wanted = {tp for offsets in committed.values() for tp in offsets}
-        self._ends = await self._high_watermarks(wanted)
+        self._ends, self._stable = await self._high_watermarks(wanted)
         self._committed = committed
         self._members = {group: len(state.members) for group, state in self.coordinator.groups.items()}
 
@@ -70,8 +72,11 @@ class GroupLagCollector(Collector):
         return {group: {tp: c.offset for tp, c in store.fetch(group, None).items()}
                 for group in store.groups() if self.coordinator.owns(group)}
 
-    async def _high_watermarks(self, wanted: set[TopicPartition]) -> dict[TopicPartition, int]:
+    async def _high_watermarks(self, wanted: set[TopicPartition]
+                               ) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int]]:
+        """(high watermarks, last stable offsets) of the partitions (those whose leader answers)."""
         ends: dict[TopicPartition, int] = {}
+        stable: dict[TopicPartition, int] = {}
         local = self.partitions()
         remote: dict[int, list[TopicPartition]] = {}
         topics = self.cache.topics()
@@ -79,19 +84,23 @@ class GroupLagCollector(Collector):
             partition = local.get((tp.topic, tp.partition))
             if partition is not None and partition.is_leader:
                 ends[tp] = partition.log.high_watermark
+                stable[tp] = partition.log.last_stable_offset
                 continue
             meta = topics.get(tp.topic)
             state = meta.states.get(tp.partition) if meta is not None else None
             if state is not None and state.leader >= 0:
                 remote.setdefault(state.leader, []).append(tp)
-        answers = await asyncio.gather(*(self._list_offsets(leader, tps) for leader, tps in remote.items()))
-        for answer in answers:
-            ends.update(answer)
-        return ends
+        answers = await asyncio.gather(*(self._list_offsets(leader, tps, isolation)
+                                         for leader, tps in remote.items() for isolation in (READ_UNCOMMITTED, READ_COMMITTED)))
+        for answer, target in zip(answers, [found for _ in remote for found in (ends, stable)]):
+            target.update(answer)
+        return ends, stable
 
-    async def _list_offsets(self, leader: int, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
-        """High watermarks from ``leader``; {} when it does not answer in time."""
-        body = {"partitions": [{"topic": tp.topic, "partition": tp.partition, "timestamp": LATEST_TIMESTAMP} for tp in tps]}
+    async def _list_offsets(self, leader: int, tps: list[TopicPartition], isolation: int) -> dict[TopicPartition, int]:
+        """High watermarks (last stable offsets for READ_COMMITTED) from ``leader``; {} when it does
+        not answer in time."""
+        body = {"isolation_level": isolation,
+                "partitions": [{"topic": tp.topic, "partition": tp.partition, "timestamp": LATEST_TIMESTAMP} for tp in tps]}
         try:
             client = self._clients.get(leader)
             if client is None or client.closed:
@@ -123,6 +132,9 @@ class GroupLagCollector(Collector):
         lag = GaugeMetricFamily("ember_consumergroup_lag",
                                 "High watermark minus the committed offset: records the group has not read.",
                                 labels=labels)
+        stable_lag = GaugeMetricFamily("ember_consumergroup_lag_stable",
+                                       "Last stable offset minus the committed offset: what a read_committed group "
+                                       "can read now (the rest waits for open transactions to end).", labels=labels)
         for group, offsets in sorted(self._committed.items()):
             for tp, committed in sorted(offsets.items()):
                 key = [group, tp.topic, str(tp.partition)]
@@ -130,8 +142,11 @@ class GroupLagCollector(Collector):
                 end = self._ends.get(tp)
                 if end is not None:
                     lag.add_metric(key, max(0, end - committed))
+                stable = self._stable.get(tp)
+                if stable is not None:
+                    stable_lag.add_metric(key, max(0, stable - committed))
         members = GaugeMetricFamily("ember_consumergroup_members", "Members of a group this broker coordinates.",
                                     labels=["group"])
         for group, count in sorted(self._members.items()):
             members.add_metric([group], count)
-        yield from (offset, lag, members)
+        yield from (offset, lag, stable_lag, members)

@@ -173,6 +173,12 @@ def test_an_open_transaction_shows_in_the_partition_metrics_and_ember_top(cluste
         assert re.search(rf'^ember_log_log_opentransactions\{{partition="0",topic="{topic}"\}} 1\.0$', found, re.MULTILINE)
         assert re.search(rf'^ember_log_log_laststableoffset\{{partition="0",topic="{topic}"\}} 0\.0$', found, re.MULTILINE)
         assert re.search(rf'^ember_log_log_highwatermark\{{partition="0",topic="{topic}"\}} 5\.0$', found, re.MULTILINE)
+        with Admin(cluster.bootstrap) as admin:     # a group at offset 0: 5 records behind, none of them readable yet
+            admin.commit_offsets("txn-reader", {TopicPartition(topic, 0): 0})
+        lags = "".join(http_get(b.host, b.metrics_port, "/metrics", 5)[1].decode() for b in cluster.brokers.values())
+        labels = rf'\{{group="txn-reader",partition="0",topic="{topic}"\}}'
+        assert re.search(rf"^ember_consumergroup_lag{labels} 5\.0$", lags, re.MULTILINE), lags
+        assert re.search(rf"^ember_consumergroup_lag_stable{labels} 0\.0$", lags, re.MULTILINE), lags
         out = subprocess.run([sys.executable, "-m", "ember.cli", "top", "--data", str(cluster.data_dir),
                               "--iterations", "1", "--interval", "0.5"], capture_output=True, text=True, timeout=60)
         assert re.search(rf"^{topic} +1 +5$", out.stdout, re.MULTILINE), out.stdout
