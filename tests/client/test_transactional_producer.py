@@ -14,7 +14,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from ember.client import Admin, Consumer, OffsetAndMetadata, Producer, TopicPartition
-from ember.errors import IllegalStateError, MessageTooLarge, ProducerFenced
+from ember.errors import IllegalStateError, MessageTooLarge, ProducerFenced, TransactionAborted
 
 pytestmark = pytest.mark.integration
 
@@ -32,9 +32,8 @@ def create(cluster, topic: str, partitions: int = 3, **config: str) -> None:
 
 
 def transactional(cluster, transactional_id: str, **options) -> Producer:
-    producer = Producer(bootstrap_servers=cluster.bootstrap, transactional_id=transactional_id,
-                        transaction_timeout_ms=options.pop("transaction_timeout_ms", 20000), linger_ms=5,
-                        max_block_ms=int(WAIT_S * 1000), **options)
+    options = {"transaction_timeout_ms": 20000, "linger_ms": 5, "max_block_ms": int(WAIT_S * 1000), **options}
+    producer = Producer(bootstrap_servers=cluster.bootstrap, transactional_id=transactional_id, **options)
     producer.init_transactions()
     return producer
 
@@ -114,6 +113,21 @@ def test_send_batch_in_a_transaction(cluster, topic_name):
         producer.commit_transaction()
         assert sum(m.record_count for batches in written.result(WAIT_S).values() for m in batches) == 120
     assert sorted(ember_values(cluster, topic_name, 3, "read_committed")) == sorted(b"v%d" % i for i in range(120))
+
+
+def test_abort_drops_the_records_not_yet_sent(cluster, topic_name):
+    create(cluster, topic_name)
+    with transactional(cluster, f"tx-{topic_name}", linger_ms=60000) as producer:   # nothing leaves by itself
+        producer.begin_transaction()
+        futures = [producer.send(topic_name, b"dropped", partition=p) for p in range(3)]
+        producer.abort_transaction()
+        for future in futures:
+            with pytest.raises(TransactionAborted):
+                future.get(1)
+        producer.begin_transaction()
+        producer.send(topic_name, b"kept", partition=0)
+        producer.commit_transaction()             # the commit sends what is queued first
+    assert ember_values(cluster, topic_name, 3, "read_uncommitted") == [b"kept"]
 
 
 def test_a_second_instance_fences_the_first(cluster, topic_name):
