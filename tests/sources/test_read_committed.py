@@ -70,3 +70,20 @@ def test_spark_reads_committed_transactions_only_unless_told_otherwise(spark, sh
         open_txn.abort_transaction(WAIT_S)
     # the open transaction ends aborted: still nothing of it in a committed read
     assert sorted(values()) == sorted(committed)
+
+
+def test_sparks_kafka_connector_reads_read_committed_through_the_kafka_listener(spark, shared_cluster, topic_name):
+    create_topic(shared_cluster.bootstrap, topic_name, partitions=2, replication_factor=3)
+    committed, written, open_txn = write_transactions(shared_cluster, topic_name)
+    open_txn.abort_transaction(WAIT_S)
+
+    def values(isolation: str) -> list[bytes]:
+        frame = (spark.read.format("kafka").option("kafka.bootstrap.servers", shared_cluster.kafka_bootstrap)
+                 .option("subscribe", topic_name).option("startingOffsets", "earliest")
+                 .option("endingOffsets", "latest").option("kafka.isolation.level", isolation)
+                 .option("failOnDataLoss", "false")      # markers and aborted records are offsets without a record
+                 .load())
+        return [bytes(r["value"]) for r in frame.select("value").collect()]
+
+    assert sorted(values("read_committed")) == sorted(committed)
+    assert sorted(values("read_uncommitted")) == sorted(written)
