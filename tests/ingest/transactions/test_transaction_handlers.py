@@ -1,9 +1,9 @@
-"""Kafka transactions through Kafka's protocol with clients nobody here wrote (confluent-kafka /
-librdkafka, and Kafka 4.2's Java client through its own tools) on a 3-broker cluster: committed
-and aborted transactions over partitions led by several brokers (markers routed to remote
-leaders), consume-transform-produce loops whose offsets commit with the transaction (the Java one
-aborting at random), a second producer instance fencing the first, and ``kafka-transactions``
-listing and describing."""
+"""Kafka transactions through Kafka's protocol with clients nobody here wrote, on private clusters:
+Kafka 4.2's Java client through its own tools (TransactionalMessageCopier's consume-transform-produce
+loop aborting at random, ``kafka-transactions`` listing and describing), a commit completing after
+its coordinator's broker is killed, and kafka-python's transactional producer. confluent-kafka's
+commits, aborts, fencing and send_offsets_to_transaction are in
+tests/protocol/kafka/test_kafka_transactions.py (shared cluster)."""
 from __future__ import annotations
 
 import subprocess
@@ -11,7 +11,7 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 pytestmark = pytest.mark.integration
@@ -66,92 +66,6 @@ def java_tool(main_class: str, *args: str, timeout_s: float = 120.0) -> str:
                           capture_output=True, text=True, timeout=timeout_s)
     assert done.returncode == 0, f"{main_class} exited {done.returncode}:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
     return done.stdout
-
-
-def test_committed_transactions_are_read_and_aborted_ones_are_not(make_cluster) -> None:
-    cluster = make_cluster(brokers=3)
-    bootstrap = cluster.kafka_bootstrap
-    topic = f"txn-{uuid.uuid4().hex[:8]}"
-    create_topic(bootstrap, topic, partitions=6, replication_factor=2)
-    producer = transactional(bootstrap, f"tx-{topic}")
-    producer.begin_transaction()
-    for i in range(60):
-        producer.produce(topic, value=f"c{i}".encode(), partition=i % 6)
-    producer.commit_transaction(WAIT_S)
-    producer.begin_transaction()
-    for i in range(30):
-        producer.produce(topic, value=f"a{i}".encode(), partition=i % 6)
-    producer.flush(WAIT_S)
-    producer.abort_transaction(WAIT_S)
-    producer.begin_transaction()
-    producer.produce(topic, value=b"last", partition=0)
-    producer.commit_transaction(WAIT_S)
-
-    committed = read_all(bootstrap, topic, 6, "read_committed", 61)
-    assert sorted(committed) == sorted([f"c{i}".encode() for i in range(60)] + [b"last"])
-    everything = read_all(bootstrap, topic, 6, "read_uncommitted", 91)
-    assert len(everything) == 91
-
-
-def test_offsets_sent_to_a_transaction_commit_with_it(make_cluster) -> None:
-    cluster = make_cluster(brokers=3)
-    bootstrap = cluster.kafka_bootstrap
-    source, sink = f"in-{uuid.uuid4().hex[:8]}", f"out-{uuid.uuid4().hex[:8]}"
-    create_topic(bootstrap, source, partitions=2, replication_factor=1)
-    create_topic(bootstrap, sink, partitions=2, replication_factor=1)
-    plain = Producer({"bootstrap.servers": bootstrap})
-    for i in range(20):
-        plain.produce(source, value=f"v{i}".encode(), partition=i % 2)
-    assert plain.flush(WAIT_S) == 0
-    group = f"g-{source}"
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
-                         "enable.auto.commit": False, "isolation.level": "read_committed"})
-    producer = transactional(bootstrap, f"ctp-{source}")
-    try:
-        consumer.subscribe([source])
-        seen = 0
-        deadline = time.monotonic() + WAIT_S
-        positions: dict[int, int] = {}
-        while seen < 20 and time.monotonic() < deadline:
-            message = consumer.poll(0.2)
-            if message is None or message.error() is not None:
-                continue
-            seen += 1
-            positions[message.partition()] = message.offset() + 1
-        assert seen == 20
-        for aborted in (True, False):
-            producer.begin_transaction()
-            producer.produce(sink, value=b"x", partition=0)
-            offsets = [TopicPartition(source, p, o - (5 if aborted else 0)) for p, o in positions.items()]
-            producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), WAIT_S)
-            if aborted:
-                producer.abort_transaction(WAIT_S)
-            else:
-                producer.commit_transaction(WAIT_S)
-        committed = consumer.committed([TopicPartition(source, p) for p in range(2)], timeout=WAIT_S)
-        assert {tp.partition: tp.offset for tp in committed} == {0: 10, 1: 10}
-    finally:
-        consumer.close()
-
-
-def test_a_new_instance_fences_the_old_one(make_cluster) -> None:
-    cluster = make_cluster(brokers=1)
-    bootstrap = cluster.kafka_bootstrap
-    topic = f"fence-{uuid.uuid4().hex[:8]}"
-    create_topic(bootstrap, topic, partitions=1, replication_factor=1)
-    old = transactional(bootstrap, f"tx-{topic}")
-    old.begin_transaction()
-    old.produce(topic, value=b"zombie", partition=0)
-    old.flush(WAIT_S)
-    new = transactional(bootstrap, f"tx-{topic}")      # aborts the old instance's open transaction
-    new.begin_transaction()
-    new.produce(topic, value=b"fresh", partition=0)
-    new.commit_transaction(WAIT_S)
-    with pytest.raises(KafkaException) as refused:
-        old.commit_transaction(WAIT_S)
-    assert refused.value.args[0].code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
-                                            KafkaError.INVALID_PRODUCER_EPOCH)
-    assert read_all(bootstrap, topic, 1, "read_committed", 1) == [b"fresh"]
 
 
 def test_the_java_client_copies_exactly_once_and_kafka_transactions_describes(make_cluster) -> None:
