@@ -145,6 +145,9 @@ def run_txn_chaos(config: TxnChaosConfig, progress: Callable[[str], None] = prin
         drained = _stop_producers(config, producers, history)
         for producer in producers:
             history.add_events(producer.index, read_events(producer.events))
+            if producer.crashes():
+                errors.append(f"producer {producer.index}: instances exited by themselves with {producer.crashes()} "
+                              f"(see {producer.output})")
         described = wait_settled(cluster.bootstrap, TOPIC, set(cluster.brokers), history, config.settle_s)
         progress("waiting for every transaction to end (LSO = HW)")
         final = _final_reads(cluster.bootstrap, config, drained)
@@ -236,8 +239,8 @@ def _read_all(consumer: Consumer, tps: list[TopicPartition], name: str, isolatio
     consumer.assign(tps)
     for tp in tps:
         consumer.seek(tp, 0)
-    ends = consumer.end_offsets(tps)
     deadline = time.monotonic() + bound_s
+    ends = _retried_ends(consumer, tps, deadline)
     while any(consumer.position(tp) < ends[tp] for tp in tps):
         if time.monotonic() > deadline:
             log.errors["final read timed out"] = 1
@@ -252,6 +255,16 @@ def _read_all(consumer: Consumer, tps: list[TopicPartition], name: str, isolatio
     for tp in tps:
         log.positions[tp.partition] = consumer.position(tp)
     return log
+
+
+def _retried_ends(consumer: Consumer, tps: list[TopicPartition], deadline: float) -> dict[TopicPartition, int]:
+    while True:
+        try:
+            return consumer.end_offsets(tps)
+        except EmberError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
 
 
 def _await_consumers(consumers: list[TxnConsumer], final: TxnFinal, history: TxnHistory, bound_s: float) -> None:

@@ -55,6 +55,8 @@ class ProducerProcess:
         self.seed, self.rate, self.abort_every, self.transaction_timeout_ms = seed, rate, abort_every, transaction_timeout_ms
         self.process: Optional[subprocess.Popen[bytes]] = None
         self.instances = 0
+        #: exit status of every instance that ended (-9: our SIGKILL; 0: a clean stop on SIGTERM)
+        self.exits: list[int] = []
 
     @property
     def transactional_id(self) -> str:
@@ -69,6 +71,8 @@ class ProducerProcess:
         return last + 1
 
     def start(self) -> None:
+        if self.process is not None:
+            self.exits.append(self.process.wait(10))
         self.instances += 1
         with open(self.output, "ab") as out:
             self.process = subprocess.Popen(
@@ -113,16 +117,25 @@ class ProducerProcess:
     def stop(self, bound_s: float) -> Optional[float]:
         """SIGTERM: finish the current transaction and exit; SIGKILL past ``bound_s``. How long it
         took (None: it had to be killed)."""
-        if self.process is None or self.process.poll() is not None:
+        if self.process is None:
             return 0.0
-        started = time.monotonic()
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(bound_s)
-            return time.monotonic() - started
-        except subprocess.TimeoutExpired:
-            self.kill()
-            return None
+        took: Optional[float] = 0.0
+        if self.process.poll() is None:
+            started = time.monotonic()
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(bound_s)
+                took = time.monotonic() - started
+            except subprocess.TimeoutExpired:
+                self.kill()
+                took = None
+        self.exits.append(self.process.wait(10))
+        self.process = None
+        return took
+
+    def crashes(self) -> list[int]:
+        """Exit statuses of instances that ended by themselves (not our SIGKILL, not a clean stop)."""
+        return [code for code in self.exits if code not in (0, -signal.SIGKILL)]
 
     def wait_init(self, since: float, bound_s: float) -> Optional[float]:
         """Bounded wait until an instance reports ``init`` after ``since``; seconds from ``since``."""
