@@ -105,7 +105,8 @@ def run_txn_chaos(config: TxnChaosConfig, progress: Callable[[str], None] = prin
         raise FileExistsError(f"{config.data_dir / 'cluster'} holds an earlier run; give the run a new directory")
     started = time.monotonic()
     rng = random.Random(config.seed)
-    history = TxnHistory(delivery_bound_s=0.0, txn_bound_s=CALL_TIMEOUT_S + 10)
+    # a transaction may flush, commit and then abort (after an abortable error), each call bounded
+    history = TxnHistory(delivery_bound_s=0.0, txn_bound_s=3 * CALL_TIMEOUT_S + 10)
     brokers = {**broker_config(config.session_timeout_ms),
                "transaction.abort.timed.out.transaction.cleanup.interval.ms": str(CLEANUP_INTERVAL_MS)}
     cluster = LocalCluster(config.data_dir / "cluster", broker_count=BROKERS, broker_config=brokers)
