@@ -87,3 +87,35 @@ def test_sparks_kafka_connector_reads_read_committed_through_the_kafka_listener(
 
     assert sorted(values("read_committed")) == sorted(committed)
     assert sorted(values("read_uncommitted")) == sorted(written)
+
+
+@pytest.mark.parametrize("read_path", ["broker", "direct"])
+def test_a_stream_stops_at_an_open_transaction_and_reads_it_once_committed(spark, shared_cluster, topic_name,
+                                                                         tmp_path, read_path):
+    """Each micro-batch ends at the last stable offset: an open transaction holds the stream back
+    (nothing after it is read either), its records arrive in a later run once it commits, once."""
+    topic = f"{topic_name}-{read_path}"
+    create_topic(shared_cluster.bootstrap, topic, partitions=2, replication_factor=3)
+    committed, _, open_txn = write_transactions(shared_cluster, topic)
+
+    def run() -> None:
+        stream = (spark.readStream.format("ember").option("bootstrap", shared_cluster.bootstrap)
+                  .option("topic", topic).option("startingOffsets", "earliest").option("readPath", read_path))
+        if read_path == "direct":
+            stream = stream.option("storageRoot", str(shared_cluster.data_dir))
+        query = (stream.load().writeStream.format("parquet").option("path", str(tmp_path / "out"))
+                 .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(availableNow=True).start())
+        query.awaitTermination(180)
+        assert query.exception() is None, query.exception()
+
+    def landed() -> list[bytes]:
+        return [bytes(r["value"]) for r in spark.read.parquet(str(tmp_path / "out")).select("value").collect()]
+
+    run()
+    assert sorted(landed()) == sorted(committed)
+    open_txn.commit_transaction(WAIT_S)
+    plain = Producer({"bootstrap.servers": shared_cluster.kafka_bootstrap})
+    plain.produce(topic, value=b"after")
+    plain.flush(WAIT_S)
+    run()
+    assert sorted(landed()) == sorted([*committed, *(b"open-%d" % i for i in range(20)), b"after"])
