@@ -13,13 +13,14 @@ import asyncio
 from dataclasses import dataclass
 from typing import Awaitable, Iterable, Optional, Protocol, Sequence
 
-from ember.errors import InvalidRequiredAcks
+from ember.errors import CorruptRecord, InvalidRecord, InvalidRequiredAcks
 from ember.ingest.partition import Partition
 from ember.ingest.replica_manager import ReplicaManager
 from ember.net.pipelining import read_on
+from ember.record.batch import iter_batches
 from ember.record.control import is_transactional
 from ember.record.header import HEADER_SIZE, BatchHeader, Buffer
-from ember.security.authorizer.model import Operation
+from ember.security.authorizer.model import Operation, Resource, ResourceType
 
 NO_TIMESTAMP = -1
 
@@ -63,8 +64,12 @@ async def append_at_leaders(replicas: ReplicaManager, entries: Sequence[ProduceE
     deadline = asyncio.get_running_loop().time() + timeout_s
     outcomes: list[Produced | Exception] = []
     waits: list[tuple[int, Awaitable[None]]] = []
+    refused = _transactional_refusal(replicas, transactional_id)
     for entry in entries:
         try:
+            if refused is not None:
+                raise refused
+            _check_transactional(entry.batch, transactional_id)
             produced, wait = await _append_one(replicas, entry, acks, deadline, transactional_id, verifier)
             if wait is not None:
                 waits.append((len(outcomes), wait))
@@ -96,6 +101,31 @@ async def _append_one(replicas: ReplicaManager, entry: ProduceEntry, acks: int, 
     log_append_time = result.max_timestamp \
         if partition.config.message_timestamp_type == "LogAppendTime" else NO_TIMESTAMP
     return Produced(result.first_offset, log_append_time, partition.log.log_start_offset), wait
+
+
+def _transactional_refusal(replicas: ReplicaManager, transactional_id: str | None) -> Exception | None:
+    """A transactional Produce needs Write on its transactional id, checked before anything else,
+    as Kafka does (every partition then answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED)."""
+    if transactional_id is None:
+        return None
+    try:
+        replicas.access.check(Operation.WRITE, Resource(ResourceType.TRANSACTIONAL_ID, transactional_id))
+    except Exception as exc:
+        return exc
+    return None
+
+
+def _check_transactional(batch: Buffer, transactional_id: str | None) -> None:
+    """Kafka's rule: a Produce's batches are transactional exactly when it names a transactional id
+    (headers only: a malformed batch is refused by the append, which says where)."""
+    try:
+        if all(is_transactional(header) == (transactional_id is not None)
+               for header, _ in iter_batches(batch, verify_crc=False)):
+            return
+    except CorruptRecord:
+        return
+    raise InvalidRecord("a transactional batch needs a Produce request with its transactional id, and a Produce "
+                        "request with a transactional id needs transactional batches")
 
 
 async def _verified(partition: Partition, entry: ProduceEntry, transactional_id: str | None,

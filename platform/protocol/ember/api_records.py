@@ -6,16 +6,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from ember.errors import CorruptRecord, InvalidRecord, OffsetOutOfRange
+from ember.errors import OffsetOutOfRange
 from ember.ingest.fetch import FetchResult, FetchTarget, fetch
 from ember.ingest.partition import CONSUMER_REPLICA_ID, Partition
 from ember.ingest.produce import Produced, ProduceEntry, TxnVerifier, append_at_leaders
 from ember.ingest.replica_manager import ReplicaManager
 from ember.protocol.ember.dispatcher import Handler
 from ember.protocol.ember.leader_fields import answer_fields, leader_queries
-from ember.record.batch import iter_batches
-from ember.record.control import is_transactional
-from ember.security.authorizer.model import Operation, Resource, ResourceType
+from ember.security.authorizer.model import Operation
 from ember.wire import fields
 from ember.wire.api_keys import ApiKey
 from ember.wire.fetch_session import FINAL_EPOCH, NO_SESSION
@@ -35,18 +33,6 @@ def _produce_fields(outcome: Produced | Exception) -> dict[str, Any]:
             "log_start_offset": outcome.log_start_offset}
 
 
-def _transactional_mismatch(raw: memoryview, transactional: bool) -> InvalidRecord | None:
-    """Kafka's rule for a Produce: its batches are transactional exactly when it names a
-    transactional id (headers only: the log checks the CRC when it appends)."""
-    try:
-        if all(is_transactional(header) == transactional for header, _ in iter_batches(raw, verify_crc=False)):
-            return None
-    except CorruptRecord:
-        return None          # the append refuses it, saying where
-    return InvalidRecord("a transactional batch needs a Produce request with its transactional_id, and a Produce "
-                         "request with a transactional_id needs transactional batches")
-
-
 class RecordApis:
     def __init__(self, replicas: ReplicaManager, verifier: TxnVerifier | None = None) -> None:
         self.replicas = replicas
@@ -63,14 +49,9 @@ class RecordApis:
         # The same partition may appear more than once: a producer sends consecutive batches together.
         listed = [(*fields.topic_partition(e), fields.integer(e, "size")) for e in fields.objects(body, "partitions")]
         batches = split_payload(request.payload, [size for _, _, size in listed])
-        transactional_id = fields.string(body, "transactional_id", None)
-        if transactional_id is not None:   # Kafka checks Write on the transactional id first
-            self.replicas.access.check(Operation.WRITE, Resource(ResourceType.TRANSACTIONAL_ID, transactional_id))
         entries = [ProduceEntry(topic, index, raw) for (topic, index, _), raw in zip(listed, batches)]
-        refused = [_transactional_mismatch(raw, transactional_id is not None) for raw in batches]
-        appended = iter(await append_at_leaders(self.replicas, [e for e, r in zip(entries, refused) if r is None],
-                                                acks, timeout_s, transactional_id, self.verifier))
-        outcomes = [r if r is not None else next(appended) for r in refused]
+        outcomes = await append_at_leaders(self.replicas, entries, acks, timeout_s,
+                                           fields.string(body, "transactional_id", None), self.verifier)
         results = [{"topic": e.topic, "partition": e.partition, **_produce_fields(o)}
                    for e, o in zip(entries, outcomes)]
         if acks == 0:

@@ -30,7 +30,7 @@ from ember.protocol.kafka.list_offsets_response import PartitionOffset, encode_l
 from ember.protocol.kafka.names import ZERO_UUID, TopicNames
 from ember.protocol.kafka.records import fetched_batches, produced_batch
 from ember.record.header import Buffer
-from ember.security.authorizer.model import Operation, Resource, ResourceType
+from ember.security.authorizer.model import Operation
 from ember.wire.api_keys import ApiKey
 from ember.wire.fetch_session import FINAL_EPOCH, NO_SESSION
 from ember.wire.isolation import READ_COMMITTED, READ_UNCOMMITTED
@@ -66,12 +66,7 @@ class RecordHandlers:
         body = request.body
         names = TopicNames(self.core.cache.topics())
         listed: list[tuple[dict[str, Any], int, Buffer | Exception]] = []   # topic ref, partition, batch
-        refused = self._transactional_refusal(body.transactional_id)
         for topic in body.topic_data:
-            if refused is not None:
-                ref = {"name": getattr(topic, "name", None), "topic_id": getattr(topic, "topic_id", ZERO_UUID)}
-                listed += [(ref, p.index, refused) for p in topic.partition_data]
-                continue
             try:
                 ref = names.ref(names.name_of(topic))
                 self.core.access.check_topic(Operation.WRITE, ref["name"])   # before any batch is decoded, as Kafka
@@ -81,7 +76,7 @@ class RecordHandlers:
                 continue
             for part in topic.partition_data:
                 try:
-                    listed.append((ref, part.index, produced_batch(part.records, body.transactional_id)))
+                    listed.append((ref, part.index, produced_batch(part.records)))
                 except Exception as exc:
                     listed.append((ref, part.index, exc))
         entries = [ProduceEntry(ref["name"], index, batch) for ref, index, batch in listed
@@ -99,16 +94,6 @@ class RecordHandlers:
             topic = topics.setdefault(id(ref), {**ref, "partition_responses": []})
             topic["partition_responses"].append({"index": index, **_produce_fields(outcome), "record_errors": []})
         return build(response_class(ApiKey.PRODUCE, request.api_version), {"responses": list(topics.values())})
-
-    def _transactional_refusal(self, transactional_id: str | None) -> Exception | None:
-        """A transactional Produce needs Write on its transactional id, as Kafka checks it first."""
-        if transactional_id is None:
-            return None
-        try:
-            self.core.access.check(Operation.WRITE, Resource(ResourceType.TRANSACTIONAL_ID, transactional_id))
-        except Exception as exc:
-            return exc
-        return None
 
     # -- Fetch ---------------------------------------------------------------------------------
 

@@ -18,11 +18,9 @@ import pyarrow.compute as pc
 from ember.errors import CorruptRecord, InvalidRecord
 from ember.record.batch import iter_batches, stored_columns
 from ember.record.header import (
-    CONTROL_FLAG,
     HEADER_SIZE,
     KAFKA_MAGIC,
     LOG_OVERHEAD,
-    TRANSACTIONAL_FLAG,
     BatchHeader,
     Buffer,
 )
@@ -53,21 +51,14 @@ def split_batches(records: Buffer) -> list[memoryview]:
     return batches
 
 
-def produced_batch(records: Buffer | None, transactional_id: str | None = None) -> memoryview:
-    """A partition's records field in a Produce request: exactly one v2 batch, as Kafka requires,
-    transactional exactly when the request names a transactional id, never a control batch (only
-    leaders write markers). Its CRC and records are checked where it is appended
-    (``Log.append_as_leader``)."""
+def produced_batch(records: Buffer | None) -> memoryview:
+    """A partition's records field in a Produce request: exactly one v2 batch, as Kafka requires.
+    Its CRC and records are checked where it is appended (``Log.append_as_leader``, which also
+    refuses control batches from producers), whether it is transactional by the Produce path
+    (``ember.ingest.produce``)."""
     batches = split_batches(records or b"")
     if len(batches) != 1:
         raise InvalidRecord(f"a Produce request must carry exactly one record batch per partition, not {len(batches)}")
-    attributes = BatchHeader.parse(batches[0]).attributes
-    if attributes & CONTROL_FLAG:
-        raise InvalidRecord("a producer cannot write control batches: transaction markers are written by the "
-                            "partition leaders")
-    if bool(attributes & TRANSACTIONAL_FLAG) != (transactional_id is not None):
-        raise InvalidRecord("a transactional batch needs a Produce request with its transactional id, and a "
-                            "Produce request with a transactional id needs transactional batches")
     return batches[0]
 
 

@@ -140,8 +140,6 @@ def test_bad_kafka_batches_are_refused_before_anything_is_written(tmp_path):
         assert log.log_end_offset == 0
     finally:
         log.close()
-    with pytest.raises(InvalidRecord, match="transactional"):
-        produced_batch(rewrite(good, good[HEADER_SIZE:], attributes=0x10))
     with pytest.raises(InvalidRecord, match="exactly one"):
         produced_batch(good + good)
     with pytest.raises(CorruptRecord, match="magic"):

@@ -24,9 +24,10 @@ from waiting import eventually
 pytestmark = pytest.mark.integration
 
 
-def produce(wire: KafkaWire, transactional_id: str, topic: str, producer_id: int, epoch: int, sequence: int) -> int:
-    """Error code of a Produce of one transactional batch of 2 records to partition 0."""
-    builder = DefaultRecordBatchBuilder(2, 0, 1, producer_id, epoch, sequence, 1 << 20)
+def produce(wire: KafkaWire, transactional_id: str | None, topic: str, producer_id: int, epoch: int, sequence: int,
+            transactional: bool = True) -> int:
+    """Error code of a Produce of one (transactional) batch of 2 records to partition 0."""
+    builder = DefaultRecordBatchBuilder(2, 0, int(transactional), producer_id, epoch, sequence, 1 << 20)
     for i in range(2):
         builder.append(i, 1000 + i, None, b"late-%d" % (sequence + i), [])
     data = PartitionProduceData(index=0, records=bytes(builder.build()))
@@ -59,6 +60,10 @@ def test_a_batch_after_its_transaction_ended_is_refused_and_leaves_nothing_hangi
                                              producer_id=-1, producer_epoch=-1))
         assert ids.error_code.value == 0
         pid, epoch = ids.producer_id, ids.producer_epoch
+        # a transactional batch without the request's transactional id, and the other way round
+        assert produce(data, None, topic_name, pid, epoch, 0) == ErrorCode.INVALID_RECORD
+        assert produce(data, transactional_id, topic_name, pid, epoch, 0, transactional=False) == \
+            ErrorCode.INVALID_RECORD
         # not added to the transaction yet: the leader asks the coordinator and refuses
         assert produce(data, transactional_id, topic_name, pid, epoch, 0) == ErrorCode.INVALID_TXN_STATE
         added = txn.call(AddPartitionsToTxnRequest(
