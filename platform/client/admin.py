@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional, TypeVar
 from ember.client.group_admin import GroupOperations
 from ember.client.metadata import MetadataClient
 from ember.client.offsets import EARLIEST, LATEST, at_leaders, list_offsets
+from ember.client.transaction_admin import TransactionOperations
 from ember.errors import (
     BrokerNotAvailable,
     EmberError,
@@ -70,7 +71,7 @@ class TopicDescription:
     config: dict[str, str]   # configs set on the topic (not defaults)
 
 
-class Admin(GroupOperations):
+class Admin(GroupOperations, TransactionOperations):
     """Cluster administration against any broker: topics, configs, ACLs, SCRAM users, leadership,
     and consumer groups (list, describe, delete, reset and commit offsets: :class:`GroupOperations`)."""
 

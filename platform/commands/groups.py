@@ -7,10 +7,9 @@ import re
 import sys
 import time
 from datetime import datetime, timezone
-from typing import Sequence
 
 from ember.client import Admin, TopicPartition
-from ember.commands.topics import add_bootstrap, client_options
+from ember.commands.topics import add_bootstrap, client_options, print_table
 from ember.errors import NonEmptyGroup
 
 
@@ -85,7 +84,7 @@ def describe_group(args: argparse.Namespace) -> int:
     rows = [("topic", "partition", "committed", "log end", "lag", "member")]
     rows += [(p.partition.topic, str(p.partition.partition), _opt(p.committed), _opt(p.log_end), _opt(p.lag),
               p.member_id or "-") for p in d.partitions]
-    _table(rows)
+    print_table(rows)
     return 0
 
 
@@ -114,7 +113,7 @@ def reset_offsets(args: argparse.Namespace) -> int:
                 print(f"group {group}")
             rows = [("topic", "partition", "committed", "new offset")]
             rows += [(tp.topic, str(tp.partition), _opt(old), str(new)) for tp, (old, new) in sorted(plan.items())]
-            _table(rows)
+            print_table(rows)
             print(f"reset {len(plan)} partition(s) of group {group}" if args.execute
                   else "dry run: nothing changed (add --execute to commit these offsets)")
     return 1 if refused else 0
@@ -200,9 +199,3 @@ def _partitions(tps: tuple[TopicPartition, ...]) -> str:
 
 def _opt(value: int | None) -> str:
     return "-" if value is None else str(value)
-
-
-def _table(rows: Sequence[tuple[str, ...]]) -> None:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        print("  " + "  ".join(cell.rjust(width) for cell, width in zip(row, widths)))

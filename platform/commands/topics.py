@@ -8,6 +8,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Sequence
 
 from ember.client import Admin, PartitionDescription, TopicPartition
 from ember.client.metadata import MetadataClient, TopicInfo
@@ -67,6 +68,13 @@ def add_bootstrap(parser: argparse.ArgumentParser) -> None:
                         help="client properties with Kafka's names: security.protocol, ssl.truststore.location, "
                              "ssl.keystore.location (PEM files), sasl.mechanism, sasl.jaas.config "
                              "(default: $EMBER_CLIENT_CONFIG)")
+
+
+def print_table(rows: Sequence[tuple[str, ...]]) -> None:
+    """Rows as right-aligned columns, indented two spaces (the first row is the header)."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  " + "  ".join(cell.rjust(width) for cell, width in zip(row, widths)))
 
 
 def client_options(args: argparse.Namespace) -> SecurityOptions:
@@ -285,9 +293,7 @@ def describe_topics(args: argparse.Namespace) -> int:
             rows = [("partition", "leader", "replicas", "isr", "log start", "high watermark", "log end")]
             rows += [(str(p.partition), _leader(p), _ids(p.replicas), _ids(p.isr), _offset(p.log_start_offset),
                       _offset(p.high_watermark), _offset(p.log_end_offset)) for p in partitions]
-            widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-            for row in rows:
-                print("  " + "  ".join(cell.rjust(width) for cell, width in zip(row, widths)))
+            print_table(rows)
             for p in partitions:
                 if p.adding_replicas or p.removing_replicas:
                     print(f"  partition {p.partition} reassigning: adding {list(p.adding_replicas)}, "

@@ -46,6 +46,7 @@ from ember.record.header import NO_EPOCH, BatchHeader
 
 if TYPE_CHECKING:
     from ember.log import AppendResult, FetchSlice, Log
+    from ember.log.producer_state import ActiveProducer
     from ember.metrics.broker_metrics import TopicStats
     from ember.record.control import Marker
 
@@ -394,6 +395,10 @@ class Partition:
         if found is None or found[0] >= visible_end:
             return -1, -1
         return found
+
+    async def active_producers(self) -> list["ActiveProducer"]:
+        """DescribeProducers at the leader: its producers and the transaction each has open here."""
+        return await self.run(self.log.active_producers)
 
     async def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """OffsetForLeaderEpoch on the leader: (largest epoch ≤ ``epoch``, where it ended). With

@@ -59,6 +59,7 @@ from ember.protocol.ember.api_producer_transactions import ProducerTransactionAp
 from ember.protocol.ember.api_records import RecordApis
 from ember.protocol.ember.api_replication import ReplicationApis
 from ember.protocol.ember.api_sasl import SaslApis, ScramCredentialApis
+from ember.protocol.ember.api_transaction_admin import TransactionAdminApis
 from ember.protocol.ember.api_transactions import TransactionApis
 from ember.protocol.ember.dispatcher import Dispatcher
 from ember.protocol.ember.listener import EmberServer
@@ -224,7 +225,8 @@ class Broker:
             AclApis(AclAdmin(self.access, self.acls)).handlers(), SaslApis().handlers(),
             ScramCredentialApis(scram, self.access).handlers(),
             TransactionApis(leader_markers, self.access).handlers(),
-            ProducerTransactionApis(self.transactions, txn_offsets).handlers())
+            ProducerTransactionApis(self.transactions, txn_offsets).handlers(),
+            TransactionAdminApis(self.transactions, self.replicas).handlers())
         core = BrokerCore(options.broker_id, cluster_id, self.config, self.cache, self.replicas, view, topics,
                           producer_ids, self.groups, self.controller, scram, self.transactions, txn_offsets,
                           leader_markers, self.access, self.acls, verifier)

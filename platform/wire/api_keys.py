@@ -55,9 +55,8 @@ class ApiKey(IntEnum):
     DESCRIBE_TOPIC_PARTITIONS = 75
 
 
-#: APIs only the Kafka listener serves: ember's own clients have no use for them (of the transaction
-#: APIs, ember's listener serves the transactional producer's and WRITE_TXN_MARKERS, between brokers).
+#: APIs only the Kafka listener serves: ember's own clients have no use for them (every transaction API
+#: is on both: the producer's, WRITE_TXN_MARKERS between brokers, and the admin's for ``ember transactions``).
 KAFKA_LISTENER_ONLY = frozenset({ApiKey.DESCRIBE_LOG_DIRS, ApiKey.INCREMENTAL_ALTER_CONFIGS,
                                  ApiKey.LIST_PARTITION_REASSIGNMENTS, ApiKey.DESCRIBE_CLUSTER,
-                                 ApiKey.DESCRIBE_TOPIC_PARTITIONS, ApiKey.OFFSET_DELETE,
-                                 ApiKey.DESCRIBE_TRANSACTIONS, ApiKey.LIST_TRANSACTIONS, ApiKey.DESCRIBE_PRODUCERS})
+                                 ApiKey.DESCRIBE_TOPIC_PARTITIONS, ApiKey.OFFSET_DELETE})

@@ -147,6 +147,11 @@ class RequestTemplates:
             ApiKey.TXN_OFFSET_COMMIT: lambda rng: Request(ApiKey.TXN_OFFSET_COMMIT, {
                 **self._txn(rng), "group_id": self._group(rng),
                 "offsets": [{**tp, "offset": rng.choice([0, 1, 5])} for tp in self._tps(rng)]}),
+            ApiKey.LIST_TRANSACTIONS: lambda rng: Request(ApiKey.LIST_TRANSACTIONS, {
+                "states": rng.choice([[], ["Ongoing"], ["NoSuchState"]])}),
+            ApiKey.DESCRIBE_TRANSACTIONS: lambda rng: Request(ApiKey.DESCRIBE_TRANSACTIONS, {
+                "transactional_ids": [self._txn(rng)["transactional_id"]]}),
+            ApiKey.DESCRIBE_PRODUCERS: lambda rng: Request(ApiKey.DESCRIBE_PRODUCERS, {"partitions": self._tps(rng)}),
         }
         # Record APIs carry most real traffic; weigh them up.
         self._weights = {key: 6 if key in (ApiKey.PRODUCE, ApiKey.FETCH) else 1 for key in self._builders}

@@ -88,8 +88,13 @@ class _Entry:
 
 
 def validate_transactional_id(transactional_id: str) -> None:
-    if transactional_id in ("", ".", ".."):
+    """Transactional ids are UTF-8 (hashed to pick the coordinator, quoted into a ZooKeeper path):
+    not empty, '.' or '..', and no lone surrogate (which has no UTF-8 form)."""
+    if transactional_id in ("", ".", "..") or _SURROGATE.search(transactional_id):
         raise InvalidRequest(f"transactional id {transactional_id!r} is not allowed")
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class TransactionCoordinator:
@@ -419,6 +424,7 @@ class TransactionCoordinator:
         out: dict[str, TransactionMetadata | Exception] = {}
         for transactional_id in transactional_ids:
             try:
+                validate_transactional_id(transactional_id)
                 self.access.check(Operation.DESCRIBE, _resource(transactional_id))
                 entry = await self._entry(transactional_id)
                 if entry is None:

@@ -159,7 +159,7 @@ class TransactionHandlers:
         (``kafka-transactions.sh describe-producers``, ``find-hanging``, ``abort --start-offset``).
         Read on the topic, as Kafka."""
         async def producers(partition: Replica, _: None) -> list[ActiveProducer]:
-            return await partition.run(partition.log.active_producers)
+            return await partition.active_producers()
         topics = []
         for topic in request.body.topics:
             queries = [LeaderQuery(topic.name, index, None, None) for index in topic.partition_indexes]
