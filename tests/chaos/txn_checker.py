@@ -203,7 +203,7 @@ def transactions_end(history: TxnHistory, final: TxnFinal) -> CheckResult:
     passed), no partition's last stable offset stays below its high watermark; every commit or
     abort the producers called returned within the call bound."""
     result = CheckResult(f"every transaction ends (LSO reaches the high watermark within {final.lso_bound_s:.0f}s; "
-                         f"commit/abort calls within {history.txn_bound_s:.0f}s)")
+                         f"each transaction ends at its producer within {history.txn_bound_s:.0f}s)")
     for partition, hw in sorted(final.high_watermarks.items()):
         result.examined += 1
         lso = final.last_stable.get(partition)
