@@ -130,7 +130,12 @@ class ProducerStateManager:
         if marker is not None:
             if entry is None:
                 entry = self._producers[pid] = ProducerEntry(header.producer_epoch)
-            entry.epoch = max(entry.epoch, header.producer_epoch)
+            if header.producer_epoch > entry.epoch:
+                # a coordinator that fenced the producer (a timed-out transaction) wrote the marker at a
+                # new epoch, which the producer then continues at from sequence 0 (Kafka's
+                # maybeUpdateProducerEpoch): the old epoch's sequences must not be expected
+                entry.epoch = header.producer_epoch
+                entry.batches.clear()
             entry.coordinator_epoch = max(entry.coordinator_epoch, marker.coordinator_epoch)
             first = self._ongoing.pop(pid, None)
             entry.txn_first_offset = None

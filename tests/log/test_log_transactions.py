@@ -116,6 +116,17 @@ def test_fenced_producer_epochs_and_stale_coordinators_cannot_end_a_transaction(
         log.append_marker(marker(7, commit=False, epoch=2, coordinator_epoch=3), 0)
 
 
+def test_a_marker_at_a_new_epoch_starts_the_producer_over_at_sequence_zero(open_log):
+    """A coordinator aborting a timed-out transaction bumps the producer's epoch and writes the
+    marker at the new one; the producer continues there from sequence 0."""
+    log = open_log()
+    log.append_as_leader(txn_batch(7, 5, 0, n=10), 0)
+    log.append_marker(marker(7, commit=False, epoch=6), 0)
+    assert log.append_as_leader(txn_batch(7, 6, 0), 0).first_offset == 11
+    with pytest.raises(errors.InvalidProducerEpoch):
+        log.append_as_leader(txn_batch(7, 5, 10), 0)      # the fenced epoch stays fenced
+
+
 def test_producers_cannot_write_control_batches_or_transactions_without_an_id(open_log):
     log = open_log()
     log.append_as_leader(txn_batch(7, 0, 0), 0)
