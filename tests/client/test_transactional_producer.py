@@ -9,12 +9,10 @@ import time
 
 import pyarrow as pa
 import pytest
-from confluent_kafka import Consumer as KafkaConsumer
-from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from ember.client import Admin, Consumer, OffsetAndMetadata, Producer, TopicPartition
 from ember.errors import IllegalStateError, MessageTooLarge, ProducerFenced, TransactionAborted
+from txn_reads import ember_values, librdkafka_values
 
 pytestmark = pytest.mark.integration
 
@@ -38,47 +36,6 @@ def transactional(cluster, transactional_id: str, **options) -> Producer:
     return producer
 
 
-def ember_values(cluster, topic: str, partitions: int, isolation: str) -> list[bytes]:
-    """Every value ember's consumer reads from the start of each partition to its end (the last
-    stable offset for read_committed)."""
-    with Consumer(bootstrap_servers=cluster.bootstrap, isolation_level=isolation, auto_offset_reset="earliest",
-                  enable_auto_commit=False) as consumer:
-        tps = [TopicPartition(topic, p) for p in range(partitions)]
-        consumer.assign(tps)
-        ends = consumer.end_offsets(tps)
-        values: list[bytes] = []
-        deadline = time.monotonic() + WAIT_S
-        while any(consumer.position(tp) < ends[tp] for tp in tps) and time.monotonic() < deadline:
-            for records in consumer.poll(timeout_ms=200).values():
-                values += [r.value for r in records]
-        return values
-
-
-def librdkafka_values(cluster, topic: str, partitions: int, expect: int) -> list[bytes]:
-    """Every value librdkafka reads read_committed from the Kafka listeners until ``expect`` arrived
-    (then a second more, to catch extras) or the timeout."""
-    consumer = KafkaConsumer({"bootstrap.servers": cluster.kafka_bootstrap, "group.id": f"g-{time.monotonic_ns()}",
-                              "isolation.level": "read_committed", "enable.auto.commit": False,
-                              "auto.offset.reset": "earliest"})
-    try:
-        consumer.assign([KafkaTopicPartition(topic, p, 0) for p in range(partitions)])
-        values: list[bytes] = []
-        deadline, settle = time.monotonic() + WAIT_S, None
-        while time.monotonic() < deadline:
-            for message in consumer.consume(500, timeout=0.2):
-                if message.error() is None:
-                    values.append(message.value())
-                elif message.error().code() != KafkaError._PARTITION_EOF:
-                    raise KafkaException(message.error())
-            if len(values) >= expect:
-                settle = settle or time.monotonic() + 1.0
-                if time.monotonic() > settle:
-                    break
-        return values
-    finally:
-        consumer.close()
-
-
 def test_committed_transactions_are_read_and_aborted_ones_are_not(cluster, topic_name):
     create(cluster, topic_name)
     committed: list[bytes] = []
@@ -96,9 +53,10 @@ def test_committed_transactions_are_read_and_aborted_ones_are_not(cluster, topic
                 producer.commit_transaction()
                 assert all(f.succeeded() for f in futures)
                 committed += values
-    assert sorted(ember_values(cluster, topic_name, 3, "read_committed")) == sorted(committed)
-    assert sorted(ember_values(cluster, topic_name, 3, "read_uncommitted")) == sorted(committed + aborted)
-    assert sorted(librdkafka_values(cluster, topic_name, 3, len(committed))) == sorted(committed)
+    assert sorted(ember_values(cluster.bootstrap, topic_name, 3, "read_committed")) == sorted(committed)
+    assert sorted(ember_values(cluster.bootstrap, topic_name, 3, "read_uncommitted")) == sorted(committed + aborted)
+    from_librdkafka = librdkafka_values(cluster.kafka_bootstrap, topic_name, 3, "read_committed", len(committed))
+    assert sorted(from_librdkafka) == sorted(committed)
 
 
 def test_send_batch_in_a_transaction(cluster, topic_name):
@@ -112,7 +70,7 @@ def test_send_batch_in_a_transaction(cluster, topic_name):
         written = producer.send_batch(topic_name, table.slice(0, 120))
         producer.commit_transaction()
         assert sum(m.record_count for batches in written.result(WAIT_S).values() for m in batches) == 120
-    assert sorted(ember_values(cluster, topic_name, 3, "read_committed")) == sorted(b"v%d" % i for i in range(120))
+    assert sorted(ember_values(cluster.bootstrap, topic_name, 3, "read_committed")) == sorted(b"v%d" % i for i in range(120))
 
 
 def test_abort_drops_the_records_not_yet_sent(cluster, topic_name):
@@ -127,7 +85,7 @@ def test_abort_drops_the_records_not_yet_sent(cluster, topic_name):
         producer.begin_transaction()
         producer.send(topic_name, b"kept", partition=0)
         producer.commit_transaction()             # the commit sends what is queued first
-    assert ember_values(cluster, topic_name, 3, "read_uncommitted") == [b"kept"]
+    assert ember_values(cluster.bootstrap, topic_name, 3, "read_uncommitted") == [b"kept"]
 
 
 def test_a_second_instance_fences_the_first(cluster, topic_name):
@@ -147,7 +105,7 @@ def test_a_second_instance_fences_the_first(cluster, topic_name):
         producer.begin_transaction()
         producer.send(topic_name, b"new", partition=1)
         producer.commit_transaction()
-    assert ember_values(cluster, topic_name, 3, "read_committed") == [b"new"]
+    assert ember_values(cluster.bootstrap, topic_name, 3, "read_committed") == [b"new"]
 
 
 def test_consume_transform_produce_commits_offsets_only_with_the_transaction(cluster, topic_name):
@@ -184,7 +142,7 @@ def test_consume_transform_produce_commits_offsets_only_with_the_transaction(clu
         assert consumer.committed(tp) is None                      # the aborted step committed nothing
         step(commit=True)
         assert consumer.committed(tp) == 10
-    assert ember_values(cluster, sink, 1, "read_committed") == [b"%d" % i * 2 for i in range(10)]
+    assert ember_values(cluster.bootstrap, sink, 1, "read_committed") == [b"%d" % i * 2 for i in range(10)]
 
 
 def test_a_refused_batch_makes_the_transaction_abortable_and_the_next_one_commits(cluster, topic_name):
@@ -203,7 +161,7 @@ def test_a_refused_batch_makes_the_transaction_abortable_and_the_next_one_commit
         producer.begin_transaction()
         producer.send(topic_name, b"after", partition=0)
         producer.commit_transaction()
-    assert ember_values(cluster, topic_name, 1, "read_committed") == [b"after"]
+    assert ember_values(cluster.bootstrap, topic_name, 1, "read_committed") == [b"after"]
 
 
 def test_illegal_calls_raise_clear_errors(cluster, topic_name):
@@ -242,7 +200,7 @@ def test_coordinator_aborts_a_transaction_open_past_its_timeout(cluster, topic_n
             while consumer.end_offsets([tp])[tp] == 0 and time.monotonic() < deadline:
                 time.sleep(0.5)       # the last stable offset moves past the transaction once it is aborted
             assert consumer.end_offsets([tp])[tp] == 2      # the record and the abort marker
-        assert ember_values(cluster, topic_name, 3, "read_committed") == []
+        assert ember_values(cluster.bootstrap, topic_name, 3, "read_committed") == []
         with pytest.raises(ProducerFenced):       # the abort bumped the epoch: this producer is fenced
             producer.commit_transaction()
     finally:

@@ -10,8 +10,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from kafka_helpers import WAIT_S, create_topic
 
-from ember.client import Consumer as EmberConsumer
-from ember.client import TopicPartition as EmberTopicPartition
+from txn_reads import ember_values, librdkafka_values
 
 pytestmark = pytest.mark.integration
 
@@ -28,47 +27,6 @@ def transactional(bootstrap: str, transactional_id: str, **config) -> Producer:
     return producer
 
 
-def read_values(bootstrap: str, topic: str, partitions: int, isolation: str, expect: int,
-                timeout_s: float = WAIT_S) -> list[bytes]:
-    """Every value librdkafka reads from the start of each partition until ``expect`` arrived (then
-    a short while more, to catch extras) or the timeout."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{time.monotonic_ns()}",
-                         "isolation.level": isolation, "enable.auto.commit": False,
-                         "auto.offset.reset": "earliest"})
-    try:
-        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-        values: list[bytes] = []
-        deadline = time.monotonic() + timeout_s
-        settle = None
-        while time.monotonic() < deadline:
-            for message in consumer.consume(500, timeout=0.2):
-                if message.error() is None:
-                    values.append(message.value())
-                elif message.error().code() != KafkaError._PARTITION_EOF:
-                    raise KafkaException(message.error())
-            if len(values) >= expect:
-                settle = settle or time.monotonic() + 1.0
-                if time.monotonic() > settle:
-                    break
-        return values
-    finally:
-        consumer.close()
-
-
-def ember_values(cluster, topic: str, partitions: int, isolation: str) -> list[bytes]:
-    with EmberConsumer(bootstrap_servers=cluster.bootstrap, isolation_level=isolation,
-                       auto_offset_reset="earliest", enable_auto_commit=False) as consumer:
-        tps = [EmberTopicPartition(topic, p) for p in range(partitions)]
-        consumer.assign(tps)
-        ends = consumer.end_offsets(tps)
-        values: list[bytes] = []
-        deadline = time.monotonic() + WAIT_S
-        while any(consumer.position(tp) < ends[tp] for tp in tps) and time.monotonic() < deadline:
-            for records in consumer.poll(timeout_ms=200).values():
-                values += [r.value for r in records]
-        return values
-
-
 def test_committed_transactions_are_read_and_aborted_ones_are_not(shared_cluster, bootstrap, topic_name):
     create_topic(bootstrap, topic_name, partitions=3, replication_factor=3)
     producer = transactional(bootstrap, f"tx-{topic_name}")
@@ -83,10 +41,10 @@ def test_committed_transactions_are_read_and_aborted_ones_are_not(shared_cluster
             producer.commit_transaction(WAIT_S)
     producer.flush(WAIT_S)
     committed = sorted(b"r%d-%d" % (r, i) for r in (0, 2) for i in range(30))
-    assert sorted(read_values(bootstrap, topic_name, 3, "read_committed", 60)) == committed
-    assert len(read_values(bootstrap, topic_name, 3, "read_uncommitted", 120)) == 120
-    assert sorted(ember_values(shared_cluster, topic_name, 3, "read_committed")) == committed
-    assert len(ember_values(shared_cluster, topic_name, 3, "read_uncommitted")) == 120
+    assert sorted(librdkafka_values(bootstrap, topic_name, 3, "read_committed", 60)) == committed
+    assert len(librdkafka_values(bootstrap, topic_name, 3, "read_uncommitted", 120)) == 120
+    assert sorted(ember_values(shared_cluster.bootstrap, topic_name, 3, "read_committed")) == committed
+    assert len(ember_values(shared_cluster.bootstrap, topic_name, 3, "read_uncommitted")) == 120
 
 
 def test_an_open_transaction_is_invisible_to_read_committed_until_it_commits(shared_cluster, bootstrap, topic_name):
@@ -96,10 +54,10 @@ def test_an_open_transaction_is_invisible_to_read_committed_until_it_commits(sha
     for i in range(10):
         producer.produce(topic_name, value=b"open-%d" % i)
     producer.flush(WAIT_S)
-    assert read_values(bootstrap, topic_name, 1, "read_committed", 1, timeout_s=3) == []
-    assert len(read_values(bootstrap, topic_name, 1, "read_uncommitted", 10)) == 10
+    assert librdkafka_values(bootstrap, topic_name, 1, "read_committed", 1, timeout_s=3) == []
+    assert len(librdkafka_values(bootstrap, topic_name, 1, "read_uncommitted", 10)) == 10
     producer.commit_transaction(WAIT_S)
-    assert len(read_values(bootstrap, topic_name, 1, "read_committed", 10)) == 10
+    assert len(librdkafka_values(bootstrap, topic_name, 1, "read_committed", 10)) == 10
 
 
 def test_a_new_instance_fences_the_old_one_and_aborts_its_open_transaction(shared_cluster, bootstrap, topic_name):
@@ -117,7 +75,7 @@ def test_a_new_instance_fences_the_old_one_and_aborts_its_open_transaction(share
         zombie.commit_transaction(WAIT_S)
     assert fenced.value.args[0].fatal() or fenced.value.args[0].code() in (
         KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH)
-    assert read_values(bootstrap, topic_name, 2, "read_committed", 1) == [b"fresh"]
+    assert librdkafka_values(bootstrap, topic_name, 2, "read_committed", 1) == [b"fresh"]
 
 
 def test_consume_transform_produce_commits_offsets_with_the_output(shared_cluster, bootstrap, topic_name):
@@ -156,7 +114,7 @@ def test_consume_transform_produce_commits_offsets_with_the_output(shared_cluste
 
     assert step(abort=True) == 40            # aborted: neither the output nor the offsets count
     assert step(abort=False) == 40           # so the next instance reads everything again
-    out = read_values(bootstrap, sink, 2, "read_committed", 40)
+    out = librdkafka_values(bootstrap, sink, 2, "read_committed", 40)
     assert sorted(out, key=int) == [b"%d" % (2 * i) for i in range(40)]
     check = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
     try:
