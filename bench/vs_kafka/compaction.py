@@ -26,9 +26,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parent.parent)]
+sys.path[:0] = [str(HERE), str(HERE.parent), str(HERE.parent.parent)]   # this folder, bench/, the repository
 
-from systems import EmberSystem, KafkaSystem  # noqa: E402
+from samples import median_and_range  # noqa: E402
+from systems import EmberSystem, KafkaSystem, kafka_client_bootstrap  # noqa: E402
+from workloads import interleaved, log  # noqa: E402
 
 VALUE_SIZE = 100
 #: about this many segments per log, so most of it is sealed (the active segment is never cleaned)
@@ -36,21 +38,13 @@ SEGMENTS = 20
 CLEANER_BACKOFF_MS = 200
 
 
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
-
-
 def create(system: Any, topic: str, records: int) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
     # min.compaction.lag.ms holds the cleaner off while the records go in: the clock starts when it is lifted
     config = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01", "min.compaction.lag.ms": "3600000",
               "segment.bytes": str(max(1 << 20, records * (VALUE_SIZE + 20) // SEGMENTS))}
-    admin = AdminClient({"bootstrap.servers": bootstrap(system)})
+    admin = AdminClient({"bootstrap.servers": kafka_client_bootstrap(system)})
     admin.create_topics([NewTopic(topic, 1, 1, config=config)])[topic].result(60)
-
-
-def bootstrap(system: Any) -> str:
-    return system.clients.kafka_bootstrap if system.name == "ember" else system.clients.bootstrap
 
 
 def partition_dir(system: Any, topic: str) -> Path:
@@ -93,7 +87,8 @@ def log_bytes(system: Any, topic: str) -> tuple[int, int, int]:
 
 def produce(system: Any, topic: str, records: int, keys: int) -> float:
     from confluent_kafka import Producer
-    producer = Producer({"bootstrap.servers": bootstrap(system), "acks": "1", "linger.ms": 5, "batch.size": 256 * 1024,
+    producer = Producer({"bootstrap.servers": kafka_client_bootstrap(system), "acks": "1", "linger.ms": 5,
+                         "batch.size": 256 * 1024,
                          "queue.buffering.max.kbytes": 64 * 1024, "queue.buffering.max.messages": 2_000_000,
                          "log_level": 3})
     rng = random.Random(7)
@@ -114,7 +109,7 @@ def produce(system: Any, topic: str, records: int, keys: int) -> float:
 def release(system: Any, topic: str) -> None:
     """Lift min.compaction.lag.ms: every sealed segment becomes cleanable."""
     from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
-    admin = AdminClient({"bootstrap.servers": bootstrap(system)})
+    admin = AdminClient({"bootstrap.servers": kafka_client_bootstrap(system)})
     resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
         ConfigEntry("min.compaction.lag.ms", "0", incremental_operation=AlterConfigOpType.SET)])
     admin.incremental_alter_configs([resource])[resource].result(60)
@@ -136,7 +131,8 @@ def wait_compacted(system: Any, topic: str, timeout_s: float = 900) -> float:
 
 def consume_all(system: Any, topic: str) -> tuple[int, float]:
     from confluent_kafka import Consumer, KafkaError
-    consumer = Consumer({"bootstrap.servers": bootstrap(system), "group.id": f"read-{topic}", "enable.auto.commit": False,
+    consumer = Consumer({"bootstrap.servers": kafka_client_bootstrap(system), "group.id": f"read-{topic}",
+                         "enable.auto.commit": False,
                          "auto.offset.reset": "earliest", "enable.partition.eof": True, "log_level": 3})
     consumer.subscribe([topic])
     count, started = 0, time.perf_counter()
@@ -168,10 +164,6 @@ def spark_table(spark: Any, system: Any, topic: str) -> tuple[int, float]:
     return rows, time.perf_counter() - started
 
 
-def stats(values: list[float]) -> str:
-    return f"{statistics.median(values):,.2f} ({min(values):,.2f}-{max(values):,.2f})"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=2_000_000)
@@ -190,29 +182,29 @@ def main() -> None:
     try:
         from run import spark_with_kafka_connector
         spark = spark_with_kafka_connector()
-        for repeat in range(args.repeats):
-            for system in (systems if repeat % 2 == 0 else systems[::-1]):
-                topic = f"compact-{repeat}"
-                create(system, topic, args.records)
-                produced_s = produce(system, topic, args.records, args.keys)
-                before, sealed_before, _ = log_bytes(system, topic)
-                compact_s = wait_compacted(system, topic)
-                after, sealed_after, active = log_bytes(system, topic)
-                count, read_s = consume_all(system, topic)
-                spark_table(spark, system, topic)               # warm-up: the JVM, Python workers, page cache
-                rows, table_s = spark_table(spark, system, topic)
-                if rows != args.keys:
-                    raise RuntimeError(f"{system.name}: the table read has {rows} rows, expected {args.keys}")
-                log(f"{system.name:5s} repeat {repeat}: produced in {produced_s:.1f} s, compacted in {compact_s:.1f} s, "
-                    f"sealed segments {sealed_before / 1e6:,.0f} -> {sealed_after / 1e6:,.2f} MB (all {before / 1e6:,.0f} "
-                    f"-> {after / 1e6:,.1f} MB, active from offset {active:,}), read {count:,} records in {read_s:.2f} s, "
-                    f"table of {rows:,} keys in {table_s:.2f} s")
-                note(system, "compact_s", compact_s)
-                note(system, "before_mb", sealed_before / 1e6)
-                note(system, "after_mb", sealed_after / 1e6)
-                note(system, "sealed_records", count - (args.records - active))
-                note(system, "read_rate", count / read_s)
-                note(system, "table_s", table_s)
+        for index, system in enumerate(interleaved(systems, args.repeats)):
+            repeat = index // len(systems)
+            topic = f"compact-{repeat}"
+            create(system, topic, args.records)
+            produced_s = produce(system, topic, args.records, args.keys)
+            before, sealed_before, _ = log_bytes(system, topic)
+            compact_s = wait_compacted(system, topic)
+            after, sealed_after, active = log_bytes(system, topic)
+            count, read_s = consume_all(system, topic)
+            spark_table(spark, system, topic)               # warm-up: the JVM, Python workers, page cache
+            rows, table_s = spark_table(spark, system, topic)
+            if rows != args.keys:
+                raise RuntimeError(f"{system.name}: the table read has {rows} rows, expected {args.keys}")
+            log(f"{system.name:5s} repeat {repeat}: produced in {produced_s:.1f} s, compacted in {compact_s:.1f} s, "
+                f"sealed segments {sealed_before / 1e6:,.0f} -> {sealed_after / 1e6:,.2f} MB (all {before / 1e6:,.0f} "
+                f"-> {after / 1e6:,.1f} MB, active from offset {active:,}), read {count:,} records in {read_s:.2f} s, "
+                f"table of {rows:,} keys in {table_s:.2f} s")
+            note(system, "compact_s", compact_s)
+            note(system, "before_mb", sealed_before / 1e6)
+            note(system, "after_mb", sealed_after / 1e6)
+            note(system, "sealed_records", count - (args.records - active))
+            note(system, "read_rate", count / read_s)
+            note(system, "table_s", table_s)
     finally:
         if spark is not None:
             spark.stop()
@@ -244,7 +236,7 @@ def write(args: argparse.Namespace, results: dict[tuple[str, str], list[float]])
              "| row | ember | Kafka | ember better by |", "|---|---:|---:|---:|"]
     for label, key, better in rows:
         ember, kafka = results[("ember", key)], results[("kafka", key)]
-        lines.append(f"| {label} | {stats(ember)} | {stats(kafka)} | "
+        lines.append(f"| {label} | {median_and_range(ember)} | {median_and_range(kafka)} | "
                      f"{better(statistics.median(ember), statistics.median(kafka)):.2f} |")
     args.out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

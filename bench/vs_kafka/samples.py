@@ -37,3 +37,8 @@ def stats(samples: Sequence[float], higher_is_better: bool) -> Stats:
         q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
     return Stats(statistics.median(values), values[0], values[-1], q1, q3,
                  values[-1] if higher_is_better else values[0], len(values))
+
+
+def median_and_range(samples: Sequence[float]) -> str:
+    """"median (min-max)" with two decimals, as the single-purpose benches' tables show a figure."""
+    return f"{statistics.median(samples):,.2f} ({min(samples):,.2f}-{max(samples):,.2f})"

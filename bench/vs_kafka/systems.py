@@ -464,6 +464,11 @@ class KafkaSystem:
         self.cluster.stop()
 
 
+def kafka_client_bootstrap(system: Any) -> str:
+    """Where a Kafka client connects to ``system``: ember's Kafka listeners, or Kafka's brokers."""
+    return system.clients.kafka_bootstrap if system.name == "ember" else system.clients.bootstrap
+
+
 def create_with_kafka_admin(admin: Any, topic: str, partitions: int, replication_factor: int) -> None:
     """CreateTopics with confluent-kafka's AdminClient, then Metadata until every partition has a
     leader and a full ISR: what a Kafka user's tooling waits for, against either system."""

@@ -26,9 +26,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parent.parent)]
+sys.path[:0] = [str(HERE), str(HERE.parent), str(HERE.parent.parent)]   # this folder, bench/, the repository
 
-from systems import EmberSystem, KafkaSystem  # noqa: E402
+from samples import median_and_range  # noqa: E402
+from systems import EmberSystem, KafkaSystem, kafka_client_bootstrap  # noqa: E402
+from workloads import interleaved, log  # noqa: E402
 
 VALUE = b"x" * 100
 PARTITIONS = 6
@@ -38,17 +40,9 @@ LATENCY_TXN_RECORDS = 10
 LATENCY_SECONDS = 10
 
 
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
-
-
-def bootstrap(system: Any) -> str:
-    return system.clients.kafka_bootstrap if system.name == "ember" else system.clients.bootstrap
-
-
 def producer(system: Any, transactional_id: str) -> Any:
     from confluent_kafka import Producer
-    made = Producer({"bootstrap.servers": bootstrap(system), "transactional.id": transactional_id, "linger.ms": 5,
+    made = Producer({"bootstrap.servers": kafka_client_bootstrap(system), "transactional.id": transactional_id, "linger.ms": 5,
                      "batch.size": 256 * 1024, "queue.buffering.max.messages": 2_000_000,
                      "queue.buffering.max.kbytes": 1024 * 1024, "log_level": 3})
     made.init_transactions(60)
@@ -80,7 +74,8 @@ def produce_transactions(system: Any, topic: str, records: int, per_txn: int, ab
 
 def consume_committed(system: Any, topic: str, expected: int) -> float:
     from confluent_kafka import Consumer
-    consumer = Consumer({"bootstrap.servers": bootstrap(system), "group.id": f"read-{topic}", "enable.auto.commit": False,
+    consumer = Consumer({"bootstrap.servers": kafka_client_bootstrap(system), "group.id": f"read-{topic}",
+                         "enable.auto.commit": False,
                          "auto.offset.reset": "earliest", "isolation.level": "read_committed", "log_level": 3})
     consumer.subscribe([topic])
     count, started = 0, time.perf_counter()
@@ -101,7 +96,8 @@ def consume_committed(system: Any, topic: str, expected: int) -> float:
 def committed_latency(system: Any, topic: str) -> tuple[float, float]:
     """(p50, p99) ms from produce() to a read_committed consumer receiving the record."""
     from confluent_kafka import Consumer
-    consumer = Consumer({"bootstrap.servers": bootstrap(system), "group.id": f"lat-{topic}", "enable.auto.commit": False,
+    consumer = Consumer({"bootstrap.servers": kafka_client_bootstrap(system), "group.id": f"lat-{topic}",
+                         "enable.auto.commit": False,
                          "auto.offset.reset": "earliest", "isolation.level": "read_committed",
                          "fetch.wait.max.ms": 5, "log_level": 3})
     consumer.subscribe([topic])
@@ -145,10 +141,6 @@ def spark_count(spark: Any, system: Any, topic: str, isolation: str, read_path: 
     return rows, time.perf_counter() - started
 
 
-def stats(values: list[float]) -> str:
-    return f"{statistics.median(values):,.2f} ({min(values):,.2f}-{max(values):,.2f})"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=1_000_000, help="records per throughput run")
@@ -165,35 +157,35 @@ def main() -> None:
     try:
         from run import spark_with_kafka_connector
         spark = spark_with_kafka_connector()
-        for repeat in range(args.repeats):
-            for system in (systems if repeat % 2 == 0 else systems[::-1]):
-                small, large, lat = (f"txn{n}-{repeat}" for n in ("100", "10k", "lat"))
-                for topic in (small, large, lat):
-                    system.create_topic(topic, PARTITIONS, 3)
-                small_rate = produce_transactions(system, small, args.records // 5, 100)
-                large_rate = produce_transactions(system, large, args.records, 10_000, ABORT_EVERY)
-                committed = args.records - (args.records // 10_000) // ABORT_EVERY * 10_000
-                read_rate = consume_committed(system, large, committed)
-                p50, p99 = committed_latency(system, lat)
-                log(f"{system.name:5s} repeat {repeat}: 100/txn {small_rate:,.0f} rec/s, 10k/txn {large_rate:,.0f} rec/s, "
-                    f"read_committed {read_rate:,.0f} rec/s, committed e2e p50 {p50:.1f} ms p99 {p99:.1f} ms")
-                note(system, "small", small_rate)
-                note(system, "large", large_rate)
-                note(system, "read", read_rate)
-                note(system, "p50", p50)
-                note(system, "p99", p99)
-                if system.name == "ember":
-                    for read_path in ("broker", "direct"):
-                        spark_count(spark, system, large, "read_committed", read_path)      # warm-up
-                        for isolation in ("read_committed", "read_uncommitted"):
-                            rows, seconds = spark_count(spark, system, large, isolation, read_path)
-                            want = committed if isolation == "read_committed" else args.records
-                            if rows != want:
-                                raise RuntimeError(f"Spark {isolation} {read_path} counted {rows:,}, expected {want:,}")
-                            note(system, f"spark_{read_path}_{isolation}", rows / seconds)
-                    log(f"ember repeat {repeat}: Spark count() " + ", ".join(
-                        f"{k.split('_', 1)[1]} {results[('ember', k)][-1]:,.0f} rec/s"
-                        for k in sorted(key for _, key in results if key.startswith("spark_"))))
+        for index, system in enumerate(interleaved(systems, args.repeats)):
+            repeat = index // len(systems)
+            small, large, lat = (f"txn{n}-{repeat}" for n in ("100", "10k", "lat"))
+            for topic in (small, large, lat):
+                system.create_topic(topic, PARTITIONS, 3)
+            small_rate = produce_transactions(system, small, args.records // 5, 100)
+            large_rate = produce_transactions(system, large, args.records, 10_000, ABORT_EVERY)
+            committed = args.records - (args.records // 10_000) // ABORT_EVERY * 10_000
+            read_rate = consume_committed(system, large, committed)
+            p50, p99 = committed_latency(system, lat)
+            log(f"{system.name:5s} repeat {repeat}: 100/txn {small_rate:,.0f} rec/s, 10k/txn {large_rate:,.0f} rec/s, "
+                f"read_committed {read_rate:,.0f} rec/s, committed e2e p50 {p50:.1f} ms p99 {p99:.1f} ms")
+            note(system, "small", small_rate)
+            note(system, "large", large_rate)
+            note(system, "read", read_rate)
+            note(system, "p50", p50)
+            note(system, "p99", p99)
+            if system.name == "ember":
+                for read_path in ("broker", "direct"):
+                    spark_count(spark, system, large, "read_committed", read_path)      # warm-up
+                    for isolation in ("read_committed", "read_uncommitted"):
+                        rows, seconds = spark_count(spark, system, large, isolation, read_path)
+                        want = committed if isolation == "read_committed" else args.records
+                        if rows != want:
+                            raise RuntimeError(f"Spark {isolation} {read_path} counted {rows:,}, expected {want:,}")
+                        note(system, f"spark_{read_path}_{isolation}", rows / seconds)
+                log(f"ember repeat {repeat}: Spark count() " + ", ".join(
+                    f"{k.split('_', 1)[1]} {results[('ember', k)][-1]:,.0f} rec/s"
+                    for k in sorted(key for _, key in results if key.startswith("spark_"))))
     finally:
         if spark is not None:
             spark.stop()
@@ -222,7 +214,7 @@ def write(args: argparse.Namespace, results: dict[tuple[str, str], list[float]])
              "| row | ember | Kafka | ember better by |", "|---|---:|---:|---:|"]
     for label, key, better in rows:
         ember, kafka = results[("ember", key)], results[("kafka", key)]
-        lines.append(f"| {label} | {stats(ember)} | {stats(kafka)} | "
+        lines.append(f"| {label} | {median_and_range(ember)} | {median_and_range(kafka)} | "
                      f"{better(statistics.median(ember), statistics.median(kafka)):.2f} |")
     lines += ["", "The cost of read_committed in ember's Spark source (`count()` of the 10,000-record-transaction "
                   "topic, records/s of what each isolation level reads):", "",
@@ -230,7 +222,7 @@ def write(args: argparse.Namespace, results: dict[tuple[str, str], list[float]])
     for read_path in ("broker", "direct"):
         committed = results[("ember", f"spark_{read_path}_read_committed")]
         uncommitted = results[("ember", f"spark_{read_path}_read_uncommitted")]
-        lines.append(f"| {read_path} | {stats(committed)} | {stats(uncommitted)} | "
+        lines.append(f"| {read_path} | {median_and_range(committed)} | {median_and_range(uncommitted)} | "
                      f"{statistics.median(committed) / statistics.median(uncommitted):.2f} |")
     args.out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
