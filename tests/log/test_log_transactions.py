@@ -22,14 +22,9 @@ from ember.record.kafka_v2 import decode_records
 
 
 def txn_batch(pid: int, epoch: int, seq: int, n: int = 2, transactional: bool = True) -> bytes:
-    """A Kafka producer's batch of ``n`` records, transactional unless told otherwise."""
-    values = pa.array([f"p{pid}-{seq + i}".encode() for i in range(n)], pa.binary())
-    raw = bytearray(kafka_batch(pa.table({"key": values, "value": values}), producer_id=pid,
-                                producer_epoch=epoch, base_sequence=seq))
-    if transactional:
-        struct.pack_into(">h", raw, CRC_START, BatchHeader.parse(raw).attributes | TRANSACTIONAL_FLAG)
-        struct.pack_into(">I", raw, 17, crc32c(memoryview(raw)[CRC_START:]))
-    return bytes(raw)
+    """A Kafka producer's batch of ``n`` records (key = value), transactional unless told otherwise."""
+    values = [f"p{pid}-{seq + i}".encode() for i in range(n)]
+    return keyed_txn_batch(pid, seq, list(zip(values, values)), epoch, transactional)
 
 
 def marker(pid: int, commit: bool, epoch: int = 0, coordinator_epoch: int = 0) -> Marker:
@@ -203,13 +198,15 @@ def test_last_stable_offset_and_aborted_index_match_a_model(open_log, steps):
 
 # --- compaction with transactions -------------------------------------------------------------
 
-def keyed_txn_batch(pid: int, seq: int, pairs: list[tuple[bytes, bytes]]) -> bytes:
+def keyed_txn_batch(pid: int, seq: int, pairs: list[tuple[bytes, bytes]], epoch: int = 0,
+                    transactional: bool = True) -> bytes:
     keys = pa.array([k for k, _ in pairs], pa.binary())
     values = pa.array([v for _, v in pairs], pa.binary())
-    raw = bytearray(kafka_batch(pa.table({"key": keys, "value": values}), producer_id=pid, producer_epoch=0,
+    raw = bytearray(kafka_batch(pa.table({"key": keys, "value": values}), producer_id=pid, producer_epoch=epoch,
                                 base_sequence=seq))
-    struct.pack_into(">h", raw, CRC_START, BatchHeader.parse(raw).attributes | TRANSACTIONAL_FLAG)
-    struct.pack_into(">I", raw, 17, crc32c(memoryview(raw)[CRC_START:]))
+    if transactional:
+        struct.pack_into(">h", raw, CRC_START, BatchHeader.parse(raw).attributes | TRANSACTIONAL_FLAG)
+        struct.pack_into(">I", raw, 17, crc32c(memoryview(raw)[CRC_START:]))
     return bytes(raw)
 
 
