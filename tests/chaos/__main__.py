@@ -35,6 +35,10 @@ def main(argv: list[str] | None = None) -> int:
     txn.add_argument("--txn-rate", type=float, default=0.0, help="transactions/s per producer (0: as fast as it goes)")
     txn.add_argument("--abort-every", type=int, default=4, help="about one transaction in N aborted on purpose")
     txn.add_argument("--min-faults", type=int, default=0, help="keep injecting past the duration until this many")
+    txn.add_argument("--txn-client", choices=("librdkafka", "java", "mixed"), default="librdkafka",
+                     help="the producers' client: librdkafka (confluent-kafka: transaction protocol v1), java "
+                          "(Kafka's KafkaProducer: v2 when the broker advertises it), mixed (alternating, the last "
+                          "producer Java) (default librdkafka)")
     args = parser.parse_args(argv)
     if args.transactions:
         return _transactions(args)
@@ -67,8 +71,9 @@ def _transactions(args: argparse.Namespace) -> int:
     kinds = ALL_TXN_KINDS if args.faults == ",".join(KINDS) else tuple(k for k in args.faults.split(",") if k)
     config = TxnChaosConfig(duration_s=args.duration, seed=args.seed, data_dir=data, partitions=args.partitions,
                             producers=args.txn_producers, txn_rate=args.txn_rate, abort_every=args.abort_every,
-                            kinds=kinds, min_faults=args.min_faults, progress_every_s=15)
-    print(f"transactional chaos: seed {args.seed}, {args.duration:.0f}s of faults, run directory {data}", flush=True)
+                            kinds=kinds, min_faults=args.min_faults, progress_every_s=15, txn_client=args.txn_client)
+    print(f"transactional chaos: seed {args.seed}, {args.duration:.0f}s of faults, producers "
+          f"{', '.join(f'{i}: {c}' for i, c in enumerate(config.clients()))}, run directory {data}", flush=True)
     report = run_txn_chaos(config, progress=lambda message: print(message, flush=True))
     print(report.summary(), flush=True)
     if report.ok and not args.keep:

@@ -24,8 +24,9 @@ from .nemesis import ChaosBounds
 from .runner import BROKERS, broker_config, create_topic
 from .txn_checker import check_txn
 from .txn_history import TxnConsumerLog, TxnFinal, TxnHistory, read_events
+from .txn_java import compiled
 from .txn_producer import CALL_TIMEOUT_S
-from .txn_workload import ALL_TXN_KINDS, ProducerProcess, TxnConsumer, TxnNemesis
+from .txn_workload import ALL_TXN_KINDS, ProducerProcess, TxnConsumer, TxnNemesis, producer_clients
 
 TOPIC = "chaos-txn"
 CLEANUP_INTERVAL_MS = 2000
@@ -47,6 +48,12 @@ class TxnChaosConfig:
     settle_s: float = 120.0
     abandon_last: bool = True            # at the end, SIGKILL the last producer mid-transaction for good
     progress_every_s: float = 10.0
+    #: the producers' client (txn_workload.TXN_CLIENTS): librdkafka (transaction protocol v1),
+    #: java (KafkaProducer: v2 when the broker advertises it) or mixed (alternating, the last one Java)
+    txn_client: str = "librdkafka"
+
+    def clients(self) -> list[str]:
+        return producer_clients(self.txn_client, self.producers)
 
     def bounds(self) -> ChaosBounds:
         return ChaosBounds(session_timeout_s=self.session_timeout_ms / 1000)
@@ -81,7 +88,9 @@ class TxnChaosReport:
         lines = [
             f"transactional chaos run: seed {self.config.seed}, {self.seconds / 60:.1f} min "
             f"({self.config.duration_s:.0f}s of faults), {BROKERS} brokers, topic {TOPIC!r} {self.config.partitions} "
-            f"partitions, RF=3, min.insync.replicas=2, {self.config.producers} producer processes",
+            f"partitions, RF=3, min.insync.replicas=2, {self.config.producers} producer processes ("
+            + "; ".join(f"{client} {', '.join(str(i) for i, c in enumerate(self.config.clients()) if c == client)}"
+                        for client in sorted(set(self.config.clients()))) + ")",
             f"faults: {len(h.faults)} — " + ", ".join(f"{k} {kinds[k]}" for k in sorted(kinds)),
             f"transactions: {len(h.txns):,} ({counts['writes']:,} writes): committed {counts['committed']:,}, "
             f"aborted {counts['aborted']:,}, unknown {counts['unknown']:,} (killed {counts['killed']:,}; "
@@ -103,6 +112,9 @@ class TxnChaosReport:
 def run_txn_chaos(config: TxnChaosConfig, progress: Callable[[str], None] = print) -> TxnChaosReport:
     if (config.data_dir / "cluster").exists():
         raise FileExistsError(f"{config.data_dir / 'cluster'} holds an earlier run; give the run a new directory")
+    clients = config.clients()
+    if "java" in clients:
+        compiled()                       # before the cluster: a compile error fails fast, outside every bound
     started = time.monotonic()
     rng = random.Random(config.seed)
     # a transaction may flush, commit and then abort (after an abortable error), each call bounded
@@ -126,8 +138,8 @@ def run_txn_chaos(config: TxnChaosConfig, progress: Callable[[str], None] = prin
             history.consumers.append(log)
             consumers.append(TxnConsumer(log, kafka, TOPIC, config.partitions))
         producers = [ProducerProcess(i, kafka, TOPIC, config.partitions, config.data_dir, config.seed,
-                                     config.txn_rate, config.abort_every, config.transaction_timeout_ms)
-                     for i in range(config.producers)]
+                                     config.txn_rate, config.abort_every, config.transaction_timeout_ms, client)
+                     for i, client in enumerate(clients)]
         for consumer in consumers:
             consumer.start()
         for producer in producers:

@@ -1,6 +1,7 @@
 """The transactional workload's clients and its nemesis kinds.
 
-* :class:`ProducerProcess`: one transactional producer (:mod:`txn_producer`), a separate OS
+* :class:`ProducerProcess`: one transactional producer (:mod:`txn_producer` on librdkafka, or its
+  Java twin ``TxnProducer.java`` on Kafka's KafkaProducer, :mod:`txn_java`), a separate OS
   process with a fixed ``transactional.id``, reporting through its events file; SIGKILLed and
   started again by the nemesis, SIGTERMed (finish the transaction, exit) at the end.
 * :class:`TxnConsumer`: a librdkafka consumer on a thread (read_committed or read_uncommitted)
@@ -28,6 +29,7 @@ from typing import Any, Callable, Optional
 from ember.groups.coordinator import coordinator_id
 from ember.launcher.local import LocalCluster
 
+from . import txn_java
 from .history import Fault
 from .nemesis import KINDS, ChaosBounds, Nemesis
 from .txn_history import TxnConsumerLog, TxnHistory, read_events
@@ -36,6 +38,9 @@ logger = logging.getLogger("chaos.txn")
 
 SCRIPT = Path(__file__).with_name("txn_producer.py")
 TXN_KINDS = ("kill-txn-producer", "kill-txn-coordinator")
+#: the producers' client: confluent-kafka (librdkafka: transaction protocol version 1), Kafka's Java
+#: client (version 2 when the broker advertises the transaction.version feature), or both
+TXN_CLIENTS = ("librdkafka", "java", "mixed")
 #: Every kind a transactional run injects by default: the record harness's and its own.
 ALL_TXN_KINDS = KINDS + TXN_KINDS
 
@@ -44,12 +49,25 @@ def transactional_id(producer: int) -> str:
     return f"chaos-txn-{producer}"   # as txn_producer.py names it
 
 
+def producer_clients(txn_client: str, producers: int) -> list[str]:
+    """Each producer's client: ``mixed`` alternates, counting back from the last producer (the
+    one abandoned mid-transaction at the end, which only the coordinator's timeout ends), Java."""
+    if txn_client not in TXN_CLIENTS:
+        raise ValueError(f"txn_client {txn_client!r} is none of {', '.join(TXN_CLIENTS)}")
+    if txn_client != "mixed":
+        return [txn_client] * producers
+    return ["java" if (producers - 1 - i) % 2 == 0 else "librdkafka" for i in range(producers)]
+
+
 class ProducerProcess:
     """One transactional producer process; every instance of it appends to the same events file."""
 
     def __init__(self, index: int, bootstrap: str, topic: str, partitions: int, directory: Path, seed: int,
-                 rate: float, abort_every: int, transaction_timeout_ms: int) -> None:
+                 rate: float, abort_every: int, transaction_timeout_ms: int, client: str = "librdkafka") -> None:
+        if client not in ("librdkafka", "java"):
+            raise ValueError(f"producer client {client!r} is neither librdkafka nor java")
         self.index, self.bootstrap, self.topic, self.partitions = index, bootstrap, topic, partitions
+        self.client = client
         self.events = directory / f"txn-producer-{index}.events"
         self.output = directory / f"txn-producer-{index}.log"
         self.seed, self.rate, self.abort_every, self.transaction_timeout_ms = seed, rate, abort_every, transaction_timeout_ms
@@ -74,14 +92,14 @@ class ProducerProcess:
         if self.process is not None:
             self.exits.append(self.process.wait(10))
         self.instances += 1
+        args = ["--bootstrap", self.bootstrap, "--topic", self.topic,
+                "--partitions", str(self.partitions), "--producer", str(self.index),
+                "--first-txn", str(self.next_txn()), "--events", str(self.events), "--seed", str(self.seed),
+                "--abort-every", str(self.abort_every), "--rate", str(self.rate),
+                "--transaction-timeout-ms", str(self.transaction_timeout_ms)]
+        command = txn_java.command(args) if self.client == "java" else [sys.executable, str(SCRIPT), *args]
         with open(self.output, "ab") as out:
-            self.process = subprocess.Popen(
-                [sys.executable, str(SCRIPT), "--bootstrap", self.bootstrap, "--topic", self.topic,
-                 "--partitions", str(self.partitions), "--producer", str(self.index),
-                 "--first-txn", str(self.next_txn()), "--events", str(self.events), "--seed", str(self.seed),
-                 "--abort-every", str(self.abort_every), "--rate", str(self.rate),
-                 "--transaction-timeout-ms", str(self.transaction_timeout_ms)],
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
