@@ -1,8 +1,10 @@
 """Reading a topic back in transaction tests, both isolation levels, with librdkafka (the Kafka
-listener) and with ember's consumer (a unique module name: test folders share sys.path)."""
+listener) and with ember's consumer, and read_committed with ember's Spark source (a unique module
+name: test folders share sys.path)."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from confluent_kafka import Consumer as KafkaConsumer
 from confluent_kafka import KafkaError, KafkaException
@@ -55,3 +57,10 @@ def ember_values(bootstrap: str, topic: str, partitions: int, isolation: str,
             for records in consumer.poll(timeout_ms=200).values():
                 values += [r.value for r in records]
         return values
+
+
+def spark_values(spark: Any, bootstrap: str, topic: str) -> list[bytes]:
+    """Every value of ``topic`` in one batch read by ember's Spark source (``format("ember")``)
+    with its default isolation level, read_committed: up to each partition's last stable offset."""
+    frame = spark.read.format("ember").option("bootstrap", bootstrap).option("topic", topic).load()
+    return [bytes(row["value"]) for row in frame.select("value").collect()]

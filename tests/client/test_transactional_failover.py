@@ -1,7 +1,8 @@
 """A consume-transform-produce loop with ember's transactional Producer (send_offsets_to_transaction)
 on a private 3-broker cluster copies every record exactly once while, mid-transaction, the broker
 coordinating its transactional id is killed, then (after it is back) another broker: a call that
-times out is called again, an abortable error aborts and rewinds to the committed offsets."""
+times out is called again, an abortable error aborts and rewinds to the committed offsets. The
+output, read read_committed by ember's consumer and by its Spark source, holds each record once."""
 from __future__ import annotations
 
 import time
@@ -10,25 +11,16 @@ from typing import Callable
 import pytest
 
 from ember.client import Admin, Consumer, OffsetAndMetadata, Producer, TopicPartition
-from ember.client.metadata import MetadataClient
 from ember.client.transaction_manager import FATAL_ERRORS
 from ember.errors import EmberError, KafkaTimeoutError
 from ember.launcher.local import LocalCluster
-from ember.wire.api_keys import ApiKey
+from txn_failover import coordinator_of
+from txn_reads import ember_values, spark_values
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 TOTAL = 600
 WAIT_S = 180.0
-
-
-def coordinator_of(cluster: LocalCluster, transactional_id: str) -> int:
-    """The broker coordinating ``transactional_id`` (FindCoordinator, key type 1)."""
-    metadata = MetadataClient(cluster.bootstrap)
-    try:
-        return metadata.request(ApiKey.FIND_COORDINATOR, {"key": transactional_id, "key_type": 1}).body["node_id"]
-    finally:
-        metadata.close()
 
 
 def retried(call: Callable[[], None], deadline: float) -> None:
@@ -79,21 +71,7 @@ def copy_exactly_once(cluster: LocalCluster, source: str, sink: str, transaction
                     consumer.seek(tp, consumer.committed(tp) or 0)
 
 
-def read_committed(cluster: LocalCluster, topic: str) -> list[bytes]:
-    with Consumer(bootstrap_servers=cluster.bootstrap, isolation_level="read_committed",
-                  auto_offset_reset="earliest") as consumer:
-        tps = [TopicPartition(topic, p) for p in range(2)]
-        consumer.assign(tps)
-        ends = consumer.end_offsets(tps)
-        values: list[bytes] = []
-        deadline = time.monotonic() + 60
-        while any(consumer.position(tp) < ends[tp] for tp in tps) and time.monotonic() < deadline:
-            for records in consumer.poll(timeout_ms=200).values():
-                values += [r.value for r in records]
-        return values
-
-
-def test_consume_transform_produce_is_exactly_once_while_brokers_die(make_cluster):
+def test_consume_transform_produce_is_exactly_once_while_brokers_die(make_cluster, spark):
     cluster = make_cluster(brokers=3)
     source, sink, transactional_id = "ctp-in", "ctp-out", "ctp-copier"
     with Admin(bootstrap_servers=cluster.bootstrap) as admin:
@@ -119,5 +97,6 @@ def test_consume_transform_produce_is_exactly_once_while_brokers_die(make_cluste
 
     copy_exactly_once(cluster, source, sink, transactional_id, mid_transaction)
     assert len(victims) == 2
-    copied = read_committed(cluster, sink)
-    assert sorted(copied) == [b"%04d" % i for i in range(TOTAL)]     # none lost, none twice
+    want = [b"%04d" % i for i in range(TOTAL)]
+    assert sorted(ember_values(cluster.bootstrap, sink, 2, "read_committed")) == want     # none lost, none twice
+    assert sorted(spark_values(spark, cluster.bootstrap, sink)) == want                   # nor in Spark's read
