@@ -35,10 +35,10 @@ def main(argv: list[str] | None = None) -> int:
     txn.add_argument("--txn-rate", type=float, default=0.0, help="transactions/s per producer (0: as fast as it goes)")
     txn.add_argument("--abort-every", type=int, default=4, help="about one transaction in N aborted on purpose")
     txn.add_argument("--min-faults", type=int, default=0, help="keep injecting past the duration until this many")
-    txn.add_argument("--txn-client", choices=("librdkafka", "java", "mixed"), default="librdkafka",
+    txn.add_argument("--txn-client", choices=("librdkafka", "java", "mixed"), default="mixed",
                      help="the producers' client: librdkafka (confluent-kafka: transaction protocol v1), java "
                           "(Kafka's KafkaProducer: v2 when the broker advertises it), mixed (alternating, the last "
-                          "producer Java) (default librdkafka)")
+                          "producer Java) (default mixed)")
     args = parser.parse_args(argv)
     if args.transactions:
         return _transactions(args)

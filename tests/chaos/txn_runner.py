@@ -30,6 +30,8 @@ from .txn_workload import ALL_TXN_KINDS, ProducerProcess, TxnConsumer, TxnNemesi
 
 TOPIC = "chaos-txn"
 CLEANUP_INTERVAL_MS = 2000
+#: bound on a producer instance's init_transactions() from its start (the nemesis's bound after a restart)
+INIT_BOUND_S = 90.0
 
 
 @dataclass(frozen=True)
@@ -50,7 +52,7 @@ class TxnChaosConfig:
     progress_every_s: float = 10.0
     #: the producers' client (txn_workload.TXN_CLIENTS): librdkafka (transaction protocol v1),
     #: java (KafkaProducer: v2 when the broker advertises it) or mixed (alternating, the last one Java)
-    txn_client: str = "librdkafka"
+    txn_client: str = "mixed"
 
     def clients(self) -> list[str]:
         return producer_clients(self.txn_client, self.producers)
@@ -142,10 +144,14 @@ def run_txn_chaos(config: TxnChaosConfig, progress: Callable[[str], None] = prin
                      for i, client in enumerate(clients)]
         for consumer in consumers:
             consumer.start()
+        launched = time.monotonic()
         for producer in producers:
             producer.start()
+        for producer in producers:   # faults start once every producer runs transactions (a JVM starts in seconds)
+            took = producer.wait_init(launched, max(0.0, launched + INIT_BOUND_S - time.monotonic()))
+            history.timing(f"producer {producer.index} ({producer.client}) first init_transactions", took, INIT_BOUND_S)
         nemesis = TxnNemesis(cluster, TOPIC, config.partitions, history, rng, config.bounds(), config.kinds,
-                             producers, progress=progress)
+                             producers, progress=progress, init_bound_s=INIT_BOUND_S)
         nemesis.start()
         _report_until(config, history, producers, consumers, nemesis, started, progress)
 
