@@ -11,12 +11,12 @@ from ember.cluster.producer_ids import ProducerIdAllocator
 from ember.groups.coordinator import GroupCoordinator
 from ember.ingest.broker_config import BrokerConfig
 from ember.ingest.metadata_view import MetadataView
-from ember.ingest.produce import TxnVerifier
 from ember.ingest.replica_manager import ReplicaManager
 from ember.ingest.topic_changes import TopicChanges
 from ember.ingest.transactions.coordinator import TransactionCoordinator
 from ember.ingest.transactions.local_markers import LeaderMarkers
 from ember.ingest.transactions.offsets import TransactionalOffsets
+from ember.ingest.txn_verification import TxnVerifier
 from ember.security.authorizer.access import ALLOW_ALL, Access
 from ember.security.authorizer.store import AclStore
 from ember.security.sasl.scram_admin import ScramAdmin

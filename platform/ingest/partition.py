@@ -291,9 +291,16 @@ class Partition:
         if self._verification_guards.get(producer_id) is guard:
             del self._verification_guards[producer_id]
 
+    def guard_holds(self, raw: memoryview, guard: object) -> bool:
+        """Whether ``raw``'s batch may still be appended with ``guard``: its producer's transaction
+        is open here at its epoch, or no marker voided the guard since it was taken."""
+        header = BatchHeader.parse(raw)
+        return (self.log.in_transaction(header.producer_id, header.producer_epoch)
+                or self._verification_guards.get(header.producer_id) is guard)
+
     def _check_guard(self, raw: memoryview, guard: object) -> None:
         producer_id = BatchHeader.parse(raw).producer_id
-        if not self.log.in_transaction(producer_id) and self._verification_guards.get(producer_id) is not guard:
+        if not self.guard_holds(raw, guard):
             raise InvalidTxnState(f"{self}: the transaction of producer {producer_id} ended while its batch was "
                                   f"being verified; the batch was not written")
 

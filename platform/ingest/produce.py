@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Awaitable, Iterable, Optional, Protocol, Sequence
+from typing import Awaitable, Sequence
 
 from ember.errors import CorruptRecord, InvalidRecord, InvalidRequiredAcks
 from ember.ingest.partition import Partition
 from ember.ingest.replica_manager import ReplicaManager
+from ember.ingest.txn_verification import Pending, TxnVerifier, pending, still_verified, verify
 from ember.net.pipelining import read_on
 from ember.record.batch import iter_batches
 from ember.record.control import is_transactional
-from ember.record.header import HEADER_SIZE, BatchHeader, Buffer
+from ember.record.header import Buffer
 from ember.security.authorizer.model import Operation, Resource, ResourceType
 
 NO_TIMESTAMP = -1
@@ -40,14 +41,6 @@ class ProduceEntry:
     batch: Buffer               # one or more stored-format batches (ember's or Kafka's, docs/log.md)
 
 
-class TxnVerifier(Protocol):
-    """Asks a transactional id's coordinator whether partitions are in the producer's ongoing
-    transaction (``ember.ingest.transactions.verifier.PartitionVerifier``)."""
-
-    async def verify(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                     partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], Optional[Exception]]: ...
-
-
 def check_acks(acks: int) -> None:
     if acks not in (0, 1, -1):
         raise InvalidRequiredAcks(f"acks={acks}; use 0, 1 or -1 (all)")
@@ -55,22 +48,33 @@ def check_acks(acks: int) -> None:
 
 async def append_at_leaders(replicas: ReplicaManager, entries: Sequence[ProduceEntry], acks: int,
                             timeout_s: float, transactional_id: str | None = None,
-                            verifier: TxnVerifier | None = None) -> list[Produced | Exception]:
+                            verifier: TxnVerifier | None = None,
+                            add_partitions: bool = False) -> list[Produced | Exception]:
     """Per entry, in order: where it was appended, or the error that stopped it. A transactional
-    producer's first batch at a partition (``transactional_id``) is appended only once its
-    coordinator confirms the partition is in the producer's ongoing transaction (``verifier``:
-    KIP-890's server-side defence), so a late or stray batch cannot open a transaction no marker
-    will ever end."""
+    producer's first batch at a partition is verified with its coordinator first, or (with
+    ``add_partitions``: transaction version 2, Kafka's Produce v12+) added to its transaction
+    there (:mod:`ember.ingest.txn_verification`)."""
     deadline = asyncio.get_running_loop().time() + timeout_s
-    outcomes: list[Produced | Exception] = []
-    waits: list[tuple[int, Awaitable[None]]] = []
     refused = _transactional_refusal(replicas, transactional_id)
+    targets: list[_Target | Exception] = []
     for entry in entries:
         try:
-            if refused is not None:
-                raise refused
-            _check_transactional(entry.batch, transactional_id)
-            produced, wait = await _append_one(replicas, entry, acks, deadline, transactional_id, verifier)
+            targets.append(_target(replicas, entry, acks, transactional_id, verifier, refused))
+        except Exception as exc:
+            targets.append(exc)
+    guards = await _verify(targets, transactional_id, verifier, add_partitions)
+    outcomes: list[Produced | Exception] = []
+    waits: list[tuple[int, Awaitable[None]]] = []
+    for entry, target, guard in zip(entries, targets, guards):
+        try:
+            if isinstance(target, Exception):
+                raise target
+            if isinstance(guard, Exception):
+                raise guard
+            if target.pending is not None and transactional_id is not None and verifier is not None:
+                guard = await still_verified(verifier, transactional_id, target.pending, memoryview(entry.batch),
+                                             guard, add_partitions)
+            produced, wait = await _append_one(target.partition, entry, acks, deadline, guard)
             if wait is not None:
                 waits.append((len(outcomes), wait))
             outcomes.append(produced)
@@ -87,14 +91,44 @@ async def append_at_leaders(replicas: ReplicaManager, entries: Sequence[ProduceE
     return outcomes
 
 
-async def _append_one(replicas: ReplicaManager, entry: ProduceEntry, acks: int, deadline: float,
-                      transactional_id: str | None, verifier: TxnVerifier | None
-                      ) -> tuple[Produced, Awaitable[None] | None]:
-    """Append as leader: where it landed and, for acks=all, the replication wait."""
+@dataclass(frozen=True)
+class _Target:
+    """Where an entry is appended, and what must be verified first (None: nothing)."""
+    partition: Partition
+    pending: Pending | None
+
+
+def _target(replicas: ReplicaManager, entry: ProduceEntry, acks: int, transactional_id: str | None,
+            verifier: TxnVerifier | None, refused: Exception | None) -> _Target:
+    """The checks before anything is verified or appended (as Kafka: authorization, then the
+    transactional rules, then leadership)."""
+    if refused is not None:
+        raise refused
+    _check_transactional(entry.batch, transactional_id)
     check_acks(acks)
     replicas.access.check_topic(Operation.WRITE, entry.topic)
     partition = replicas.leader_partition(entry.topic, entry.partition)
-    guard = await _verified(partition, entry, transactional_id, verifier)
+    needed = None if transactional_id is None or verifier is None else \
+        pending(partition, (entry.topic, entry.partition), entry.batch)
+    return _Target(partition, needed)
+
+
+async def _verify(targets: Sequence[_Target | Exception], transactional_id: str | None,
+                  verifier: TxnVerifier | None, add: bool) -> list[object | Exception | None]:
+    """Per target, its verification guard, the verification's error, or None (none needed)."""
+    asked = {i: t.pending for i, t in enumerate(targets) if isinstance(t, _Target) and t.pending is not None}
+    guards: list[object | Exception | None] = [None] * len(targets)
+    if not asked or transactional_id is None or verifier is None:
+        return guards
+    found = await verify(verifier, transactional_id, list(asked.values()), add)
+    for i, outcome in zip(asked, found):
+        guards[i] = outcome
+    return guards
+
+
+async def _append_one(partition: Partition, entry: ProduceEntry, acks: int, deadline: float,
+                      guard: object | None) -> tuple[Produced, Awaitable[None] | None]:
+    """Append as leader: where it landed and, for acks=all, the replication wait."""
     leader_epoch = partition.leader_epoch
     result = await partition.append(memoryview(entry.batch), acks, guard)
     wait = partition.wait_replicated(result.last_offset + 1, leader_epoch, deadline) if acks == -1 else None
@@ -126,23 +160,3 @@ def _check_transactional(batch: Buffer, transactional_id: str | None) -> None:
         return
     raise InvalidRecord("a transactional batch needs a Produce request with its transactional id, and a Produce "
                         "request with a transactional id needs transactional batches")
-
-
-async def _verified(partition: Partition, entry: ProduceEntry, transactional_id: str | None,
-                    verifier: TxnVerifier | None) -> object | None:
-    """The verification guard a transactional batch that would open its producer's transaction
-    here must present to be appended (None: no verification needed). Taken before asking the
-    coordinator, so a marker written meanwhile (the transaction ended) voids it."""
-    if transactional_id is None or verifier is None or len(entry.batch) < HEADER_SIZE:
-        return None
-    header = BatchHeader.parse(entry.batch)
-    if not is_transactional(header) or partition.log.in_transaction(header.producer_id):
-        return None
-    guard = partition.verification_guard(header.producer_id)
-    answers = await verifier.verify(transactional_id, header.producer_id, header.producer_epoch,
-                                    [(entry.topic, entry.partition)])
-    error = answers.get((entry.topic, entry.partition))
-    if error is not None:
-        partition.drop_verification_guard(header.producer_id, guard)
-        raise error
-    return guard

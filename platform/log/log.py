@@ -263,9 +263,12 @@ class Log:
         with self._lock:
             return self._producers.active()
 
-    def in_transaction(self, producer_id: int) -> bool:
-        """Whether ``producer_id`` has a transaction open here (without the lock: one dict lookup)."""
-        return self._producers.has_ongoing(producer_id)
+    def in_transaction(self, producer_id: int, producer_epoch: int) -> bool:
+        """Whether ``producer_id`` has a transaction open here at ``producer_epoch`` (without the
+        lock: dict lookups). One at an older epoch does not count: under transaction version 2 the
+        producer's next transaction runs at the next epoch, and must wait for the marker ending the
+        previous one here."""
+        return self._producers.has_ongoing(producer_id, producer_epoch)
 
     def open_transactions(self) -> dict[int, int]:
         """producer id -> first offset of each transaction open in this partition."""

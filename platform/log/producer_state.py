@@ -101,6 +101,13 @@ class ProducerStateManager:
                 duplicate = entry.find_duplicate(header)
                 if duplicate is not None:
                     return duplicate
+            if (entry is not None and pid in self._ongoing and header.producer_epoch > entry.epoch
+                    and is_transactional(header)):
+                # the producer's next transaction (transaction version 2: at the next epoch) before the
+                # marker ending its previous one here: it would join that transaction
+                raise errors.ConcurrentTransactions(
+                    f"producer {pid}'s transaction at epoch {entry.epoch} is still open here; its batch at epoch "
+                    f"{header.producer_epoch} waits for that transaction's marker")
             epoch, last_seq = pending.get(pid) or (
                 (entry.epoch, entry.last_sequence) if entry else (NO_EPOCH, -1))
             _check_sequence(header, epoch, last_seq, known=entry is not None or pid in pending)
@@ -168,8 +175,9 @@ class ProducerStateManager:
                                e.coordinator_epoch, -1 if e.txn_first_offset is None else e.txn_first_offset)
                 for pid, e in self._producers.items()]
 
-    def has_ongoing(self, producer_id: int) -> bool:
-        return producer_id in self._ongoing
+    def has_ongoing(self, producer_id: int, producer_epoch: int) -> bool:
+        entry = self._producers.get(producer_id)
+        return producer_id in self._ongoing and entry is not None and entry.epoch == producer_epoch
 
     @property
     def ongoing_count(self) -> int:

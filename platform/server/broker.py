@@ -42,12 +42,12 @@ from ember.ingest.metadata_view import MetadataView
 from ember.ingest.replica_manager import ReplicaManager
 from ember.ingest.topic_changes import TopicChanges
 from ember.ingest.transactions.coordinator import TransactionConfig, TransactionCoordinator
+from ember.ingest.transactions.coordinator_client import TxnCoordinatorClient
 from ember.ingest.transactions.local_markers import LeaderMarkers
 from ember.ingest.transactions.marker_router import MarkerRouter
 from ember.ingest.transactions.offsets import TransactionalOffsets
 from ember.ingest.transactions.peers import Peers
 from ember.ingest.transactions.store import TransactionStore
-from ember.ingest.transactions.verifier import PartitionVerifier
 from ember.net.budget import RequestBudget
 from ember.net.server import BrokerServer
 from ember.protocol.ember.api_acls import AclApis
@@ -214,8 +214,8 @@ class Broker:
             TransactionConfig(self.config.transaction_max_timeout_ms, self.config.transactional_id_expiration_ms,
                               self.config.transaction_abort_timed_out_transaction_cleanup_interval_ms),
             self.access)
-        txn_offsets = TransactionalOffsets(txn_store, self.groups, self.access)
-        verifier = PartitionVerifier(options.broker_id, self.cache, self.transactions, peers)
+        verifier = TxnCoordinatorClient(options.broker_id, self.cache, self.transactions, peers)
+        txn_offsets = TransactionalOffsets(txn_store, self.groups, self.access, verifier.add_offsets)
         dispatcher = Dispatcher(
             ClusterApis(view).handlers(), RecordApis(self.replicas, verifier).handlers(),
             ReplicationApis(self.replicas).handlers(),

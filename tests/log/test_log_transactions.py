@@ -122,6 +122,22 @@ def test_a_marker_at_a_new_epoch_starts_the_producer_over_at_sequence_zero(open_
         log.append_as_leader(txn_batch(7, 5, 10), 0)      # the fenced epoch stays fenced
 
 
+def test_a_transaction_at_the_next_epoch_waits_for_the_marker_of_the_previous_one(open_log):
+    """Transaction version 2: the producer's next transaction runs at the epoch EndTxn bumped to.
+    Its first batch here, arriving before the marker of the previous transaction (written at that
+    same epoch), would join the previous transaction: refused as CONCURRENT_TRANSACTIONS, retried."""
+    log = open_log()
+    log.append_as_leader(txn_batch(7, 3, 0), 0)
+    assert log.in_transaction(7, 3) and not log.in_transaction(7, 4)
+    with pytest.raises(errors.ConcurrentTransactions):
+        log.append_as_leader(txn_batch(7, 4, 0), 0)
+    log.append_marker(marker(7, commit=True, epoch=4), 0)
+    assert not log.in_transaction(7, 3)
+    assert log.append_as_leader(txn_batch(7, 4, 0), 0).first_offset == 3
+    assert log.in_transaction(7, 4)
+    assert log.open_transactions() == {7: 3}
+
+
 def test_producers_cannot_write_control_batches_or_transactions_without_an_id(open_log):
     log = open_log()
     log.append_as_leader(txn_batch(7, 0, 0), 0)

@@ -231,14 +231,18 @@ class TransactionCoordinator:
     # -- the transaction's partitions and groups ---------------------------------------------
 
     async def add_partitions_to_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                                    partitions: Iterable[Partition]) -> dict[Partition, Optional[Exception]]:
+                                    partitions: Iterable[Partition],
+                                    on_behalf: bool = False) -> dict[Partition, Optional[Exception]]:
         """Add partitions to the producer's transaction (starting one); per partition None or its
         error. A partition that cannot be added (unknown, not authorized) adds none: the others
-        get OPERATION_NOT_ATTEMPTED, as in Kafka."""
+        get OPERATION_NOT_ATTEMPTED, as in Kafka. ``on_behalf``: a partition leader adding the
+        partition a transaction version 2 producer wrote to (KIP-890: no AddPartitionsToTxn from
+        the client), which authorized that producer's Produce itself."""
         validate_transactional_id(transactional_id)
-        self.access.check(Operation.WRITE, _resource(transactional_id))
+        if not on_behalf:
+            self.access.check(Operation.WRITE, _resource(transactional_id))
         wanted = list(dict.fromkeys(partitions))
-        refused = self._refused_partitions(wanted)
+        refused = {} if on_behalf else self._refused_partitions(wanted)
         if refused:
             return {p: refused.get(p) or OperationNotAttempted(f"{p[0]}-{p[1]} not added: another partition "
                                                                 f"of the request was refused") for p in wanted}
@@ -258,12 +262,15 @@ class TransactionCoordinator:
         return refused
 
     async def add_offsets_to_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                                 group_id: str) -> None:
-        """Make the group's offsets part of the transaction (TxnOffsetCommit to the group follows)."""
+                                 group_id: str, on_behalf: bool = False) -> None:
+        """Make the group's offsets part of the transaction (TxnOffsetCommit to the group follows).
+        ``on_behalf``: the group's coordinator adding it for a TxnOffsetCommit v5 (transaction
+        version 2), which authorized the producer itself."""
         validate_transactional_id(transactional_id)
         validate_group_id(group_id)
-        self.access.check(Operation.WRITE, _resource(transactional_id))
-        self.access.check_group(Operation.READ, group_id)
+        if not on_behalf:
+            self.access.check(Operation.WRITE, _resource(transactional_id))
+            self.access.check_group(Operation.READ, group_id)
         await self._add(transactional_id, producer_id, producer_epoch, (), (group_id,))
 
     async def _add(self, transactional_id: str, producer_id: int, producer_epoch: int,
@@ -281,6 +288,11 @@ class TransactionCoordinator:
     async def _producer_entry(self, transactional_id: str, producer_id: int, producer_epoch: int) -> _Entry:
         """The entry, if ``producer_id``/``producer_epoch`` is its current producer."""
         entry = await self._entry(transactional_id)
+        if entry is not None and entry.meta.state.preparing and \
+                entry.meta.client_producer == (producer_id, producer_epoch):
+            # a transaction version 2 producer starting its next transaction at the epoch (or id)
+            # EndTxn gave it, before the markers of the previous one are all written
+            raise ConcurrentTransactions(f"the previous transaction of {transactional_id!r} is completing")
         if entry is None or entry.meta.producer_id != producer_id:
             raise InvalidProducerIdMapping(f"producer {producer_id} does not hold transactional id "
                                            f"{transactional_id!r}")
@@ -305,26 +317,62 @@ class TransactionCoordinator:
 
     # -- EndTxn and completion ---------------------------------------------------------------
 
-    async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> None:
+    async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool,
+                      bump_epoch: bool = False) -> tuple[int, int]:
         """Commit or abort the producer's transaction: PrepareCommit/PrepareAbort is stored, then
-        the markers are written (answering waits for them a while, then lets them finish)."""
+        the markers are written (answering waits for them a while, then lets them finish). The
+        producer id and epoch to go on with are returned: with ``bump_epoch`` (transaction version
+        2, EndTxn v5) the next epoch, which the decision and the markers carry, so nothing the
+        producer sent at the old epoch can join a later transaction (KIP-890)."""
         validate_transactional_id(transactional_id)
         self.access.check(Operation.WRITE, _resource(transactional_id))
         async with self._lock(transactional_id):
+            entry = await self._entry(transactional_id)
+            if bump_epoch and entry is not None and self._is_bumped_retry(entry.meta, producer_id, producer_epoch, commit):
+                if entry.meta.state.preparing:
+                    raise ConcurrentTransactions(f"the transaction of {transactional_id!r} is completing")
+                return entry.meta.client_producer   # a retry of an EndTxn that completed
             entry = await self._producer_entry(transactional_id, producer_id, producer_epoch)
             state = entry.meta.state
             decided = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
             done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
-            if state == done:
-                return                   # a retry of an EndTxn that completed
-            if state == decided:
+            if not bump_epoch and state == done:
+                return entry.meta.client_producer   # a retry of an EndTxn that completed
+            if state == decided or (bump_epoch and state.preparing):
                 raise ConcurrentTransactions(f"the transaction of {transactional_id!r} is completing")
-            if state != TxnState.ONGOING:
+            if state != TxnState.ONGOING and not (bump_epoch and state.ended):
                 raise InvalidTxnState(f"cannot {'commit' if commit else 'abort'}: the transaction of "
                                       f"{transactional_id!r} is {state.value}")
-            await self._prepare(entry, commit)
+            if bump_epoch:
+                await self._prepare_with_bump(entry, commit)
+            else:
+                await self._prepare(entry, commit)
+            answer = entry.meta.client_producer
             completing = self._completion(transactional_id, entry)
         await self._wait(completing)
+        return answer
+
+    @staticmethod
+    def _is_bumped_retry(meta: TransactionMetadata, producer_id: int, producer_epoch: int, commit: bool) -> bool:
+        """Whether a transaction version 2 EndTxn is a retry of the one that bumped the epoch (its
+        answer was lost): it names the epoch before the bump, and the decision is the same."""
+        decided = (TxnState.PREPARE_COMMIT, TxnState.COMPLETE_COMMIT) if commit else \
+            (TxnState.PREPARE_ABORT, TxnState.COMPLETE_ABORT)
+        return ((producer_id, producer_epoch) == (meta.last_producer_id, meta.last_producer_epoch)
+                and meta.state in decided)
+
+    async def _prepare_with_bump(self, entry: _Entry, commit: bool) -> None:
+        """Transaction version 2: store the decision at the next epoch (and, past the last epoch,
+        the producer id to go on with). A transaction nothing was added to (an abort after writes
+        that all failed, or an empty commit) ends the same way, with no marker to write."""
+        meta = entry.meta
+        now = self.clock_ms()
+        if meta.state.ended:
+            meta = meta.begin_or_add(now)
+        next_id = NO_PRODUCER_ID
+        if meta.producer_epoch + 1 >= MAX_PRODUCER_EPOCH:
+            next_id = await asyncio.to_thread(self.producer_ids.next_id)
+        await self._save(entry, meta.prepare_with_bump(commit, now, next_id))
 
     async def _prepare(self, entry: _Entry, commit: bool, fence: bool = False) -> None:
         """Store the decision; ``fence``: bump the epoch first, so the producer is fenced."""

@@ -12,6 +12,7 @@ slip in after the transaction was decided.
 from __future__ import annotations
 
 import asyncio
+from typing import Awaitable, Callable, Optional
 
 from ember.errors import ConcurrentTransactions, InvalidProducerIdMapping, InvalidTxnState, ProducerFenced
 from ember.groups.coordinator import GroupCoordinator
@@ -22,25 +23,36 @@ from ember.ingest.transactions.store import TransactionConflict, TransactionStor
 from ember.security.authorizer.access import ALLOW_ALL, Access
 from ember.security.authorizer.model import Operation, Resource, ResourceType
 
+#: Adds a group to a transaction at its coordinator: (transactional id, producer id, epoch, group).
+AddGroup = Callable[[str, int, int, str], Awaitable[None]]
+
 #: Writes of the transaction's znode (its coordinator adding partitions) racing a commit.
 ATTEMPTS = 5
 
 
 class TransactionalOffsets:
-    def __init__(self, store: TransactionStore, groups: GroupCoordinator, access: Access = ALLOW_ALL) -> None:
+    def __init__(self, store: TransactionStore, groups: GroupCoordinator, access: Access = ALLOW_ALL,
+                 add_group: Optional[AddGroup] = None) -> None:
         self.store = store
         self.groups = groups
         self.access = access
+        self.add_group = add_group
 
     async def commit(self, transactional_id: str, group_id: str, producer_id: int, producer_epoch: int,
                      member_id: str, generation: int, offsets: PendingOffsets,
-                     instance_id: str | None = None) -> None:
+                     instance_id: str | None = None, add_group: bool = False) -> None:
         """Add ``offsets`` to the group's offsets pending in the producer's transaction
-        (Kafka's ACLs: Write on the transactional id, Read on the group and the topics)."""
+        (Kafka's ACLs: Write on the transactional id, Read on the group and the topics).
+        ``add_group`` (TxnOffsetCommit v5, transaction version 2): the group joins the
+        transaction here, at its coordinator, instead of by the client's AddOffsetsToTxn."""
         validate_transactional_id(transactional_id)
         self.access.check(Operation.WRITE, Resource(ResourceType.TRANSACTIONAL_ID, transactional_id))
         await self.groups.check_commit(group_id, member_id, generation, list(offsets), instance_id,
                                        transactional=True)
+        if add_group:
+            if self.add_group is None:
+                raise InvalidTxnState("this broker cannot add a group to a transaction (use AddOffsetsToTxn)")
+            await self.add_group(transactional_id, producer_id, producer_epoch, group_id)
         for _ in range(ATTEMPTS):
             meta, version = await asyncio.to_thread(self.store.load, transactional_id)
             if meta is None or version is None or meta.producer_id != producer_id:

@@ -1,5 +1,5 @@
-"""Per-partition requests from the transaction machinery to other brokers over ember's protocol
-(markers to leaders, partition verification at coordinators): one connection per broker on its
+"""Requests from the transaction machinery to other brokers over ember's protocol (markers to
+leaders; verification, partitions and groups added at coordinators): one connection per broker on its
 inter-broker listener, kept between requests and dropped when it fails.
 """
 from __future__ import annotations
@@ -22,23 +22,33 @@ class Peers:
         self.request_timeout_ms = request_timeout_ms
         self._clients: dict[int, BrokerClient] = {}
 
-    async def partition_call(self, broker_id: int, api_key: ApiKey, body: Mapping[str, Any],
-                             partitions: list[Partition]) -> Results:
-        """Send ``body`` to ``broker_id``; each partition's answer from the response's
-        ``partitions`` (a retriable request-level failure, or no connection, is every partition's
-        answer; a partition left unanswered gets an error too)."""
+    async def call(self, broker_id: int, api_key: ApiKey, body: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Send ``body`` to ``broker_id``; the response's body, or the request-level error (no
+        connection: BROKER_NOT_AVAILABLE; both retriable)."""
         try:
             client = await self._client(broker_id)
             response = await client.call(api_key, body, timeout_s=self.request_timeout_ms / 1000)
         except EmberError as exc:
             if exc.retriable:
                 self._drop(broker_id)
-                return {p: exc for p in partitions}
             raise
         except (OSError, TimeoutError) as exc:
             self._drop(broker_id)
-            return {p: BrokerNotAvailable(f"broker {broker_id}: {exc}") for p in partitions}
-        answers = {(str(a["topic"]), int(a["partition"])): _error(a) for a in response.body.get("partitions", [])}
+            raise BrokerNotAvailable(f"broker {broker_id}: {exc}") from exc
+        return response.body
+
+    async def partition_call(self, broker_id: int, api_key: ApiKey, body: Mapping[str, Any],
+                             partitions: list[Partition]) -> Results:
+        """Send ``body`` to ``broker_id``; each partition's answer from the response's
+        ``partitions`` (a retriable request-level failure, or no connection, is every partition's
+        answer; a partition left unanswered gets an error too)."""
+        try:
+            answer = await self.call(broker_id, api_key, body)
+        except EmberError as exc:
+            if exc.retriable:
+                return {p: exc for p in partitions}
+            raise
+        answers = {(str(a["topic"]), int(a["partition"])): _error(a) for a in answer.get("partitions", [])}
         return {p: answers.get(p, BrokerNotAvailable(f"broker {broker_id} did not answer for {p[0]}-{p[1]}"))
                 for p in partitions}
 

@@ -81,6 +81,9 @@ class TransactionMetadata:
     coordinator_epoch: int = 0
     #: The broker whose coordinator wrote this metadata last.
     coordinator: int = -1
+    #: Transaction version 2 (KIP-890): the producer id a bump past the last epoch moves the
+    #: producer to once the transaction completes (-1: none).
+    next_producer_id: int = NO_PRODUCER_ID
 
     def transition(self, state: TxnState, now_ms: int, **changes: Any) -> "TransactionMetadata":
         """The metadata after moving to ``state`` (with ``changes``), or InvalidTxnState."""
@@ -108,7 +111,28 @@ class TransactionMetadata:
             raise InvalidTxnState(f"transactional id {self.transactional_id!r} is {self.state.value}, "
                                   f"not preparing to complete")
         done = TxnState.COMPLETE_COMMIT if self.state == TxnState.PREPARE_COMMIT else TxnState.COMPLETE_ABORT
-        return self.transition(done, now_ms, partitions=frozenset(), groups=frozenset(), start_ms=-1)
+        moved: dict[str, int] = {}
+        if self.next_producer_id != NO_PRODUCER_ID:     # the epochs ran out: the producer goes on under a new id
+            moved = {"producer_id": self.next_producer_id, "producer_epoch": 0,
+                     "last_producer_id": self.producer_id, "next_producer_id": NO_PRODUCER_ID}
+        return self.transition(done, now_ms, partitions=frozenset(), groups=frozenset(), start_ms=-1, **moved)
+
+    def prepare_with_bump(self, commit: bool, now_ms: int, next_producer_id: int) -> "TransactionMetadata":
+        """Transaction version 2's end: the decision at the next epoch, which the markers carry, so
+        a batch the producer sent at the old epoch can no longer join any transaction; the epoch
+        the producer ended with is remembered, so its retried EndTxn is recognised.
+        ``next_producer_id`` (or -1) is where the producer goes on when that was its last epoch."""
+        return self.prepare(commit, now_ms, producer_epoch=self.producer_epoch + 1,
+                            last_producer_id=self.producer_id, last_producer_epoch=self.producer_epoch,
+                            next_producer_id=next_producer_id)
+
+    @property
+    def client_producer(self) -> tuple[int, int]:
+        """The producer id and epoch the producer uses next (after a completed bump past the last
+        epoch: the new id at epoch 0)."""
+        if self.next_producer_id != NO_PRODUCER_ID:
+            return self.next_producer_id, 0
+        return self.producer_id, self.producer_epoch
 
     @property
     def committing(self) -> bool:

@@ -28,6 +28,16 @@ def _producer(body: fields.Body) -> tuple[str, int, int]:
             fields.integer(body, "producer_epoch", bits=fields.INT16))
 
 
+def _on_behalf(transactions: TransactionCoordinator, body: fields.Body) -> bool:
+    """``on_behalf``: a broker adding for a transaction version 2 producer (the partition's leader
+    for a Produce, the group's coordinator for a TxnOffsetCommit), which authorized the producer
+    itself; brokers only (ClusterAction)."""
+    if not fields.boolean(body, "on_behalf", False):
+        return False
+    transactions.access.check_cluster(Operation.CLUSTER_ACTION)
+    return True
+
+
 class ProducerTransactionApis:
     def __init__(self, transactions: TransactionCoordinator, offsets: TransactionalOffsets) -> None:
         self.transactions = transactions
@@ -49,6 +59,9 @@ class ProducerTransactionApis:
             # a partition leader asking before it appends a transactional batch (KIP-890): adds nothing
             self.transactions.access.check_cluster(Operation.CLUSTER_ACTION)
             results = await self.transactions.verify_partitions(*_producer(request.body), partitions)
+        elif _on_behalf(self.transactions, request.body):
+            results = await self.transactions.add_partitions_to_txn(*_producer(request.body), partitions,
+                                                                    on_behalf=True)
         else:
             results = await self.transactions.add_partitions_to_txn(*_producer(request.body), partitions)
         return Reply({**OK, "partitions": [
@@ -56,7 +69,8 @@ class ProducerTransactionApis:
             for (topic, index), error in results.items()]})
 
     async def add_offsets_to_txn(self, request: Request) -> Reply:
-        await self.transactions.add_offsets_to_txn(*_producer(request.body), fields.string(request.body, "group_id"))
+        await self.transactions.add_offsets_to_txn(*_producer(request.body), fields.string(request.body, "group_id"),
+                                                   on_behalf=_on_behalf(self.transactions, request.body))
         return Reply(dict(OK))
 
     async def end_txn(self, request: Request) -> Reply:

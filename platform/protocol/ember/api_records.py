@@ -9,8 +9,9 @@ from typing import Any
 from ember.errors import OffsetOutOfRange
 from ember.ingest.fetch import FetchResult, FetchTarget, fetch
 from ember.ingest.partition import CONSUMER_REPLICA_ID, Partition
-from ember.ingest.produce import Produced, ProduceEntry, TxnVerifier, append_at_leaders
+from ember.ingest.produce import Produced, ProduceEntry, append_at_leaders
 from ember.ingest.replica_manager import ReplicaManager
+from ember.ingest.txn_verification import TxnVerifier
 from ember.protocol.ember.dispatcher import Handler
 from ember.protocol.ember.leader_fields import answer_fields, leader_queries
 from ember.security.authorizer.model import Operation

@@ -39,6 +39,8 @@ from ember.wire.reply import OK, CloseConnection, error_fields
 #: Produce v0-2 (magic 0/1 message sets) are advertised, as Kafka 4 does because librdkafka before
 #: 2.11.1 turns compression off when Produce starts at v3, and rejected per request.
 FIRST_PRODUCE_VERSION = 3
+#: Produce v12 is transaction version 2's (KIP-890 part 2): its leaders add partitions to transactions.
+TV2_PRODUCE_VERSION = 12
 _NO_RECORDS = b""
 
 
@@ -61,6 +63,8 @@ class RecordHandlers:
     # -- Produce -------------------------------------------------------------------------------
 
     async def produce(self, request: KafkaRequest) -> Any:
+        """Produce v12+ is transaction version 2's: a transactional batch's partition joins the
+        transaction at its leader (no AddPartitionsToTxn from the client, KIP-890)."""
         if request.api_version < FIRST_PRODUCE_VERSION:
             return _reject_old_produce(request)
         body = request.body
@@ -82,7 +86,8 @@ class RecordHandlers:
         entries = [ProduceEntry(ref["name"], index, batch) for ref, index, batch in listed
                    if not isinstance(batch, Exception)]
         appended = iter(await append_at_leaders(self.core.replicas, entries, body.acks, millis(body.timeout) / 1000,
-                                                body.transactional_id, self.core.txn_verifier))
+                                                body.transactional_id, self.core.txn_verifier,
+                                                add_partitions=request.api_version >= TV2_PRODUCE_VERSION))
         outcomes = [batch if isinstance(batch, Exception) else next(appended) for _, _, batch in listed]
         if body.acks == 0:
             failed = next((o for o in outcomes if isinstance(o, Exception)), None)

@@ -4,8 +4,10 @@ DescribeTransactions and ListTransactions. Translation only: the work is the bro
 transaction coordinator (``ember.ingest.transactions``); InitProducerId and FindCoordinator
 (key type 1) are in their own families' handlers.
 
-Versions: transaction version 1 only (the ``transaction.version`` feature is not advertised), so
-EndTxn stops at v4 and TxnOffsetCommit at v4 (their v5 is the transaction-version-2 protocol).
+Versions: transaction versions 1 and 2 (KIP-890 part 2; the ``transaction.version`` feature is
+finalized at 2 in ApiVersions, so Kafka 4 clients use it): EndTxn v5 bumps the producer epoch and
+answers the epoch to go on with, TxnOffsetCommit v5 adds the group to the transaction itself (no
+AddOffsetsToTxn), and the partitions are added by their leaders when Produce v12+ writes to them.
 Clients before KIP-588 get INVALID_PRODUCER_EPOCH where newer ones get PRODUCER_FENCED, as in Kafka.
 """
 from __future__ import annotations
@@ -32,6 +34,8 @@ _FENCED_SINCE = {ApiKey.INIT_PRODUCER_ID: 4, ApiKey.ADD_PARTITIONS_TO_TXN: 2, Ap
                  ApiKey.END_TXN: 2, ApiKey.TXN_OFFSET_COMMIT: 3}
 #: AddPartitionsToTxn v4+ is the batched form brokers send (KIP-890).
 BROKER_FORM_VERSION = 4
+#: EndTxn and TxnOffsetCommit v5 are transaction version 2's (KIP-890 part 2).
+TV2_VERSION = 5
 
 
 def for_version(exc: Exception, api_key: ApiKey, version: int) -> Exception:
@@ -52,8 +56,8 @@ class TransactionHandlers:
     def apis(self) -> dict[int, Api]:
         return {ApiKey.ADD_PARTITIONS_TO_TXN: Api(0, 5, self.add_partitions_to_txn),
                 ApiKey.ADD_OFFSETS_TO_TXN: Api(0, 4, self.add_offsets_to_txn),
-                ApiKey.END_TXN: Api(0, 4, self.end_txn),
-                ApiKey.TXN_OFFSET_COMMIT: Api(0, 4, self.txn_offset_commit),
+                ApiKey.END_TXN: Api(0, TV2_VERSION, self.end_txn),
+                ApiKey.TXN_OFFSET_COMMIT: Api(0, TV2_VERSION, self.txn_offset_commit),
                 ApiKey.WRITE_TXN_MARKERS: Api(1, 1, self.write_txn_markers),
                 ApiKey.DESCRIBE_TRANSACTIONS: Api(0, 0, self.describe_transactions),
                 ApiKey.LIST_TRANSACTIONS: Api(0, 2, self.list_transactions),
@@ -87,8 +91,9 @@ class TransactionHandlers:
             if verify_only:
                 return await self.core.transactions.verify_partitions(transactional_id, producer_id, producer_epoch,
                                                                 partitions)
-            return await self.core.transactions.add_partitions_to_txn(transactional_id, producer_id, producer_epoch,
-                                                                partitions)
+            return await self.core.transactions.add_partitions_to_txn(
+                transactional_id, producer_id, producer_epoch, partitions,
+                on_behalf=version >= BROKER_FORM_VERSION)   # a leader adding for a TV2 producer (ClusterAction)
         except Exception as exc:
             return {p: for_version(exc, ApiKey.ADD_PARTITIONS_TO_TXN, version) for p in partitions}
 
@@ -113,7 +118,8 @@ class TransactionHandlers:
             await self.core.txn_offsets.commit(body.transactional_id, body.group_id, body.producer_id,
                                                body.producer_epoch, getattr(body, "member_id", ""),
                                                getattr(body, "generation_id", -1), offsets,
-                                               getattr(body, "group_instance_id", None))
+                                               getattr(body, "group_instance_id", None),
+                                               add_group=request.api_version >= TV2_VERSION)
             outcome = dict(OK)
         except Exception as exc:
             outcome = producer_error(exc, ApiKey.TXN_OFFSET_COMMIT, request.api_version)
@@ -125,9 +131,10 @@ class TransactionHandlers:
     async def end_txn(self, request: KafkaRequest) -> Any:
         body = request.body
         try:
-            await self.core.transactions.end_txn(body.transactional_id, body.producer_id, body.producer_epoch,
-                                           body.committed)
-            outcome = dict(OK)
+            producer_id, producer_epoch = await self.core.transactions.end_txn(
+                body.transactional_id, body.producer_id, body.producer_epoch, body.committed,
+                bump_epoch=request.api_version >= TV2_VERSION)
+            outcome = {**OK, "producer_id": producer_id, "producer_epoch": producer_epoch}
         except Exception as exc:
             outcome = producer_error(exc, ApiKey.END_TXN, request.api_version)
         return build(response_class(ApiKey.END_TXN, request.api_version), outcome)

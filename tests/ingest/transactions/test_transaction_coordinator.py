@@ -5,6 +5,7 @@ prepared, and the compare-and-set that refuses a stale coordinator."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 from types import SimpleNamespace
 from typing import Any, Awaitable, Callable, Iterator
@@ -13,6 +14,7 @@ import pytest
 
 from ember.cluster.producer_ids import ProducerIdAllocator
 from ember.errors import (
+    ConcurrentTransactions,
     InvalidProducerIdMapping,
     InvalidTransactionTimeout,
     InvalidTxnState,
@@ -341,8 +343,6 @@ def test_ids_are_znodes_under_transactions(session: ZkSession, make: Make) -> No
 
 def test_an_exhausted_epoch_gets_a_new_producer_id(make: Make, session: ZkSession) -> None:
     async def scenario() -> None:
-        import dataclasses
-
         from ember.ingest.transactions.state import MAX_PRODUCER_EPOCH
         store, tid = TransactionStore(session), txn_id()
         pid, _ = await make().init_producer_id(tid, 60000)
@@ -351,4 +351,63 @@ def test_an_exhausted_epoch_gets_a_new_producer_id(make: Make, session: ZkSessio
         new_pid, epoch = await make().init_producer_id(tid, 60000)       # a new coordinator instance reads it
         assert new_pid != pid and epoch == 0
         assert (stored(session, tid).last_producer_id, stored(session, tid).producer_id) == (pid, new_pid)
+    run(scenario())
+
+
+def test_transaction_version_2_ends_each_transaction_at_the_next_epoch(make: Make, session: ZkSession) -> None:
+    """EndTxn v5: the decision and its markers carry the bumped epoch, which the producer goes on
+    with; a retried EndTxn gets the same answer; an abort with nothing added ends the same way;
+    the next transaction's partitions wait (CONCURRENT_TRANSACTIONS) until the markers are written."""
+    async def scenario() -> None:
+        writer = FakeWriter()
+        coordinator, tid = make(writer=writer), txn_id()
+        pid, epoch = await coordinator.init_producer_id(tid, 60000)
+        await coordinator.add_partitions_to_txn(tid, pid, epoch, [("t", 0)], on_behalf=True)
+        writer.gate = asyncio.Event()         # the markers hang: the EndTxn answers once its wait runs out
+        coordinator.config = dataclasses.replace(coordinator.config, completion_wait_s=0.2)
+        assert await coordinator.end_txn(tid, pid, epoch, commit=True, bump_epoch=True) == (pid, epoch + 1)
+        assert stored(session, tid).state == TxnState.PREPARE_COMMIT
+        with pytest.raises(ConcurrentTransactions):          # the next transaction, too early
+            await coordinator.add_partitions_to_txn(tid, pid, epoch + 1, [("t", 1)], on_behalf=True)
+        with pytest.raises(ConcurrentTransactions):          # the retried EndTxn, while completing
+            await coordinator.end_txn(tid, pid, epoch, commit=True, bump_epoch=True)
+        writer.gate.set()
+        for _ in range(100):
+            if stored(session, tid).state == TxnState.COMPLETE_COMMIT:
+                break
+            await asyncio.sleep(0.05)
+        assert [c[:2] for c in writer.calls] == [(pid, epoch + 1)]        # the marker at the new epoch
+        assert await coordinator.end_txn(tid, pid, epoch, commit=True, bump_epoch=True) == (pid, epoch + 1)
+        with pytest.raises(ProducerFenced):
+            await coordinator.end_txn(tid, pid, epoch, commit=False, bump_epoch=True)
+        await coordinator.add_partitions_to_txn(tid, pid, epoch + 1, [("t", 1)], on_behalf=True)
+        assert stored(session, tid).partitions == {("t", 1)}
+        assert await coordinator.end_txn(tid, pid, epoch + 1, commit=False, bump_epoch=True) == (pid, epoch + 2)
+        # nothing added (every write of the transaction failed): the abort still moves the epoch on
+        assert await coordinator.end_txn(tid, pid, epoch + 2, commit=False, bump_epoch=True) == (pid, epoch + 3)
+        assert stored(session, tid).state == TxnState.COMPLETE_ABORT
+        await coordinator.close()
+    run(scenario())
+
+
+def test_transaction_version_2_moves_a_producer_past_its_last_epoch_to_a_new_id(make: Make,
+                                                                                session: ZkSession) -> None:
+    async def scenario() -> None:
+        from ember.ingest.transactions.state import MAX_PRODUCER_EPOCH
+        writer = FakeWriter()
+        store, tid = TransactionStore(session), txn_id()
+        pid, _ = await make().init_producer_id(tid, 60000)
+        meta, version = store.load(tid)
+        store.save(dataclasses.replace(meta, producer_epoch=MAX_PRODUCER_EPOCH - 1), version)
+        coordinator = make(writer=writer)
+        await coordinator.add_partitions_to_txn(tid, pid, MAX_PRODUCER_EPOCH - 1, [("t", 0)])
+        new_pid, epoch = await coordinator.end_txn(tid, pid, MAX_PRODUCER_EPOCH - 1, commit=True, bump_epoch=True)
+        assert new_pid != pid and epoch == 0
+        assert [c[:2] for c in writer.calls] == [(pid, MAX_PRODUCER_EPOCH)]    # the old id's last marker
+        meta = stored(session, tid)
+        assert (meta.producer_id, meta.producer_epoch, meta.state) == (new_pid, 0, TxnState.COMPLETE_COMMIT)
+        # the retry of that EndTxn gets the new id too
+        assert await coordinator.end_txn(tid, pid, MAX_PRODUCER_EPOCH - 1, commit=True, bump_epoch=True) == (new_pid, 0)
+        await coordinator.add_partitions_to_txn(tid, new_pid, 0, [("t", 1)], on_behalf=True)
+        await coordinator.close()
     run(scenario())
