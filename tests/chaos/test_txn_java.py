@@ -1,17 +1,23 @@
 """The Java transactional producer (TxnProducer.java) is txn_producer.py's twin: from the same
 seed, producer and first transaction number it draws the same transactions (CPython's Mersenne
 Twister and random.py's algorithms, ported), the same flush coin and hold; its flags are checked;
-``mixed`` alternates the clients with the last producer on Java."""
+``mixed`` alternates the clients with the last producer on Java; the runner finds every
+producer's first init."""
 from __future__ import annotations
 
 import json
 import random
 import subprocess
+import time
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from .txn_history import TxnHistory
 from .txn_java import command
 from .txn_producer import plan
+from .txn_runner import _await_first_inits
 from .txn_workload import producer_clients
 
 
@@ -54,3 +60,22 @@ def test_mixed_clients_alternate_with_the_last_producer_on_java() -> None:
     assert producer_clients("librdkafka", 1) == ["librdkafka"]
     with pytest.raises(ValueError):
         producer_clients("kafka-python", 3)
+
+
+def test_first_inits_are_found_however_many_events_follow(tmp_path: Path) -> None:
+    """The nemesis waits for every producer's first init; a producer that got there long before
+    the others has hundreds of events after its init line by then (a bug seen once: only the last 50
+    were searched, and the wait ran into its 90 s bound)."""
+    history = TxnHistory(delivery_bound_s=0.0)
+    producers = []
+    for index in range(2):
+        events = tmp_path / f"txn-producer-{index}.events"
+        lines = [json.dumps({"ev": "init", "t": time.monotonic()})]
+        lines += [json.dumps({"ev": "begin", "t": time.monotonic(), "txn": n, "intent": "commit", "writes": []})
+                  for n in range(500 * (1 - index))]
+        events.write_text("\n".join(lines) + "\n")
+        producers.append(SimpleNamespace(index=index, client="java", events=events, alive=lambda: True))
+    started = time.monotonic()
+    _await_first_inits(producers, started - 1.0, history)     # type: ignore[arg-type]
+    assert time.monotonic() - started < 5
+    assert [t.seconds is not None for t in history.timings] == [True, True], history.timings

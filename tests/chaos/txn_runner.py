@@ -6,6 +6,7 @@ transaction to end, read the whole log both ways with ember's consumer, and chec
 (:mod:`txn_checker`). Used by ``python -m tests.chaos --transactions`` and test_txn_chaos_run.py."""
 from __future__ import annotations
 
+import json
 import random
 import time
 from collections import Counter
@@ -147,9 +148,7 @@ def run_txn_chaos(config: TxnChaosConfig, progress: Callable[[str], None] = prin
         launched = time.monotonic()
         for producer in producers:
             producer.start()
-        for producer in producers:   # faults start once every producer runs transactions (a JVM starts in seconds)
-            took = producer.wait_init(launched, max(0.0, launched + INIT_BOUND_S - time.monotonic()))
-            history.timing(f"producer {producer.index} ({producer.client}) first init_transactions", took, INIT_BOUND_S)
+        _await_first_inits(producers, launched, history)   # faults start once every producer runs transactions
         nemesis = TxnNemesis(cluster, TOPIC, config.partitions, history, rng, config.bounds(), config.kinds,
                              producers, progress=progress, init_bound_s=INIT_BOUND_S)
         nemesis.start()
@@ -197,6 +196,23 @@ def run_txn_chaos(config: TxnChaosConfig, progress: Callable[[str], None] = prin
         finally:
             cluster.stop()
     return TxnChaosReport(config, history, final, results, time.monotonic() - started, errors)
+
+
+def _await_first_inits(producers: list[ProducerProcess], launched: float, history: TxnHistory) -> None:
+    """Bounded wait for every producer's first ``init`` (a JVM takes seconds to get there), timed:
+    the nemesis's first faults then hit producers inside transactions."""
+    pending = list(producers)
+    while pending:
+        for producer in list(pending):
+            inits = [json.loads(line)["t"] for line in read_events(producer.events)
+                     if '"ev": "init"' in line and line.endswith("}")]
+            over = time.monotonic() - launched > INIT_BOUND_S
+            if inits or over or not producer.alive():
+                took = inits[0] - launched if inits else None
+                history.timing(f"producer {producer.index} ({producer.client}) first init_transactions", took,
+                               INIT_BOUND_S)
+                pending.remove(producer)
+        time.sleep(0.1)
 
 
 def _stop_producers(config: TxnChaosConfig, producers: list[ProducerProcess], history: TxnHistory) -> float:
