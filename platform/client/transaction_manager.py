@@ -252,21 +252,29 @@ class TransactionManager:
                     self._require("abort_transaction")
                 self._transition(S.ABORTING_TRANSACTION)
 
-    def end_transaction(self, commit: bool, timeout_s: float) -> None:
+    def end_transaction(self, commit: bool, timeout_s: float) -> Optional[tuple[int, int]]:
         """EndTxn (when the coordinator knows of the transaction), then READY. A commit whose
-        batches failed meanwhile is not sent: the transaction becomes abortable."""
+        batches failed meanwhile is not sent: the transaction becomes abortable. The transaction
+        ends at the next epoch (``bump_epoch``, as Kafka's transaction version 2), which the
+        producer goes on with (returned; None when no EndTxn was sent): a batch of this transaction
+        arriving late at a partition is refused there instead of joining the next transaction."""
         operation = "commit_transaction" if commit else "abort_transaction"
         with self._lock:
             expected = S.COMMITTING_TRANSACTION if commit else S.ABORTING_TRANSACTION
             if self.state != expected:
                 self._require(operation, expected)
             started = self.started
+        bumped = None
         if started:
-            self._call(ApiKey.END_TXN, {**self._producer(), "commit": commit}, time.monotonic() + timeout_s,
-                       operation)
+            body = self._call(ApiKey.END_TXN, {**self._producer(), "commit": commit, "bump_epoch": True},
+                              time.monotonic() + timeout_s, operation)
+            bumped = body["producer_id"], body["producer_epoch"]
         with self._lock:
+            if bumped is not None:
+                self.producer_id, self.producer_epoch = bumped
             self.partitions, self.started = set(), False
             self._transition(S.READY)
+        return bumped
 
     # -- the sender's call ---------------------------------------------------------------------
 

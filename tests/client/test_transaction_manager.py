@@ -35,10 +35,17 @@ class FakeCoordinator:
                 deadline_s: Optional[float] = None) -> dict[str, Any]:
         self.sent.append((ApiKey(api_key), body))
         queue = self.answers.get(ApiKey(api_key), [])
-        answer = queue.pop(0) if queue else {"error_code": 0}
+        answer = queue.pop(0) if queue else self.default(ApiKey(api_key), body)
         if isinstance(answer, Exception):
             raise answer
         return answer
+
+    @staticmethod
+    def default(api_key: ApiKey, body: dict[str, Any]) -> dict[str, Any]:
+        """OK; an EndTxn's at the next epoch, as ember's coordinators answer one with bump_epoch."""
+        if api_key == ApiKey.END_TXN:
+            return {"error_code": 0, "producer_id": body["producer_id"], "producer_epoch": body["producer_epoch"] + 1}
+        return {"error_code": 0}
 
     def forget(self) -> None:
         pass
@@ -88,8 +95,8 @@ def test_illegal_calls_name_the_state():
         tm.begin_transaction()
 
 
-def test_partitions_are_added_once_before_their_batches_and_the_commit_ends_it():
-    coordinator = FakeCoordinator()
+def test_partitions_are_added_once_before_their_batches_and_the_commit_ends_it_at_the_next_epoch():
+    coordinator = FakeCoordinator(end_txn=[{"error_code": 0, "producer_id": 7, "producer_epoch": 4}])
     tm = ready(coordinator)
     assert tm.sendable([TP0]) == []                # no transaction: nothing goes
     tm.begin_transaction()
@@ -97,10 +104,11 @@ def test_partitions_are_added_once_before_their_batches_and_the_commit_ends_it()
     assert tm.sendable([TP0]) == [TP0]
     assert coordinator.apis().count(ApiKey.ADD_PARTITIONS_TO_TXN) == 1
     tm.begin_commit()
-    tm.end_transaction(True, 1.0)
+    assert tm.end_transaction(True, 1.0) == (7, 4)
     assert coordinator.sent[-1] == (ApiKey.END_TXN, {"transactional_id": "tx", "producer_id": 7,
-                                                     "producer_epoch": 3, "commit": True})
+                                                     "producer_epoch": 3, "commit": True, "bump_epoch": True})
     assert tm.state == TransactionState.READY and tm.partitions == set()
+    assert (tm.producer_id, tm.producer_epoch) == (7, 4)      # the next transaction runs at the new epoch
 
 
 def test_an_empty_transaction_ends_without_end_txn():
@@ -174,6 +182,7 @@ def test_offsets_go_to_both_coordinators_with_the_group_metadata():
 
 def test_a_commit_that_timed_out_can_be_called_again():
     coordinator = FakeCoordinator(end_txn=[ConcurrentTransactions("busy")] * 1000)
+    ended = {"error_code": 0, "producer_id": 7, "producer_epoch": 4}
     tm = ready(coordinator)
     tm.begin_transaction()
     tm.sendable([TP0])
@@ -181,7 +190,7 @@ def test_a_commit_that_timed_out_can_be_called_again():
     with pytest.raises(KafkaTimeoutError, match="commit_transaction"):
         tm.end_transaction(True, 0.05)
     assert tm.state == TransactionState.COMMITTING_TRANSACTION
-    coordinator.answers[ApiKey.END_TXN] = []
+    coordinator.answers[ApiKey.END_TXN] = [ended]
     tm.begin_commit()
     tm.end_transaction(True, 1.0)
     assert tm.state == TransactionState.READY

@@ -1,5 +1,6 @@
 """ember's transactional Producer on the shared 3-broker cluster: commits and aborts over several
-partitions read back read_committed by ember's Consumer and by librdkafka, fencing by a second
+partitions read back read_committed by ember's Consumer and by librdkafka (each ending at the next
+producer epoch), fencing by a second
 instance, send_batch in a transaction, a consume-transform-produce step with
 send_offsets_to_transaction, the state machine's refusals, and the coordinator aborting a
 transaction left open past transaction_timeout_ms."""
@@ -57,6 +58,10 @@ def test_committed_transactions_are_read_and_aborted_ones_are_not(cluster, topic
     assert sorted(ember_values(cluster.bootstrap, topic_name, 3, "read_uncommitted")) == sorted(committed + aborted)
     from_librdkafka = librdkafka_values(cluster.kafka_bootstrap, topic_name, 3, "read_committed", len(committed))
     assert sorted(from_librdkafka) == sorted(committed)
+    with Admin(bootstrap_servers=cluster.bootstrap) as admin:
+        state = admin.describe_transaction(f"tx-{topic_name}")
+    # each transaction ended at the next epoch (as Kafka's transaction version 2): init gave epoch 0
+    assert (state.state, state.producer_epoch) == ("CompleteAbort", 4)
 
 
 def test_send_batch_in_a_transaction(cluster, topic_name):

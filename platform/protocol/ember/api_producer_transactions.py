@@ -74,12 +74,15 @@ class ProducerTransactionApis:
         return Reply(dict(OK))
 
     async def end_txn(self, request: Request) -> Reply:
-        """``commit``: true to commit, false to abort."""
+        """``commit``: true to commit, false to abort; ``bump_epoch`` (optional, ember's client
+        sends it): end at the next producer epoch, as Kafka's EndTxn v5 (transaction version 2).
+        Answers the producer id and epoch to go on with."""
         commit = request.body.get("commit")
         if not isinstance(commit, bool):
             raise InvalidRequest("commit must be true or false")
-        await self.transactions.end_txn(*_producer(request.body), commit)
-        return Reply(dict(OK))
+        producer_id, producer_epoch = await self.transactions.end_txn(
+            *_producer(request.body), commit, bump_epoch=fields.boolean(request.body, "bump_epoch", False))
+        return Reply({**OK, "producer_id": producer_id, "producer_epoch": producer_epoch})
 
     async def txn_offset_commit(self, request: Request) -> Reply:
         """``group_id``, ``member_id``/``generation``/``group_instance_id`` (optional: the consumer's
