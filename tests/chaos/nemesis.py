@@ -294,7 +294,12 @@ class Nemesis(threading.Thread):
         # connect and close, it wins the session back. Expire again while the old session still
         # owns the registration (bounded).
         for attempt in range(1, EXPIRE_ATTEMPTS + 1):  # noqa: B007 (reported after the loop)
-            expire_session(self.cluster.zk_connect, owner)
+            try:
+                expire_session(self.cluster.zk_connect, owner)
+            except KazooTimeoutError:
+                # ZooKeeper did not take the connection in time (an overloaded host): another attempt
+                self.progress(f"expire-session: no ZooKeeper connection for session {owner:#x} in time; again")
+                continue
             if self._wait_for_owner(broker_id, lambda now: now != owner, 2 * self.bounds.session_timeout_s):
                 break
         outcome = self._await_new_session(fault, broker_id, owner, started)
