@@ -293,6 +293,7 @@ class Nemesis(threading.Thread):
         # Taking the session over makes the broker reconnect at once; if it gets in between our
         # connect and close, it wins the session back. Expire again while the old session still
         # owns the registration (bounded).
+        injected = False
         for attempt in range(1, EXPIRE_ATTEMPTS + 1):  # noqa: B007 (reported after the loop)
             try:
                 expire_session(self.cluster.zk_connect, owner)
@@ -300,8 +301,12 @@ class Nemesis(threading.Thread):
                 # ZooKeeper did not take the connection in time (an overloaded host): another attempt
                 self.progress(f"expire-session: no ZooKeeper connection for session {owner:#x} in time; again")
                 continue
+            injected = True
             if self._wait_for_owner(broker_id, lambda now: now != owner, 2 * self.bounds.session_timeout_s):
                 break
+        if not injected:
+            fault.note = "(ZooKeeper took no connection in time: not injected)"
+            return
         outcome = self._await_new_session(fault, broker_id, owner, started)
         fault.note = f"({outcome}, {attempt} attempt{'s' if attempt > 1 else ''})"
 
