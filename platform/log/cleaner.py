@@ -12,15 +12,18 @@ segment boundary each. Consecutive segments that fit ``segment.bytes`` together 
 one, as Kafka groups them.
 
 What a cleaning never changes: offsets (the log gets gaps; a rewritten batch keeps its base offset,
-last offset delta, leader epoch and producer fields). The last batch of a cleaned group (so every
-segment still ends where the next begins) and the last batch of each idempotent producer (its
-sequence state, which a restart rebuilds from batch headers) stay, with no records if none is
-left (Kafka's cleaner keeps such empty batches too). A batch that loses records is written
-as a Kafka RecordBatch v2 with the survivors at their offsets, whatever its format was: v2 carries
-offset deltas, and every reader decodes it. Records without a key are dropped, as in Kafka.
-Tombstones (null values) stay while their segment was cleaned less than ``delete.retention.ms`` ago
-(told by the segment file's modification time, set to the log's clock when it is written), so a
-consumer reading from the start sees the delete; after that the next cleaning drops them.
+last offset delta, leader epoch and producer fields). The last batch of each idempotent producer
+(its sequence state, which a restart rebuilds from batch headers) stays, with no records if none is
+left (Kafka's cleaner keeps such empty batches too); the last batch of a cleaned group (so every
+segment still ends where the next begins) stays as an empty placeholder of no producer if nothing
+of it is left. Transaction markers go once no batch of their transaction is left and the delete
+horizon stamped into them when that was found has passed (:class:`_Markers`, docs/log.md). A batch
+that loses records is written as a Kafka RecordBatch v2 with the survivors at their offsets,
+whatever its format was: v2 carries offset deltas, and every reader decodes it. Records without a
+key are dropped, as in Kafka. Tombstones (null values) stay while their segment was cleaned less
+than ``delete.retention.ms`` ago (told by the segment file's modification time, set to the log's
+clock when it is written), so a consumer reading from the start sees the delete; after that the
+next cleaning drops them.
 
 Crash safety: a cleaned segment is written whole into ``<base>.cleaning/`` with the offset its group
 ends at and fsynced, then that directory is renamed to ``<base>.swap/`` (the commit point), then
@@ -48,10 +51,13 @@ from ember.log.config import LogConfig
 from ember.log.segment import MAX_RELATIVE_OFFSET, SEGMENT_SUFFIXES, LogSegment, base_offset_of, scan_batches, segment_path
 from ember.record import kafka_v2
 from ember.record.batch import decode_payload, stored_columns
-from ember.record.control import is_control, is_transactional
+from ember.record.control import delete_horizon, is_control, is_transactional, with_delete_horizon
 from ember.record.header import (
     KAFKA_MAGIC,
     LOG_APPEND_TIME_FLAG,
+    NO_EPOCH,
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
     TRANSACTIONAL_FLAG,
     BatchHeader,
     Buffer,
@@ -111,6 +117,7 @@ class CleanStats:
     records_read: int = 0
     records_kept: int = 0
     keys: int = 0
+    markers_removed: int = 0      # transaction markers left out (their transactions' batches were gone)
     first_dirty: int = 0
     end: int = 0
     seconds: float = 0.0
@@ -134,6 +141,7 @@ def clean(log: "Log", *, dedupe_buffer_bytes: int, throttle: Optional[Throttle] 
         return None
     now = log.now_ms() if now_ms is None else now_ms
     horizon = now - log.config.delete_retention_ms      # tombstones of segments cleaned before this go
+    markers = _Markers(now, log.config.delete_retention_ms)
     try:
         keys, offsets, end = _key_map(cleanable, dedupe_buffer_bytes, throttle)
         stats = CleanStats(keys=len(keys), first_dirty=cleanable.first_dirty, end=end)
@@ -144,21 +152,64 @@ def clean(log: "Log", *, dedupe_buffer_bytes: int, throttle: Optional[Throttle] 
             # merging clean segments does not restart their tombstones' delete.retention.ms
             cleaned_at = now if any(s.next_offset > cleanable.first_dirty for s in group) else \
                 max(_mtime_ms(s) for s in group)
-            swap = _rewrite(log, group, keys, offsets, cleanable, drop, cleaned_at, stats,
+            markers.removed = []
+            swap = _rewrite(log, group, keys, offsets, cleanable, drop, cleaned_at, stats, markers,
                             throttle)
             if swap is None:
                 for segment in group:
                     if segment.next_offset > cleanable.first_dirty:
                         _set_mtime(segment.path, now)   # its tombstones' delete.retention.ms counts from here
-            elif not log.install_cleaned(group, swap):
+            elif not log.install_cleaned(group, swap, markers.removed):
                 shutil.rmtree(swap, ignore_errors=True)     # the log changed meanwhile: the next cleaning redoes it
                 return None
+            else:
+                stats.markers_removed += len(markers.removed)
             stats.segments += len(group)
     except FileNotFoundError:
         return None     # retention or a truncation took a segment from under the cleaning: the next one redoes it
     log.set_first_dirty(end)
     stats.seconds = time.monotonic() - started
     return stats
+
+
+@dataclass
+class _Markers:
+    """What a cleaning does with transaction markers, met in offset order from the log's first batch
+    (every segment below the pass's end is read, cleaned this time or not; all of it is below the
+    last stable offset). A marker stays as it is while a batch of its transaction is kept before it
+    (even one left empty: a rebuild of producer state would take it for an open transaction); once
+    none is, it is stamped with a delete horizon (now + ``delete.retention.ms``,
+    :func:`ember.record.control.with_delete_horizon`), and a cleaning past that horizon removes it:
+    leaves it out, or, where the group must end, leaves a placeholder (an empty batch of no producer).
+    Its producer's last batch stays as it is (:attr:`Cleanable.producer_last_batches`): a rebuild
+    reads the producer's epoch and coordinator epoch there."""
+    now_ms: int
+    retention_ms: int
+    #: producers with a transactional batch kept since their last marker
+    live: set[int] = field(default_factory=set)
+    #: offsets of the markers left out of the group being cleaned
+    removed: list[int] = field(default_factory=list)
+
+    def kept(self, header: BatchHeader) -> None:
+        """A data batch was kept (with records or empty)."""
+        if is_transactional(header):
+            self.live.add(header.producer_id)
+
+    def marker(self, header: BatchHeader, raw: Buffer, producer_last: bool, ends_group: bool
+               ) -> Optional[tuple[BatchHeader, Buffer]]:
+        """The batch to write in the marker ``raw``'s place (itself, stamped, or a placeholder where
+        the group must end), None to leave it out."""
+        if header.producer_id in self.live:
+            self.live.discard(header.producer_id)       # the producer's next transaction starts after it
+            return header, bytes(raw)
+        horizon = delete_horizon(header)
+        if horizon is None:
+            stamped = with_delete_horizon(header, raw, self.now_ms + self.retention_ms)
+            return BatchHeader.parse(stamped), stamped
+        if horizon > self.now_ms or producer_last:
+            return header, bytes(raw)
+        self.removed.append(header.base_offset)
+        return _placeholder(header) if ends_group else None
 
 
 def _key_map(cleanable: Cleanable, budget: int, throttle: Optional[Throttle]) -> tuple[pa.Array, pa.Array, int]:
@@ -258,8 +309,8 @@ def _groups(segments: list[LogSegment], config: LogConfig, first_dirty: int, hor
 
 
 def _rewrite(log: "Log", group: list[LogSegment], keys: pa.Array, offsets: pa.Array, cleanable: Cleanable,
-             drop_tombstones: list[bool], cleaned_at_ms: int, stats: CleanStats, throttle: Optional[Throttle]
-             ) -> Optional[Path]:
+             drop_tombstones: list[bool], cleaned_at_ms: int, stats: CleanStats, markers: _Markers,
+             throttle: Optional[Throttle]) -> Optional[Path]:
     """Write the cleaned copy of ``group`` as one segment into ``<base>.cleaning/`` (batches stream
     through in chunks: memory stays a chunk's, whatever the segment size) with the offset the group
     ends at, fsync it all, and commit it by renaming the directory to ``<base>.swap/``. None, and
@@ -274,7 +325,7 @@ def _rewrite(log: "Log", group: list[LogSegment], keys: pa.Array, offsets: pa.Ar
     try:
         for segment, drop in zip(group, drop_tombstones):
             for out, chunk_changed in _cleaned_chunks(segment, keys, offsets, cleanable, drop,
-                                                      segment is group[-1], stats, throttle):
+                                                      segment is group[-1], stats, markers, throttle):
                 changed = changed or chunk_changed
                 if out:
                     cleaned.append([h for h, _ in out], [b for _, b in out])
@@ -302,8 +353,8 @@ Chunk = list[tuple[BatchHeader, memoryview, pa.RecordBatch]]
 
 
 def _cleaned_chunks(segment: LogSegment, keys: pa.Array, offsets: pa.Array, cleanable: Cleanable,
-                    drop_tombstones: bool, last_of_group: bool, stats: CleanStats, throttle: Optional[Throttle]
-                    ) -> Iterator[tuple[list[tuple[BatchHeader, Buffer]], bool]]:
+                    drop_tombstones: bool, last_of_group: bool, stats: CleanStats, markers: _Markers,
+                    throttle: Optional[Throttle]) -> Iterator[tuple[list[tuple[BatchHeader, Buffer]], bool]]:
     """The kept batches of ``segment``, about ``CHUNK_RECORDS`` records' worth at a time, and whether
     any record of the chunk went."""
     chunk: Chunk = []
@@ -313,18 +364,18 @@ def _cleaned_chunks(segment: LogSegment, keys: pa.Array, offsets: pa.Array, clea
         chunk.append((header, raw, columns))
         count += columns.num_rows
         if count >= CHUNK_RECORDS:
-            yield _clean_chunk(chunk, keys, offsets, cleanable, drop_tombstones, False, stats)
+            yield _clean_chunk(chunk, keys, offsets, cleanable, drop_tombstones, False, stats, markers)
             chunk, count = [], 0
     if chunk:
-        yield _clean_chunk(chunk, keys, offsets, cleanable, drop_tombstones, last_of_group, stats)
+        yield _clean_chunk(chunk, keys, offsets, cleanable, drop_tombstones, last_of_group, stats, markers)
 
 
 def _clean_chunk(chunk: Chunk, keys: pa.Array, offsets: pa.Array, cleanable: Cleanable,
-                 drop_tombstones: bool, ends_group: bool, stats: CleanStats
+                 drop_tombstones: bool, ends_group: bool, stats: CleanStats, markers: _Markers
                  ) -> tuple[list[tuple[BatchHeader, Buffer]], bool]:
     """One chunk's kept batches: one map lookup for the whole chunk, then a filter per batch.
-    Transaction markers stay as they are (ember never removes them, see docs/log.md), records of
-    aborted transactions go."""
+    Records of aborted transactions go; transaction markers are decided by ``markers``
+    (:class:`_Markers`)."""
     records = pa.Table.from_batches([columns for _, _, columns in chunk]).combine_chunks()
     keep_all = _keep(records, keys, offsets, drop_tombstones)
     out: list[tuple[BatchHeader, Buffer]] = []
@@ -334,36 +385,59 @@ def _clean_chunk(chunk: Chunk, keys: pa.Array, offsets: pa.Array, cleanable: Cle
         start += columns.num_rows
         stats.records_read += columns.num_rows
         stats.bytes_read += header.size
-        # the batch must stay (the segment's end offset, the producer's sequence), empty if need be
-        must_stay = (ends_group and index == len(chunk) - 1) or header.base_offset in cleanable.producer_last_batches
+        # the batch must stay, empty if need be: the segment's end offset (any batch there will do), the
+        # producer's sequence and epochs (the batch itself)
+        ends = ends_group and index == len(chunk) - 1
+        producer_last = header.base_offset in cleanable.producer_last_batches
         if is_control(header):
-            out.append((header, bytes(raw)))
+            marker = markers.marker(header, raw, producer_last, ends)
+            changed = changed or marker is None or marker[0] is not header
+            if marker is not None:
+                out.append(marker)
             continue
         if _aborted(header, cleanable.aborted):
             keep = pa.array([False] * columns.num_rows, pa.bool_())
-        kept = pc.sum(keep).as_py() or 0
-        if columns.num_rows == 0:             # an empty batch an earlier cleaning left
-            if must_stay:
-                out.append((header, bytes(raw)))
-            else:
-                changed = True
-            continue
-        if kept == 0 and must_stay:
-            changed = True
-            empty = kafka_v2.empty_batch(header)
-            out.append((BatchHeader.parse(empty), empty))
-            continue
-        if kept == columns.num_rows:
-            out.append((header, bytes(raw)))
-            stats.records_kept += kept
-            continue
-        changed = True
-        if kept == 0:
-            continue
-        stats.records_kept += kept
-        rebuilt = _cleaned_batch(header, raw, columns, keep)
-        out.append((BatchHeader.parse(rebuilt), rebuilt))
+        written, batch_changed = _clean_batch(header, raw, columns, keep, producer_last, ends, stats)
+        changed = changed or batch_changed
+        if written is not None:
+            out.append(written)
+            markers.kept(written[0])
     return out, changed
+
+
+def _clean_batch(header: BatchHeader, raw: memoryview, columns: pa.RecordBatch, keep: pa.Array,
+                 producer_last: bool, ends_group: bool, stats: CleanStats
+                 ) -> tuple[Optional[tuple[BatchHeader, Buffer]], bool]:
+    """A data batch after its filter ``keep``: what to write (itself, its survivors, empty, a
+    placeholder, or None) and whether that is a change."""
+    kept = pc.sum(keep).as_py() or 0
+    if columns.num_rows == 0:             # an empty batch an earlier cleaning left
+        if producer_last or (ends_group and header.producer_id < 0):
+            return (header, bytes(raw)), False
+        return (_placeholder(header), True) if ends_group else (None, True)
+    if kept == 0 and producer_last:
+        empty = kafka_v2.empty_batch(header)
+        return (BatchHeader.parse(empty), empty), True
+    if kept == 0 and ends_group:
+        return _placeholder(header), True
+    stats.records_kept += kept
+    if kept == columns.num_rows:
+        return (header, bytes(raw)), False
+    if kept == 0:
+        return None, True
+    rebuilt = _cleaned_batch(header, raw, columns, keep)
+    return (BatchHeader.parse(rebuilt), rebuilt), True
+
+
+def _placeholder(header: BatchHeader) -> tuple[BatchHeader, bytes]:
+    """An empty batch spanning ``header``'s offsets that belongs to no producer and no transaction:
+    what stays of a batch kept only because the segment must end at its last offset (a producer's
+    batch there, even empty, would still count as its transaction's: a rebuild would reopen it were
+    its marker gone)."""
+    empty = kafka_v2.empty_batch(header._replace(
+        attributes=header.attributes & LOG_APPEND_TIME_FLAG, first_timestamp=header.max_timestamp,
+        producer_id=NO_PRODUCER_ID, producer_epoch=NO_EPOCH, base_sequence=NO_SEQUENCE))
+    return BatchHeader.parse(empty), empty
 
 
 def _keep(columns: pa.Table, keys: pa.Array, offsets: pa.Array, drop_tombstones: bool) -> pa.Array:

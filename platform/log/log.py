@@ -22,7 +22,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterator, Optional, Sequence
+from typing import BinaryIO, Callable, Collection, Iterator, Optional, Sequence
 
 import pyarrow.compute as pc
 
@@ -598,11 +598,12 @@ class Log:
                 aborted=self._txns.aborted_spans(),
                 oldest_dirty_ms=dirty[0].rolling_timestamp() if dirty else -1)
 
-    def install_cleaned(self, group: Sequence[LogSegment], swap: Path) -> bool:
+    def install_cleaned(self, group: Sequence[LogSegment], swap: Path, removed_markers: Collection[int] = ()) -> bool:
         """Put the cleaned copy of the consecutive sealed segments ``group`` (one segment, its files
         in the committed ``swap`` directory) in their place; False, changing nothing, if they are no
         longer in the log as they were (retention, truncation). The old files linger as
-        ``*.deleted`` for readers holding a FetchSlice of them."""
+        ``*.deleted`` for readers holding a FetchSlice of them. ``removed_markers``: the offsets of
+        the transaction markers the copy left out; their aborted transactions leave the index."""
         with self._flush_lock, self._lock:
             self._check_open()
             if group[0] not in self._segments[:-1]:
@@ -626,6 +627,7 @@ class Log:
                     cleaned.close()
                     raise OSError(f"cleaned segment {cleaned.path} ends at {cleaned.next_offset}, not at {end}")
             self._set_segments(self._segments[:index] + [cleaned] + self._segments[index + len(group):])
+            self._txns.forget_markers(removed_markers)
             return True
 
     def set_first_dirty(self, offset: int) -> None:

@@ -61,6 +61,9 @@ class ProducerEntry:
     txn_first_offset: Optional[int] = None
     #: The newest transaction coordinator epoch whose marker this producer got (older ones are fenced).
     coordinator_epoch: int = -1
+    #: The offset and timestamp of the producer's last marker here (-1: none since its last new epoch).
+    last_marker_offset: int = -1
+    last_marker_timestamp: int = -1
 
     @property
     def last_sequence(self) -> int:
@@ -144,6 +147,7 @@ class ProducerStateManager:
                 entry.epoch = header.producer_epoch
                 entry.batches.clear()
             entry.coordinator_epoch = max(entry.coordinator_epoch, marker.coordinator_epoch)
+            entry.last_marker_offset, entry.last_marker_timestamp = header.base_offset, header.max_timestamp
             first = self._ongoing.pop(pid, None)
             entry.txn_first_offset = None
             return CompletedTxn(pid, header.base_offset if first is None else first, header.base_offset,
@@ -195,19 +199,25 @@ class ProducerStateManager:
             del self._producers[pid]
 
     def remove_expired(self, now_ms: int, expiration_ms: int) -> int:
-        """Forget producers whose last batch is older than ``expiration_ms``; returns how many.
+        """Forget producers whose last batch and last marker are older than ``expiration_ms``
+        (one known only by markers too); returns how many.
         Without this, state grows with every producer id ever seen (the exactly-once Spark sink
         uses one per micro-batch task) until retention passes their batches."""
         cutoff = now_ms - expiration_ms
         expired = [p for p, e in self._producers.items()
-                   if e.batches and e.batches[-1].max_timestamp < cutoff and p not in self._ongoing]
+                   if (e.batches or e.last_marker_offset >= 0) and p not in self._ongoing
+                   and max(e.batches[-1].max_timestamp if e.batches else -1, e.last_marker_timestamp) < cutoff]
         for pid in expired:
             del self._producers[pid]
         return len(expired)
 
     def last_batch_offsets(self) -> frozenset[int]:
-        """The base offset of each known producer's last batch (the log cleaner keeps those batches)."""
-        return frozenset(e.batches[-1].first_offset for e in self._producers.values() if e.batches)
+        """The base offsets the log cleaner keeps batches at: each known producer's last data batch
+        (its sequence) and its last marker when that came after it (its epoch and coordinator epoch,
+        which a rebuild from the segments reads there)."""
+        kept = {e.batches[-1].first_offset for e in self._producers.values() if e.batches}
+        kept.update(e.last_marker_offset for e in self._producers.values() if e.last_marker_offset > e.last_offset)
+        return frozenset(kept)
 
     def __len__(self) -> int:
         return len(self._producers)

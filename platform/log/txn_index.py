@@ -4,14 +4,15 @@ the completed ones whose markers are not yet replicated (they still hold the las
 Kafka keeps aborted transactions in a ``.txnindex`` file per segment. ember derives them from the
 segments (markers are found by header, their one record says commit or abort) when a log opens or
 truncates, as it derives producer state, so nothing here is written to disk; retention drops the
-entries whose markers it deleted. The log changes it under its lock; ``aborted_in`` may be called
-without it (a fetch on the broker's event loop), so the aborted list is replaced, never changed in
-place: a reader works on the snapshot it took.
+entries whose markers it deleted, and so does the log cleaner for the markers it removes. The log
+changes it under its lock; ``aborted_in`` may be called without it (a fetch on the broker's event
+loop), so the aborted list is replaced, never changed in place: a reader works on the snapshot it
+took.
 """
 from __future__ import annotations
 
 import bisect
-from typing import Iterable, NamedTuple, Optional
+from typing import Collection, Iterable, NamedTuple, Optional
 
 from ember.log.producer_state import CompletedTxn
 
@@ -44,6 +45,13 @@ class TransactionIndex:
         cut = bisect.bisect_left(self._aborted, log_start_offset, key=lambda t: t.last_offset)
         if cut:
             self._aborted = self._aborted[cut:]
+
+    def forget_markers(self, offsets: Collection[int]) -> None:
+        """Forget the aborted transactions whose markers the log cleaner removed (their records went
+        before them), as a rebuild from the segments would."""
+        gone = set(offsets)
+        if any(t.last_offset in gone for t in self._aborted):
+            self._aborted = [t for t in self._aborted if t.last_offset not in gone]
 
     def first_unstable_offset(self, open_first: Optional[int], high_watermark: int) -> int:
         """Kafka's last stable offset before the log-start clamp: the high watermark, or the first

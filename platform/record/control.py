@@ -6,11 +6,15 @@ commit or abort (Kafka's ``EndTransactionMarker``: key = version int16 0, type i
 1 commit; value = version int16 0, coordinator epoch int32). It is written in this format whatever
 the data batches' format (docs/log.md), so Kafka consumers get it as stored and every reader can
 tell it by its header.
+
+The log cleaner stamps a marker it may remove later with a *delete horizon* (Kafka's KIP-534:
+attributes bit 6, the base timestamp then holds the horizon): :func:`with_delete_horizon`,
+:func:`delete_horizon`.
 """
 from __future__ import annotations
 
 import struct
-from typing import Iterable, NamedTuple
+from typing import Iterable, NamedTuple, Optional
 
 import pyarrow as pa
 
@@ -18,9 +22,12 @@ from ember import errors
 from ember.record import kafka_v2
 from ember.record.crc import crc32c
 from ember.record.header import (
+    CODEC_MASK,
     CONTROL_FLAG,
     CRC_START,
+    HEADER_SIZE,
     KAFKA_MAGIC,
+    LOG_OVERHEAD,
     NO_SEQUENCE,
     TRANSACTIONAL_FLAG,
     BatchHeader,
@@ -33,6 +40,8 @@ COMMIT = 1
 _KEY = struct.Struct(">hh")
 _VALUE = struct.Struct(">hi")
 _ATTRIBUTES = struct.Struct(">h")
+#: Kafka v2 attributes bit 6 (KIP-534): the batch's base timestamp is its delete horizon
+DELETE_HORIZON_FLAG = 0x40
 
 
 class Marker(NamedTuple):
@@ -81,6 +90,46 @@ def read_marker(header: BatchHeader, batch: Buffer) -> Marker:
     value = records.column("value")[0].as_py() or b""
     coordinator_epoch = _VALUE.unpack_from(value)[1] if len(value) >= _VALUE.size else -1
     return Marker(header.producer_id, header.producer_epoch, kind == COMMIT, coordinator_epoch)
+
+
+def delete_horizon(header: BatchHeader) -> Optional[int]:
+    """The time (ms) after which the log cleaner may remove this batch, if one was stamped in it."""
+    return header.first_timestamp if header.attributes & DELETE_HORIZON_FLAG else None
+
+
+def with_delete_horizon(header: BatchHeader, batch: Buffer, horizon_ms: int) -> bytes:
+    """The control batch ``batch`` stamped with a delete horizon, as Kafka's cleaner stamps one
+    (KIP-534): attributes bit 6 set and the base timestamp set to ``horizon_ms``; the record keeps
+    its timestamp (its delta now counts from the horizon), key and value, the batch its offsets,
+    epochs and producer fields. Written uncompressed (a marker is one small record)."""
+    records = kafka_v2.decode_records(header, batch)
+    if records.num_rows != 1:
+        raise errors.CorruptRecord(f"control batch at offset {header.base_offset} holds {records.num_rows} records")
+    timestamp = records.column("timestamp")[0].as_py()
+    body = (b"\x00" + _varint(timestamp - horizon_ms) + _varint(records.column("offset")[0].as_py() - header.base_offset)
+            + _field(records.column("key")[0].as_py()) + _field(records.column("value")[0].as_py()) + _varint(0))
+    record = _varint(len(body)) + body
+    stamped = header._replace(batch_length=HEADER_SIZE - LOG_OVERHEAD + len(record), crc=0,
+                              attributes=(header.attributes & ~CODEC_MASK) | DELETE_HORIZON_FLAG,
+                              first_timestamp=horizon_ms, record_count=1)
+    out = bytearray(stamped.pack() + record)
+    struct.pack_into(">I", out, 17, crc32c(memoryview(out)[CRC_START:]))
+    return bytes(out)
+
+
+def _varint(value: int) -> bytes:
+    """A zigzag varint (Kafka's record fields; int64 range)."""
+    n = (value << 1) ^ (value >> 63)
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _field(value: Optional[bytes]) -> bytes:
+    return _varint(-1) if value is None else _varint(len(value)) + value
 
 
 class AbortedFilter:
