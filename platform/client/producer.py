@@ -269,7 +269,7 @@ class Producer:
         deadline = time.monotonic() + self._txn_timeout(timeout)
         manager.begin_commit()
         self.flush(max(deadline - time.monotonic(), 0))
-        self._go_on_with(manager.end_transaction(True, max(deadline - time.monotonic(), 0)))
+        manager.end_transaction(True, max(deadline - time.monotonic(), 0), self._sender.use_producer_id)
 
     def abort_transaction(self, timeout: Optional[float] = None) -> None:
         """Drop the records not yet sent (their futures fail with TransactionAborted), wait for those
@@ -282,13 +282,8 @@ class Producer:
         _, in_flight = wait(self._accumulator.unfinished(), max(deadline - time.monotonic(), 0))
         if in_flight:
             raise KafkaTimeoutError(f"abort_transaction: {len(in_flight)} batch(es) still unanswered; call again")
-        self._go_on_with(manager.end_transaction(False, max(deadline - time.monotonic(), 0)))
+        manager.end_transaction(False, max(deadline - time.monotonic(), 0), self._sender.use_producer_id)
         self._bump_after_gap(manager, max(deadline - time.monotonic(), 0))
-
-    def _go_on_with(self, bumped: Optional[tuple[int, int]]) -> None:
-        """The producer id and epoch a transaction's end moved to: sequences start again at 0."""
-        if bumped is not None:
-            self._sender.use_producer_id(*bumped)
 
     def _bump_after_gap(self, manager: TransactionManager, timeout_s: float) -> None:
         """A new epoch when an aborted transaction left a gap in sequence numbers (retried at the

@@ -252,12 +252,15 @@ class TransactionManager:
                     self._require("abort_transaction")
                 self._transition(S.ABORTING_TRANSACTION)
 
-    def end_transaction(self, commit: bool, timeout_s: float) -> Optional[tuple[int, int]]:
+    def end_transaction(self, commit: bool, timeout_s: float,
+                        use_producer: Optional[Callable[[int, int], None]] = None) -> Optional[tuple[int, int]]:
         """EndTxn (when the coordinator knows of the transaction), then READY. A commit whose
         batches failed meanwhile is not sent: the transaction becomes abortable. The transaction
         ends at the next epoch (``bump_epoch``, as Kafka's transaction version 2), which the
-        producer goes on with (returned; None when no EndTxn was sent): a batch of this transaction
-        arriving late at a partition is refused there instead of joining the next transaction."""
+        producer goes on with (returned; None when no EndTxn was sent; given to ``use_producer``
+        before READY, so no batch of the next transaction takes the old epoch): a batch of this
+        transaction arriving late at a partition is refused there instead of joining the next one.
+        A coordinator that answers no epoch (a broker before this) leaves it as it was."""
         operation = "commit_transaction" if commit else "abort_transaction"
         with self._lock:
             expected = S.COMMITTING_TRANSACTION if commit else S.ABORTING_TRANSACTION
@@ -268,10 +271,12 @@ class TransactionManager:
         if started:
             body = self._call(ApiKey.END_TXN, {**self._producer(), "commit": commit, "bump_epoch": True},
                               time.monotonic() + timeout_s, operation)
-            bumped = body["producer_id"], body["producer_epoch"]
+            bumped = body.get("producer_id", self.producer_id), body.get("producer_epoch", self.producer_epoch)
         with self._lock:
             if bumped is not None:
                 self.producer_id, self.producer_epoch = bumped
+                if use_producer is not None:
+                    use_producer(*bumped)
             self.partitions, self.started = set(), False
             self._transition(S.READY)
         return bumped

@@ -266,7 +266,9 @@ class Partition:
     async def append(self, raw: memoryview, required_acks: int, guard: object | None = None) -> "AppendResult":
         """Append a producer's batch as leader. acks=all needs ``min.insync.replicas`` in-sync
         replicas before the write (Kafka's NOT_ENOUGH_REPLICAS). A batch verified with its
-        transaction coordinator (``guard``) is appended only if no marker voided the guard since."""
+        transaction coordinator (``guard``) is appended only if no marker voided the guard since
+        (or, for one appended without verification because its transaction was open here, only if
+        that transaction still is)."""
         async with self._append_lock:
             self.check_leader()
             if guard is not None:
@@ -286,11 +288,6 @@ class Partition:
             self.stats.produced(result.record_count, len(raw))
         return result
 
-    def drop_verification_guard(self, producer_id: int, guard: object) -> None:
-        """Forget ``guard`` after a failed verification (unless a newer one replaced it)."""
-        if self._verification_guards.get(producer_id) is guard:
-            del self._verification_guards[producer_id]
-
     def guard_holds(self, raw: memoryview, guard: object) -> bool:
         """Whether ``raw``'s batch may still be appended with ``guard``: its producer's transaction
         is open here at its epoch, or no marker voided the guard since it was taken."""
@@ -302,7 +299,7 @@ class Partition:
         producer_id = BatchHeader.parse(raw).producer_id
         if not self.guard_holds(raw, guard):
             raise InvalidTxnState(f"{self}: the transaction of producer {producer_id} ended while its batch was "
-                                  f"being verified; the batch was not written")
+                                  f"being verified or waiting; the batch was not written")
 
     async def write_marker(self, marker: "Marker") -> "AppendResult":
         """Append, as leader, the marker ending ``marker``'s producer's transaction here

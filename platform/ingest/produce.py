@@ -16,7 +16,15 @@ from typing import Awaitable, Sequence
 from ember.errors import CorruptRecord, InvalidRecord, InvalidRequiredAcks
 from ember.ingest.partition import Partition
 from ember.ingest.replica_manager import ReplicaManager
-from ember.ingest.txn_verification import Pending, TxnVerifier, pending, still_verified, verify
+from ember.ingest.txn_verification import (
+    OPEN_HERE,
+    Pending,
+    TxnVerifier,
+    is_transactional_batch,
+    pending,
+    still_verified,
+    verify,
+)
 from ember.net.pipelining import read_on
 from ember.record.batch import iter_batches
 from ember.record.control import is_transactional
@@ -74,6 +82,8 @@ async def append_at_leaders(replicas: ReplicaManager, entries: Sequence[ProduceE
             if target.pending is not None and transactional_id is not None and verifier is not None:
                 guard = await still_verified(verifier, transactional_id, target.pending, memoryview(entry.batch),
                                              guard, add_partitions)
+            elif target.open_here:
+                guard = OPEN_HERE    # re-checked under the append lock: the transaction may have ended meanwhile
             produced, wait = await _append_one(target.partition, entry, acks, deadline, guard)
             if wait is not None:
                 waits.append((len(outcomes), wait))
@@ -93,9 +103,11 @@ async def append_at_leaders(replicas: ReplicaManager, entries: Sequence[ProduceE
 
 @dataclass(frozen=True)
 class _Target:
-    """Where an entry is appended, and what must be verified first (None: nothing)."""
+    """Where an entry is appended, what must be verified first (None: nothing), and whether it
+    skipped verification because its producer's transaction was open there at its epoch."""
     partition: Partition
     pending: Pending | None
+    open_here: bool = False
 
 
 def _target(replicas: ReplicaManager, entry: ProduceEntry, acks: int, transactional_id: str | None,
@@ -108,9 +120,10 @@ def _target(replicas: ReplicaManager, entry: ProduceEntry, acks: int, transactio
     check_acks(acks)
     replicas.access.check_topic(Operation.WRITE, entry.topic)
     partition = replicas.leader_partition(entry.topic, entry.partition)
-    needed = None if transactional_id is None or verifier is None else \
-        pending(partition, (entry.topic, entry.partition), entry.batch)
-    return _Target(partition, needed)
+    if transactional_id is None or verifier is None:
+        return _Target(partition, None)
+    needed = pending(partition, (entry.topic, entry.partition), entry.batch)
+    return _Target(partition, needed, open_here=needed is None and is_transactional_batch(entry.batch))
 
 
 async def _verify(targets: Sequence[_Target | Exception], transactional_id: str | None,

@@ -18,7 +18,17 @@ import asyncio
 from dataclasses import dataclass
 from typing import Iterable, Optional, Protocol, Sequence
 
-from ember.errors import ConcurrentTransactions, InvalidProducerEpoch, ProducerFenced
+from ember.errors import (
+    BrokerNotAvailable,
+    ConcurrentTransactions,
+    CoordinatorNotAvailable,
+    InvalidProducerEpoch,
+    NetworkError,
+    NotCoordinator,
+    NotEnoughReplicas,
+    ProducerFenced,
+    RequestTimedOut,
+)
 from ember.ingest.partition import Partition
 from ember.record.control import is_transactional
 from ember.record.header import HEADER_SIZE, BatchHeader, Buffer
@@ -31,6 +41,11 @@ ADD_PARTITIONS_RETRY_MAX_S = 0.1
 VERIFY_ATTEMPTS = 3
 
 TopicPartition = tuple[str, int]
+
+#: The guard of a transactional batch appended without verification because its producer's
+#: transaction was open at the partition at the batch's epoch: the append checks that it still
+#: is, under the partition's append lock (a marker may have ended it while the request waited).
+OPEN_HERE = object()
 
 
 class TxnVerifier(Protocol):
@@ -52,12 +67,16 @@ class Pending:
     producer_epoch: int
 
 
+def is_transactional_batch(batch: Buffer) -> bool:
+    return len(batch) >= HEADER_SIZE and is_transactional(BatchHeader.parse(batch))
+
+
 def pending(partition: Partition, topic_partition: TopicPartition, batch: Buffer) -> Optional[Pending]:
     """What must be verified before ``batch`` is appended at ``partition`` (None: nothing)."""
-    if len(batch) < HEADER_SIZE:
+    if not is_transactional_batch(batch):
         return None
     header = BatchHeader.parse(batch)
-    if not is_transactional(header) or partition.log.in_transaction(header.producer_id, header.producer_epoch):
+    if partition.log.in_transaction(header.producer_id, header.producer_epoch):
         return None
     return Pending(partition, topic_partition, header.producer_id, header.producer_epoch)
 
@@ -80,20 +99,31 @@ async def verify(verifier: TxnVerifier, transactional_id: str, batches: Sequence
                                             [batches[i].topic_partition for i in indexes], add)
             waiting = []
             for i in indexes:
+                # a failed verification leaves the guard: the producer's other requests may hold it (as Kafka)
                 error = answers.get(batches[i].topic_partition)
                 if error is None:
                     outcomes[i] = guards[i]
-                    continue
-                batches[i].partition.drop_verification_guard(producer_id, guards[i])
-                if isinstance(error, ConcurrentTransactions) and loop.time() < give_up:
+                elif isinstance(error, ConcurrentTransactions) and loop.time() < give_up:
                     waiting.append(i)
                 else:
-                    # a producer hears of its fenced epoch as INVALID_PRODUCER_EPOCH at a partition, as in Kafka
-                    outcomes[i] = InvalidProducerEpoch(str(error)) if isinstance(error, ProducerFenced) else error
+                    outcomes[i] = for_producer(error, add)
             indexes = waiting
             if indexes:
                 await asyncio.sleep(ADD_PARTITIONS_RETRY_BACKOFF_S)
     return [outcomes[i] for i in range(len(batches))]
+
+
+def for_producer(error: Exception, add: bool) -> Exception:
+    """The coordinator's answer as a producer's Produce should get it (Kafka's mapping): a fenced
+    epoch is INVALID_PRODUCER_EPOCH at a partition; the coordinator moving or unreachable is
+    NOT_ENOUGH_REPLICAS, which every client retries; CONCURRENT_TRANSACTIONS only for transaction
+    version 2's Produce (older clients do not retry it on a Produce)."""
+    if isinstance(error, ProducerFenced):
+        return InvalidProducerEpoch(str(error))
+    if isinstance(error, (NotCoordinator, CoordinatorNotAvailable, BrokerNotAvailable, NetworkError,
+                          RequestTimedOut)) or (isinstance(error, ConcurrentTransactions) and not add):
+        return NotEnoughReplicas(f"transaction verification did not complete ({error}); retry")
+    return error
 
 
 async def still_verified(verifier: TxnVerifier, transactional_id: str, batch: Pending, raw: memoryview,

@@ -597,3 +597,34 @@ def test_truncation_drops_the_diverged_tail_or_restarts_the_log(make_partition: 
         assert (partition.log.log_start_offset, partition.log.log_end_offset) == (10, 10)
 
     run(scenario())
+
+
+def test_a_transactional_batch_needs_its_transaction_still_open_or_a_guard_no_marker_voided(make_partition):
+    """A batch appended without verification because its producer's transaction was open here
+    (``OPEN_HERE``) is refused once a marker ended that transaction while the request waited, and
+    a verified batch once a marker voided its guard; the guard of a new transaction holds."""
+    from ember.errors import InvalidTxnState
+    from ember.ingest.txn_verification import OPEN_HERE
+    from ember.record.control import Marker
+
+    async def scenario() -> None:
+        partition = make_partition()
+        lead(partition, [LEADER])
+
+        def txn(sequence: int, epoch: int = 0) -> memoryview:
+            return memoryview(batch(2, producer_id=7, producer_epoch=epoch, base_sequence=sequence,
+                                    transactional=True))
+
+        guard = partition.verification_guard(7)
+        await partition.append(txn(0), 1, guard)
+        await partition.append(txn(2), 1, OPEN_HERE)              # the transaction is open here
+        stale = partition.verification_guard(7)
+        await partition.write_marker(Marker(7, 0, False, 0))
+        with pytest.raises(InvalidTxnState):                       # it ended while the request waited
+            await partition.append(txn(4), 1, OPEN_HERE)
+        with pytest.raises(InvalidTxnState):                       # the marker voided the guard
+            await partition.append(txn(4), 1, stale)
+        await partition.append(txn(4), 1, partition.verification_guard(7))
+        assert partition.log.open_transactions() == {7: 5}
+
+    run(scenario())

@@ -48,6 +48,7 @@ from ember.groups.store import GroupStore
 from ember.ingest.transactions.markers import MarkerWriter
 from ember.ingest.transactions.state import (
     MAX_PRODUCER_EPOCH,
+    NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     Partition,
     TransactionMetadata,
@@ -195,7 +196,8 @@ class TransactionCoordinator:
                     return await self._new_id(transactional_id, transaction_timeout_ms)
                 meta = entry.meta
                 if meta.state == TxnState.ONGOING:
-                    await self._prepare(entry, commit=False, fence=True)
+                    await self._prepare(entry, commit=False, fence=True,
+                                        for_new_instance=producer_id == NO_PRODUCER_ID)
                 if not entry.meta.state.preparing:
                     return await self._bump(entry, transaction_timeout_ms, producer_id, producer_epoch)
                 completing = self._completion(transactional_id, entry)
@@ -374,13 +376,16 @@ class TransactionCoordinator:
             next_id = await asyncio.to_thread(self.producer_ids.next_id)
         await self._save(entry, meta.prepare_with_bump(commit, now, next_id))
 
-    async def _prepare(self, entry: _Entry, commit: bool, fence: bool = False) -> None:
-        """Store the decision; ``fence``: bump the epoch first, so the producer is fenced."""
+    async def _prepare(self, entry: _Entry, commit: bool, fence: bool = False, for_new_instance: bool = False) -> None:
+        """Store the decision; ``fence``: bump the epoch first, so the producer is fenced. The
+        fenced epoch is remembered (its producer may carry on at the new one, as after a timeout),
+        except ``for_new_instance``: a new instance's InitProducerId fences the old one for good,
+        so nothing it sends may pass for a retry (Kafka's PrepareEpochFence)."""
         meta = entry.meta
         changes: dict[str, int] = {}
         if fence and meta.producer_epoch < MAX_PRODUCER_EPOCH:
             changes = {"producer_epoch": meta.producer_epoch + 1, "last_producer_id": meta.producer_id,
-                       "last_producer_epoch": meta.producer_epoch}
+                       "last_producer_epoch": NO_PRODUCER_EPOCH if for_new_instance else meta.producer_epoch}
         await self._save(entry, meta.prepare(commit, self.clock_ms(), **changes))
 
     def _completion(self, transactional_id: str, entry: _Entry) -> asyncio.Task[None]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Optional
 
 from ember.cluster.metadata_cache import MetadataCache
-from ember.errors import BrokerNotAvailable, EmberError, error_for_code
+from ember.errors import BrokerNotAvailable, EmberError, NetworkError, RequestTimedOut, error_for_code
 from ember.ingest.broker_client import BrokerClient, InterBroker
 from ember.ingest.transactions.state import Partition
 from ember.wire.api_keys import ApiKey
@@ -28,9 +28,10 @@ class Peers:
         try:
             client = await self._client(broker_id)
             response = await client.call(api_key, body, timeout_s=self.request_timeout_ms / 1000)
-        except EmberError as exc:
-            if exc.retriable:
-                self._drop(broker_id)
+        except (NetworkError, RequestTimedOut):
+            # the connection failed (an error code in a response, CONCURRENT_TRANSACTIONS at every
+            # transaction version 2 boundary, keeps it: other requests share it)
+            self._drop(broker_id)
             raise
         except (OSError, TimeoutError) as exc:
             self._drop(broker_id)
