@@ -78,6 +78,7 @@ class CleanerState:
     bytes_read: int = 0
     bytes_written: int = 0
     cleanings: int = 0
+    markers_removed: int = 0
     dead_workers: int = 0
     uncleanable: int = 0
 
@@ -185,6 +186,7 @@ class LogCleaner(Collector):
         state.cleanings += 1
         state.bytes_read += stats.bytes_read
         state.bytes_written += stats.bytes_written
+        state.markers_removed += stats.markers_removed
         state.last_recopy_percent = stats.recopy_percent
         state.max_clean_time_s = max(state.max_clean_time_s, stats.seconds)
         log.info("cleaned %s: %d segments, offsets [%d, %d), %d of %d records kept (%.1f%% of the bytes), %d keys, "
@@ -218,7 +220,10 @@ class LogCleaner(Collector):
                     "uncleanable-partitions-count).", state.uncleanable)
         for name, doc, value in (("ember_log_logcleaner_read_bytes", "Bytes the cleaner read.", state.bytes_read),
                                  ("ember_log_logcleaner_written_bytes", "Bytes the cleaner wrote.", state.bytes_written),
-                                 ("ember_log_logcleaner_cleanings", "Cleanings done.", state.cleanings)):
+                                 ("ember_log_logcleaner_cleanings", "Cleanings done.", state.cleanings),
+                                 ("ember_log_logcleaner_removed_markers", "Transaction markers the cleaner removed "
+                                  "(their transactions' records gone, delete.retention.ms past).",
+                                  state.markers_removed)):
             counter = CounterMetricFamily(name, doc)
             counter.add_metric([], value)
             yield counter

@@ -88,3 +88,60 @@ def test_a_log_whose_cleaning_fails_is_set_aside_and_the_others_are_cleaned(tmp_
     finally:
         for replica in replicas:
             replica.log.close()
+
+
+def test_the_cleaner_counts_the_transaction_markers_it_removes(tmp_path) -> None:
+    """A committed transaction whose record a later write superseded: the first cleaning stamps its
+    marker (delete.retention.ms 0: the horizon is now), the next one removes it, and
+    ``ember_log_logcleaner_removed_markers_total`` says so."""
+    import asyncio
+    from dataclasses import dataclass
+
+    import pyarrow as pa
+
+    from ember.ingest.log_cleaner import LogCleaner
+    from ember.log import Log, LogConfig
+    from ember.record import build_batch
+    from ember.record.control import Marker
+
+    config = LogConfig.from_properties({"cleanup.policy": "compact", "segment.bytes": 400, "delete.retention.ms": "0",
+                                        "min.cleanable.dirty.ratio": "0.01"})
+
+    @dataclass
+    class Replica:             # what the cleaner reads of a Partition
+        topic: str
+        index: int
+        log: Log
+
+    def txn(key: bytes, sequence: int) -> bytes:
+        return build_batch(pa.table({"key": [key], "value": [b"v"]}), producer_id=7, producer_epoch=0,
+                           base_sequence=sequence, transactional=True)
+
+    log = Log.open(tmp_path / "t-0", config)
+    log.append_as_leader(txn(b"k", 0), 0)
+    log.append_marker(Marker(7, 0, True, 0), 0)
+    log.append_as_leader(txn(b"other", 1), 0)         # the first marker is not the producer's last one
+    log.append_marker(Marker(7, 0, True, 0), 0)
+    log.append_as_leader(build_batch([(b"k", b"superseding")]), 0)
+
+    async def run() -> LogCleaner:
+        cleaner = LogCleaner(lambda: [Replica("t", 0, log)], threads=1, dedupe_buffer_bytes=1 << 20, backoff_ms=20,
+                             io_max_bytes_per_second=float("inf"))
+        cleaner.start()
+        try:
+            for _ in range(200):
+                if cleaner.state.markers_removed:
+                    break
+                log.append_as_leader(build_batch([(b"filler", b"f" * 60)]), 0)   # dirty again: cleaned again
+                log.update_high_watermark(log.log_end_offset)
+                await asyncio.sleep(0.02)
+        finally:
+            await cleaner.stop()
+        return cleaner
+    try:
+        cleaner = asyncio.run(asyncio.wait_for(run(), 30))
+        assert cleaner.state.markers_removed == 1
+        counted = {m.name: m.samples[0].value for m in cleaner.collect()}
+        assert counted["ember_log_logcleaner_removed_markers"] == 1
+    finally:
+        log.close()
