@@ -240,7 +240,8 @@ def stored(log: Log) -> list[tuple[int, bool, list[tuple[bytes, bytes]]]]:
     return out
 
 
-def test_a_cleaning_drops_aborted_records_keeps_committed_ones_and_every_marker(open_log):
+def test_a_first_cleaning_drops_aborted_records_keeps_committed_ones_and_every_marker(open_log):
+    """Markers go only in a later cleaning past their delete horizon (test_log_cleaner_markers.py)."""
     log = open_log(segment_bytes=300, cleanup_policy="compact")
     log.append_as_leader(keyed_txn_batch(7, 0, [(b"k", b"committed")]), 0)           # 0
     log.append_marker(marker(7, commit=True), 0)                                      # 1
