@@ -51,6 +51,24 @@ class BrokerStateCollector(Collector):
         yield from self._partitions()
         yield from self._controller()
         yield from self._disk()
+        yield from self._transactions()
+
+    def _transactions(self) -> Iterator["Metric"]:
+        """The transactional ids this broker coordinates, per state (Kafka's names), and how long
+        its oldest open transaction has run: a count of Ongoing that only grows, or an age past
+        ``transaction.timeout.ms``, is a producer or coordinator in trouble."""
+        coordinator = getattr(self.broker, "transactions", None)
+        if coordinator is None:
+            return
+        counts, oldest_ms = coordinator.state_counts()
+        states = GaugeMetricFamily("ember_coordinator_transaction_transactional_ids",
+                                   "Transactional ids this broker coordinates, by transaction state.", labels=["state"])
+        for state, count in sorted(counts.items()):
+            states.add_metric([state], count)
+        yield states
+        yield GaugeMetricFamily("ember_coordinator_transaction_oldest_open_ms",
+                                "How long the oldest transaction this broker coordinates has been open (0: none).",
+                                value=oldest_ms)
 
     def _broker(self) -> Iterator["Metric"]:
         info = GaugeMetricFamily("ember_server_broker_info", "This broker's id.", labels=["broker_id"])

@@ -173,6 +173,12 @@ def test_an_open_transaction_shows_in_the_partition_metrics_and_ember_top(cluste
         assert re.search(rf'^ember_log_log_opentransactions\{{partition="0",topic="{topic}"\}} 1\.0$', found, re.MULTILINE)
         assert re.search(rf'^ember_log_log_laststableoffset\{{partition="0",topic="{topic}"\}} 0\.0$', found, re.MULTILINE)
         assert re.search(rf'^ember_log_log_highwatermark\{{partition="0",topic="{topic}"\}} 5\.0$', found, re.MULTILINE)
+        # the coordinator's broker counts the id as Ongoing and the transaction's age
+        ongoing = re.findall(r'^ember_coordinator_transaction_transactional_ids\{state="Ongoing"\} (\d+)\.0$',
+                             found, re.MULTILINE)
+        assert len(ongoing) == 3 and sum(map(int, ongoing)) >= 1, found
+        assert any(float(age) > 0 for age in re.findall(r"^ember_coordinator_transaction_oldest_open_ms (\S+)$",
+                                                         found, re.MULTILINE))
         with Admin(cluster.bootstrap) as admin:     # a group at offset 0: 5 records behind, none of them readable yet
             admin.commit_offsets("txn-reader", {TopicPartition(topic, 0): 0})
         lags = "".join(http_get(b.host, b.metrics_port, "/metrics", 5)[1].decode() for b in cluster.brokers.values())

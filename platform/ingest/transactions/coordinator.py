@@ -513,6 +513,19 @@ class TransactionCoordinator:
             found.append(meta)
         return found, sorted(wanted_states - names)
 
+    def state_counts(self) -> tuple[dict[str, int], int]:
+        """Per state (every state, 0 included), how many ids this broker coordinates; and how
+        long, in ms, the oldest open transaction among them has run (0: none open)."""
+        counts = {state.value: 0 for state in TxnState}
+        now, oldest = self.clock_ms(), 0
+        for transactional_id, entry in list(self.entries.items()):
+            if not self.owns(transactional_id):
+                continue
+            counts[entry.meta.state.value] += 1
+            if not entry.meta.state.ended and entry.meta.start_ms >= 0:
+                oldest = max(oldest, now - entry.meta.start_ms)
+        return counts, oldest
+
     # -- the periodic work: ownership, timeouts, retries, expiry ------------------------------
 
     async def _tick_forever(self) -> None:
