@@ -109,8 +109,10 @@ class ProducerStateManager:
                 # the producer's next transaction (transaction version 2: at the next epoch) before the
                 # marker ending its previous one here: it would join that transaction
                 raise errors.ConcurrentTransactions(
-                    f"producer {pid}'s transaction at epoch {entry.epoch} is still open here; its batch at epoch "
-                    f"{header.producer_epoch} waits for that transaction's marker")
+                    f"producer {pid}'s transaction at epoch {entry.epoch} is still open here (since offset "
+                    f"{self._ongoing[pid]}); its batch at epoch {header.producer_epoch} waits for that transaction's "
+                    f"marker (if it never comes, the transaction hangs: `ember transactions producers` finds it, "
+                    f"`ember transactions abort` ends it)")
             epoch, last_seq = pending.get(pid) or (
                 (entry.epoch, entry.last_sequence) if entry else (NO_EPOCH, -1))
             _check_sequence(header, epoch, last_seq, known=entry is not None or pid in pending)
