@@ -1,13 +1,26 @@
 """The broker's log cleaner (ember.ingest.log_cleaner): stopping interrupts a cleaning held by the
-I/O throttle (a broker stops in bounded time), and a log whose cleaning fails is set aside while
-the others are cleaned."""
+I/O throttle (a broker stops in bounded time), a log whose cleaning fails is set aside while
+the others are cleaned, and the transaction markers it removes are counted."""
 from __future__ import annotations
 
+import asyncio
 import threading
+from dataclasses import dataclass
 
+import pyarrow as pa
 import pytest
 
-from ember.ingest.log_cleaner import IoThrottle, Stopped
+from ember.ingest.log_cleaner import IoThrottle, LogCleaner, Stopped
+from ember.log import Log, LogConfig
+from ember.record import build_batch
+from ember.record.control import Marker
+
+
+@dataclass
+class Replica:             # what the cleaner reads of a Partition
+    topic: str
+    index: int
+    log: Log
 
 
 def test_stopping_interrupts_a_cleaning_held_by_the_throttle() -> None:
@@ -38,22 +51,8 @@ def test_a_stopped_throttle_refuses_the_next_batch_and_an_unlimited_one_never_wa
 
 
 def test_a_log_whose_cleaning_fails_is_set_aside_and_the_others_are_cleaned(tmp_path) -> None:
-    import asyncio
-    from dataclasses import dataclass
-
-    from ember.ingest.log_cleaner import LogCleaner
-    from ember.log import Log, LogConfig
-    from ember.record import build_batch
-
     config = LogConfig.from_properties({"cleanup.policy": "compact", "segment.bytes": 1024,
                                         "min.cleanable.dirty.ratio": "0.01"})
-
-    @dataclass
-    class Replica:             # what the cleaner reads of a Partition
-        topic: str
-        index: int
-        log: Log
-
     replicas = []
     for name in ("damaged", "fine"):
         log = Log.open(tmp_path / f"{name}-0", config)
@@ -94,24 +93,8 @@ def test_the_cleaner_counts_the_transaction_markers_it_removes(tmp_path) -> None
     """A committed transaction whose record a later write superseded: the first cleaning stamps its
     marker (delete.retention.ms 0: the horizon is now), the next one removes it, and
     ``ember_log_logcleaner_removed_markers_total`` says so."""
-    import asyncio
-    from dataclasses import dataclass
-
-    import pyarrow as pa
-
-    from ember.ingest.log_cleaner import LogCleaner
-    from ember.log import Log, LogConfig
-    from ember.record import build_batch
-    from ember.record.control import Marker
-
     config = LogConfig.from_properties({"cleanup.policy": "compact", "segment.bytes": 400, "delete.retention.ms": "0",
                                         "min.cleanable.dirty.ratio": "0.01"})
-
-    @dataclass
-    class Replica:             # what the cleaner reads of a Partition
-        topic: str
-        index: int
-        log: Log
 
     def txn(key: bytes, sequence: int) -> bytes:
         return build_batch(pa.table({"key": [key], "value": [b"v"]}), producer_id=7, producer_epoch=0,
