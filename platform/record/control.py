@@ -78,18 +78,70 @@ def marker_batch(producer_id: int, producer_epoch: int, coordinator_epoch: int, 
 
 
 def read_marker(header: BatchHeader, batch: Buffer) -> Marker:
-    """The marker a control batch holds; CorruptRecord if it holds none."""
-    records = kafka_v2.decode_records(header, batch)
-    keys = records.column("key")
-    if records.num_rows != 1 or keys[0].as_py() is None or len(keys[0].as_py()) != _KEY.size:
+    """The marker a control batch holds; CorruptRecord if it holds none. A log opening reads every
+    marker it holds, so the one uncompressed record of a marker is read straight from its bytes
+    (a tenth of the time of decoding it into columns); anything else is decoded in full."""
+    fields = _marker_fields(header, memoryview(batch))
+    if fields is None:
+        records = kafka_v2.decode_records(header, batch)
+        keys = records.column("key")
+        fields = (records.num_rows, keys[0].as_py() if records.num_rows else None,
+                  records.column("value")[0].as_py() if records.num_rows else None)
+    count, key, value = fields
+    if count != 1 or key is None or len(key) != _KEY.size:
         raise errors.CorruptRecord(f"control batch at offset {header.base_offset} holds no transaction marker")
-    version, kind = _KEY.unpack(keys[0].as_py())
+    version, kind = _KEY.unpack(key)
     if version != 0 or kind not in (ABORT, COMMIT):
         raise errors.CorruptRecord(f"control batch at offset {header.base_offset}: unknown control record "
                                    f"version {version} type {kind}")
-    value = records.column("value")[0].as_py() or b""
+    value = value or b""
     coordinator_epoch = _VALUE.unpack_from(value)[1] if len(value) >= _VALUE.size else -1
     return Marker(header.producer_id, header.producer_epoch, kind == COMMIT, coordinator_epoch)
+
+
+def _marker_fields(header: BatchHeader, batch: memoryview) -> Optional[tuple[int, Optional[bytes], Optional[bytes]]]:
+    """(1, key, value) of an uncompressed batch of one record with no headers, read from its bytes
+    (Kafka's record: length, attributes, timestamp and offset deltas, key, value, header count, as
+    varints); None for any other batch, or one whose record does not parse (decoded in full then)."""
+    if header.record_count != 1 or header.attributes & CODEC_MASK:
+        return None
+    try:
+        position = HEADER_SIZE
+        length, position = _read_varint(batch, position)
+        end = position + length
+        if end != header.size or end > len(batch):
+            return None
+        position += 1                                                  # record attributes
+        _, position = _read_varint(batch, position)                    # timestamp delta
+        _, position = _read_varint(batch, position)                    # offset delta
+        key, position = _read_bytes(batch, position, end)
+        value, position = _read_bytes(batch, position, end)
+        headers, position = _read_varint(batch, position)
+    except IndexError:
+        return None
+    return (1, key, value) if headers == 0 and position == end else None
+
+
+def _read_varint(data: memoryview, position: int) -> tuple[int, int]:
+    """A zigzag varint at ``position`` and the position after it (IndexError past the end)."""
+    shift = result = 0
+    while shift < 64:
+        byte = data[position]
+        position += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return (result >> 1) ^ -(result & 1), position
+        shift += 7
+    raise IndexError("varint longer than 10 bytes")
+
+
+def _read_bytes(data: memoryview, position: int, end: int) -> tuple[Optional[bytes], int]:
+    length, position = _read_varint(data, position)
+    if length < 0:
+        return None, position
+    if position + length > end:
+        raise IndexError("field runs past the record")
+    return bytes(data[position:position + length]), position + length
 
 
 def delete_horizon(header: BatchHeader) -> Optional[int]:

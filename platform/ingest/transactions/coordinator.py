@@ -161,6 +161,23 @@ class TransactionCoordinator:
             entry = self.entries.setdefault(transactional_id, _Entry(meta, version))
         return entry
 
+    async def _current(self, transactional_id: str) -> Optional[_Entry]:
+        """The entry as ZooKeeper holds it now. What this broker holds is stale once another
+        coordinator wrote the id (the mapping moved while brokers came and went, and each held the
+        id for a moment): a write would fail its compare-and-set, but an answer given from memory
+        without a write (a retried EndTxn, a verification, a partition already added) would not,
+        so those read the znode's version first and take the stored metadata when it moved."""
+        entry = await self._entry(transactional_id)
+        meta, version = await asyncio.to_thread(self.store.load, transactional_id)
+        if entry is not None and version == entry.version:
+            return entry
+        if entry is not None and self.entries.get(transactional_id) is entry:
+            del self.entries[transactional_id]
+        if meta is None:
+            return None
+        log.info("transactional id %s: another coordinator wrote it; taking the stored state", transactional_id)
+        return self.entries.setdefault(transactional_id, _Entry(meta, version))
+
     async def _save(self, entry: _Entry, meta: TransactionMetadata) -> None:
         """Store ``meta`` (compare-and-set), then let it take effect. A conflict means another
         coordinator wrote the id: the entry is dropped (reloaded on next use) and the client told
@@ -191,7 +208,7 @@ class TransactionCoordinator:
                                             f"(0, transaction.max.timeout.ms={self.config.max_timeout_ms}]")
         for _ in range(3):      # at most: fence the open transaction, wait for it, then bump
             async with self._lock(transactional_id):
-                entry = await self._entry(transactional_id)
+                entry = await self._current(transactional_id)
                 if entry is None:
                     return await self._new_id(transactional_id, transaction_timeout_ms)
                 meta = entry.meta
@@ -288,8 +305,8 @@ class TransactionCoordinator:
             await self._save(entry, new)
 
     async def _producer_entry(self, transactional_id: str, producer_id: int, producer_epoch: int) -> _Entry:
-        """The entry, if ``producer_id``/``producer_epoch`` is its current producer."""
-        entry = await self._entry(transactional_id)
+        """The entry as stored now, if ``producer_id``/``producer_epoch`` is its current producer."""
+        entry = await self._current(transactional_id)
         if entry is not None and entry.meta.state.preparing and \
                 entry.meta.client_producer == (producer_id, producer_epoch):
             # a transaction version 2 producer starting its next transaction at the epoch (or id)
@@ -329,7 +346,7 @@ class TransactionCoordinator:
         validate_transactional_id(transactional_id)
         self.access.check(Operation.WRITE, _resource(transactional_id))
         async with self._lock(transactional_id):
-            entry = await self._entry(transactional_id)
+            entry = await self._current(transactional_id)
             if bump_epoch and entry is not None and self._is_bumped_retry(entry.meta, producer_id, producer_epoch, commit):
                 if entry.meta.state.preparing:
                     raise ConcurrentTransactions(f"the transaction of {transactional_id!r} is completing")

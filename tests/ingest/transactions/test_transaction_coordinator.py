@@ -411,3 +411,28 @@ def test_transaction_version_2_moves_a_producer_past_its_last_epoch_to_a_new_id(
         await coordinator.add_partitions_to_txn(tid, new_pid, 0, [("t", 1)], on_behalf=True)
         await coordinator.close()
     run(scenario())
+
+
+def test_a_coordinator_whose_id_another_coordinator_wrote_answers_from_the_stored_state(make: Make,
+                                                                                      session: ZkSession) -> None:
+    """Brokers coming and going move an id between coordinators, each holding it for a moment. One
+    that loaded the id when its last transaction had committed must not take the next
+    transaction's EndTxn (begun at another coordinator) for a retry of that commit: it reads the
+    stored state, so the markers are written (a commit answered without them was a lost write)."""
+    async def scenario() -> None:
+        tid = txn_id()
+        first = make(1, cache=FakeCache((1,)))
+        pid, epoch = await first.init_producer_id(tid, 60000)
+        await first.add_partitions_to_txn(tid, pid, epoch, [("t", 0)])
+        await first.end_txn(tid, pid, epoch, commit=True)                    # transaction 1 committed
+        writer = FakeWriter()
+        stale = make(2, cache=FakeCache((2,)), writer=writer)
+        assert (await stale.describe([tid]))[tid].state == TxnState.COMPLETE_COMMIT   # loaded now
+        await first.add_partitions_to_txn(tid, pid, epoch, [("t", 1)])      # transaction 2, elsewhere
+        await stale.end_txn(tid, pid, epoch, commit=True)
+        assert writer.marked() == {("t", 1)}                                  # its marker was written
+        assert stored(session, tid).state == TxnState.COMPLETE_COMMIT
+        assert await stale.verify_partitions(tid, pid, epoch, [("t", 1)]) != {("t", 1): None}
+        await first.close()
+        await stale.close()
+    run(scenario())
