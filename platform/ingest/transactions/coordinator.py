@@ -149,10 +149,7 @@ class TransactionCoordinator:
     async def _entry(self, transactional_id: str) -> Optional[_Entry]:
         """This broker's entry of ``transactional_id`` (loaded from ZooKeeper on first use), None
         for an id without metadata; NOT_COORDINATOR unless this broker coordinates it."""
-        validate_transactional_id(transactional_id)
-        if not self.owns(transactional_id):
-            raise NotCoordinator(f"broker {self.broker_id} is not the coordinator of transactional id "
-                                 f"{transactional_id!r}")
+        self._check_owned(transactional_id)
         entry = self.entries.get(transactional_id)
         if entry is None:
             meta, version = await asyncio.to_thread(self.store.load, transactional_id)
@@ -161,13 +158,20 @@ class TransactionCoordinator:
             entry = self.entries.setdefault(transactional_id, _Entry(meta, version))
         return entry
 
+    def _check_owned(self, transactional_id: str) -> None:
+        validate_transactional_id(transactional_id)
+        if not self.owns(transactional_id):
+            raise NotCoordinator(f"broker {self.broker_id} is not the coordinator of transactional id "
+                                 f"{transactional_id!r}")
+
     async def _current(self, transactional_id: str) -> Optional[_Entry]:
         """The entry as ZooKeeper holds it now. What this broker holds is stale once another
         coordinator wrote the id (the mapping moved while brokers came and went, and each held the
         id for a moment): a write would fail its compare-and-set, but an answer given from memory
         without a write (a retried EndTxn, a verification, a partition already added) would not,
         so those read the znode's version first and take the stored metadata when it moved."""
-        entry = await self._entry(transactional_id)
+        self._check_owned(transactional_id)
+        entry = self.entries.get(transactional_id)
         meta, version = await asyncio.to_thread(self.store.load, transactional_id)
         if entry is not None and version == entry.version:
             return entry
@@ -175,7 +179,8 @@ class TransactionCoordinator:
             del self.entries[transactional_id]
         if meta is None:
             return None
-        log.info("transactional id %s: another coordinator wrote it; taking the stored state", transactional_id)
+        if entry is not None:
+            log.info("transactional id %s: another coordinator wrote it; taking the stored state", transactional_id)
         return self.entries.setdefault(transactional_id, _Entry(meta, version))
 
     async def _save(self, entry: _Entry, meta: TransactionMetadata) -> None:
@@ -306,7 +311,11 @@ class TransactionCoordinator:
 
     async def _producer_entry(self, transactional_id: str, producer_id: int, producer_epoch: int) -> _Entry:
         """The entry as stored now, if ``producer_id``/``producer_epoch`` is its current producer."""
-        entry = await self._current(transactional_id)
+        return self._of_producer(await self._current(transactional_id), transactional_id, producer_id, producer_epoch)
+
+    @staticmethod
+    def _of_producer(entry: Optional[_Entry], transactional_id: str, producer_id: int, producer_epoch: int) -> _Entry:
+        """``entry``, if ``producer_id``/``producer_epoch`` is its current producer."""
         if entry is not None and entry.meta.state.preparing and \
                 entry.meta.client_producer == (producer_id, producer_epoch):
             # a transaction version 2 producer starting its next transaction at the epoch (or id)
@@ -351,7 +360,7 @@ class TransactionCoordinator:
                 if entry.meta.state.preparing:
                     raise ConcurrentTransactions(f"the transaction of {transactional_id!r} is completing")
                 return entry.meta.client_producer   # a retry of an EndTxn that completed
-            entry = await self._producer_entry(transactional_id, producer_id, producer_epoch)
+            entry = self._of_producer(entry, transactional_id, producer_id, producer_epoch)
             state = entry.meta.state
             decided = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
             done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
