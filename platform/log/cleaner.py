@@ -468,9 +468,11 @@ def _cleaned_batch(header: BatchHeader, raw: Buffer, columns: pa.RecordBatch, ke
     return kafka_v2.encode_batch(target, records.filter(keep), codec, deltas)
 
 
-def finish_interrupted(directory: Path) -> None:
+def finish_interrupted(directory: Path) -> bool:
     """On opening a log: drop cleanings that did not reach their commit point (``*.cleaning/``) and
-    finish those that did (``*.swap/``, see :func:`finish_swap`)."""
+    finish those that did (``*.swap/``, see :func:`finish_swap`); True if it finished one (the
+    segments changed since the log was last open)."""
+    finished = False
     for path in sorted(directory.iterdir()):
         if not path.is_dir():
             continue
@@ -480,6 +482,8 @@ def finish_interrupted(directory: Path) -> None:
         elif path.name.endswith(SWAP_SUFFIX):
             _log.info("%s: finishing an interrupted cleaning", path)
             finish_swap(directory, path)
+            finished = True
+    return finished
 
 
 def finish_swap(directory: Path, swap: Path) -> None:

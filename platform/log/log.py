@@ -27,7 +27,7 @@ from typing import BinaryIO, Callable, Collection, Iterator, Optional, Sequence
 import pyarrow.compute as pc
 
 from ember import errors
-from ember.log import checkpoint, cleaner, recovery, retention
+from ember.log import checkpoint, cleaner, producer_snapshot, recovery, retention
 from ember.log.config import LogConfig
 from ember.log.disk import UntrustedFiles
 from ember.log.epoch_cache import LeaderEpochCache
@@ -121,7 +121,8 @@ class Log:
         directory = Path(directory)
         try:
             directory.mkdir(parents=True, exist_ok=True)
-            cleaner.finish_interrupted(directory)
+            if cleaner.finish_interrupted(directory):
+                producer_snapshot.take(directory)   # of the segments before the cleaning: not used
             recovery.clean_directory(directory)
         except (OSError, UntrustedFiles) as e:
             raise errors.StorageError(f"cannot open log {directory}: {e}") from e
@@ -155,6 +156,7 @@ class Log:
         def read(name: str) -> Optional[int]:
             return checkpoint.read_offset(self.directory / name)
 
+        snapshot = producer_snapshot.take(self.directory)   # gone from disk before anything is appended
         recovery_point = read(checkpoint.RECOVERY_POINT)
         self._recovery_point = recovery_point or 0
         self._written[checkpoint.RECOVERY_POINT] = self._recovery_point
@@ -175,7 +177,12 @@ class Log:
         if self._log_start_offset > self.log_end_offset:  # the data the checkpoint promised is gone
             with self._flush_lock:
                 self._truncate_fully(self._log_start_offset)
-        self._rebuild_from_headers(include_epochs=True)
+        if snapshot is not None and snapshot.offset == self.log_end_offset == self._recovery_point \
+                and snapshot.latest_epoch == self._epochs.latest_epoch:
+            self._producers.restore(snapshot.producers, snapshot.ongoing)   # a clean close left it: no scan
+            self._txns.reset(snapshot.completed, self._high_watermark)
+        else:
+            self._rebuild_from_headers(include_epochs=True)
         self._epochs.truncate_from_start(self._log_start_offset)
         hw = read(checkpoint.HIGH_WATERMARK)
         self._high_watermark = self._clamp(hw if hw is not None else self._log_start_offset)
@@ -784,11 +791,28 @@ class Log:
             try:
                 if self._offline_reason is None:
                     self._flush()
+                    self._write_snapshot()
             finally:
                 with self._lock:
                     for segment in self._segments:
                         segment.close()
                     self._closed = True
+
+    def _write_snapshot(self) -> None:
+        """The producer state and transaction index at the log end, for the next open
+        (``ember.log.producer_snapshot``). A failure only costs that open a rebuild from the
+        segments."""
+        with self._lock:
+            if self.log_end_offset != self._recovery_point or self.log_end_offset == self._log_start_offset:
+                return      # appended to since the flush, or empty: nothing to read on open
+            producers, ongoing = self._producers.entries()
+            snapshot = producer_snapshot.ProducerSnapshot(self.log_end_offset, self._epochs.latest_epoch, producers,
+                                                          ongoing, self._txns.completed_to_keep())
+            try:
+                producer_snapshot.write(self.directory, snapshot)
+            except OSError as e:
+                _log.warning("no producer-state snapshot for %s (the next open reads every batch): %s",
+                             self.directory, e)
 
     def delete(self) -> None:
         """Close the log and remove its directory (topic deletion)."""

@@ -7,7 +7,8 @@ first batch in this partition opens its transaction here (the first offset the l
 cannot pass); the marker the leader writes when the transaction ends closes it, as a
 ``CompletedTxn`` the log keeps (aborted ones in its aborted-transaction index). The state is
 derived from batch headers (and the markers' one record) only, so it is rebuilt from the segments
-on open and after truncation.
+on open and after truncation (an open after a clean close loads it from a snapshot instead,
+``ember.log.producer_snapshot``).
 """
 from __future__ import annotations
 
@@ -165,6 +166,15 @@ class ProducerStateManager:
         if is_transactional(header) and entry.txn_first_offset is None:
             entry.txn_first_offset = self._ongoing[pid] = header.base_offset
         return None
+
+    def entries(self) -> tuple[dict[int, ProducerEntry], dict[int, int]]:
+        """Every producer's entry and the open transactions' first offsets (for a snapshot: the
+        caller holds the log's lock, so neither changes while it is written)."""
+        return self._producers, self._ongoing
+
+    def restore(self, producers: dict[int, ProducerEntry], ongoing: dict[int, int]) -> None:
+        """The state a snapshot held (instead of a rebuild from the segments)."""
+        self._producers, self._ongoing = producers, ongoing
 
     def rebuild(self, batches: Iterable[tuple[BatchHeader, Optional[Marker]]]) -> list[CompletedTxn]:
         """State from every batch in log order; the transactions the markers among them ended."""

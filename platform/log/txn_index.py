@@ -3,7 +3,8 @@ the completed ones whose markers are not yet replicated (they still hold the las
 
 Kafka keeps aborted transactions in a ``.txnindex`` file per segment. ember derives them from the
 segments (markers are found by header, their one record says commit or abort) when a log opens or
-truncates, as it derives producer state, so nothing here is written to disk; retention drops the
+truncates, as it derives producer state (a clean close saves both in a snapshot the next open
+loads instead, ``ember.log.producer_snapshot``); retention drops the
 entries whose markers it deleted, and so does the log cleaner for the markers it removes. The log
 changes it under its lock; ``aborted_in`` may be called without it (a fetch on the broker's event
 loop), so the aborted list is replaced, never changed in place: a reader works on the snapshot it
@@ -39,6 +40,12 @@ class TransactionIndex:
         txns = list(completed)
         self._aborted = [t for t in txns if t.aborted]
         self._unreplicated = [t for t in txns if t.last_offset >= high_watermark]
+
+    def completed_to_keep(self) -> list[CompletedTxn]:
+        """The transactions a reset needs to give this index back (aborted ones and those whose
+        markers may not be replicated yet), in marker order: what a snapshot keeps."""
+        kept = {t.last_offset: t for t in (*self._aborted, *self._unreplicated)}
+        return [kept[offset] for offset in sorted(kept)]
 
     def remove_before(self, log_start_offset: int) -> None:
         """Forget transactions whose markers are below the log start (retention deleted them)."""
