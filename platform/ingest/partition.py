@@ -328,27 +328,25 @@ class Partition:
         self._advance_high_watermark()
         return result
 
-    async def read(self, fetch_offset: int, max_bytes: int, min_one_batch: bool,
-                   replica_id: int, committed: bool = False) -> tuple["FetchSlice | None", LogOffsets]:
-        """Batches from ``fetch_offset``: below the high watermark for consumers (below the last
-        stable offset for ``committed``: read_committed), up to the log end for followers.
-        Returns the slice (None when nothing is readable yet) and offsets."""
+    def caught_up(self, fetch_offset: int, replica_id: int, committed: bool = False) -> LogOffsets | None:
+        """On the event loop, without I/O: the offsets when nothing is readable from ``fetch_offset``
+        yet (below the high watermark for consumers, the last stable offset for ``committed``:
+        read_committed, the log end for followers), else None and ``read_blocking`` reads it. An
+        I/O-pool round trip per idle partition would serialize every follower fetch round, and the
+        high watermark (so every acks=all reply) only advances once per round."""
         if replica_id < 0:
             self._check_high_watermark_known()
         offsets = self._offsets()
-        if fetch_offset == _visible_end(offsets, replica_id, committed):
-            # Caught up: answer on the event loop. An I/O-pool round trip per idle partition would
-            # serialize every follower fetch round, and the high watermark (so every acks=all
-            # reply) only advances once per round.
-            return None, offsets
-        return await self.run(self._read, fetch_offset, max_bytes, min_one_batch, replica_id, committed)
+        return offsets if fetch_offset == _visible_end(offsets, replica_id, committed) else None
 
     def _offsets(self) -> LogOffsets:
         log = self.log
         return LogOffsets(log.high_watermark, log.log_start_offset, log.log_end_offset, log.last_stable_offset)
 
-    def _read(self, fetch_offset: int, max_bytes: int, min_one_batch: bool,
-              replica_id: int, committed: bool) -> tuple["FetchSlice | None", LogOffsets]:
+    def read_blocking(self, fetch_offset: int, max_bytes: int, min_one_batch: bool,
+                      replica_id: int, committed: bool = False) -> tuple["FetchSlice | None", LogOffsets]:
+        """Batches from ``fetch_offset`` (on an I/O-pool thread; a fetch reads all its partitions
+        in one job): the slice (None when nothing is readable) and the offsets."""
         offsets = self._offsets()
         limit = None if replica_id >= 0 else _visible_end(offsets, replica_id, committed)
         piece = self.log.read(fetch_offset, max_bytes, max_offset=limit, min_one_batch=min_one_batch,

@@ -62,13 +62,13 @@ def test_a_long_poll_ends_when_its_client_sends_the_next_request(tmp_path: Path,
 
 def test_a_long_poll_rereads_only_the_partition_that_changed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     reads: Counter[int] = Counter()
-    original = Partition.read
+    original = Partition.caught_up          # every read of a partition starts with it
 
-    async def counted(self: Partition, *args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+    def counted(self: Partition, *args: object, **kwargs: object):  # type: ignore[no-untyped-def]
         reads[self.index] += 1
-        return await original(self, *args, **kwargs)  # type: ignore[arg-type]
+        return original(self, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(Partition, "read", counted)
+    monkeypatch.setattr(Partition, "caught_up", counted)
 
     async def scenario() -> list[int]:
         replicas, logs = await _leading(tmp_path)
@@ -92,3 +92,33 @@ def test_a_long_poll_rereads_only_the_partition_that_changed(tmp_path: Path, mon
     sizes = run(scenario())
     assert sizes[7] > 0 and all(size == 0 for i, size in enumerate(sizes) if i not in (7, 31))
     assert {i for i, n in reads.items() if n > 1} <= {7, 31}     # no other partition was read again
+
+
+def test_a_fetch_reads_all_its_partitions_in_one_io_pool_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A consumer starting on many partitions: one thread round trip per fetch, not one per partition
+    (each in turn, as before), with every partition's records there and the byte limits shared."""
+    jobs: list[str] = []
+    original = Partition.run
+
+    async def counted(self: Partition, job, *args):  # type: ignore[no-untyped-def]
+        jobs.append(getattr(job, "__name__", repr(job)))
+        return await original(self, job, *args)
+
+    async def scenario() -> list[int]:
+        replicas, logs = await _leading(tmp_path)
+        try:
+            for index in range(PARTITIONS):
+                await append_at_leaders(replicas, [ProduceEntry(TOPIC, index, memoryview(batch(3)))], 1, 5.0)
+            monkeypatch.setattr(Partition, "run", counted)
+            targets = [FetchTarget(TOPIC, i, 0, 1 << 20) for i in range(PARTITIONS)]
+            results = await fetch_at_leaders(replicas, targets, CONSUMER_REPLICA_ID, 1, 1 << 20, 1.0)
+            assert [r.error for r in results if r.error is not None] == []
+            return [r.size for r in results]
+        finally:
+            monkeypatch.undo()
+            await replicas.close()
+            logs.close()
+
+    sizes = run(scenario())
+    assert all(size > 0 for size in sizes) and len(set(sizes)) == 1
+    assert jobs == ["_read_in_order"]

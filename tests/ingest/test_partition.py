@@ -338,12 +338,14 @@ def test_consumers_read_below_the_high_watermark_and_followers_to_the_log_end(ma
         lead(partition, [1, 2])
         await append_records(partition, 2, 2)                     # batches at 0 and 2
         await fetched_by(partition, FOLLOWER_2, 2)
-        piece, offsets = await partition.read(0, 1 << 20, True, CONSUMER)
+        assert partition.caught_up(0, CONSUMER) is None                        # something to read
+        piece, offsets = partition.read_blocking(0, 1 << 20, True, CONSUMER)
         assert base_offsets(piece) == [0]
         assert offsets == LogOffsets(high_watermark=2, log_start_offset=0, log_end_offset=4, last_stable_offset=2)
-        piece, _ = await partition.read(0, 1 << 20, True, FOLLOWER_2)
+        assert partition.caught_up(2, CONSUMER) == offsets                     # caught up: answered without I/O
+        assert partition.caught_up(2, FOLLOWER_2) is None
+        piece, _ = partition.read_blocking(0, 1 << 20, True, FOLLOWER_2)
         assert base_offsets(piece) == [0, 2]
-        assert (await partition.read(2, 1 << 20, True, CONSUMER))[0] is None   # caught up
 
     run(scenario())
 
@@ -361,10 +363,11 @@ def test_a_new_leader_hides_its_high_watermark_until_it_reaches_the_epoch_start(
         lead(partition, [2, 1], epoch=1, version=1)
         assert partition.epoch_start_offset == 3
         with pytest.raises(OffsetNotAvailable):
-            await partition.read(1, 1 << 20, True, CONSUMER)
+            partition.caught_up(1, CONSUMER)
         with pytest.raises(OffsetNotAvailable):
             await partition.offset_for_timestamp(LATEST_TIMESTAMP, CONSUMER)
-        piece, _ = await partition.read(1, 1 << 20, True, LEADER)     # followers still fetch
+        assert partition.caught_up(1, LEADER) is None                  # followers still fetch
+        piece, _ = partition.read_blocking(1, 1 << 20, True, LEADER)
         assert base_offsets(piece) == [0]
         await fetched_by(partition, LEADER, 3)
         assert await partition.offset_for_timestamp(LATEST_TIMESTAMP, CONSUMER) == (3, -1)

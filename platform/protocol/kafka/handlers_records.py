@@ -5,7 +5,6 @@ reading, offset lookups and the leader-epoch cache are the broker core's (``embe
 same code the ember protocol runs."""
 from __future__ import annotations
 
-import asyncio
 import functools
 import struct
 from typing import Any, cast
@@ -22,7 +21,6 @@ from ember.ingest.fetch import FetchResult, FetchTarget, fetch
 from ember.ingest.partition import CONSUMER_REPLICA_ID, LATEST_TIERED_TIMESTAMP, LogOffsets, Partition
 from ember.ingest.produce import Produced, ProduceEntry, append_at_leaders
 from ember.ingest.replica_manager import LeaderAnswer, LeaderQuery
-from ember.log import FetchSlice
 from ember.log.txn_index import AbortedTxn
 from ember.protocol.kafka.codec import KafkaRequest, build, millis, nested_class, response_class
 from ember.protocol.kafka.dispatcher import Api
@@ -158,8 +156,9 @@ class RecordHandlers:
 
     async def _fetch_partitions(self, results: list[FetchResult], version: int) -> list[Any]:
         """Each result's response entry (its fields, or the entry itself); only those with records
-        to convert go to the I/O pool (together): a fetch of 1,000 partitions, most of them without
-        news, made 1,000 tasks. An entry without records is built once per offsets it shows."""
+        to convert go to the I/O pool, in one job: a fetch of 1,000 partitions, most of them without
+        news, made 1,000 tasks, and a consumer starting on all of them a thread round trip per
+        partition. An entry without records is built once per offsets it shows."""
         idle = _partition_class(version)
         fields: list[Any] = [
             None if r.error is None and r.slice is not None and r.leader is not None else
@@ -167,19 +166,12 @@ class RecordHandlers:
             _idle_partition(idle, r.target.partition, r.offsets.high_watermark, r.offsets.log_start_offset,
                             r.offsets.last_stable_offset)
             for r in results]
-        reading = [i for i, f in enumerate(fields) if f is None]
-        for i, read in zip(reading, await asyncio.gather(*(self._fetch_records(results[i], version) for i in reading))):
-            fields[i] = read
+        reading = [results[i] for i, f in enumerate(fields) if f is None]
+        if reading:
+            assert reading[0].leader is not None
+            read = iter(await reading[0].leader.run(_records_fields, reading, version))
+            fields = [next(read) if f is None else f for f in fields]
         return fields
-
-    @staticmethod
-    async def _fetch_records(result: FetchResult, version: int) -> dict[str, Any]:
-        assert result.slice is not None and result.leader is not None
-        try:
-            records = await result.leader.run(_kafka_batches, result.slice, version)
-        except Exception as exc:   # retention removed the segment meanwhile, or it is corrupt
-            return _fetch_fields(result.target.partition, exc)
-        return _fetch_fields(result.target.partition, None, result.offsets, records, result.aborted)
 
     # -- ListOffsets ---------------------------------------------------------------------------
 
@@ -272,9 +264,19 @@ def _idle_partition(cls: type, index: int, high_watermark: int, log_start_offset
     return build(cls, _fetch_fields(index, None, LogOffsets(high_watermark, log_start_offset, -1, last_stable_offset)))
 
 
-def _kafka_batches(piece: FetchSlice, version: int) -> Buffer:
-    """The slice's batches as Kafka v2 batches (I/O thread: reads the segment file)."""
-    return fetched_batches(piece.read_bytes(), version)
+def _records_fields(results: list[FetchResult], version: int) -> list[dict[str, Any]]:
+    """The response fields of each result with records (on an I/O-pool thread: reads the segment
+    files), its batches as Kafka v2 batches."""
+    fields = []
+    for result in results:
+        assert result.slice is not None
+        try:
+            records = fetched_batches(result.slice.read_bytes(), version)
+        except Exception as exc:   # retention removed the segment meanwhile, or it is corrupt
+            fields.append(_fetch_fields(result.target.partition, exc))
+            continue
+        fields.append(_fetch_fields(result.target.partition, None, result.offsets, records, result.aborted))
+    return fields
 
 
 def _reject_old_produce(request: KafkaRequest) -> bytes | None:
