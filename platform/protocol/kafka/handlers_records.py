@@ -5,6 +5,7 @@ reading, offset lookups and the leader-epoch cache are the broker core's (``embe
 same code the ember protocol runs."""
 from __future__ import annotations
 
+import asyncio
 import functools
 import struct
 from typing import Any, cast
@@ -18,6 +19,7 @@ from ember.errors import (
 )
 from ember.ingest.core import BrokerCore
 from ember.ingest.fetch import FetchResult, FetchTarget, fetch
+from ember.ingest.log_manager import IO_THREADS
 from ember.ingest.partition import CONSUMER_REPLICA_ID, LATEST_TIERED_TIMESTAMP, LogOffsets, Partition
 from ember.ingest.produce import Produced, ProduceEntry, append_at_leaders
 from ember.ingest.replica_manager import LeaderAnswer, LeaderQuery
@@ -156,9 +158,9 @@ class RecordHandlers:
 
     async def _fetch_partitions(self, results: list[FetchResult], version: int) -> list[Any]:
         """Each result's response entry (its fields, or the entry itself); only those with records
-        to convert go to the I/O pool, in one job: a fetch of 1,000 partitions, most of them without
-        news, made 1,000 tasks, and a consumer starting on all of them a thread round trip per
-        partition. An entry without records is built once per offsets it shows."""
+        to convert go to the I/O pool, in at most one job per pool thread: a fetch of 1,000
+        partitions, most of them without news, made 1,000 tasks, and a consumer starting on all of
+        them a job per partition. An entry without records is built once per offsets it shows."""
         idle = _partition_class(version)
         fields: list[Any] = [
             None if r.error is None and r.slice is not None and r.leader is not None else
@@ -167,9 +169,11 @@ class RecordHandlers:
                             r.offsets.last_stable_offset)
             for r in results]
         reading = [results[i] for i, f in enumerate(fields) if f is None]
-        if reading:
-            assert reading[0].leader is not None
-            read = iter(await reading[0].leader.run(_records_fields, reading, version))
+        if reading:      # contiguous chunks, one job each: the pool's threads convert side by side
+            step = -(-len(reading) // IO_THREADS)
+            chunks = [reading[i:i + step] for i in range(0, len(reading), step)]
+            converted = await asyncio.gather(*(_leader(chunk[0]).run(_records_fields, chunk, version) for chunk in chunks))
+            read = iter([entry for chunk in converted for entry in chunk])
             fields = [next(read) if f is None else f for f in fields]
         return fields
 
@@ -262,6 +266,11 @@ def _idle_partition(cls: type, index: int, high_watermark: int, log_start_offset
     partitions): kio entities are immutable, so one is shared by every response showing the same
     offsets; building them took as long as the rest of a 333-partition fetch."""
     return build(cls, _fetch_fields(index, None, LogOffsets(high_watermark, log_start_offset, -1, last_stable_offset)))
+
+
+def _leader(result: FetchResult) -> Partition:
+    assert result.leader is not None
+    return result.leader
 
 
 def _records_fields(results: list[FetchResult], version: int) -> list[dict[str, Any]]:
