@@ -29,8 +29,10 @@ CLEANER_OFFSET = "cleaner-offset-checkpoint"
 _log = logging.getLogger(__name__)
 
 
-def write_entries(path: Path, entries: Sequence[Sequence[int]]) -> None:
-    """Atomically replace ``path`` with ``entries`` (rows of integers)."""
+def write_entries(path: Path, entries: Sequence[Sequence[int]], *, durable: bool = True) -> None:
+    """Atomically replace ``path`` with ``entries`` (rows of integers). ``durable=False`` skips
+    both fsyncs, for a file whose loss or tear after a power cut only costs work: a torn one no
+    longer matches its entry count and reads as None."""
     lines = [str(VERSION), str(len(entries))] + [" ".join(map(str, row)) for row in entries]
     data = memoryview(("\n".join(lines) + "\n").encode())
     tmp = path.with_name(path.name + TMP_SUFFIX)
@@ -39,7 +41,8 @@ def write_entries(path: Path, entries: Sequence[Sequence[int]]) -> None:
         try:
             while data:
                 data = data[os.write(fd, data):]
-            fsync(fd, tmp)
+            if durable:
+                fsync(fd, tmp)
         finally:
             os.close(fd)
         os.replace(tmp, path)
@@ -47,7 +50,8 @@ def write_entries(path: Path, entries: Sequence[Sequence[int]]) -> None:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
         raise
-    fsync_dir(path.parent)
+    if durable:
+        fsync_dir(path.parent)
 
 
 def read_entries(path: Path, width: int) -> Optional[list[tuple[int, ...]]]:

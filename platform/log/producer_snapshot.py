@@ -16,7 +16,6 @@ that is missing, malformed or torn reads as None: the open rebuilds, as before.
 from __future__ import annotations
 
 import logging
-import os
 from collections import deque
 from pathlib import Path
 from typing import NamedTuple, Optional, Sequence
@@ -41,9 +40,9 @@ class ProducerSnapshot(NamedTuple):
 
 
 def write(directory: Path, snapshot: ProducerSnapshot) -> None:
-    """Write the directory's snapshot through a temp file and a rename (OSError on failure). Not
-    fsynced: a broker stopping thousands of partitions would pay two fsyncs each, and a file the
-    disk lost or tore after a power cut reads as malformed (its entry count no longer matches)."""
+    """Write the directory's snapshot as a checkpoint file (OSError on failure), not fsynced: a
+    broker stopping thousands of partitions would pay two fsyncs each, and a file the disk lost or
+    tore after a power cut reads as malformed (its entry count no longer matches)."""
     rows: list[tuple[int, ...]] = [(_HEADER, _VERSION, snapshot.offset, len(snapshot.producers),
                                     len(snapshot.ongoing), len(snapshot.completed), snapshot.latest_epoch)]
     for pid, entry in snapshot.producers.items():
@@ -53,10 +52,7 @@ def write(directory: Path, snapshot: ProducerSnapshot) -> None:
     rows += [(_ONGOING, pid, first, 0, 0, 0, 0) for pid, first in snapshot.ongoing.items()]
     rows += [(_COMPLETED, t.producer_id, t.first_offset, t.last_offset, int(t.aborted), 0, 0)
              for t in snapshot.completed]
-    path = directory / SNAPSHOT
-    tmp = path.with_name(path.name + checkpoint.TMP_SUFFIX)
-    tmp.write_text("\n".join([str(checkpoint.VERSION), str(len(rows)), *(" ".join(map(str, row)) for row in rows)]) + "\n")
-    os.replace(tmp, path)
+    checkpoint.write_entries(directory / SNAPSHOT, rows, durable=False)
 
 
 def take(directory: Path) -> Optional[ProducerSnapshot]:
