@@ -107,6 +107,16 @@ class Membership:
             self.generation = NO_GENERATION
         self.rejoin_needed.set()
 
+    def rebalancing(self, generation: int) -> None:
+        """The group rebalances while this member is in ``generation``: rejoin on the next poll.
+        An answer to a heartbeat of an older generation is ignored: it predates the join that
+        already took part in that rebalance, and would make the member rejoin (revoking and
+        reassigning its partitions) for nothing."""
+        with self._lock:
+            if self.generation != generation:
+                return
+        self.rejoin_needed.set()
+
     def leave(self) -> None:
         """Leave the group now (its partitions move to the others at once, not after a session timeout)."""
         with self._lock:
@@ -135,7 +145,7 @@ class Membership:
                                                             "generation": generation},
                                          deadline_s=self.session_timeout_ms / 1000)
             except RebalanceInProgress:
-                self.rejoin_needed.set()
+                self.rebalancing(generation)
             except (IllegalGeneration, UnknownMemberId):
                 self.lost(generation)
             except EmberError as exc:

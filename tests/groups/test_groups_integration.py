@@ -344,11 +344,11 @@ def test_coordinator_sigkill_never_gives_a_partition_to_two_members(
 
 def assert_one_owner_at_a_time(group: list[Member]) -> None:
     spans = ownership(group)
-    by_generation: dict[int, list[int]] = {}
-    for p, gen, _, _, _ in spans:
-        by_generation.setdefault(gen, []).append(p)
-    for gen, partitions in by_generation.items():                         # one owner per generation
-        assert len(partitions) == len(set(partitions)), (gen, sorted(partitions))
+    owners: dict[tuple[int, int], set[int]] = {}
+    for p, gen, _, _, who in spans:
+        owners.setdefault((gen, p), set()).add(who)
+    for (gen, p), who in owners.items():                                  # one owner per generation
+        assert len(who) == 1, (gen, p, sorted(who))
     for p, gen, start, end, who in spans:                                 # and never two at once
         for q, gen2, start2, end2, who2 in spans:
             if q == p and who2 != who:
