@@ -9,7 +9,8 @@ another broker or cluster, a directory locked by another process, a partition in
 directories) always refuse: guessing there could delete or fork data.
 
 A partition lives in ``<dir>/<topic>-<partition>/`` with a ``partition.metadata`` file naming
-its topic, partition and topic id. A new partition goes to the online directory holding the
+its topic, partition and topic id; a deleted one's is renamed ``<topic>-<partition>.<uuid>-delete``
+and removed in the background. A new partition goes to the online directory holding the
 fewest partitions, ties to the first listed (Kafka's rule).
 """
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Sequence
 
 from ember.errors import EmberError, InvalidConfig, StorageError
 from ember.log.data_dir import read_meta, write_meta
+from ember.log.log import DELETED_DIR_SUFFIX
 
 log = logging.getLogger(__name__)
 
@@ -126,12 +128,22 @@ class LogDirectory:
             return []
         found = []
         for meta in metas:
+            if meta.parent.name.endswith(DELETED_DIR_SUFFIX):
+                continue            # a deleted partition's, renamed before its removal
             try:
                 doc = json.loads(meta.read_text())
                 found.append(LocalPartition(doc["topic"], int(doc["partition"]), doc["topic_id"], meta.parent))
             except (OSError, ValueError, KeyError):
                 log.warning("ignoring %s: unreadable partition metadata", meta.parent)
         return found
+
+    def deleted_directories(self) -> list[Path]:
+        """Directories of deleted partitions not removed yet (the broker stopped first)."""
+        try:
+            return sorted(p for p in self.path.glob(f"*{DELETED_DIR_SUFFIX}") if p.is_dir())
+        except OSError as exc:
+            self.fail("cannot list it", exc)
+            return []
 
     def partition_count(self) -> int:
         """Partition directories here (``<topic>-<n>``), counted without reading them."""
@@ -189,6 +201,10 @@ class LogDirs:
                                              f"{other.path} and {local.path}")
         self._check_any_online()
         return list(found.values())
+
+    def deleted_directories(self) -> list[Path]:
+        """The deleted partitions' directories left in the online directories (see ``Log.rename_for_delete``)."""
+        return [path for directory in self.online() for path in directory.deleted_directories()]
 
     def partition_dir(self, topic: str, index: int) -> Path:
         """Where the partition lives: the directory it was opened in or is found in, else (a new

@@ -63,6 +63,9 @@ class LogManager:
     def local_partitions(self) -> list[LocalPartition]:
         return self.dirs.local_partitions()
 
+    def deleted_directories(self) -> list[Path]:
+        return self.dirs.deleted_directories()
+
     def missing_replicas(self, assigned: Iterable["OfflineReplica"]) -> frozenset["OfflineReplica"]:
         """The ``assigned`` replicas no online log directory holds while a directory is offline:
         their logs are taken to be on it (Kafka's rule for a replica that is not new), so they

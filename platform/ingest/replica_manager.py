@@ -25,8 +25,10 @@ is reported the same way until the broker restarts with that directory working.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Awaitable, Callable, Generic, Iterable, TypeVar
 
 from ember.cluster.election import offline_reason
@@ -46,6 +48,7 @@ from ember.ingest.replica_fetcher import FetcherConfig, ReplicaFetchers
 from ember.ingest.signals import Signal, wait_any
 from ember.log import Log
 from ember.log.config import LogConfig
+from ember.log.log import rename_for_delete
 from ember.net.channel import Address
 from ember.security.authorizer.access import ALLOW_ALL, Access
 from ember.security.authorizer.model import Operation
@@ -129,6 +132,7 @@ class ReplicaManager:
         #: Replicas whose log is on a log directory that failed at start-up: never opened, reported offline.
         self._in_offline_dirs: frozenset[OfflineReplica] = frozenset()
         self._closed = False
+        self._removals: set[asyncio.Task[None]] = set()    # deleted partitions' directories being removed
         if offline_writer is not None:
             offline_writer.on_new_session(self._new_session)
         self.space = LogDirSpace(config.log_dir_min_free_bytes)
@@ -331,21 +335,26 @@ class ReplicaManager:
             self.reconciled.fire()
 
     async def _remove_stale_directories(self) -> None:
+        """At start-up: rename the directories of partitions deleted or moved away while this
+        broker was down (their names are free at once for a re-created topic), then remove them
+        and those a previous process renamed but did not remove, in the background."""
         topics = self.cache.topics()
+        stale = []
         for local in await asyncio.to_thread(self.logs.local_partitions):
             meta = topics.get(local.topic)
             if meta is None or meta.topic_id != local.topic_id or \
                     self.broker_id not in meta.partitions.get(local.index, ()):
                 log.info("deleting %s: its topic was deleted or the partition moved away", local.path)
-                await asyncio.get_running_loop().run_in_executor(
-                    self.logs.io_pool, self.logs.delete_directory, local.path)
+                stale.append(local.path)
+        renames: list[tuple[Path, Callable[[], Path]]] = [(d, functools.partial(rename_for_delete, d)) for d in stale]
+        renamed = await asyncio.get_running_loop().run_in_executor(self.logs.io_pool, _rename_for_delete, renames)
+        self._remove_later(renamed + await asyncio.to_thread(self.logs.deleted_directories))
 
     async def _reconcile(self, name: str) -> None:
         meta = self.cache.topic(name)
         local = {i: p for (t, i), p in self.partitions.items() if t == name}
         if meta is None:
-            for partition in local.values():
-                await self._delete(partition, "its topic was deleted")
+            await self._delete(list(local.values()), "its topic was deleted")
             if self.metrics is not None:
                 self.metrics.forget_topic(name)
             return
@@ -354,11 +363,9 @@ class ReplicaManager:
         except InvalidConfig as exc:
             log.error("topic %s has an invalid config in ZooKeeper (%s); keeping broker defaults", name, exc)
             config = self.config.log_config()
-        for index, partition in local.items():
-            if partition.topic_id != meta.topic_id:
-                await self._delete(partition, "its topic was re-created")
-            elif self.broker_id not in meta.partitions.get(index, ()):
-                await self._delete(partition, "it is no longer assigned here")
+        await self._delete([p for p in local.values() if p.topic_id != meta.topic_id], "its topic was re-created")
+        await self._delete([p for i, p in local.items() if p.topic_id == meta.topic_id
+                            and self.broker_id not in meta.partitions.get(i, ())], "it is no longer assigned here")
         new = [index for index, replicas in meta.partitions.items()
                if self.broker_id in replicas and (meta.name, index) not in self.partitions
                and OfflineReplica(meta.name, index, meta.topic_id) not in self._in_offline_dirs]
@@ -446,11 +453,42 @@ class ReplicaManager:
         partition.assign([], [])
         partition.apply_state(PartitionState(NO_LEADER, partition.leader_epoch, [], -1))
 
-    async def _delete(self, partition: Partition, why: str) -> None:
-        del self.partitions[(partition.topic, partition.index)]
-        self._retire(partition)
-        log.info("deleting %s: %s", partition, why)
-        await partition.run(partition.log.delete)
+    async def _delete(self, partitions: list[Partition], why: str) -> None:
+        """Take ``partitions`` out of this broker together: all retired at once (none goes on
+        leading, or shrinking its ISR, while the others are deleted), their logs closed and their
+        directories renamed in one I/O-pool job, the renamed directories removed in the
+        background. A deleted topic of thousands of partitions costs the next reconciliation a
+        rename per partition, not the removal of its files."""
+        if not partitions:
+            return
+        for partition in partitions:
+            del self.partitions[(partition.topic, partition.index)]
+            self._retire(partition)
+        if len(partitions) > LOGGED_STATES:
+            log.info("deleting %d partition(s) of %s: %s (each at DEBUG)", len(partitions), partitions[0].topic, why)
+        for partition in partitions:
+            log.log(logging.DEBUG if len(partitions) > LOGGED_STATES else logging.INFO,
+                    "deleting %s: %s", partition, why)
+        renamed = await asyncio.get_running_loop().run_in_executor(
+            self.logs.io_pool, _rename_for_delete, [(p.log.directory, p.log.rename_for_delete) for p in partitions])
+        self._remove_later(renamed)
+
+    def _remove_later(self, directories: list[Path]) -> None:
+        """Remove renamed directories in a background thread (the I/O pool stays free for the
+        logs in use); stopped between two directories when the broker closes: the next start
+        removes the rest."""
+        if not directories:
+            return
+
+        def remove() -> None:
+            for directory in directories:
+                if self._closed:
+                    return
+                self.logs.delete_directory(directory)
+
+        task = asyncio.create_task(asyncio.to_thread(remove), name="remove-deleted-partitions")
+        self._removals.add(task)
+        task.add_done_callback(self._removals.discard)
 
     # -- reopening offline logs ------------------------------------------------------------------
 
@@ -510,6 +548,8 @@ class ReplicaManager:
         the logs' checkpoints)."""
         self._closed = True
         await self.recovery.close()
+        # each removal stops after its current directory (_closed): a bounded wait
+        await asyncio.gather(*self._removals, return_exceptions=True)
         for task in (self._task, self._offline_task):
             if task is not None:
                 task.cancel()
@@ -525,3 +565,16 @@ class ReplicaManager:
             except Exception:
                 log.exception("closing %s failed", partition)
         self.partitions.clear()
+
+
+
+def _rename_for_delete(renames: list[tuple[Path, Callable[[], Path]]]) -> list[Path]:
+    """Run each (directory, rename) on the I/O pool; returns the new paths. A directory that
+    cannot be renamed (a failed disk) is left for the next start, which removes it."""
+    renamed = []
+    for directory, rename in renames:
+        try:
+            renamed.append(rename())
+        except OSError as exc:
+            log.warning("could not rename %s for deletion (%s); the next start removes it", directory, exc)
+    return renamed

@@ -17,9 +17,9 @@ import bisect
 import contextlib
 import logging
 import os
-import shutil
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Callable, Collection, Iterator, Optional, Sequence
@@ -40,6 +40,17 @@ from ember.record.control import Marker, is_control, is_transactional, marker_ba
 from ember.record.header import HEADER_SIZE, BatchHeader, Buffer, patch_base_offset, patch_leader_epoch
 
 _log = logging.getLogger(__name__)
+
+#: The name a deleted partition's directory ends with until it is removed (Kafka's ``-delete``).
+DELETED_DIR_SUFFIX = "-delete"
+
+
+def rename_for_delete(directory: Path) -> Path:
+    """Rename a partition directory that is to be removed to ``<name>.<uuid>-delete``; returns
+    the new path (see :meth:`Log.rename_for_delete`)."""
+    target = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}{DELETED_DIR_SUFFIX}")
+    directory.rename(target)
+    return target
 
 
 @dataclass(frozen=True)
@@ -814,13 +825,17 @@ class Log:
                 _log.warning("no producer-state snapshot for %s (the next open reads every batch): %s",
                              self.directory, e)
 
-    def delete(self) -> None:
-        """Close the log and remove its directory (topic deletion)."""
+    def rename_for_delete(self) -> Path:
+        """Close the log without flushing and rename its directory to ``<name>.<uuid>-delete``
+        (topic deletion; Kafka's naming); returns the new path. A rename costs the same whatever
+        the log holds, so a topic of thousands of partitions leaves at once; its owner removes the
+        renamed directory later, and a name of its own means a re-created partition's directory
+        never meets the old one's files."""
         with self._flush_lock, self._lock:
             for segment in self._segments:
                 segment.close()
             self._closed = True
-        shutil.rmtree(self.directory, ignore_errors=True)
+        return rename_for_delete(self.directory)
 
     # --- helpers --------------------------------------------------------------------------------
 

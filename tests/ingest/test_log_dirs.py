@@ -107,6 +107,18 @@ def test_a_deleted_topics_copy_next_to_its_successors_is_deleted_not_a_duplicate
     run(scenario())
 
 
+def test_a_deleted_partitions_renamed_copy_is_listed_for_removal_never_as_a_partition(tmp_path: Path) -> None:
+    """A partition moved away and back: its renamed old directory (same topic id, still holding
+    its partition.metadata) next to the new one is no duplicate."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    config = BrokerConfig.from_properties().log_config()
+    renamed = LogManager(a, ME).open_log("t", 0, "id-t", config).rename_for_delete()
+    make_partition(b, "t", 0)
+    dirs = started(a, b)
+    assert [p.path for p in dirs.local_partitions()] == [b / "t-0"]
+    assert dirs.deleted_directories() == [renamed]
+
+
 def test_a_directory_of_another_broker_or_cluster_refuses(tmp_path: Path) -> None:
     a, b = tmp_path / "a", tmp_path / "b"
     b.mkdir()

@@ -300,6 +300,83 @@ def test_a_partition_moved_away_is_deleted_here(tmp_path: Path) -> None:
     run(scenario())
 
 
+def test_a_deleted_topic_leaves_nothing_on_disk_once_its_directories_are_removed(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        cache = led_here_and_elsewhere()
+        async with replica_manager(tmp_path, cache) as replicas:
+            await partition_of(replicas).append(memoryview(batch(3)), 1)
+            cache.remove_topic(TOPIC)
+            await reconcile(replicas, TOPIC)
+            await until(lambda: not any(p.name.startswith(f"{TOPIC}-") for p in tmp_path.iterdir()),
+                        "the renamed directories removed")
+
+    run(scenario())
+
+
+def test_every_partition_of_a_deleted_topic_stops_leading_before_any_log_is_closed(
+        tmp_path: Path, monkeypatch) -> None:
+    """Found at 5,000 partitions: deleted one at a time, the partitions not reached yet went on
+    leading (and shrinking their ISRs in ZooKeeper) for minutes."""
+    async def scenario() -> None:
+        cache = FakeMetadataCache()
+        cache.put_topic(TOPIC, {i: [ME] for i in range(30)}, states={i: state(ME, 0, [ME], 0) for i in range(30)})
+        async with replica_manager(tmp_path, cache) as replicas:
+            doomed = list(replicas.partitions.values())
+            assert len(doomed) == 30 and all(p.is_leader for p in doomed)
+            leading_at_close: list[int] = []
+            real = replica_manager_module.Log.rename_for_delete
+
+            def rename(log: Any) -> Path:
+                leading_at_close.append(sum(p.is_leader for p in doomed))
+                return real(log)
+            monkeypatch.setattr(replica_manager_module.Log, "rename_for_delete", rename)
+            cache.remove_topic(TOPIC)
+            await reconcile(replicas, TOPIC)
+            assert leading_at_close == [0] * 30
+
+    run(scenario())
+
+
+def test_a_topic_recreated_at_once_gets_empty_logs_while_the_old_directories_are_removed(tmp_path: Path) -> None:
+    """The old directories are renamed before the new ones open: the re-created partitions never
+    see the old records, whenever the background removal runs."""
+    async def scenario() -> None:
+        cache = FakeMetadataCache()
+        cache.put_topic(TOPIC, {i: [ME] for i in range(3)}, states={i: state(ME, 0, [ME], 0) for i in range(3)})
+        async with replica_manager(tmp_path, cache) as replicas:
+            for i in range(3):
+                await partition_of(replicas, i).append(memoryview(batch(3)), 1)
+            cache.put_topic(TOPIC, {i: [ME] for i in range(3)}, topic_id="id-2",
+                            states={i: state(ME, 0, [ME], 0) for i in range(3)})
+            await reconcile(replicas, TOPIC)
+            assert [partition_of(replicas, i).log.log_end_offset for i in range(3)] == [0, 0, 0]
+            await until(lambda: not any(p.name.endswith("-delete") for p in tmp_path.iterdir()),
+                        "the old directories removed")
+            assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(TOPIC)) == \
+                [f"{TOPIC}-{i}" for i in range(3)]
+
+    run(scenario())
+
+
+def test_start_removes_deleted_partition_directories_a_previous_process_left(tmp_path: Path) -> None:
+    """A broker stopped while removing a deleted topic's directories: the next start neither
+    opens them as partitions nor leaves them behind."""
+    async def scenario() -> None:
+        cache = FakeMetadataCache()
+        cache.put_topic(TOPIC, {0: [ME]}, states={0: state(ME, 0, [ME], 0)})
+        logs = LogManager(tmp_path, ME)
+        log = logs.open_log(TOPIC, 0, f"id-{TOPIC}", BrokerConfig.from_properties().log_config())
+        log.append_as_leader(memoryview(batch(3)), 0)
+        renamed = log.rename_for_delete()
+        logs.close()
+        assert renamed.name.startswith(f"{TOPIC}-0.") and renamed.name.endswith("-delete")
+        async with replica_manager(tmp_path, cache) as replicas:
+            assert partition_of(replicas).log.log_end_offset == 0
+            await until(lambda: not renamed.exists(), "the leftover directory removed")
+
+    run(scenario())
+
+
 def test_topic_config_overrides_reach_the_partition(tmp_path: Path) -> None:
     """min.insync.replicas set on the topic (then altered) governs acks=all at the leader."""
     async def scenario() -> None:
