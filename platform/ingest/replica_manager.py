@@ -567,7 +567,6 @@ class ReplicaManager:
         self.partitions.clear()
 
 
-
 def _rename_for_delete(renames: list[tuple[Path, Callable[[], Path]]]) -> list[Path]:
     """Run each (directory, rename) on the I/O pool; returns the new paths. A directory that
     cannot be renamed (a failed disk) is left for the next start, which removes it."""
