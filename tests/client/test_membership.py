@@ -62,8 +62,7 @@ def rejoin_after_a_late_heartbeat_answer(error: Exception) -> bool:
         return member.rejoin_needed.is_set() or not member.active
     finally:
         coordinator.release.set()
-        member._stop.set()
-        member._thread.join(5)
+        member.close()
 
 
 def test_a_late_rebalance_in_progress_for_an_older_generation_does_not_make_the_member_rejoin() -> None:
@@ -85,5 +84,4 @@ def test_rebalance_in_progress_for_the_current_generation_makes_the_member_rejoi
         assert member.rejoin_needed.wait(5)
         assert member.active                                   # still a member until it rejoins
     finally:
-        member._stop.set()
-        member._thread.join(5)
+        member.close()
