@@ -86,3 +86,35 @@ def test_the_partitions_rows_get_their_own_chart_and_stay_out_of_the_main_one(wo
     assert report.chart_families([*partitions, main]) == ([main], [], partitions)
     table = report.markdown([*partitions, main], "header")
     assert "| Partitions: 1,000 partitions (RF 3) | create the topic [s] | 1.00 s" in table
+
+
+def test_the_round_trip_frames_are_listoffsets_for_the_earliest_and_latest_offset(workloads) -> None:  # type: ignore[no-untyped-def]
+    import round_trips
+
+    from ember.protocol.kafka.codec import FRAME_LENGTH, decode_request
+    from ember.wire.api_keys import ApiKey
+    for correlation_id, timestamp in enumerate((-2, -1)):
+        frame = round_trips._frame(timestamp, correlation_id)
+        assert FRAME_LENGTH.unpack_from(frame)[0] == len(frame) - FRAME_LENGTH.size
+        request = decode_request(memoryview(frame)[FRAME_LENGTH.size:], lambda key, version: True)
+        assert (request.api_key, request.api_version, request.correlation_id) == (ApiKey.LIST_OFFSETS, 7, correlation_id)
+        [topic] = request.body.topics
+        assert topic.name == round_trips.TOPIC
+        assert [(p.partition_index, p.timestamp) for p in topic.partitions] == [(0, timestamp)]
+
+
+def test_a_round_trip_run_refuses_error_answers(workloads) -> None:  # type: ignore[no-untyped-def]
+    """Timing NOT_LEADER answers would measure the wrong thing: the run checks its first answers."""
+    import round_trips
+
+    from ember.errors import ErrorCode
+    from ember.protocol.kafka.codec import encode_response
+    from ember.protocol.kafka.list_offsets_response import encode_list_offsets
+    system = type("System", (), {"name": "ember"})()
+
+    def answer(code: int, offset: int) -> bytes:
+        frame = encode_response(3, encode_list_offsets(round_trips.VERSION, [(round_trips.TOPIC, [(0, code, -1, offset)])]))
+        return frame[4:]    # without its length, as _Connection.call returns it
+    round_trips._check_answer(system, answer(0, 42))
+    with pytest.raises(RuntimeError, match="ListOffsets answered"):
+        round_trips._check_answer(system, answer(int(ErrorCode.NOT_LEADER_OR_FOLLOWER), -1))

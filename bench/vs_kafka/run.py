@@ -15,6 +15,8 @@ Workloads (``--only`` takes a comma list of these names):
   consume      consumer throughput from the beginning of a topic
   spark-read   Spark batch read: count() and sum(length(value))
   spark-write  Spark streaming write, availableNow, into an RF=3 topic
+  round-trips  one small request's round trip and broker CPU: ListOffsets earliest/latest, one at a
+               time on one connection, as Spark's connector sends two per poll (round_trips.py)
   footprint    broker RSS after the load, cluster cold start, one broker restart
   scale        the cost per record: 1-8 producer processes, records of 10 B-100 KB, each compression.type
                (per-record clients: ember's send, confluent-kafka through ember's Kafka listener and on Kafka)
@@ -45,10 +47,12 @@ import compare  # noqa: E402
 import workloads  # noqa: E402
 from partitions import partition_scale  # noqa: E402
 from report import write  # noqa: E402
+from round_trips import request_round_trips  # noqa: E402
 from systems import EmberSystem, KafkaSystem, System  # noqa: E402
 from workloads import Row, log  # noqa: E402
 
-ALL = ("produce", "latency", "consume", "spark-read", "spark-write", "footprint", "scale", "partitions")
+ALL = ("produce", "latency", "consume", "spark-read", "spark-write", "round-trips", "footprint", "scale",
+       "partitions")
 #: What a run without ``--only`` measures: the partitions workload takes about 45 minutes on its own.
 DEFAULT = tuple(name for name in ALL if name != "partitions")
 READ_TOPIC = "read"
@@ -73,6 +77,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--write-records", type=int, default=1_000_000, help="rows per Spark streaming write (default 1M)")
     parser.add_argument("--latency-rate", type=int, default=20_000, help="records/s for the latency run (default 20k)")
     parser.add_argument("--latency-seconds", type=float, default=10.0, help="length of one latency run (default 10 s)")
+    parser.add_argument("--round-trip-requests", type=int, default=4_000,
+                        help="round-trips: requests per run (default 4,000: Spark's per million records)")
     parser.add_argument("--repeats", type=int, default=5,
                         help="runs per system and case, interleaved; the median is the headline figure (default 5)")
     parser.add_argument("--scale-repeats", type=int, default=3,
@@ -126,6 +132,8 @@ def run_workloads(args: argparse.Namespace, systems: list[System], work: Path) -
                 rows += workloads.spark_write(spark, systems, args.write_records, args.repeats, work)
         finally:
             spark.stop()
+    if "round-trips" in selected:
+        rows += request_round_trips(systems, args.round_trip_requests, args.repeats)
     if "footprint" in selected:   # before scale: "after the load" means the same load as in earlier runs
         rows += workloads.footprint(systems, {s.name: s.cold_start_s for s in systems})
     if "scale" in selected:
