@@ -19,17 +19,12 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Optional
-
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-from prometheus_client.registry import Collector
+from typing import TYPE_CHECKING, Callable, Iterable, Optional
 
 from ember.errors import StorageError
 from ember.log import cleaner
 
 if TYPE_CHECKING:
-    from prometheus_client import Metric
-
     from ember.ingest.partition import Partition
 
 log = logging.getLogger(__name__)
@@ -83,7 +78,7 @@ class CleanerState:
     uncleanable: int = 0
 
 
-class LogCleaner(Collector):
+class LogCleaner:
     def __init__(self, partitions: Callable[[], Iterable["Partition"]], *, threads: int, dedupe_buffer_bytes: int,
                  backoff_ms: int, io_max_bytes_per_second: float) -> None:
         self._partitions = partitions
@@ -196,34 +191,3 @@ class LogCleaner(Collector):
     def _clean_blocking(self, partition: "Partition") -> Optional[cleaner.CleanStats]:
         return cleaner.clean(partition.log, dedupe_buffer_bytes=self._buffer_per_thread, throttle=self.throttle)
 
-    def collect(self) -> Iterator["Metric"]:
-        state = self.state
-
-        def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
-            family = GaugeMetricFamily(name, doc)
-            family.add_metric([], value)
-            return family
-        yield gauge("ember_log_logcleanermanager_max_dirty_percent",
-                    "Dirty share of the dirtiest compacted log (Kafka's max-dirty-percent).", state.max_dirty_percent)
-        yield gauge("ember_log_logcleaner_cleaner_recopy_percent",
-                    "Bytes written back of those read by the last cleaning (Kafka's cleaner-recopy-percent).",
-                    state.last_recopy_percent)
-        yield gauge("ember_log_logcleaner_max_clean_time_secs", "Longest cleaning so far (Kafka's max-clean-time-secs).",
-                    state.max_clean_time_s)
-        since = (time.monotonic() - state.last_run) * 1000 if state.last_run else 0.0
-        yield gauge("ember_log_logcleaner_time_since_last_run_ms",
-                    "Since the last cleaning ended; 0 before the first (Kafka's time-since-last-run-ms).", since)
-        yield gauge("ember_log_logcleaner_dead_thread_count", "Cleaner workers that died (Kafka's DeadThreadCount).",
-                    state.dead_workers)
-        yield gauge("ember_log_logcleanermanager_uncleanable_partitions_count",
-                    "Logs whose cleaning failed and that are skipped until reopened (Kafka's "
-                    "uncleanable-partitions-count).", state.uncleanable)
-        for name, doc, value in (("ember_log_logcleaner_read_bytes", "Bytes the cleaner read.", state.bytes_read),
-                                 ("ember_log_logcleaner_written_bytes", "Bytes the cleaner wrote.", state.bytes_written),
-                                 ("ember_log_logcleaner_cleanings", "Cleanings done.", state.cleanings),
-                                 ("ember_log_logcleaner_removed_markers", "Transaction markers the cleaner removed "
-                                  "(their transactions' records gone, delete.retention.ms past).",
-                                  state.markers_removed)):
-            counter = CounterMetricFamily(name, doc)
-            counter.add_metric([], value)
-            yield counter

@@ -260,8 +260,8 @@ class Broker:
                                       dedupe_buffer_bytes=self.config.log_cleaner_dedupe_buffer_size,
                                       backoff_ms=self.config.log_cleaner_backoff_ms,
                                       io_max_bytes_per_second=self.config.log_cleaner_io_max_bytes_per_second)
-            if self.metrics is not None:
-                self.metrics.register(self.cleaner)
+            if self.telemetry is not None:
+                self.telemetry.watch_cleaner(self.cleaner)
             self.cleaner.start()
         log.info("broker %d started (cluster %s), listeners %s", options.broker_id, cluster_id,
                  ", ".join(f"{listener} ({self._describe_security(listener.name)})"

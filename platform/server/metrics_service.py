@@ -18,10 +18,12 @@ from ember.metrics.broker_metrics import BrokerMetrics
 from ember.metrics.endpoint import HttpEndpoint
 from ember.metrics.probes import Probes
 from ember.metrics.requests import RequestMetrics
+from ember.server.cleaner_metrics import LogCleanerCollector
 from ember.server.lag import GroupLagCollector
 from ember.server.state import BrokerStateCollector
 
 if TYPE_CHECKING:
+    from ember.ingest.log_cleaner import LogCleaner
     from ember.ingest.partition import Partition
     from ember.server.broker import Broker
 
@@ -46,6 +48,10 @@ class MetricsService:
         self.probes = Probes(self.metrics, broker.session)
         self.endpoint = HttpEndpoint(host, port, {"/metrics": self._metrics, "/livez": self._live,
                                                   "/readyz": self._ready})
+
+    def watch_cleaner(self, cleaner: "LogCleaner") -> None:
+        """Serve the log cleaner's metrics (it starts after the endpoint)."""
+        self.metrics.register(LogCleanerCollector(cleaner))
 
     def _partitions(self) -> Mapping[tuple[str, int], "Partition"]:
         return self.broker.replicas.partitions if self.broker.replicas is not None else {}

@@ -42,3 +42,15 @@ def test_the_whole_broker_loads_without_them():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "[]"
+
+
+def test_a_broker_loads_prometheus_client_only_for_metrics_listen():
+    """prometheus_client brings http.server, urllib and email (~3 MB of every broker's RSS): only the
+    metrics endpoint imports it. The log cleaner's collector once put it back into every broker."""
+    code = ("import sys\nimport ember.server.broker, ember.protocol.kafka.listener\n"
+            "print(sorted(name for name in ('prometheus_client', 'http.server') if name in sys.modules))\n"
+            "import ember.server.metrics_service\n"
+            "print('prometheus_client' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["[]", "True"]

@@ -14,6 +14,7 @@ from ember.ingest.log_cleaner import IoThrottle, LogCleaner, Stopped
 from ember.log import Log, LogConfig
 from ember.record import build_batch
 from ember.record.control import Marker
+from ember.server.cleaner_metrics import LogCleanerCollector
 
 
 @dataclass
@@ -124,7 +125,7 @@ def test_the_cleaner_counts_the_transaction_markers_it_removes(tmp_path) -> None
     try:
         cleaner = asyncio.run(asyncio.wait_for(run(), 30))
         assert cleaner.state.markers_removed == 1
-        counted = {m.name: m.samples[0].value for m in cleaner.collect()}
+        counted = {m.name: m.samples[0].value for m in LogCleanerCollector(cleaner).collect()}
         assert counted["ember_log_logcleaner_removed_markers"] == 1
     finally:
         log.close()
