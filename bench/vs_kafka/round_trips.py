@@ -126,25 +126,23 @@ class _Connection:
         host, port = address.rsplit(":", 1)
         self.sock = socket.create_connection((host, int(port)), timeout=WAIT_S)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.answers = self.sock.makefile("rb")
 
     def call(self, frame: bytes) -> bytes:
         """The answer's frame (without its length)."""
         self.sock.sendall(frame)
-        (size,) = _LENGTH.unpack(self._exactly(_LENGTH.size))
-        return self._exactly(size)
+        (size,) = _LENGTH.unpack(self._read(_LENGTH.size))
+        return self._read(size)
 
-    def _exactly(self, size: int) -> bytes:
-        chunks, remaining = [], size
-        while remaining:
-            chunk = self.sock.recv(remaining)
-            if not chunk:
-                raise ConnectionError("the broker closed the connection")
-            chunks.append(chunk)
-            remaining -= len(chunk)
-        return b"".join(chunks)
+    def _read(self, size: int) -> bytes:
+        data = self.answers.read(size)     # a buffered read returns short only at the end of the stream
+        if len(data) < size:
+            raise ConnectionError("the broker closed the connection")
+        return data
 
     def __enter__(self) -> "_Connection":
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.answers.close()
         self.sock.close()
