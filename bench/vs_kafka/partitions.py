@@ -27,7 +27,7 @@ import uuid
 from typing import Any, Callable, Sequence
 
 from report import PARTITIONS_PREFIX
-from systems import KafkaClients, ProduceSettings, System, create_with_kafka_admin, rss_mb
+from systems import KafkaClients, ProduceSettings, System, create_with_kafka_admin, kafka_client_bootstrap, rss_mb
 from workloads import VALUE_SIZE, Row, collect, cpu_seconds, interleaved, latency_percentiles, log, pace
 
 VALUE = b"v" * 100
@@ -38,11 +38,6 @@ DELETE_SETTLE_S = 15
 TIMEOUT_S = 600
 E2E_RATE = 1000
 E2E_SECONDS = 6.0
-
-
-def kafka_bootstrap(system: System) -> str:
-    """Where a Kafka client connects: ember's Kafka listener, or Kafka itself."""
-    return getattr(system.clients, "kafka_bootstrap", "") or system.clients.bootstrap
 
 
 def broker_pids(system: System) -> list[int]:
@@ -144,7 +139,7 @@ def _count_rows(systems: Sequence[System], count: int, records: int, repeats: in
             for topic in [kept.pop(system.name)] if system.name in kept else []:
                 delete_and_settle(system, topic)
             topic = f"partitions-{count}-{uuid.uuid4().hex[:8]}"
-            bootstrap = kafka_bootstrap(system)
+            bootstrap = kafka_client_bootstrap(system)
             created = create(bootstrap, topic, count)
             kept[system.name] = topic
             produced = produce(bootstrap, topic, records)
@@ -201,7 +196,7 @@ def e2e_p99_ms(system: System, count: int) -> float:
     partitions, once the consumer (its own process) has been served a warm-up record of every
     partition; the topic is deleted afterwards, then the settling time."""
     topic = f"partitions-latency-{count}-{uuid.uuid4().hex[:8]}"
-    bootstrap = kafka_bootstrap(system)
+    bootstrap = kafka_client_bootstrap(system)
     create(bootstrap, topic, count)
     total = int(E2E_RATE * E2E_SECONDS)
     context = mp.get_context("spawn")

@@ -9,7 +9,6 @@ blocking socket, so the client costs next to nothing and each request waits for 
 """
 from __future__ import annotations
 
-import io
 import socket
 import struct
 import time
@@ -17,9 +16,11 @@ from typing import Sequence
 
 from kio.schema.list_offsets.v7.request import ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic
 from kio.schema.list_offsets.v7.response import ListOffsetsResponse
-from kio.serial import entity_reader, entity_writer
-from systems import System
+from kio.serial import entity_reader
+from systems import System, kafka_client_bootstrap, wait_for
 from workloads import Row, broker_cpu_s, interleaved, log
+
+from ember.protocol.kafka.codec import encode_entity
 
 TOPIC = "round-trips"
 #: ListOffsets v7, a flexible version both systems serve (the Java client of Spark 4 sends v9+,
@@ -81,16 +82,19 @@ def _idle_cpu_per_s(system: System) -> float:
 def _leader_address(system: System) -> str:
     """host:port of the Kafka listener leading partition 0 of :data:`TOPIC`, from Metadata."""
     from confluent_kafka.admin import AdminClient
-    admin = AdminClient({"bootstrap.servers": _kafka_bootstrap(system), "log_level": 3})
-    deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline:
+    admin = AdminClient({"bootstrap.servers": kafka_client_bootstrap(system), "log_level": 3})
+    found: list[str] = []
+
+    def led() -> bool:
         metadata = admin.list_topics(TOPIC, timeout=10)
         partition = metadata.topics[TOPIC].partitions.get(0)
-        if partition is not None and partition.leader in metadata.brokers:
-            broker = metadata.brokers[partition.leader]
-            return f"{broker.host}:{broker.port}"
-        time.sleep(0.1)
-    raise RuntimeError(f"{system.name}: no leader for {TOPIC}-0 after {WAIT_S:.0f} s")
+        if partition is None or partition.leader not in metadata.brokers:
+            return False
+        broker = metadata.brokers[partition.leader]
+        found.append(f"{broker.host}:{broker.port}")
+        return True
+    wait_for(led, f"{system.name}: the leader of {TOPIC}-0", WAIT_S)
+    return found[0]
 
 
 def _check_answer(system: System, answer: bytes) -> None:
@@ -102,20 +106,12 @@ def _check_answer(system: System, answer: bytes) -> None:
         raise RuntimeError(f"{system.name}: ListOffsets answered {partition}")
 
 
-def _kafka_bootstrap(system: System) -> str:
-    """The address Kafka clients use: ember's Kafka listener, or Kafka itself."""
-    return getattr(system.clients, "kafka_bootstrap", "") or system.clients.bootstrap
-
-
 def _frame(timestamp: int, correlation_id: int) -> bytes:
     request = ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=(ListOffsetsTopic(
         name=TOPIC, partitions=(ListOffsetsPartition(partition_index=0, timestamp=timestamp, current_leader_epoch=-1),)),))
-    header = type(request).__header_schema__
-    buffer = io.BytesIO()
-    entity_writer(header)(buffer, header(request_api_key=request.__api_key__, request_api_version=VERSION,
-                                         correlation_id=correlation_id, client_id="vs-kafka-round-trips"))
-    entity_writer(type(request))(buffer, request)
-    body = buffer.getvalue()
+    header = type(request).__header_schema__(request_api_key=request.__api_key__, request_api_version=VERSION,
+                                             correlation_id=correlation_id, client_id="vs-kafka-round-trips")
+    body = encode_entity(header) + encode_entity(request)
     return _LENGTH.pack(len(body)) + body
 
 

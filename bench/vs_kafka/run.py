@@ -15,9 +15,9 @@ Workloads (``--only`` takes a comma list of these names):
   consume      consumer throughput from the beginning of a topic
   spark-read   Spark batch read: count() and sum(length(value))
   spark-write  Spark streaming write, availableNow, into an RF=3 topic
+  footprint    broker RSS after the load, cluster cold start, one broker restart
   round-trips  one small request's round trip and broker CPU: ListOffsets earliest/latest, one at a
                time on one connection, as Spark's connector sends two per poll (round_trips.py)
-  footprint    broker RSS after the load, cluster cold start, one broker restart
   scale        the cost per record: 1-8 producer processes, records of 10 B-100 KB, each compression.type
                (per-record clients: ember's send, confluent-kafka through ember's Kafka listener and on Kafka)
   partitions   topics of 6 to 5,000 partitions (RF 3): create, produce acks=all, consume, idle CPU, RSS and
@@ -51,7 +51,7 @@ from round_trips import request_round_trips  # noqa: E402
 from systems import EmberSystem, KafkaSystem, System  # noqa: E402
 from workloads import Row, log  # noqa: E402
 
-ALL = ("produce", "latency", "consume", "spark-read", "spark-write", "round-trips", "footprint", "scale",
+ALL = ("produce", "latency", "consume", "spark-read", "spark-write", "footprint", "round-trips", "scale",
        "partitions")
 #: What a run without ``--only`` measures: the partitions workload takes about 45 minutes on its own.
 DEFAULT = tuple(name for name in ALL if name != "partitions")
@@ -132,10 +132,10 @@ def run_workloads(args: argparse.Namespace, systems: list[System], work: Path) -
                 rows += workloads.spark_write(spark, systems, args.write_records, args.repeats, work)
         finally:
             spark.stop()
+    if "footprint" in selected:   # before round-trips and scale: "after the load" means the same load as in earlier runs
+        rows += workloads.footprint(systems, {s.name: s.cold_start_s for s in systems})
     if "round-trips" in selected:
         rows += request_round_trips(systems, args.round_trip_requests, args.repeats)
-    if "footprint" in selected:   # before scale: "after the load" means the same load as in earlier runs
-        rows += workloads.footprint(systems, {s.name: s.cold_start_s for s in systems})
     if "scale" in selected:
         rows += workloads.scale(systems, args.scale_repeats)
     if "partitions" in selected:
