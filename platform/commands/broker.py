@@ -11,7 +11,6 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ember.commands.allocator import tune_allocator
 from ember.errors import InvalidConfig
 from ember.ingest.broker_config import BROKER_CONFIGS, BrokerConfig, parse_log_dirs
 from ember.ingest.listeners import ListenerConfig
@@ -91,9 +90,6 @@ def start_broker(args: argparse.Namespace) -> int:
                                        config.listener_security_protocol_map, config.inter_broker_listener_name)
     setup_logging(args.data)
     raise_open_file_limit()
-    applied = tune_allocator()
-    if applied:
-        log.info("glibc malloc: %s", ", ".join(f"{name} {value:,}" for name, value in applied.items()))
     metrics_listen = BROKER_CONFIGS["metrics.listen"].parse(args.metrics_listen) if args.metrics_listen \
         else config.metrics_listen
     log_dirs = parse_log_dirs(args.log_dirs, "--log-dirs") if args.log_dirs else config.log_dir_paths()

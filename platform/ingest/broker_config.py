@@ -77,6 +77,9 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in (
     _long("log.offline.retry.interval.ms", 5000, "How often the broker retries the logs a disk failure took "
           "offline: each is reopened (and recovered) once the controller has moved its leadership away and a "
           "probe shows its disk works again (not a Kafka setting: Kafka needs a restart).", 100),
+    _long("memory.release.interval.ms", 5000, "How often the broker gives the free memory its allocator holds "
+          "back to the system (glibc's malloc_trim: what a load's buffers took, freed since); 0: never (not a "
+          "Kafka setting).", 0),
     _int("socket.request.max.bytes", 100 * 1024 * 1024,
          "Largest request frame; a bigger one closes the connection.", 1024),
     _long("queued.max.request.bytes", -1, "Bytes of request frames the broker holds at once (read, not yet "
@@ -221,6 +224,7 @@ class BrokerConfig:
     log_cleaner_io_max_bytes_per_second: float
     log_flush_scheduler_interval_ms: int
     log_offline_retry_interval_ms: int
+    memory_release_interval_ms: int
     socket_request_max_bytes: int
     queued_max_request_bytes: int
     fetch_max_bytes: int

@@ -75,6 +75,7 @@ from ember.security.sasl.credential_store import CredentialStore
 from ember.security.sasl.scram import PLAIN, check_mechanism
 from ember.security.sasl.scram_admin import ScramAdmin
 from ember.security.sasl.server import SaslServerSettings
+from ember.server.memory_release import MemoryRelease, glibc_malloc_trim
 from ember.zk.zk_session import ZkSession, ensure_cluster_id
 
 if TYPE_CHECKING:
@@ -171,6 +172,7 @@ class Broker:
         self.marker_router: MarkerRouter | None = None
         #: compacts the logs of topics with cleanup.policy=compact (log.cleaner.enable)
         self.cleaner: LogCleaner | None = None
+        self.memory = MemoryRelease(self.config.memory_release_interval_ms, glibc_malloc_trim())
         #: (listener name, its server), ember's protocol first.
         self.servers: list[tuple[str, BrokerServer]] = []
 
@@ -263,6 +265,7 @@ class Broker:
             if self.telemetry is not None:
                 self.telemetry.watch_cleaner(self.cleaner)
             self.cleaner.start()
+        self.memory.start()
         log.info("broker %d started (cluster %s), listeners %s", options.broker_id, cluster_id,
                  ", ".join(f"{listener} ({self._describe_security(listener.name)})"
                            for listener in options.listeners.bind))
@@ -351,6 +354,7 @@ class Broker:
             ("stop serving", lambda: asyncio.gather(*(server.close() for _, server in self.servers))),
             ("stop schedules", self.logs.stop_schedules),
             ("stop the log cleaner", lambda: self.cleaner.stop() if self.cleaner else asyncio.sleep(0)),
+            ("stop releasing memory", self.memory.stop),
             ("close replicas and logs", lambda: self.replicas.close() if self.replicas else asyncio.sleep(0)),
             ("end ZooKeeper session", lambda: _on_daemon_thread(lambda: self.session.close(max(zk_budget(), 1.0)))),
             ("close log manager", lambda: asyncio.to_thread(self.logs.close)),
