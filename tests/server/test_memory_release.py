@@ -49,33 +49,29 @@ def test_without_a_trim_glibc_keeps_them() -> None:
     assert released_kib("none") < 10_000
 
 
-def test_the_release_trims_every_interval_until_stopped() -> None:
+def trims_during(interval_ms: int, seconds: float) -> int:
+    """How often a release with ``interval_ms`` trims in ``seconds``; none once it is stopped."""
     calls: list[int] = []
 
     async def run() -> None:
-        release = MemoryRelease(10, lambda: calls.append(1))
+        release = MemoryRelease(interval_ms, lambda: calls.append(1))
         release.start()
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(seconds)
         await release.stop()
         stopped = len(calls)
         await asyncio.sleep(0.05)
         assert len(calls) == stopped
 
     asyncio.run(run())
-    assert len(calls) >= 3
+    return len(calls)
+
+
+def test_the_release_trims_every_interval_until_stopped() -> None:
+    assert trims_during(10, 0.2) >= 3
 
 
 def test_an_interval_of_zero_never_trims() -> None:
-    calls: list[int] = []
-
-    async def run() -> None:
-        release = MemoryRelease(0, lambda: calls.append(1))
-        release.start()
-        await asyncio.sleep(0.05)
-        await release.stop()
-
-    asyncio.run(run())
-    assert calls == []
+    assert trims_during(0, 0.1) == 0
 
 
 @needs_glibc
