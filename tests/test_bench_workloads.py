@@ -118,3 +118,23 @@ def test_a_round_trip_run_refuses_error_answers(workloads) -> None:  # type: ign
     round_trips._check_answer(system, answer(0, 42))
     with pytest.raises(RuntimeError, match="ListOffsets answered"):
         round_trips._check_answer(system, answer(int(ErrorCode.NOT_LEADER_OR_FOLLOWER), -1))
+
+
+def test_the_footprint_samples_rss_again_once_the_load_settled(workloads, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A broker whose load left 60 MB that it gives back a moment later: the row right after the
+    load shows them, the settled row does not."""
+    import subprocess
+
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nheld = bytearray(60 << 20)\n"
+                               "print(flush=True)\ntime.sleep(1)\ndel held\ntime.sleep(60)"], stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"\n"   # the 60 MB are held
+        monkeypatch.setattr(workloads, "FOOTPRINT_SETTLE_S", 2.0)
+        systems = [type("System", (), {"name": name, "processes": lambda self: {"broker 1": holder.pid},
+                                       "restart_broker_s": lambda self: 1.0})() for name in ("ember", "kafka")]
+        rows = {row.case: row for row in workloads.footprint(systems, {"ember": 2.0, "kafka": 9.0})}
+    finally:
+        holder.kill()
+        holder.wait(10)
+    after, settled = rows["RSS per broker after the load (mean)"], rows["RSS per broker 2 s after the load (mean)"]
+    assert after.ember_samples[0] - settled.ember_samples[0] > 50

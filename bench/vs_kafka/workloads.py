@@ -460,16 +460,28 @@ def write_parquet(directory: Path, records: int, files: int) -> None:
 
 # -- footprint ---------------------------------------------------------------------------------
 
-def footprint(systems: Sequence[System], cold_starts: dict[str, float]) -> list[Row]:
-    """Broker RSS after the load, the whole cluster's RSS (ember: + ZooKeeper), the cluster's cold
-    start and one broker's restart (process start → first ApiVersions answer)."""
-    by_name = {s.name: s for s in systems}
-    rss = {name: {label: rss_mb(pid) for label, pid in s.processes().items()} for name, s in by_name.items()}
-    for name, figures in rss.items():
-        log(f"RSS {name}: " + ", ".join(f"{label} {mb:.0f} MB" for label, mb in figures.items()))
+#: How long after the load the footprint samples RSS a second time: what a broker holds once the
+#: load's transient buffers are gone (an ember broker gives freed heap back every 5 s).
+FOOTPRINT_SETTLE_S = 10.0
 
-    def brokers(name: str) -> list[float]:
-        return [mb for label, mb in rss[name].items() if label.startswith("broker")]
+
+def footprint(systems: Sequence[System], cold_starts: dict[str, float]) -> list[Row]:
+    """Broker RSS right after the load and once settled, the whole cluster's RSS (ember: + ZooKeeper),
+    the cluster's cold start and one broker's restart (process start → first ApiVersions answer)."""
+    by_name = {s.name: s for s in systems}
+
+    def sample(when: str) -> dict[str, dict[str, float]]:
+        rss = {name: {label: rss_mb(pid) for label, pid in s.processes().items()} for name, s in by_name.items()}
+        for name, figures in rss.items():
+            log(f"RSS {name} {when}: " + ", ".join(f"{label} {mb:.0f} MB" for label, mb in figures.items()))
+        return rss
+
+    rss = sample("right after the load")
+    time.sleep(FOOTPRINT_SETTLE_S)
+    settled = sample(f"{FOOTPRINT_SETTLE_S:.0f} s later")
+
+    def brokers(name: str, figures: dict[str, dict[str, float]] = rss) -> list[float]:
+        return [mb for label, mb in figures[name].items() if label.startswith("broker")]
 
     restarts = {name: s.restart_broker_s() for name, s in by_name.items()}
     log("broker restart: " + ", ".join(f"{name} {s:.2f} s" for name, s in restarts.items()))
@@ -477,6 +489,8 @@ def footprint(systems: Sequence[System], cold_starts: dict[str, float]) -> list[
     return [   # measured once each: one sample per system
         Row(group, "RSS per broker after the load (mean)", "MB", [mean(brokers("ember"))], [mean(brokers("kafka"))],
             False, single=True),
+        Row(group, f"RSS per broker {FOOTPRINT_SETTLE_S:.0f} s after the load (mean)", "MB",
+            [mean(brokers("ember", settled))], [mean(brokers("kafka", settled))], False, single=True),
         Row(group, "RSS of the whole cluster", "MB", [sum(rss["ember"].values())], [sum(rss["kafka"].values())], False,
             "3 brokers + ZooKeeper", "3 KRaft nodes", single=True),
         Row(group, "cold start of the cluster (→ every broker answers)", "s",
