@@ -90,6 +90,8 @@ class TxnHistory(History):
     txn_bound_s: float = 40.0
     #: failed ``init_transactions`` calls by error (the producer retries them)
     init_errors: dict[str, int] = field(default_factory=dict)
+    #: consumers replaced because librdkafka wedged its own threads (txn_runner._await_consumers)
+    client_restarts: list[str] = field(default_factory=list)
 
     def add_events(self, producer: int, lines: list[str]) -> None:
         """Fold a producer's event lines (its whole file, any number of instances) into the history."""

@@ -100,6 +100,7 @@ class TxnChaosReport:
             f"unknown by the call made: {dict(calls)}); producer instances initialised {len(h.inits)}, "
             f"killed {len(h.kills)}" + (f"; init errors {h.init_errors}" if h.init_errors else ""),
             f"consumers read: {reads}",
+            *[f"consumer replaced: {restart}" for restart in h.client_restarts],
         ]
         if self.final is not None:
             f = self.final
@@ -303,21 +304,37 @@ def _retried_ends(consumer: Consumer, tps: list[TopicPartition], deadline: float
 
 
 def _await_consumers(consumers: list[TxnConsumer], final: TxnFinal, history: TxnHistory, bound_s: float) -> None:
-    """Bounded wait for each consumer to have read the last record below its end."""
+    """Bounded wait for each consumer to have read the last record below its end. A consumer that
+    misses the bound because librdkafka wedged its own threads (:meth:`TxnConsumer.wedged`,
+    librdkafka issue #5476) is replaced in ``consumers`` by a new instance reading on from where it
+    stopped, which must catch up within the bound in its turn (a cluster that starves consumers
+    starves the new one too); the replacement is noted in ``history.client_restarts``."""
     last: dict[str, dict[int, int]] = {"read_committed": {}, "read_uncommitted": {}}
     for isolation, read in (("read_committed", final.committed_read), ("read_uncommitted", final.uncommitted_read)):
         for poll in read.polls:
             last[isolation][poll.partition] = max(last[isolation].get(poll.partition, -1), poll.offset)
-    started = time.monotonic()
-    for consumer in consumers:
+    for index, consumer in enumerate(consumers):
         target = last[consumer.log.isolation]
-        while any(consumer.reached.get(p, -1) < o for p, o in target.items()):
-            if time.monotonic() - started > bound_s:
-                history.timing(f"{consumer.name} catches up", None, bound_s)
-                break
-            time.sleep(0.2)
-        else:
-            history.timing(f"{consumer.name} catches up", time.monotonic() - started, bound_s)
+        took = _catch_up(consumer, target, bound_s)
+        if took is None and consumer.wedged():
+            successor = consumer.successor()
+            history.client_restarts.append(f"{consumer.name}: librdkafka's main thread blocked on a lock for good "
+                                           f"(librdkafka #5476) at {dict(sorted(consumer.reached.items()))}; "
+                                           "a new instance reads on from there")
+            successor.start()
+            consumers[index] = successor
+            took = _catch_up(successor, target, bound_s)
+        history.timing(f"{consumer.name} catches up", took, bound_s)
+
+
+def _catch_up(consumer: TxnConsumer, target: dict[int, int], bound_s: float) -> Optional[float]:
+    """Seconds until ``consumer`` read up to ``target`` (partition -> offset), None past ``bound_s``."""
+    started = time.monotonic()
+    while any(consumer.reached.get(p, -1) < o for p, o in target.items()):
+        if time.monotonic() - started > bound_s:
+            return None
+        time.sleep(0.2)
+    return time.monotonic() - started
 
 
 def _report_until(config: TxnChaosConfig, history: TxnHistory, producers: list[ProducerProcess],

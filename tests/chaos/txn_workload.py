@@ -172,26 +172,43 @@ class ProducerProcess:
 
 
 class TxnConsumer(threading.Thread):
-    """A librdkafka consumer reading every partition from offset 0 with ``log.isolation``."""
+    """A librdkafka consumer reading every partition with ``log.isolation``, from offset 0 or from
+    ``start`` (partition -> offset: a :meth:`successor`'s).
 
-    def __init__(self, log: TxnConsumerLog, bootstrap: str, topic: str, partitions: int) -> None:
+    It never calls ``position()`` or another confluent-kafka method that holds the GIL while it
+    takes librdkafka's locks: librdkafka 2.16 can deadlock its own threads when a partition's leader
+    goes away while an OffsetForLeaderEpoch request is in flight (``rd_kafka_toppar_forget_leader``
+    against the leader re-query taking the handle's lock in the other order, librdkafka issue
+    #5476), and a ``position()`` call then waited on those locks forever holding the GIL, freezing
+    the whole test process (seen twice: CI's 90-minute timeout with no report). Such an instance
+    reads nothing more; :meth:`wedged` tells it from a consumer the cluster starves."""
+
+    def __init__(self, log: TxnConsumerLog, bootstrap: str, topic: str, partitions: int,
+                 start: Optional[dict[int, int]] = None) -> None:
         super().__init__(name=log.name, daemon=True)
         self.log, self.bootstrap, self.topic, self.partitions = log, bootstrap, topic, partitions
+        self.start_offsets = start or {}
         self.reached: dict[int, int] = {}            # partition -> highest offset read
         self.error: Optional[BaseException] = None
         self.close_s: Optional[float] = None
+        #: librdkafka's main thread of this instance (its thread id), once it exists
+        self.main_thread: Optional[int] = None
+        self.retired = False
         self._halt = threading.Event()
+        self._lock = threading.Lock()                # a retired instance appends nothing more
 
     def run(self) -> None:
         from confluent_kafka import Consumer, KafkaError, TopicPartition
         try:
-            consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"chaos-{self.log.name}",
-                                 "isolation.level": self.log.isolation, "enable.auto.commit": False,
-                                 "auto.offset.reset": "earliest", "fetch.wait.max.ms": 100,
-                                 "logger": _InfoLogger(logging.getLogger(f"chaos.txn.{self.log.name}"))})
-            tps = [TopicPartition(self.topic, p, 0) for p in range(self.partitions)]
-            consumer.assign(tps)
-            last_positions = 0.0
+            with _CREATING:                          # the new threads are this instance's
+                before = _threads()
+                consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"chaos-{self.log.name}",
+                                     "isolation.level": self.log.isolation, "enable.auto.commit": False,
+                                     "auto.offset.reset": "earliest", "fetch.wait.max.ms": 100,
+                                     "logger": _InfoLogger(logging.getLogger(f"chaos.txn.{self.log.name}"))})
+                self.main_thread = next((t for t in _threads() - before if _thread_name(t) == "rdk:main"), None)
+            consumer.assign([TopicPartition(self.topic, p, self.start_offsets.get(p, 0))
+                             for p in range(self.partitions)])
             try:
                 while not self._halt.is_set():
                     for message in consumer.consume(500, timeout=0.2):
@@ -201,12 +218,11 @@ class TxnConsumer(threading.Thread):
                                 self.log.errors[error.name()] = self.log.errors.get(error.name(), 0) + 1
                             continue
                         partition, offset = message.partition() or 0, message.offset() or 0
-                        self.log.read(partition, offset, message.value())
-                        self.reached[partition] = max(self.reached.get(partition, -1), offset)
-                    if time.monotonic() - last_positions > 1.0:
-                        last_positions = time.monotonic()
-                        for tp in consumer.position(tps):
-                            self.log.positions[tp.partition] = tp.offset
+                        with self._lock:
+                            if self.retired:
+                                break
+                            self.log.read(partition, offset, message.value())
+                            self.reached[partition] = max(self.reached.get(partition, -1), offset)
             finally:
                 started = time.monotonic()
                 consumer.close()
@@ -218,6 +234,54 @@ class TxnConsumer(threading.Thread):
         self._halt.set()
         self.join(bound_s)
         return not self.is_alive()
+
+    def wedged(self, samples: int = 5, interval_s: float = 1.0) -> bool:
+        """Whether librdkafka's main thread of this instance sits on a lock for good: in a futex
+        wait without a timeout at every one of ``samples`` looks ``interval_s`` apart (it only ever
+        waits with one when it works: its queue's timed waits)."""
+        if self.main_thread is None:
+            return False
+        for sample in range(samples):
+            if sample:
+                time.sleep(interval_s)
+            if not _untimed_futex_wait(self.main_thread):
+                return False
+        return True
+
+    def successor(self) -> "TxnConsumer":
+        """Retire this instance (it appends nothing more to the log) and return a new one, not yet
+        started, reading on from the record after the last this one read in each partition."""
+        with self._lock:
+            self.retired = True
+            start = {p: self.reached.get(p, -1) + 1 for p in range(self.partitions)}
+        self._halt.set()
+        return TxnConsumer(self.log, self.bootstrap, self.topic, self.partitions, start)
+
+
+#: Serialises consumer creation, so the threads that appear during one are that consumer's.
+_CREATING = threading.Lock()
+_FUTEX = "202"   # x86-64's futex syscall number, as /proc/<tid>/syscall shows it
+
+
+def _threads() -> set[int]:
+    return {int(t) for t in os.listdir("/proc/self/task")}
+
+
+def _thread_name(tid: int) -> str:
+    try:
+        return Path(f"/proc/self/task/{tid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _untimed_futex_wait(tid: int) -> bool:
+    """Whether thread ``tid`` of this process is blocked in a futex wait with no timeout (a mutex
+    or a rwlock; a condition wait with a deadline passes a timeout): /proc's syscall arguments."""
+    try:
+        fields = Path(f"/proc/self/task/{tid}/syscall").read_text().split()
+    except OSError:
+        return False
+    return len(fields) > 4 and fields[0] == _FUTEX and int(fields[4], 16) == 0
 
 
 class _InfoLogger:
