@@ -313,9 +313,10 @@ def _await_consumers(consumers: list[TxnConsumer], final: TxnFinal, history: Txn
     for isolation, read in (("read_committed", final.committed_read), ("read_uncommitted", final.uncommitted_read)):
         for poll in read.polls:
             last[isolation][poll.partition] = max(last[isolation].get(poll.partition, -1), poll.offset)
+    started = time.monotonic()    # one bound for all of them, as the consumers read at once
     for index, consumer in enumerate(consumers):
         target = last[consumer.log.isolation]
-        took = _catch_up(consumer, target, bound_s)
+        took = _catch_up(consumer, target, started, bound_s)
         if took is None and consumer.wedged():
             successor = consumer.successor()
             history.client_restarts.append(f"{consumer.name}: librdkafka's main thread blocked on a lock for good "
@@ -323,13 +324,13 @@ def _await_consumers(consumers: list[TxnConsumer], final: TxnFinal, history: Txn
                                            "a new instance reads on from there")
             successor.start()
             consumers[index] = successor
-            took = _catch_up(successor, target, bound_s)
+            took = _catch_up(successor, target, time.monotonic(), bound_s)
         history.timing(f"{consumer.name} catches up", took, bound_s)
 
 
-def _catch_up(consumer: TxnConsumer, target: dict[int, int], bound_s: float) -> Optional[float]:
-    """Seconds until ``consumer`` read up to ``target`` (partition -> offset), None past ``bound_s``."""
-    started = time.monotonic()
+def _catch_up(consumer: TxnConsumer, target: dict[int, int], started: float, bound_s: float) -> Optional[float]:
+    """Seconds from ``started`` until ``consumer`` read up to ``target`` (partition -> offset), None
+    past ``bound_s``."""
     while any(consumer.reached.get(p, -1) < o for p, o in target.items()):
         if time.monotonic() - started > bound_s:
             return None

@@ -180,7 +180,8 @@ class TxnConsumer(threading.Thread):
     goes away while an OffsetForLeaderEpoch request is in flight (``rd_kafka_toppar_forget_leader``
     against the leader re-query taking the handle's lock in the other order, librdkafka issue
     #5476), and a ``position()`` call then waited on those locks forever holding the GIL, freezing
-    the whole test process (seen twice: CI's 90-minute timeout with no report). Such an instance
+    the whole test process (seen with gdb in a rehearsal of CI, which timed out at 90 minutes with no
+    report, as one CI run had). Such an instance
     reads nothing more; :meth:`wedged` tells it from a consumer the cluster starves."""
 
     def __init__(self, log: TxnConsumerLog, bootstrap: str, topic: str, partitions: int,
