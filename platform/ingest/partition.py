@@ -59,7 +59,7 @@ EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3               # the record with the largest timestamp (v7+)
 EARLIEST_LOCAL_TIMESTAMP = -4    # v8+
 LATEST_TIERED_TIMESTAMP = -5     # v9+: -1, as Kafka answers for a topic without remote storage
-_IN_MEMORY_TIMESTAMPS = frozenset((EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP, LATEST_TIMESTAMP, LATEST_TIERED_TIMESTAMP))
+IN_MEMORY_TIMESTAMPS = frozenset((EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP, LATEST_TIMESTAMP, LATEST_TIERED_TIMESTAMP))
 CONSUMER_REPLICA_ID = -1
 #: DeleteRecords' offset meaning "up to the high watermark" (Kafka's DeleteRecordsRequest.HIGH_WATERMARK)
 DELETE_TO_HIGH_WATERMARK = -1
@@ -378,9 +378,15 @@ class Partition:
         (-1, -1) when no visible record answers it (``committed``: read_committed, whose view ends at
         the last stable offset). Earliest and latest are answered on the event loop, from offsets
         held in memory: Spark's Kafka connector asks for both after every poll."""
-        if timestamp in _IN_MEMORY_TIMESTAMPS:
-            return self._offset(timestamp, replica_id, committed)
+        if timestamp in IN_MEMORY_TIMESTAMPS:
+            return self.offset_in_memory(timestamp, replica_id, committed)
         return await self.run(self._offset, timestamp, replica_id, committed)
+
+    def offset_in_memory(self, timestamp: int, replica_id: int, committed: bool = False) -> tuple[int, int]:
+        """:meth:`offset_for_timestamp` for one of :data:`IN_MEMORY_TIMESTAMPS`, answered at once."""
+        if timestamp not in IN_MEMORY_TIMESTAMPS:
+            raise ValueError(f"timestamp {timestamp} is not answered from memory")
+        return self._offset(timestamp, replica_id, committed)
 
     def _offset(self, timestamp: int, replica_id: int, committed: bool) -> tuple[int, int]:
         log = self.log

@@ -20,16 +20,34 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Coroutine, Iterable, SupportsIndex
 
+from ember.net.immediate import ImmediateAnswers
+
 _reader: contextvars.ContextVar["ArrivalReader | None"] = contextvars.ContextVar("ember_reader", default=None)
 
 
 class ArrivalReader(asyncio.StreamReader):
     """A connection's reader that tells the request being handled when its client has sent more
-    (:func:`next_request_sent`)."""
+    (:func:`next_request_sent`) and, while its task waits idle for the next request
+    (:meth:`idle`), lets :class:`~ember.net.immediate.ImmediateAnswers` answer what arrives."""
 
     _arrival: asyncio.Future[None] | None = None
+    _immediate: ImmediateAnswers | None = None
+
+    def idle(self, immediate: ImmediateAnswers) -> None:
+        """The connection's task is about to wait for its next request: until bytes are left for it,
+        ``immediate`` answers what it can as it arrives. Only with nothing read ahead, which the
+        task reads first."""
+        if not getattr(self, "_buffer", None):
+            self._immediate = immediate
 
     def feed_data(self, data: Iterable[SupportsIndex]) -> None:
+        immediate = self._immediate
+        if immediate is not None:
+            self._immediate = None      # the task takes over, unless every frame is answered
+            data = immediate.take(data)  # type: ignore[arg-type]   # a transport feeds bytes
+            if not data:
+                self._immediate = immediate
+                return
         super().feed_data(data)
         self._arrived()
 

@@ -32,11 +32,12 @@ import asyncio
 import logging
 import os
 import select
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Coroutine
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Coroutine, cast
 
 from ember.errors import EmberError
 from ember.net.budget import RequestBudget
 from ember.net.coalescing import CoalescingWriter
+from ember.net.immediate import AnswerNow, ImmediateAnswers
 from ember.net.pipelining import (
     MAX_REPLIES_OWED,
     ArrivalReader,
@@ -198,6 +199,9 @@ class BrokerServer:
     decode_frame = staticmethod(decode_request)
     #: The protocol the listener speaks, as named in log lines.
     protocol_name = "ember"
+    #: Answers a request frame as it arrives, while the connection is idle, or None: the task
+    #: handles it (:mod:`ember.net.immediate`). None: every request goes through the task.
+    answer_now: AnswerNow | None = None
     #: Answers a request on a SASL listener before the client has authenticated: each protocol's
     #: server says how (``ember.protocol.ember.listener``, ``ember.protocol.kafka.listener``).
     authenticate: Authenticate
@@ -266,8 +270,11 @@ class BrokerServer:
                 return
             enter_session(session)
             sasl = SaslServer(self.security.sasl) if self.security.sasl is not None else None
+            immediate = self._immediate_answers(reader, writer, replies, watchdog) if sasl is None else None
             while True:
                 pending = sasl if sasl is not None and not sasl.complete else None
+                if immediate is not None and not len(owed):
+                    cast(ArrivalReader, reader).idle(immediate)
                 read = await self._read_request(reader, watchdog, pending)
                 if read is None:
                     drop_owed = True    # the client ended the stream
@@ -342,6 +349,24 @@ class BrokerServer:
                     writer.transport.abort()   # close() would wait forever to flush to a client that does not read
                 else:
                     writer.close()
+
+    def _immediate_answers(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                           replies: CoalescingWriter, watchdog: _Watchdog) -> ImmediateAnswers | None:
+        """The connection's :class:`ImmediateAnswers` when its protocol answers some requests as they
+        arrive (:attr:`answer_now`); not on a SASL listener, whose sessions authenticate and expire
+        through the task."""
+        if self.answer_now is None or not isinstance(reader, ArrivalReader):
+            return None
+        observer = self.observer
+
+        def answered(frame: memoryview, started: float, reply: bytes) -> None:
+            watchdog.arm("sending the next request")    # the client is active: it is not idle
+            if observer is not None:
+                timer = observer.start(int.from_bytes(frame[:2], "big"))    # api key: both protocols' first field
+                timer.started = started
+                timer.handled(reply)
+                timer.done()
+        return ImmediateAnswers(self.answer_now, writer.transport, lambda: replies.holding > 0, answered)
 
     @staticmethod
     async def _wait_for_owed(owed: RepliesInOrder, watchdog: _Watchdog, below: int) -> None:

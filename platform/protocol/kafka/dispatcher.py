@@ -18,6 +18,7 @@ from ember.errors import ErrorCode
 from ember.protocol.kafka.codec import (
     KafkaRequest,
     build,
+    decode_request,
     encode_error_only,
     encode_response,
     encode_response_pieces,
@@ -41,6 +42,10 @@ class Api:
     min_version: int
     max_version: int
     handler: Handler
+    #: The response built at once, or None when ``handler`` must answer (it waits, reads a file):
+    #: an API that has it is answered as its request arrives on an idle connection
+    #: (:mod:`ember.net.immediate`), the same response ``handler`` would build.
+    now: Callable[[KafkaRequest], Any | None] | None = None
 
 
 class KafkaDispatcher:
@@ -59,6 +64,24 @@ class KafkaDispatcher:
     def serves(self, api_key: int, api_version: int) -> bool:
         api = self.apis.get(api_key)
         return api is not None and api.min_version <= api_version <= api.max_version
+
+    def answer_now(self, frame: memoryview) -> bytes | None:
+        """The whole response frame to a request whose API answers at once (:attr:`Api.now`) and
+        which it can answer now; None otherwise, and for anything unusual (an unsupported version,
+        a malformed frame): the connection's task handles the frame again and answers that."""
+        api = self.apis.get(int.from_bytes(frame[:2], "big"))
+        if api is None or api.now is None:
+            return None
+        request = decode_request(frame, self.serves)
+        if request.body is None:
+            return None
+        response = api.now(request)
+        if response is None:
+            return None
+        if self.observer is not None:
+            self.observer.count_errors(request.api_key, error_codes(response))
+        pieces = encode_response_pieces(request.correlation_id, response)
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)   # type: ignore[return-value]
 
     async def __call__(self, request: KafkaRequest) -> bytes | FramePieces | None:
         if not self.serves(request.api_key, request.api_version):

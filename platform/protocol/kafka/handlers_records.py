@@ -20,7 +20,13 @@ from ember.errors import (
 from ember.ingest.core import BrokerCore
 from ember.ingest.fetch import FetchResult, FetchTarget, fetch
 from ember.ingest.log_manager import IO_THREADS
-from ember.ingest.partition import CONSUMER_REPLICA_ID, LATEST_TIERED_TIMESTAMP, LogOffsets, Partition
+from ember.ingest.partition import (
+    CONSUMER_REPLICA_ID,
+    IN_MEMORY_TIMESTAMPS,
+    LATEST_TIERED_TIMESTAMP,
+    LogOffsets,
+    Partition,
+)
 from ember.ingest.produce import Produced, ProduceEntry, append_at_leaders
 from ember.ingest.replica_manager import LeaderAnswer, LeaderQuery
 from ember.log.txn_index import AbortedTxn
@@ -57,7 +63,7 @@ class RecordHandlers:
 
     def apis(self) -> dict[int, Api]:
         return {ApiKey.PRODUCE: Api(0, 13, self.produce), ApiKey.FETCH: Api(4, 18, self.fetch),
-                ApiKey.LIST_OFFSETS: Api(1, 10, self.list_offsets),
+                ApiKey.LIST_OFFSETS: Api(1, 10, self.list_offsets, now=self.list_offsets_now),
                 ApiKey.OFFSET_FOR_LEADER_EPOCH: Api(2, 4, self.offset_for_leader_epoch)}
 
     # -- Produce -------------------------------------------------------------------------------
@@ -181,7 +187,7 @@ class RecordHandlers:
 
     async def list_offsets(self, request: KafkaRequest) -> Any:
         body = request.body
-        committed = getattr(body, "isolation_level", READ_UNCOMMITTED) == READ_COMMITTED
+        committed = _read_committed(body)
 
         async def offset(partition: Partition, wanted: int) -> tuple[int, int]:
             if wanted < LATEST_TIERED_TIMESTAMP:
@@ -190,10 +196,24 @@ class RecordHandlers:
             return await partition.offset_for_timestamp(wanted, CONSUMER_REPLICA_ID, committed)
         topics: list[tuple[str, list[PartitionOffset]]] = []
         for topic in body.topics:
-            queries = [LeaderQuery(topic.name, p.partition_index, getattr(p, "current_leader_epoch", -1), p.timestamp)
-                       for p in topic.partitions]
-            answers = await self.core.replicas.answer_at_leader(queries, offset)
+            answers = await self.core.replicas.answer_at_leader(_offset_queries(topic), offset)
             topics.append((topic.name, [_partition_offset(a) for a in answers]))
+        return encode_list_offsets(request.api_version, topics)
+
+    def list_offsets_now(self, request: KafkaRequest) -> Any | None:
+        """ListOffsets answered as it arrives (:mod:`ember.net.immediate`) when it asks only for
+        offsets held in memory (earliest, latest: what Spark's connector asks after every poll);
+        None when a partition asks for a timestamp, which reads the time index."""
+        body = request.body
+        if not all(p.timestamp in IN_MEMORY_TIMESTAMPS for topic in body.topics for p in topic.partitions):
+            return None
+        committed = _read_committed(body)
+
+        def offset(partition: Partition, wanted: int) -> tuple[int, int]:
+            return partition.offset_in_memory(wanted, CONSUMER_REPLICA_ID, committed)
+        topics = [(topic.name, [_partition_offset(a) for a in
+                                self.core.replicas.answer_at_leader_now(_offset_queries(topic), offset)])
+                  for topic in body.topics]
         return encode_list_offsets(request.api_version, topics)
 
 
@@ -266,6 +286,16 @@ def _idle_partition(cls: type, index: int, high_watermark: int, log_start_offset
     partitions): kio entities are immutable, so one is shared by every response showing the same
     offsets; building them took as long as the rest of a 333-partition fetch."""
     return build(cls, _fetch_fields(index, None, LogOffsets(high_watermark, log_start_offset, -1, last_stable_offset)))
+
+
+def _read_committed(body: Any) -> bool:
+    return bool(getattr(body, "isolation_level", READ_UNCOMMITTED) == READ_COMMITTED)
+
+
+def _offset_queries(topic: Any) -> list[LeaderQuery[int]]:
+    """A ListOffsets topic's partitions as queries for their leader (the timestamp each asks)."""
+    return [LeaderQuery(topic.name, p.partition_index, getattr(p, "current_leader_epoch", -1), p.timestamp)
+            for p in topic.partitions]
 
 
 def _leader(result: FetchResult) -> Partition:

@@ -44,6 +44,7 @@ class KafkaServer(BrokerServer):
                          security or ListenerSecurity("KAFKA"), budget)
         self.decode_frame = (
             lambda frame: decode_request(memoryview(frame), dispatcher.serves))  # type: ignore[assignment, return-value]
+        self.answer_now = dispatcher.answer_now
 
     async def _write(self, writer: CoalescingWriter, correlation_id: int,  # type: ignore[override]
                      reply: bytes | FramePieces) -> None:

@@ -19,8 +19,10 @@ from kio.schema.find_coordinator.v3.request import FindCoordinatorRequest
 from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
 from kio.schema.list_offsets.v6.request import ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
+from kio.serial import entity_reader
 
 from ember.errors import ErrorCode
+from ember.protocol.kafka.codec import response_class
 from ember.wire.api_keys import ApiKey
 
 pytestmark = pytest.mark.integration
@@ -204,3 +206,45 @@ def test_bad_record_batches_get_kafka_errors_and_nothing_is_written(kafka_addres
 
         assert produce(records())[0] == error
         assert produce(bytes(_good_batch())) == (0, 0)    # the refused batch left nothing behind
+
+
+def _offsets_request(topic: str, *timestamps: int) -> ListOffsetsRequest:
+    return ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=(ListOffsetsTopic(name=topic, partitions=tuple(
+        ListOffsetsPartition(partition_index=0, timestamp=t) for t in timestamps)),))
+
+
+def _offsets(wire: KafkaWire, correlation_id: int) -> list[tuple[int, int]]:
+    """(error code, offset) per partition of the ListOffsets v6 answer to ``correlation_id``."""
+    received, body = wire.receive()
+    assert received == correlation_id
+    response, _ = entity_reader(response_class(ApiKey.LIST_OFFSETS, 6))(body, 1)
+    return [(p.error_code.value, p.offset) for t in response.topics for p in t.partitions]
+
+
+def test_list_offsets_answered_as_it_arrives_sees_every_produce_sent_before_it(kafka_address, topic_name):
+    """Earliest/latest ListOffsets are answered as they arrive on an idle connection (ember.net.immediate);
+    one sent right behind an acks=all Produce, in the same write or the next, still waits for that
+    Produce and sees its records, and one for a timestamp (which reads the time index) is answered too."""
+    create_topic(kafka_address, topic_name, replication_factor=3)
+    with KafkaWire(ready_leader(kafka_address, topic_name)) as wire:
+        ids = wire.call(InitProducerIdRequest(transactional_id=None, transaction_timeout=datetime.timedelta(0),
+                                              producer_id=-1, producer_epoch=-1))
+        expected = 0
+        for round_, together in enumerate((True, False, True)):
+            produce_id, produce = wire.frame(produce_request(ids.producer_id, expected, 5, topic_name))
+            offsets_id, offsets = wire.frame(_offsets_request(topic_name, -2, -1))
+            if together:
+                wire.send_raw(produce + offsets)
+            else:
+                wire.send_raw(produce)
+                wire.send_raw(offsets)
+            assert wire.receive()[0] == produce_id
+            expected += 5
+            assert _offsets(wire, offsets_id) == [(0, 0), (0, expected)], f"round {round_}"
+        for _ in range(3):     # idle: answered at once, the same answers
+            offsets_id, offsets = wire.frame(_offsets_request(topic_name, -2, -1, 1000))
+            wire.send_raw(offsets)
+            assert _offsets(wire, offsets_id) == [(0, 0), (0, expected), (0, 0)]
+        missing_id, missing = wire.frame(_offsets_request(topic_name + "-missing", -1))
+        wire.send_raw(missing)
+        assert _offsets(wire, missing_id) == [(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1)]
