@@ -270,11 +270,15 @@ class BrokerServer:
                 return
             enter_session(session)
             sasl = SaslServer(self.security.sasl) if self.security.sasl is not None else None
-            immediate = self._immediate_answers(reader, writer, replies, watchdog) if sasl is None else None
+            immediate: ImmediateAnswers | None = None
+            may_answer_now = self.answer_now is not None and isinstance(reader, ArrivalReader)
             while True:
                 pending = sasl if sasl is not None and not sasl.complete else None
-                if immediate is not None and not len(owed):
-                    cast(ArrivalReader, reader).idle(immediate)
+                if may_answer_now and not len(owed):
+                    if immediate is None and (sasl is None or sasl.complete and sasl.expires_at is None):
+                        immediate = self._immediate_answers(writer, replies, watchdog)   # in the session authenticated
+                    if immediate is not None:
+                        cast(ArrivalReader, reader).idle(immediate)
                 read = await self._read_request(reader, watchdog, pending)
                 if read is None:
                     drop_owed = True    # the client ended the stream
@@ -350,13 +354,12 @@ class BrokerServer:
                 else:
                     writer.close()
 
-    def _immediate_answers(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                           replies: CoalescingWriter, watchdog: _Watchdog) -> ImmediateAnswers | None:
-        """The connection's :class:`ImmediateAnswers` when its protocol answers some requests as they
-        arrive (:attr:`answer_now`); not on a SASL listener, whose sessions authenticate and expire
-        through the task."""
-        if self.answer_now is None or not isinstance(reader, ArrivalReader):
-            return None
+    def _immediate_answers(self, writer: asyncio.StreamWriter, replies: CoalescingWriter,
+                           watchdog: _Watchdog) -> ImmediateAnswers:
+        """The connection's :class:`ImmediateAnswers` (its protocol has :attr:`answer_now`), created
+        in its current context: on a SASL listener once the client has authenticated, and never
+        when sessions expire (``connections.max.reauth.ms``: each request checks the expiry)."""
+        assert self.answer_now is not None
         observer = self.observer
 
         def answered(frame: memoryview, started: float, reply: bytes) -> None:

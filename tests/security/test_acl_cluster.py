@@ -6,6 +6,7 @@ ember's clients and for a Kafka client (confluent-kafka over SSL) with Kafka's e
 are added through ember's Admin, ``ember acls`` and Kafka's own ``kafka-acls``."""
 from __future__ import annotations
 
+import ssl
 import time
 import uuid
 
@@ -18,11 +19,13 @@ from confluent_kafka.admin import AdminClient as KafkaAdminClient
 from confluent_kafka.admin import NewPartitions, NewTopic
 from kafka.admin import KafkaAdminClient as KafkaPythonAdmin
 from kafka_helpers import WAIT_S, run_tool
+from kafka_wire import KafkaWire
+from kio.schema.list_offsets.v6.request import ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic
 
 from ember.cli import main as ember_cli
 from ember.client import Admin, Consumer, Producer, TopicPartition
 from ember.client.metadata import MetadataClient
-from ember.errors import ClusterAuthorizationFailed, GroupAuthorizationFailed, TopicAuthorizationFailed
+from ember.errors import ClusterAuthorizationFailed, ErrorCode, GroupAuthorizationFailed, TopicAuthorizationFailed
 from ember.launcher.cluster_tls import ClusterTls, certificate_file_principal
 from ember.launcher.local import LocalCluster
 from ember.security.authorizer.model import (
@@ -343,3 +346,31 @@ def test_ember_acls_command_adds_lists_and_removes(cluster, user, topic_name, ca
     assert f"removed: Allow {user.principal} Write" in capsys.readouterr().out
     with admin(cluster) as a:
         assert a.describe_acls(AclBindingFilter(ResourceType.TOPIC, topic_name, PatternType.MATCH)) == []
+
+
+
+def test_list_offsets_answered_as_it_arrives_is_authorized_as_its_connections_principal(cluster, user, topic_name):
+    """Earliest/latest ListOffsets, answered in the transport's callback on an idle connection
+    (ember.net.immediate), are checked against the TLS principal of the connection they came on, as
+    through its task: refused without DESCRIBE on the topic, answered with it."""
+    create(cluster, topic_name)
+    produce_as = User(cluster)
+    grant(cluster, allow(produce_as.principal, Operation.WRITE, topic_name))
+    produce(produce_as, cluster, topic_name, count=4)
+    tls = ssl.create_default_context(cafile=user.kafka["ssl.ca.location"])
+    tls.load_cert_chain(user.kafka["ssl.certificate.location"], user.kafka["ssl.key.location"])
+    tls.check_hostname = False
+    request = ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=(ListOffsetsTopic(name=topic_name, partitions=(
+        ListOffsetsPartition(partition_index=0, timestamp=-2), ListOffsetsPartition(partition_index=0, timestamp=-1))),))
+
+    def answers() -> set[int]:
+        codes = set()
+        for address in cluster.kafka_bootstrap.split(","):
+            with KafkaWire(address) as wire:
+                wire.sock = tls.wrap_socket(wire.sock)
+                codes |= {p.error_code.value for t in wire.call(request).topics for p in t.partitions}
+        return codes
+    assert answers() == {ErrorCode.TOPIC_AUTHORIZATION_FAILED}
+    grant(cluster, allow(user.principal, Operation.DESCRIBE, topic_name))
+    until(lambda: ErrorCode.TOPIC_AUTHORIZATION_FAILED not in answers(), "DESCRIBE reaches every broker")
+    assert answers() == {ErrorCode.NONE, ErrorCode.NOT_LEADER_OR_FOLLOWER}     # the leader and the other broker

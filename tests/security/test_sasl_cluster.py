@@ -27,12 +27,13 @@ from confluent_kafka import KafkaError
 from confluent_kafka import Producer as KafkaProducer
 from kafka_helpers import WAIT_S, run_tool
 from kafka_wire import KafkaWire
+from kio.schema.list_offsets.v6.request import ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.sasl_handshake.v0.request import SaslHandshakeRequest
 from sasl_helpers import create, grant, kafka_config, login, tls_context
 
 from ember.client import Admin, Consumer, Producer, TopicPartition
-from ember.errors import SaslAuthenticationFailed, TopicAuthorizationFailed, UnsupportedSaslMechanism
+from ember.errors import ErrorCode, SaslAuthenticationFailed, TopicAuthorizationFailed, UnsupportedSaslMechanism
 from ember.launcher.local import LocalCluster
 from ember.net.connection import Connection
 from ember.security.authorizer.model import Operation
@@ -228,21 +229,55 @@ def test_a_scram_user_added_with_kafka_configs_authenticates(cluster, topic_name
 def test_an_old_client_authenticates_with_saslhandshake_v0_and_bare_scram_tokens(cluster, topic_name):
     create(cluster, topic_name)
     address = cluster.kafka_bootstrap.split(",")[0]
-    with KafkaWire(address) as wire:
-        wire.sock = tls_context(cluster).wrap_socket(wire.sock, server_hostname=address.rsplit(":", 1)[0])
-        assert wire.call(SaslHandshakeRequest(mechanism="SCRAM-SHA-256")).error_code == 0   # v0
-
-        def exchange(token: str) -> str:
-            wire.send_raw(FRAME_LENGTH.pack(len(token)) + token.encode())
-            (size,) = FRAME_LENGTH.unpack(wire.exactly(FRAME_LENGTH.size))
-            return wire.exactly(size).decode()
-
-        client = scramp.ScramClient(["SCRAM-SHA-256"], "admin", cluster.scram.password("admin"))
-        client.set_server_first(exchange(client.get_client_first()))
-        client.set_server_final(exchange(client.get_client_final()))   # checks the broker's signature
+    with scram_v0_wire(cluster, address, "admin", cluster.scram.password("admin")) as wire:
         metadata = wire.call(MetadataRequest(topics=(MetadataRequestTopic(topic_id=None, name=topic_name),),
                                              allow_auto_topic_creation=False, include_topic_authorized_operations=False))
     assert metadata.topics[0].error_code == 0
+
+
+def scram_v0_wire(cluster: LocalCluster, address: str, user: str, password: str) -> KafkaWire:
+    """A raw Kafka connection over TLS, authenticated as an old client does: SaslHandshake v0,
+    then bare SCRAM-SHA-256 tokens."""
+    wire = KafkaWire(address)
+    wire.sock = tls_context(cluster).wrap_socket(wire.sock, server_hostname=address.rsplit(":", 1)[0])
+    assert wire.call(SaslHandshakeRequest(mechanism="SCRAM-SHA-256")).error_code == 0   # v0
+
+    def exchange(token: str) -> str:
+        wire.send_raw(FRAME_LENGTH.pack(len(token)) + token.encode())
+        (size,) = FRAME_LENGTH.unpack(wire.exactly(FRAME_LENGTH.size))
+        return wire.exactly(size).decode()
+
+    client = scramp.ScramClient(["SCRAM-SHA-256"], user, password)
+    client.set_server_first(exchange(client.get_client_first()))
+    client.set_server_final(exchange(client.get_client_final()))   # checks the broker's signature
+    return wire
+
+
+def test_list_offsets_answered_as_it_arrives_after_sasl_is_authorized_as_the_authenticated_user(cluster, topic_name,
+                                                                                                 tmp_path):
+    """After a SASL login, earliest/latest ListOffsets are answered as they arrive (ember.net.immediate)
+    and checked against the authenticated principal, not the connection's TLS one: a user without
+    ACLs is refused, the admin (a super user) answered."""
+    create(cluster, topic_name)
+    password_file = tmp_path / "dave.password"
+    password_file.write_text(PASSWORDS["dave"] + "\n")
+    ember_cli(cluster, "users", "add", "dave", "--password-file", str(password_file))
+    deadline = time.monotonic() + WAIT_S
+    while not all(authenticates(cluster, b, "dave", PASSWORDS["dave"]) for b in cluster.brokers):
+        assert time.monotonic() < deadline, "dave was not known to every broker in time"
+        time.sleep(0.2)
+    request = ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=(ListOffsetsTopic(name=topic_name, partitions=(
+        ListOffsetsPartition(partition_index=0, timestamp=-2), ListOffsetsPartition(partition_index=0, timestamp=-1))),))
+
+    def codes(user: str, password: str) -> set[int]:
+        found: set[int] = set()
+        for address in cluster.kafka_bootstrap.split(","):
+            with scram_v0_wire(cluster, address, user, password) as wire:
+                for _ in range(3):
+                    found |= {p.error_code.value for t in wire.call(request).topics for p in t.partitions}
+        return found
+    assert codes("dave", PASSWORDS["dave"]) == {ErrorCode.TOPIC_AUTHORIZATION_FAILED}
+    assert codes("admin", cluster.scram.password("admin")) == {ErrorCode.NONE, ErrorCode.NOT_LEADER_OR_FOLLOWER}
 
 
 def test_a_made_up_user_gets_the_same_salt_from_every_broker_like_a_real_user(cluster):
