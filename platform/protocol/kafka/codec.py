@@ -324,6 +324,7 @@ def millis(value: datetime.timedelta | int) -> int:
     return value if isinstance(value, int) else round(value.total_seconds() * 1000)
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def topic_uuid(topic_id: str) -> uuid.UUID:
-    """ember's topic id (hex) as the UUID Kafka's protocol carries."""
+    """ember's topic id (hex) as the UUID Kafka's protocol carries (a UUID is immutable: one per id)."""
     return uuid.UUID(hex=topic_id)
