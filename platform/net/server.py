@@ -5,6 +5,8 @@ dispatcher and writes the reply before reading the next frame, so pipelined requ
 answered in the order they were sent (the unread ones wait in the socket buffer, which is also
 the back-pressure). An acks=all Produce waiting for its followers is the exception: the next
 request is read meanwhile and the replies are written in order (:mod:`ember.net.pipelining`).
+While a connection is idle, requests its protocol can answer at once (:attr:`BrokerServer.answer_now`)
+are answered as they arrive, without waking the coroutine (:mod:`ember.net.immediate`).
 Fetch payloads go out with ``loop.sendfile`` straight from segment files;
 on a TLS listener they are read and written through the TLS transport instead (no zero-copy
 there, as in Kafka: the bytes must be encrypted). A connection starts with
