@@ -130,13 +130,17 @@ def test_an_answer_that_fails_leaves_the_request_to_the_task() -> None:
 
 def test_requests_answered_at_once_keep_the_connection_from_expiring_as_idle() -> None:
     async def scenario() -> None:
-        async with _connected(max_idle_ms=400) as (broker, server, reader, writer):
-            for n in range(12):       # 1.2 s of requests, 0.1 s apart: three idle limits
+        async with _connected(max_idle_ms=1000) as (broker, server, reader, writer):
+            for n in range(30):       # 3 s of requests, 0.1 s apart: three idle limits
                 writer.write(_frame(n, f"now-{n}"))
                 assert await answer(reader) == (n, f"now-{n}")
                 await asyncio.sleep(0.1)
             assert server.connection_count == 1
-            await asyncio.sleep(1.0)   # really idle now: closed
+            assert broker.dispatched == []
+            for _ in range(100):      # really idle now: closed after the limit
+                if server.connection_count == 0:
+                    break
+                await asyncio.sleep(0.05)
             assert server.connection_count == 0
 
     asyncio.run(scenario())
