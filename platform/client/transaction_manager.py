@@ -292,10 +292,16 @@ class TransactionManager:
             if self.state not in _NEEDS_TRANSACTION:
                 return []
             new = [tp for tp in ready if tp not in self.partitions]
+            producer = self.producer_id, self.producer_epoch
         if new:
             try:
-                self._add_partitions(new)
+                self._add_partitions(new, producer)
             except EmberError as exc:
+                if self._ended_since(producer):
+                    # the transaction ended meanwhile (an abort's EndTxn bumped the epoch): this answer
+                    # is about it, and must not fail the next (it made the producer fatal: "fenced")
+                    log.debug("AddPartitionsToTxn of a transaction that has ended: %s", exc)
+                    return []
                 if not exc.retriable and not isinstance(exc, KafkaTimeoutError):
                     self.fail(exc)
                     return []
@@ -303,9 +309,14 @@ class TransactionManager:
         with self._lock:
             return [tp for tp in ready if tp in self.partitions]
 
-    def _add_partitions(self, partitions: list[TopicPartition]) -> None:
-        body = {**self._producer(), "partitions": [{"topic": tp.topic, "partition": tp.partition}
-                                                   for tp in partitions]}
+    def _ended_since(self, producer: tuple[int, int]) -> bool:
+        """Whether the producer id or epoch moved on since ``producer`` (its transaction ended)."""
+        with self._lock:
+            return (self.producer_id, self.producer_epoch) != producer
+
+    def _add_partitions(self, partitions: list[TopicPartition], producer: tuple[int, int]) -> None:
+        body = {"transactional_id": self.transactional_id, "producer_id": producer[0], "producer_epoch": producer[1],
+                "partitions": [{"topic": tp.topic, "partition": tp.partition} for tp in partitions]}
         answer = self._call(ApiKey.ADD_PARTITIONS_TO_TXN, body, time.monotonic() + self.request_timeout_s,
                             "AddPartitionsToTxn", record_failure=False)
         errors = [p for p in answer.get("partitions", []) if p.get("error_code")]
@@ -314,8 +325,9 @@ class TransactionManager:
             raise error_for_code(first["error_code"], f"AddPartitionsToTxn {first['topic']}-{first['partition']}: "
                                                       f"{first.get('error_message', '')}")
         with self._lock:
-            self.partitions.update(partitions)
-            self.started = True
+            if (self.producer_id, self.producer_epoch) == producer:   # else added to a transaction that has ended
+                self.partitions.update(partitions)
+                self.started = True
 
     # -- requests ------------------------------------------------------------------------------
 

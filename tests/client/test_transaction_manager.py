@@ -206,3 +206,35 @@ def test_bump_epoch_names_the_current_producer():
     tm.begin_transaction()
     with pytest.raises(IllegalStateError, match="IN_TRANSACTION"):
         tm.bump_epoch(1.0)
+
+
+def test_an_add_partitions_answered_after_the_transaction_ended_does_not_fail_the_next():
+    """The sender's AddPartitionsToTxn is on its way when the application aborts: the abort's EndTxn
+    bumps the epoch, and the late answer (fenced: it named the old epoch) is about the transaction
+    that ended, not the next one (under load it made the producer fatal)."""
+    class Racing(FakeCoordinator):
+        raced = False
+
+        def request(self, api_key: int, body: dict[str, Any], timeout_s: Optional[float] = None,
+                    deadline_s: Optional[float] = None) -> dict[str, Any]:
+            if ApiKey(api_key) == ApiKey.ADD_PARTITIONS_TO_TXN and body["partitions"][0]["partition"] == 0 \
+                    and not self.raced:
+                self.raced = True
+                # the application's abort ended the transaction at epoch 4 while the sender got this
+                # request ready (EndTxn went first: the manager sends one request at a time)
+                tm.producer_epoch, tm.partitions, tm.started = 4, set(), False
+                tm.state = TransactionState.READY
+                self.sent.append((ApiKey(api_key), body))
+                raise ProducerFenced(f"producer 7 epoch {body['producer_epoch']} was fenced (current epoch 4)")
+            return super().request(api_key, body, timeout_s, deadline_s)
+
+    coordinator = Racing()
+    tm = ready(coordinator)
+    tm.begin_transaction()
+    assert tm.sendable([TP1]) == [TP1]
+    assert tm.sendable([TP0]) == []
+    assert tm.state == TransactionState.READY and (tm.producer_id, tm.producer_epoch) == (7, 4)
+    assert tm.partitions == set()
+    tm.begin_transaction()                           # the next transaction starts, at the new epoch
+    assert tm.sendable([TP0]) == [TP0]
+    assert coordinator.sent[-1][1]["producer_epoch"] == 4
