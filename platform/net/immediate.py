@@ -13,7 +13,7 @@ idle: its task waits for the next request with nothing read ahead, no reply owed
 authentication in progress and the socket taking what is written; a frame that cannot be answered
 so (another request, one that must wait or read a file, a partial frame) and everything behind it
 go to the task as before, so replies keep their order. The request is handled in the connection's
-context (its session: ACLs, quotas), counted by the request metrics and keeps the connection from
+context (its session, for ACLs), counted by the request metrics and keeps the connection from
 expiring as idle, as a request through the task does.
 """
 from __future__ import annotations
