@@ -18,7 +18,6 @@ from ember.errors import ErrorCode
 from ember.protocol.kafka.codec import (
     KafkaRequest,
     build,
-    decode_request,
     encode_error_only,
     encode_response,
     encode_response_pieces,
@@ -26,6 +25,7 @@ from ember.protocol.kafka.codec import (
     frame_v0,
     response_class,
 )
+from ember.protocol.kafka.repeated_requests import RepeatedRequests
 from ember.wire.api_keys import ApiKey
 from ember.wire.reply import CloseConnection, FramePieces
 
@@ -56,6 +56,7 @@ class KafkaDispatcher:
         #: With metrics on: counts the error codes of every response built here (the server
         #: only sees encoded bytes).
         self.observer = observer
+        self._repeated = RepeatedRequests(self.serves)
 
     def supported(self) -> list[tuple[int, int, int]]:
         """(api key, min version, max version) of every API, as ApiVersions lists them."""
@@ -72,7 +73,7 @@ class KafkaDispatcher:
         api = self.apis.get(int.from_bytes(frame[:2], "big"))
         if api is None or api.now is None:
             return None
-        request = decode_request(frame, self.serves)
+        request = self._repeated.decode(frame)
         if request.body is None:
             return None
         response = api.now(request)

@@ -9,6 +9,7 @@ byte for byte against kio's encoding (``tests/protocol/kafka/test_list_offsets_r
 """
 from __future__ import annotations
 
+import functools
 import io
 import struct
 from typing import Sequence
@@ -32,7 +33,15 @@ PartitionOffset = tuple[int, int, int, int]
 
 def encode_list_offsets(api_version: int, topics: Sequence[tuple[str, Sequence[PartitionOffset]]]) -> EncodedResponse:
     """The response body of ListOffsets ``api_version`` (1-10) for ``topics``: (name, partitions).
-    Lengths and names go through kio's writers; the fixed-size fields are packed here."""
+    The same answer is asked again and again (Spark's connector, until new records arrive), so
+    answers are kept (immutable) and encoded once."""
+    return _encoded(api_version, tuple((name, tuple(partitions)) for name, partitions in topics))
+
+
+@functools.lru_cache(maxsize=4096)
+def _encoded(api_version: int, topics: tuple[tuple[str, tuple[PartitionOffset, ...]], ...]) -> EncodedResponse:
+    """:func:`encode_list_offsets`: lengths and names go through kio's writers; the fixed-size
+    fields are packed here."""
     flexible = api_version >= _FLEXIBLE_FROM
     epoch = _NO_LEADER_EPOCH if api_version >= _LEADER_EPOCH_FROM else b""
     partition_tail = epoch + _NO_TAGS if flexible else epoch
