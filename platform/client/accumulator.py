@@ -145,8 +145,9 @@ class RecordAccumulator:
                 self._wait_for_space(size, max_block_s)   # releases the lock: look again after
                 batch = self._open.get(tp)
             if batch is None or (batch.size + size > self.batch_size and batch.count):
-                if batch is not None:
-                    self.wakeup.set()   # the old batch just became full
+                # the old batch just became full, or a new one starts its linger: the sender may be
+                # asleep for longer (with linger_ms=0, until retry_backoff_ms), as Kafka's producer wakes it
+                self.wakeup.set()
                 batch = self._open[tp] = ProducerBatch(tp, time.monotonic())
                 queue = self._queues.get(tp)
                 if queue is None:

@@ -59,6 +59,18 @@ def test_linger_makes_a_partial_batch_ready() -> None:
     assert ready == [TP]
 
 
+def test_a_new_batch_wakes_the_sender_and_more_records_in_it_do_not() -> None:
+    acc = make(batch_size=250, linger_ms=0)
+    acc.append(TP, 1, None, b"v", None, 80, 1.0)
+    assert acc.wakeup.is_set()          # with linger_ms=0 the sender would otherwise sleep retry_backoff_ms
+    acc.wakeup.clear()
+    acc.append(TP, 2, None, b"v", None, 80, 1.0)
+    assert not acc.wakeup.is_set()      # the open batch: the sender already knows when it is due
+    acc.append(TP, 3, None, b"v", None, 80, 1.0)
+    acc.append(TP, 4, None, b"v", None, 80, 1.0)    # 320 > 250: a new batch
+    assert acc.wakeup.is_set()
+
+
 def test_full_buffer_blocks_then_times_out() -> None:
     acc = make(batch_size=100, buffer_memory=100)
     acc.append(TP, 0, None, b"x", None, 100, 1.0)
