@@ -29,6 +29,13 @@ CALL_S = 10.0
 #: A killed broker leaves ZooKeeper (its partitions and transactional ids move) within 3 s.
 CONFIG = {"zookeeper.session.timeout.ms": "3000", "replica.fetch.backoff.ms": "200"}
 
+#: librdkafka 2.x's send_offsets_to_transaction ignores its timeout (librdkafka #5456) and, when the
+#: group coordinator it cached was killed and left the metadata, waits for another broker connection
+#: to change state before it looks the coordinator up again (#5511): in one CI run that took until
+#: ember closed an idle connection (connections.max.idle.ms, 10 min), and the transaction had timed
+#: out by then. The producer closing its own idle connections makes such changes come within seconds.
+IDLE_CLOSE_MS = 5000
+
 T = TypeVar("T")
 
 #: What librdkafka's committed() reports, not retrying by itself, while the group's coordinator moves.
@@ -81,7 +88,8 @@ class Copier:
 
     def new_producer(self) -> Producer:
         producer = Producer({"bootstrap.servers": self.bootstrap, "transactional.id": self.transactional_id,
-                             "transaction.timeout.ms": 30000, "linger.ms": 5})
+                             "transaction.timeout.ms": 30000, "linger.ms": 5,
+                             "connections.max.idle.ms": IDLE_CLOSE_MS})
         retried(lambda: producer.init_transactions(CALL_S), time.monotonic() + WAIT_S)
         return producer
 
