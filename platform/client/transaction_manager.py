@@ -315,8 +315,8 @@ class TransactionManager:
             return (self.producer_id, self.producer_epoch) != producer
 
     def _add_partitions(self, partitions: list[TopicPartition], producer: tuple[int, int]) -> None:
-        body = {"transactional_id": self.transactional_id, "producer_id": producer[0], "producer_epoch": producer[1],
-                "partitions": [{"topic": tp.topic, "partition": tp.partition} for tp in partitions]}
+        body = {**self._producer(producer), "partitions": [{"topic": tp.topic, "partition": tp.partition}
+                                                           for tp in partitions]}
         answer = self._call(ApiKey.ADD_PARTITIONS_TO_TXN, body, time.monotonic() + self.request_timeout_s,
                             "AddPartitionsToTxn", record_failure=False)
         errors = [p for p in answer.get("partitions", []) if p.get("error_code")]
@@ -325,15 +325,16 @@ class TransactionManager:
             raise error_for_code(first["error_code"], f"AddPartitionsToTxn {first['topic']}-{first['partition']}: "
                                                       f"{first.get('error_message', '')}")
         with self._lock:
-            if (self.producer_id, self.producer_epoch) == producer:   # else added to a transaction that has ended
+            if not self._ended_since(producer):   # else added to a transaction that has ended
                 self.partitions.update(partitions)
                 self.started = True
 
     # -- requests ------------------------------------------------------------------------------
 
-    def _producer(self) -> dict[str, Any]:
-        return {"transactional_id": self.transactional_id, "producer_id": self.producer_id,
-                "producer_epoch": self.producer_epoch}
+    def _producer(self, producer: tuple[int, int] | None = None) -> dict[str, Any]:
+        """The request fields naming this producer: its current id and epoch, or ``producer``'s."""
+        producer_id, producer_epoch = producer or (self.producer_id, self.producer_epoch)
+        return {"transactional_id": self.transactional_id, "producer_id": producer_id, "producer_epoch": producer_epoch}
 
     def _call(self, api_key: ApiKey, body: dict[str, Any], deadline: float, operation: str,
               coordinator: Optional[Coordinator] = None, record_failure: bool = True) -> dict[str, Any]:
