@@ -9,10 +9,12 @@ A new leader hides its high watermark from consumers (OFFSET_NOT_AVAILABLE, retr
 reaches the log end the leader had when it took over: every offset an earlier leader exposed is
 below that point, so consumers never see the high watermark go back across a failover.
 
-Threading: the event loop never touches a disk. Every ``Log`` call runs on the broker's I/O
-pool (:meth:`run`); ``Log`` is thread-safe and fsyncs without blocking appends. The only
-broker-side critical section is advancing the high watermark (read target, compare, set), which
-must never move it backwards when appends finish out of order. Leadership state, follower
+Threading: ``Log`` calls that write or may wait on a disk run on the broker's I/O pool
+(:meth:`run`); ``Log`` is thread-safe and fsyncs without blocking appends. Moving the high
+watermark (memory only) and reading a few partitions at their logs' ends (page cache) run on the
+event loop when no pool thread holds the log (``Log.locked(blocking=False)``), else on the pool.
+The only broker-side critical section is advancing the high watermark (read target, compare,
+set), which must never move it backwards when appends finish out of order. Leadership state, follower
 progress and :attr:`changed` live on the event loop; follower appends and truncations are
 serialized by an asyncio lock and re-check the leader epoch under it, so nothing fetched from a
 former leader lands after the partition moved on.
@@ -210,23 +212,35 @@ class Partition:
 
     async def advance_high_watermark(self) -> None:
         """Move the high watermark to its target if that is higher, waking readers and acks=all
-        waits (event loop; the write itself runs on the I/O pool)."""
+        waits (event loop). The move is in memory: it runs inline, unless an I/O-pool thread holds
+        the log (an append, a roll) or is moving it too; then it runs on the pool."""
         if self.is_leader and self.high_watermark_target() > self.log.high_watermark:
-            try:
-                moved = await self.run(self._advance_high_watermark)
-            except asyncio.CancelledError:
-                self.changed.fire()    # the move may have landed: fetch sessions must hear of it
-                raise
+            moved = self._advance_high_watermark(wait=False)
+            if moved is None:
+                try:
+                    moved = await self.run(self._advance_high_watermark)
+                except asyncio.CancelledError:
+                    self.changed.fire()    # the move may have landed: fetch sessions must hear of it
+                    raise
             if moved:
                 self.changed.fire()
 
-    def _advance_high_watermark(self) -> bool:
-        with self._hw_lock:
-            target = self.high_watermark_target()
-            if target > self.log.high_watermark:
-                self.log.update_high_watermark(target)
-                return True
-            return False
+    def _advance_high_watermark(self, wait: bool = True) -> bool | None:
+        """Whether the high watermark moved; None (only without ``wait``) when another thread
+        holds its lock or the log's. The locks are taken in that order wherever it runs."""
+        if not self._hw_lock.acquire(blocking=wait):
+            return None
+        try:
+            with self.log.locked(blocking=wait) as held:
+                if not held:
+                    return None
+                target = self.high_watermark_target()
+                if target > self.log.high_watermark:
+                    self.log.update_high_watermark(target)
+                    return True
+                return False
+        finally:
+            self._hw_lock.release()
 
     async def wait_replicated(self, end_offset: int, leader_epoch: int, deadline: float) -> None:
         """acks=all: return once every ISR member has the write ending at ``end_offset`` and the
@@ -345,8 +359,9 @@ class Partition:
 
     def read_blocking(self, fetch_offset: int, max_bytes: int, min_one_batch: bool,
                       replica_id: int, committed: bool = False) -> tuple["FetchSlice | None", LogOffsets]:
-        """Batches from ``fetch_offset`` (on an I/O-pool thread; a fetch reads all its partitions
-        in one job): the slice (None when nothing is readable) and the offsets."""
+        """Batches from ``fetch_offset`` (on an I/O-pool thread, a fetch's partitions in one job;
+        or on the event loop, holding the log, for a few reads at their logs' ends): the slice
+        (None when nothing is readable) and the offsets."""
         offsets = self._offsets()
         limit = None if replica_id >= 0 else _visible_end(offsets, replica_id, committed)
         piece = self.log.read(fetch_offset, max_bytes, max_offset=limit, min_one_batch=min_one_batch,

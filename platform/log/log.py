@@ -234,6 +234,20 @@ class Log:
         """Why the log went offline (the directory and the failed operation), or None."""
         return self._offline_reason
 
+    @contextlib.contextmanager
+    def locked(self, *, blocking: bool = True) -> Iterator[bool]:
+        """Hold the log's lock (reentrant) for the block; ``blocking=False`` takes it only if no
+        other thread holds it, and yields whether it did. The broker's event loop runs a job of
+        a few microseconds in memory or the page cache (a high-watermark move, a read at the log's
+        end) inline this way: on the I/O pool two thread hand-offs cost it 0.3-1 ms under load,
+        and an append or a roll holding the lock sends the job there after all."""
+        held = self._lock.acquire(blocking=blocking)
+        try:
+            yield held
+        finally:
+            if held:
+                self._lock.release()
+
     def take_offline(self, reason: str) -> None:
         """Take the log offline although its files are whole (the broker's choice after a write
         the disk refused, as Kafka's KIP-112): every later operation raises StorageError until

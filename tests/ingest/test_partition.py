@@ -4,6 +4,7 @@ broker: the test plays the controller and the followers)."""
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 from ingest_fakes import MakePartition, batch, run
@@ -175,6 +176,59 @@ def test_the_high_watermark_never_moves_backwards(make_partition: MakePartition)
         assert partition.high_watermark_target() == 1
         assert partition.log.high_watermark == 3
         await append_records(partition, 1)                        # appends re-check the target too
+        assert partition.log.high_watermark == 3
+
+    run(scenario())
+
+
+def hold_io_pool(partition: Partition, threads: int = 2) -> tuple[threading.Event, asyncio.Future]:
+    """Occupy every thread of the test's I/O pool until the returned event is set."""
+    release = threading.Event()
+    busy = asyncio.gather(*[partition.run(release.wait, 10) for _ in range(threads)])
+    return release, busy
+
+
+def test_the_high_watermark_moves_on_the_event_loop_while_the_io_pool_is_busy(make_partition: MakePartition) -> None:
+    """The move is in memory: a follower's fetch commits the write at once, not after two thread
+    hand-offs (each acks=all write and each consumer waits for it)."""
+    async def scenario() -> None:
+        partition = make_partition(replicas=(1, 2))
+        lead(partition, [1, 2])
+        await append_records(partition, 3)
+        release, busy = hold_io_pool(partition)
+        try:
+            await asyncio.wait_for(fetched_by(partition, FOLLOWER_2, 3), 1)
+            assert partition.log.high_watermark == 3
+        finally:
+            release.set()
+            await busy
+
+    run(scenario())
+
+
+def test_a_high_watermark_move_waits_on_the_io_pool_while_another_thread_holds_the_log(
+        make_partition: MakePartition) -> None:
+    """The event loop never blocks on the log's lock (an append or a roll may hold it through a
+    write or an fsync): the move goes to the I/O pool and lands once the log is free."""
+    async def scenario() -> None:
+        partition = make_partition(replicas=(1, 2))
+        lead(partition, [1, 2])
+        await append_records(partition, 3)
+        held, release = threading.Event(), threading.Event()
+
+        def hold_log() -> None:
+            with partition.log.locked():
+                held.set()
+                release.wait(10)
+
+        holder = asyncio.ensure_future(asyncio.to_thread(hold_log))
+        await asyncio.to_thread(held.wait, 10)
+        move = asyncio.ensure_future(fetched_by(partition, FOLLOWER_2, 3))
+        await asyncio.sleep(0.2)
+        assert not move.done() and partition.log.high_watermark == 0
+        release.set()
+        await asyncio.wait_for(move, 5)
+        await holder
         assert partition.log.high_watermark == 3
 
     run(scenario())
@@ -404,11 +458,7 @@ def test_earliest_and_latest_are_answered_while_the_io_pool_is_busy(make_partiti
         partition = make_partition(replicas=(1,))
         lead(partition, [1])
         await append_records(partition, 3)
-        release = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        blockers = [partition.run(lambda: asyncio.run_coroutine_threadsafe(release.wait(), loop).result(10))
-                    for _ in range(2)]                        # both I/O threads held
-        busy = asyncio.gather(*blockers)
+        release, busy = hold_io_pool(partition)                # both I/O threads held
         answer = partition.offset_for_timestamp
         assert await asyncio.wait_for(answer(EARLIEST_TIMESTAMP, CONSUMER), 1) == (0, -1)
         assert await asyncio.wait_for(answer(LATEST_TIMESTAMP, CONSUMER), 1) == (3, -1)
