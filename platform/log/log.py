@@ -53,6 +53,11 @@ def rename_for_delete(directory: Path) -> Path:
     return target
 
 
+class FsyncNeeded(Exception):
+    """An append made with ``fsync=False`` would have fsynced (a segment roll, flush.messages
+    reached): nothing was written; append again where an fsync may block."""
+
+
 @dataclass(frozen=True)
 class AppendResult:
     first_offset: int
@@ -344,11 +349,12 @@ class Log:
 
     # --- appending ------------------------------------------------------------------------------
 
-    def append_as_leader(self, raw: Buffer, leader_epoch: int) -> AppendResult:
+    def append_as_leader(self, raw: Buffer, leader_epoch: int, *, fsync: bool = True) -> AppendResult:
         """Validate, assign offsets to and append producer batches.
 
         Nothing is written if any batch is bad. A retried idempotent batch returns its original
-        offsets with ``duplicate=True``.
+        offsets with ``duplicate=True``. ``fsync=False``: raise ``FsyncNeeded`` instead of an
+        append that would fsync.
         """
         view = memoryview(raw)
         batches = _validate(view, self._config.max_message_bytes, require_keys=self._config.compact)
@@ -378,14 +384,14 @@ class Log:
                 headers.append(BatchHeader.parse(head))
                 buffers += (head, payload)
                 offset += header.record_count
-            self._append(headers, buffers, [(leader_epoch, headers[0].base_offset)])
+            self._append(headers, buffers, [(leader_epoch, headers[0].base_offset)], fsync=fsync)
             return _result(headers)
 
-    def append_as_follower(self, raw: Buffer) -> AppendResult:
+    def append_as_follower(self, raw: Buffer, *, fsync: bool = True) -> AppendResult:
         """Append batches fetched from the leader, keeping its offsets and epochs.
 
         The first batch must start at the log end offset and the batches must be contiguous,
-        else ``UnexpectedAppendOffset``.
+        else ``UnexpectedAppendOffset``. ``fsync=False`` as in :meth:`append_as_leader`.
         """
         view = memoryview(raw)
         batches = _validate(view, None)
@@ -400,7 +406,8 @@ class Log:
                         f"{self.directory}: follower batch starts at {header.base_offset}, "
                         f"expected {expected}")
                 expected = header.last_offset + 1
-            self._append(headers, [view], [(h.partition_leader_epoch, h.base_offset) for h in headers], markers)
+            self._append(headers, [view], [(h.partition_leader_epoch, h.base_offset) for h in headers], markers,
+                         fsync=fsync)
             return _result(headers)
 
     def append_marker(self, marker: Marker, leader_epoch: int) -> AppendResult:
@@ -421,15 +428,23 @@ class Log:
             return _result([header])
 
     def _append(self, headers: Sequence[BatchHeader], buffers: Sequence[Buffer],
-                epochs: Sequence[tuple[int, int]], markers: Optional[Sequence[Optional[Marker]]] = None) -> None:
+                epochs: Sequence[tuple[int, int]], markers: Optional[Sequence[Optional[Marker]]] = None,
+                *, fsync: bool = True) -> None:
         """Write batches and record their (epoch, start offset)s; all or nothing: on a disk
-        failure the files, offsets, epoch cache and producer state are as before."""
+        failure the files, offsets, epoch cache and producer state are as before. Without
+        ``fsync``, raise FsyncNeeded before writing if the append would roll or sync."""
         size = sum(h.size for h in headers)
         max_timestamp = max(h.max_timestamp for h in headers)
+        records = sum(h.record_count for h in headers)
+        flush_messages = self._config.flush_messages
+        syncs = flush_messages is not None and self._unflushed_records + records >= flush_messages
         with self._disk():
-            if self._active.should_roll(size, max_timestamp, headers[-1].last_offset,
-                                        segment_bytes=self._config.segment_bytes,
-                                        segment_ms=self._config.segment_ms):
+            rolls = self._active.should_roll(size, max_timestamp, headers[-1].last_offset,
+                                             segment_bytes=self._config.segment_bytes,
+                                             segment_ms=self._config.segment_ms)
+            if not fsync and (rolls or syncs):
+                raise FsyncNeeded(f"{self.directory}: this append would {'roll' if rolls else 'sync'}")
+            if rolls:
                 self._roll()
             active = self._active
             mark = active.mark()
@@ -444,9 +459,8 @@ class Log:
                 if done is not None:
                     self._txns.completed(done)
             self._refresh_last_stable_offset()
-            self._unflushed_records += sum(h.record_count for h in headers)
-            if self._config.flush_messages is not None and \
-                    self._unflushed_records >= self._config.flush_messages:
+            self._unflushed_records += records
+            if syncs:
                 self._sync_unflushed()
 
     def _roll(self) -> None:

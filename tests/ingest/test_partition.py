@@ -24,6 +24,7 @@ from ember.errors import (
 from ember.ingest.partition import (
     DELETE_TO_HIGH_WATERMARK,
     EARLIEST_TIMESTAMP,
+    INLINE_WRITE_BYTES,
     LATEST_TIERED_TIMESTAMP,
     LATEST_TIMESTAMP,
     MAX_TIMESTAMP,
@@ -31,6 +32,7 @@ from ember.ingest.partition import (
     Partition,
 )
 from ember.record import iter_batches
+from ember.record.batch import build_batch
 
 CONSUMER = -1
 LEADER, FOLLOWER_2, FOLLOWER_3 = 1, 2, 3
@@ -39,9 +41,9 @@ LEADER, FOLLOWER_2, FOLLOWER_3 = 1, 2, 3
 def make_partition(make_partition: MakePartition) -> MakePartition:
     """conftest's partitions, led here by default: broker 1 of replicas 1-3."""
     def make(*, broker_id: int = LEADER, replicas: tuple[int, ...] = (1, 2, 3), min_insync: int = 1,
-             removing: tuple[int, ...] = ()) -> Partition:
+             removing: tuple[int, ...] = (), **props: str) -> Partition:
         return make_partition(broker_id=broker_id, replicas=replicas, removing=removing,
-                              **{"min.insync.replicas": str(min_insync)})
+                              **{"min.insync.replicas": str(min_insync), **props})
     return make
 
 
@@ -574,6 +576,54 @@ def test_out_of_sync_replicas_are_isr_followers_not_caught_up_within_the_lag(
         assert partition.out_of_sync_replicas(clock[0] + 500, lag_max_ms=1_000) == [FOLLOWER_3]
         assert partition.out_of_sync_replicas(clock[0] + 100, lag_max_ms=1_000) == []
         assert partition.out_of_sync_replicas(clock[0] + 1_001, lag_max_ms=1_000) == [FOLLOWER_2, FOLLOWER_3]
+
+    run(scenario())
+
+
+# -- where appends run ------------------------------------------------------------------------
+
+def test_small_appends_land_while_the_io_pool_is_busy(make_partition: MakePartition) -> None:
+    """A leader's and a follower's append into the page cache run on the event loop, not behind
+    two thread hand-offs of the I/O pool."""
+    async def scenario() -> None:
+        leader, follower = make_partition(), make_partition(broker_id=FOLLOWER_2)
+        lead(leader, [LEADER])
+        follow(follower, leader=LEADER)
+        release, busy = hold_io_pool(leader)
+        try:
+            await asyncio.wait_for(append_records(leader, 3), 1)
+            await asyncio.wait_for(follower.append_as_follower(memoryview(batch(3, partition_leader_epoch=0)), 0, 3), 1)
+            assert (leader.log.high_watermark, follower.log.high_watermark) == (3, 3)
+        finally:
+            release.set()
+            await busy
+
+    run(scenario())
+
+
+def test_appends_that_fsync_are_large_or_delete_segments_wait_for_the_io_pool(make_partition: MakePartition) -> None:
+    """A roll fsyncs the sealed segment, a large batch takes long to copy, a follower's new log start
+    deletes files under the log's flush lock: none of them may block the event loop."""
+    async def scenario() -> None:
+        rolling = make_partition(replicas=(1,), **{"segment.bytes": str(len(batch(3)) + 1)})
+        large = make_partition(replicas=(1,))
+        follower = make_partition(broker_id=FOLLOWER_2)
+        lead(rolling, [LEADER])
+        lead(large, [LEADER])
+        follow(follower, leader=LEADER)
+        await append_records(rolling, 3)
+        await follower.append_as_follower(memoryview(batch(3, partition_leader_epoch=0)), 0, 3)
+        release, busy = hold_io_pool(rolling)
+        waiting = [asyncio.ensure_future(append_records(rolling, 3)),
+                   asyncio.ensure_future(large.append(memoryview(build_batch([(b"k", bytes(INLINE_WRITE_BYTES), 1_000)])), 1)),
+                   asyncio.ensure_future(follower.append_as_follower(memoryview(b""), 0, 3, 2))]
+        await asyncio.sleep(0.2)
+        assert [f.done() for f in waiting] == [False] * 3
+        release.set()
+        await busy
+        await asyncio.wait_for(asyncio.gather(*waiting), 5)
+        assert (rolling.log.log_end_offset, rolling.log.segment_stats[0]) == (6, 2)
+        assert large.log.log_end_offset == 1 and follower.log.log_start_offset == 2
 
     run(scenario())
 

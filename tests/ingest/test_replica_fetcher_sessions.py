@@ -8,11 +8,13 @@ import asyncio
 from typing import Any
 
 import pytest
-from ingest_fakes import FakeInterBroker, MakePartition, answer_to, batch, idle_leader, run, until
+from ingest_fakes import FakeInterBroker, MakePartition, answer_to, idle_leader, run, until
 from test_storage_errors import FETCHER_CONFIG, LEADER, LEADER_ADDRESS, ME, following, take_offline
 
 from ember.cluster.records import PartitionState
+from ember.ingest.partition import INLINE_WRITE_BYTES
 from ember.ingest.replica_fetcher import ReplicaFetcher
+from ember.record.batch import build_batch
 from ember.wire.api_keys import ApiKey
 from ember.wire.frame import Response
 
@@ -99,20 +101,22 @@ def test_a_log_taken_offline_outside_replication_leaves_the_session(
 
 def test_an_append_whose_client_went_away_still_wakes_the_partitions_watchers(make_partition: MakePartition) -> None:
     """The write lands although its caller was cancelled: fetch sessions look only at partitions
-    that fired, so without the fire its records stayed unread until the next append."""
+    that fired, so without the fire its records stayed unread until the next append. (A batch
+    over INLINE_WRITE_BYTES: a smaller one is appended on the event loop, with no await.)"""
     partition = make_partition(broker_id=LEADER)
     partition.apply_state(PartitionState(LEADER, 0, [LEADER], 1, 0))
 
     async def scenario() -> None:
         slow = partition._append
 
-        def slow_append(*args: Any) -> Any:
+        def slow_append(*args: Any, **kwargs: Any) -> Any:
             import time
             time.sleep(0.3)
-            return slow(*args)
+            return slow(*args, **kwargs)
 
         partition._append = slow_append   # type: ignore[method-assign]
-        appending = asyncio.create_task(partition.append(memoryview(batch(2)), 1))
+        large = build_batch([(b"k", bytes(INLINE_WRITE_BYTES), 1_000), (b"k", b"v", 1_000)])
+        appending = asyncio.create_task(partition.append(memoryview(large), 1))
         await asyncio.sleep(0.1)
         woken = partition.changed.future()
         appending.cancel()

@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import threading
 
+import pytest
 from log_helpers import numbered, values_batch
 
-from ember.log import read_offset_range
+from ember.log import FsyncNeeded, read_offset_range
 from ember.log.checkpoint import RECOVERY_POINT, read_offset
 
 
@@ -15,6 +16,25 @@ def test_flush_messages_fsyncs_every_n_records(open_log):
     assert log.recovery_point == 0
     log.append_as_leader(values_batch(numbered(3, 3)), 0)
     assert log.recovery_point == 6
+
+
+def test_an_append_that_may_not_fsync_refuses_a_roll_or_a_sync_and_writes_nothing(open_log):
+    """The broker's event loop appends with fsync=False and sends such an append to its I/O pool."""
+    batch = values_batch(numbered(0, 3))
+    for props, synced in (({"flush_messages": 5}, (6, 1)), ({"segment_bytes": len(batch) + 1}, (3, 2))):
+        log = open_log(**props)
+        log.append_as_leader(batch, 0, fsync=False)
+        assert log.log_end_offset == 3 and log.recovery_point == 0     # neither a sync nor a roll yet
+        for append in (lambda: log.append_as_leader(values_batch(numbered(3, 3)), 0, fsync=False),
+                       lambda: log.append_as_follower(values_batch(numbered(3, 3), base_offset=3), fsync=False)):
+            with pytest.raises(FsyncNeeded):
+                append()
+            assert (log.log_end_offset, log.recovery_point, log.segment_stats[0]) == (3, 0, 1)
+        log.append_as_leader(values_batch(numbered(3, 3)), 0)              # fsync allowed: it syncs or rolls
+        assert (log.recovery_point, log.segment_stats[0]) == synced
+        log.close()
+        for path in log.directory.iterdir():
+            path.unlink()
 
 
 def test_flush_timer(open_log, clock, log_dir):
