@@ -42,6 +42,9 @@ from ember.wire.fetch_session import FINAL_EPOCH, NO_SESSION
 from ember.wire.isolation import READ_COMMITTED, READ_UNCOMMITTED
 from ember.wire.reply import OK, CloseConnection, error_fields
 
+#: A fetch's records of at most this many bytes, at their logs' ends, are converted on the event
+#: loop (``_small_at_log_ends``).
+INLINE_CONVERT_BYTES = 64 * 1024
 #: Produce v0-2 (magic 0/1 message sets) are advertised, as Kafka 4 does because librdkafka before
 #: 2.11.1 turns compression off when Produce starts at v3, and rejected per request.
 FIRST_PRODUCE_VERSION = 3
@@ -150,7 +153,7 @@ class RecordHandlers:
                 committed=getattr(body, "isolation_level", READ_UNCOMMITTED) == READ_COMMITTED)
         except (FetchSessionIdNotFound, InvalidFetchSessionEpoch) as exc:
             return build(cls, {**error_fields(exc), "session_id": NO_SESSION, "responses": []})
-        converted = await self._fetch_partitions(results, request.api_version)
+        converted = await _fetch_partitions(results, request.api_version)
         topics: dict[object, dict[str, Any]] = {}
         for (_, index), (ref, error) in failed.items():
             topics.setdefault(id(ref), {**ref, "partitions": []})["partitions"].append(_fetch_fields(index, error))
@@ -161,27 +164,6 @@ class RecordHandlers:
                 topic = topics[name] = {**names.ref(name), "partitions": []}
             topic["partitions"].append(fields)
         return build(cls, {**OK, "session_id": session_id, "responses": list(topics.values())})
-
-    async def _fetch_partitions(self, results: list[FetchResult], version: int) -> list[Any]:
-        """Each result's response entry (its fields, or the entry itself); only those with records
-        to convert go to the I/O pool, in at most one job per pool thread: a fetch of 1,000
-        partitions, most of them without news, made 1,000 tasks, and a consumer starting on all of
-        them a job per partition. An entry without records is built once per offsets it shows."""
-        idle = _partition_class(version)
-        fields: list[Any] = [
-            None if r.error is None and r.slice is not None and r.leader is not None else
-            _fetch_fields(r.target.partition, r.error) if r.error is not None else
-            _idle_partition(idle, r.target.partition, r.offsets.high_watermark, r.offsets.log_start_offset,
-                            r.offsets.last_stable_offset)
-            for r in results]
-        reading = [results[i] for i, f in enumerate(fields) if f is None]
-        if reading:      # contiguous chunks, one job each: the pool's threads convert side by side
-            step = -(-len(reading) // IO_THREADS)
-            chunks = [reading[i:i + step] for i in range(0, len(reading), step)]
-            converted = await asyncio.gather(*(_leader(chunk[0]).run(_records_fields, chunk, version) for chunk in chunks))
-            read = iter([entry for chunk in converted for entry in chunk])
-            fields = [next(read) if f is None else f for f in fields]
-        return fields
 
     # -- ListOffsets ---------------------------------------------------------------------------
 
@@ -298,14 +280,48 @@ def _offset_queries(topic: Any) -> list[LeaderQuery[int]]:
             for p in topic.partitions]
 
 
+async def _fetch_partitions(results: list[FetchResult], version: int) -> list[Any]:
+    """Each result's response entry (its fields, or the entry itself); only those with records
+    to convert go to the I/O pool, in at most one job per pool thread: a fetch of 1,000
+    partitions, most of them without news, made 1,000 tasks, and a consumer starting on all of
+    them a job per partition. An entry without records is built once per offsets it shows."""
+    idle = _partition_class(version)
+    fields: list[Any] = [
+        None if r.error is None and r.slice is not None and r.leader is not None else
+        _fetch_fields(r.target.partition, r.error) if r.error is not None else
+        _idle_partition(idle, r.target.partition, r.offsets.high_watermark, r.offsets.log_start_offset,
+                        r.offsets.last_stable_offset)
+        for r in results]
+    reading = [results[i] for i, f in enumerate(fields) if f is None]
+    if reading and _small_at_log_ends(reading):
+        read = iter(_records_fields(reading, version))
+        fields = [next(read) if f is None else f for f in fields]
+    elif reading:    # contiguous chunks, one job each: the pool's threads convert side by side
+        step = -(-len(reading) // IO_THREADS)
+        chunks = [reading[i:i + step] for i in range(0, len(reading), step)]
+        converted = await asyncio.gather(*(_leader(chunk[0]).run(_records_fields, chunk, version) for chunk in chunks))
+        read = iter([entry for chunk in converted for entry in chunk])
+        fields = [next(read) if f is None else f for f in fields]
+    return fields
+
+
 def _leader(result: FetchResult) -> Partition:
     assert result.leader is not None
     return result.leader
 
 
+def _small_at_log_ends(results: list[FetchResult]) -> bool:
+    """Whether ``_records_fields`` of these results runs on the event loop: at most
+    INLINE_CONVERT_BYTES in all, each read from data written since its log's last fsync (in the
+    page cache), as a consumer at the end of a log reads: the I/O pool's two thread hand-offs cost
+    more than copying (and, for batches ember's own producers wrote, building) so few bytes."""
+    return sum(r.size for r in results) <= INLINE_CONVERT_BYTES and \
+        all(r.leader is not None and r.target.offset >= r.leader.log.recovery_point for r in results)
+
+
 def _records_fields(results: list[FetchResult], version: int) -> list[dict[str, Any]]:
     """The response fields of each result with records (on an I/O-pool thread: reads the segment
-    files), its batches as Kafka v2 batches."""
+    files; or on the event loop, see ``_small_at_log_ends``), its batches as Kafka v2 batches."""
     fields = []
     for result in results:
         assert result.slice is not None
