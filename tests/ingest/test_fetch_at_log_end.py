@@ -10,12 +10,11 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from ingest_fakes import FakeInterBroker, FakeIsrWriter, FakeMetadataCache, batch, run
+from ingest_fakes import FakeMetadataCache, batch, replica_manager, run
 
 from ember.cluster.records import PartitionState
-from ember.ingest.broker_config import BrokerConfig
 from ember.ingest.fetch import INLINE_READS, FetchResult, FetchTarget, fetch_at_leaders
-from ember.ingest.log_manager import IO_THREADS, LogManager
+from ember.ingest.log_manager import IO_THREADS
 from ember.ingest.partition import CONSUMER_REPLICA_ID
 from ember.ingest.produce import ProduceEntry, append_at_leaders
 from ember.ingest.replica_manager import ReplicaManager
@@ -32,16 +31,9 @@ async def leader(data_dir: Path) -> AsyncIterator[ReplicaManager]:
     cache = FakeMetadataCache()
     cache.put_topic(TOPIC, {i: [ME] for i in range(PARTITIONS)},
                     states={i: PartitionState(ME, 0, [ME], 1, 0) for i in range(PARTITIONS)})
-    logs = LogManager(data_dir, ME)
-    replicas = ReplicaManager(ME, cache, logs, BrokerConfig.from_properties({}), FakeIsrWriter(cache, ME),
-                              inter_broker=FakeInterBroker())
-    await replicas.start()
-    try:
+    async with replica_manager(data_dir, cache, ME) as replicas:
         await produce(replicas, range(PARTITIONS))
         yield replicas
-    finally:
-        await replicas.close()
-        logs.close()
 
 
 async def produce(replicas: ReplicaManager, partitions: range) -> None:
