@@ -244,8 +244,8 @@ class Log:
         """Hold the log's lock (reentrant) for the block; ``blocking=False`` takes it only if no
         other thread holds it, and yields whether it did. The broker's event loop runs a job of
         a few microseconds in memory or the page cache (a high-watermark move, a read at the log's
-        end) inline this way: on the I/O pool two thread hand-offs cost it 0.3-1 ms under load,
-        and an append or a roll holding the lock sends the job there after all."""
+        end, a small append with ``fsync=False``) inline this way: on the I/O pool two thread
+        hand-offs cost it 0.3-1 ms under load, and a thread holding the lock sends the job there."""
         held = self._lock.acquire(blocking=blocking)
         try:
             yield held
