@@ -343,7 +343,7 @@ def _read_at_log_ends(work: Sequence[tuple[FetchTarget, Partition]], max_bytes: 
     if len(work) > INLINE_READS:
         return None
     with contextlib.ExitStack() as held:
-        inline = all(target.offset >= partition.log.recovery_point and
+        inline = all(partition.unflushed_from(target.offset) and
                      held.enter_context(partition.log.locked(blocking=False)) for target, partition in work)
         read = _read_in_order(work, max_bytes, some_data, replica_id, committed) if inline else None
     return read

@@ -371,6 +371,11 @@ class Partition:
         self._advance_high_watermark()
         return result
 
+    def unflushed_from(self, fetch_offset: int) -> bool:
+        """Whether a read from ``fetch_offset`` is of data written since the log's last fsync, so in
+        the page cache: such reads (of readers at a log's end) may run on the event loop."""
+        return fetch_offset >= self.log.recovery_point
+
     def caught_up(self, fetch_offset: int, replica_id: int, committed: bool = False) -> LogOffsets | None:
         """On the event loop, without I/O: the offsets when nothing is readable from ``fetch_offset``
         yet (below the high watermark for consumers, the last stable offset for ``committed``:

@@ -293,16 +293,17 @@ async def _fetch_partitions(results: list[FetchResult], version: int) -> list[An
                         r.offsets.last_stable_offset)
         for r in results]
     reading = [results[i] for i, f in enumerate(fields) if f is None]
-    if reading and _small_at_log_ends(reading):
-        read = iter(_records_fields(reading, version))
-        fields = [next(read) if f is None else f for f in fields]
-    elif reading:    # contiguous chunks, one job each: the pool's threads convert side by side
+    if not reading:
+        return fields
+    if _small_at_log_ends(reading):
+        entries = _records_fields(reading, version)
+    else:            # contiguous chunks, one job each: the pool's threads convert side by side
         step = -(-len(reading) // IO_THREADS)
         chunks = [reading[i:i + step] for i in range(0, len(reading), step)]
         converted = await asyncio.gather(*(_leader(chunk[0]).run(_records_fields, chunk, version) for chunk in chunks))
-        read = iter([entry for chunk in converted for entry in chunk])
-        fields = [next(read) if f is None else f for f in fields]
-    return fields
+        entries = [entry for chunk in converted for entry in chunk]
+    read = iter(entries)
+    return [next(read) if f is None else f for f in fields]
 
 
 def _leader(result: FetchResult) -> Partition:
@@ -316,7 +317,7 @@ def _small_at_log_ends(results: list[FetchResult]) -> bool:
     page cache), as a consumer at the end of a log reads: the I/O pool's two thread hand-offs cost
     more than copying (and, for batches ember's own producers wrote, building) so few bytes."""
     return sum(r.size for r in results) <= INLINE_CONVERT_BYTES and \
-        all(r.leader is not None and r.target.offset >= r.leader.log.recovery_point for r in results)
+        all(_leader(r).unflushed_from(r.target.offset) for r in results)
 
 
 def _records_fields(results: list[FetchResult], version: int) -> list[dict[str, Any]]:
