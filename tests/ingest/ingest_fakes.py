@@ -325,3 +325,34 @@ async def replica_manager(data_dir: Path, cache: FakeMetadataCache, broker_id: i
     finally:
         await replicas.close()
         logs.close()
+
+
+@asynccontextmanager
+async def io_pool_busy(partition: Partition, threads: int) -> AsyncIterator[None]:
+    """``threads`` jobs occupy ``partition``'s I/O pool (all of its threads) for the block."""
+    release = threading.Event()
+    busy = asyncio.gather(*[partition.run(release.wait, 10) for _ in range(threads)])
+    try:
+        yield
+    finally:
+        release.set()
+        await busy
+
+
+@asynccontextmanager
+async def log_held_elsewhere(partition: Partition) -> AsyncIterator[None]:
+    """Another thread holds ``partition``'s log lock for the block (as an append or a roll would)."""
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with partition.log.locked():
+            held.set()
+            release.wait(10)
+
+    holder = asyncio.ensure_future(asyncio.to_thread(hold))
+    try:
+        await asyncio.to_thread(held.wait, 10)
+        yield
+    finally:
+        release.set()
+        await holder

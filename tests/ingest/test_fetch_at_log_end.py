@@ -5,12 +5,11 @@ are read on the I/O pool as before."""
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from ingest_fakes import FakeMetadataCache, batch, replica_manager, run
+from ingest_fakes import FakeMetadataCache, batch, io_pool_busy, log_held_elsewhere, replica_manager, run
 
 from ember.cluster.records import PartitionState
 from ember.ingest.fetch import INLINE_READS, FetchResult, FetchTarget, fetch_at_leaders
@@ -42,13 +41,6 @@ async def produce(replicas: ReplicaManager, partitions: range) -> None:
     assert not [o for o in outcomes if isinstance(o, Exception)]
 
 
-def hold_io_pool(replicas: ReplicaManager) -> tuple[threading.Event, asyncio.Future]:
-    """Occupy every I/O-pool thread until the returned event is set."""
-    release = threading.Event()
-    partition = replicas.leader_partition(TOPIC, 0)
-    return release, asyncio.gather(*[partition.run(release.wait, 10) for _ in range(IO_THREADS)])
-
-
 async def read(replicas: ReplicaManager, offset: int, partitions: range) -> asyncio.Future[list[FetchResult]]:
     """A consumer's fetch of ``partitions`` from ``offset``, started; given WAIT_S to finish."""
     targets = [FetchTarget(TOPIC, i, offset, 1 << 20) for i in partitions]
@@ -60,14 +52,10 @@ async def read(replicas: ReplicaManager, offset: int, partitions: range) -> asyn
 def test_a_read_at_the_log_end_is_answered_while_the_io_pool_is_busy(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with leader(tmp_path) as replicas:
-            release, busy = hold_io_pool(replicas)
-            try:
+            async with io_pool_busy(replicas.leader_partition(TOPIC, 0), IO_THREADS):
                 fetch = await read(replicas, 0, range(INLINE_READS))
                 assert fetch.done(), "a read of unflushed data at the log end waited for the I/O pool"
                 assert [r.size > 0 and r.error is None for r in fetch.result()] == [True] * INLINE_READS
-            finally:
-                release.set()
-                await busy
 
     run(scenario())
 
@@ -75,29 +63,14 @@ def test_a_read_at_the_log_end_is_answered_while_the_io_pool_is_busy(tmp_path: P
 def test_reads_of_fsynced_data_of_many_partitions_or_of_a_held_log_wait_for_the_io_pool(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with leader(tmp_path) as replicas:
-            log = replicas.leader_partition(TOPIC, 0).log
-            log.flush()
+            first = replicas.leader_partition(TOPIC, 0)
+            first.log.flush()
             await produce(replicas, range(1))                 # offsets 5-9 are past the fsync
-            held, unlock = threading.Event(), threading.Event()
-
-            def hold_log() -> None:
-                with log.locked():
-                    held.set()
-                    unlock.wait(10)
-
-            release, busy = hold_io_pool(replicas)
-            holder = asyncio.ensure_future(asyncio.to_thread(hold_log))
-            try:
-                await asyncio.to_thread(held.wait, 10)
+            async with io_pool_busy(first, IO_THREADS), log_held_elsewhere(first):
                 waiting = [await read(replicas, 0, range(1)),                  # fsynced
                            await read(replicas, 0, range(1, PARTITIONS)),      # too many for the event loop
                            await read(replicas, 5, range(1))]                  # unflushed, but its log is held
                 assert not [f for f in waiting if f.done()]
-            finally:
-                release.set()
-                unlock.set()
-                await busy
-                await holder
             for fetch in waiting:
                 assert all(r.size > 0 and r.error is None for r in await asyncio.wait_for(fetch, 5))
 

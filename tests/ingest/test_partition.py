@@ -4,10 +4,9 @@ broker: the test plays the controller and the followers)."""
 from __future__ import annotations
 
 import asyncio
-import threading
 
 import pytest
-from ingest_fakes import MakePartition, batch, run
+from ingest_fakes import MakePartition, batch, io_pool_busy, log_held_elsewhere, run
 
 from ember.cluster.records import NO_LEADER, PartitionState
 from ember.errors import (
@@ -183,11 +182,8 @@ def test_the_high_watermark_never_moves_backwards(make_partition: MakePartition)
     run(scenario())
 
 
-def hold_io_pool(partition: Partition, threads: int = 2) -> tuple[threading.Event, asyncio.Future]:
-    """Occupy every thread of the test's I/O pool until the returned event is set."""
-    release = threading.Event()
-    busy = asyncio.gather(*[partition.run(release.wait, 10) for _ in range(threads)])
-    return release, busy
+#: The threads of conftest's I/O pool.
+IO_THREADS = 2
 
 
 def test_the_high_watermark_moves_on_the_event_loop_while_the_io_pool_is_busy(make_partition: MakePartition) -> None:
@@ -197,13 +193,9 @@ def test_the_high_watermark_moves_on_the_event_loop_while_the_io_pool_is_busy(ma
         partition = make_partition(replicas=(1, 2))
         lead(partition, [1, 2])
         await append_records(partition, 3)
-        release, busy = hold_io_pool(partition)
-        try:
+        async with io_pool_busy(partition, IO_THREADS):
             await asyncio.wait_for(fetched_by(partition, FOLLOWER_2, 3), 1)
             assert partition.log.high_watermark == 3
-        finally:
-            release.set()
-            await busy
 
     run(scenario())
 
@@ -216,21 +208,11 @@ def test_a_high_watermark_move_waits_on_the_io_pool_while_another_thread_holds_t
         partition = make_partition(replicas=(1, 2))
         lead(partition, [1, 2])
         await append_records(partition, 3)
-        held, release = threading.Event(), threading.Event()
-
-        def hold_log() -> None:
-            with partition.log.locked():
-                held.set()
-                release.wait(10)
-
-        holder = asyncio.ensure_future(asyncio.to_thread(hold_log))
-        await asyncio.to_thread(held.wait, 10)
-        move = asyncio.ensure_future(fetched_by(partition, FOLLOWER_2, 3))
-        await asyncio.sleep(0.2)
-        assert not move.done() and partition.log.high_watermark == 0
-        release.set()
+        async with log_held_elsewhere(partition):
+            move = asyncio.ensure_future(fetched_by(partition, FOLLOWER_2, 3))
+            await asyncio.sleep(0.2)
+            assert not move.done() and partition.log.high_watermark == 0
         await asyncio.wait_for(move, 5)
-        await holder
         assert partition.log.high_watermark == 3
 
     run(scenario())
@@ -460,15 +442,13 @@ def test_earliest_and_latest_are_answered_while_the_io_pool_is_busy(make_partiti
         partition = make_partition(replicas=(1,))
         lead(partition, [1])
         await append_records(partition, 3)
-        release, busy = hold_io_pool(partition)                # both I/O threads held
         answer = partition.offset_for_timestamp
-        assert await asyncio.wait_for(answer(EARLIEST_TIMESTAMP, CONSUMER), 1) == (0, -1)
-        assert await asyncio.wait_for(answer(LATEST_TIMESTAMP, CONSUMER), 1) == (3, -1)
-        lookup = asyncio.ensure_future(answer(1, CONSUMER))
-        await asyncio.sleep(0.2)
-        assert not lookup.done(), "a timestamp lookup reads the log on the I/O pool"
-        release.set()
-        await busy
+        async with io_pool_busy(partition, IO_THREADS):
+            assert await asyncio.wait_for(answer(EARLIEST_TIMESTAMP, CONSUMER), 1) == (0, -1)
+            assert await asyncio.wait_for(answer(LATEST_TIMESTAMP, CONSUMER), 1) == (3, -1)
+            lookup = asyncio.ensure_future(answer(1, CONSUMER))
+            await asyncio.sleep(0.2)
+            assert not lookup.done(), "a timestamp lookup reads the log on the I/O pool"
         assert (await lookup)[0] == 0
 
     run(scenario())
@@ -589,14 +569,10 @@ def test_small_appends_land_while_the_io_pool_is_busy(make_partition: MakePartit
         leader, follower = make_partition(), make_partition(broker_id=FOLLOWER_2)
         lead(leader, [LEADER])
         follow(follower, leader=LEADER)
-        release, busy = hold_io_pool(leader)
-        try:
+        async with io_pool_busy(leader, IO_THREADS):
             await asyncio.wait_for(append_records(leader, 3), 1)
             await asyncio.wait_for(follower.append_as_follower(memoryview(batch(3, partition_leader_epoch=0)), 0, 3), 1)
             assert (leader.log.high_watermark, follower.log.high_watermark) == (3, 3)
-        finally:
-            release.set()
-            await busy
 
     run(scenario())
 
@@ -613,14 +589,13 @@ def test_appends_that_fsync_are_large_or_delete_segments_wait_for_the_io_pool(ma
         follow(follower, leader=LEADER)
         await append_records(rolling, 3)
         await follower.append_as_follower(memoryview(batch(3, partition_leader_epoch=0)), 0, 3)
-        release, busy = hold_io_pool(rolling)
-        waiting = [asyncio.ensure_future(append_records(rolling, 3)),
-                   asyncio.ensure_future(large.append(memoryview(build_batch([(b"k", bytes(INLINE_WRITE_BYTES), 1_000)])), 1)),
-                   asyncio.ensure_future(follower.append_as_follower(memoryview(b""), 0, 3, 2))]
-        await asyncio.sleep(0.2)
-        assert [f.done() for f in waiting] == [False] * 3
-        release.set()
-        await busy
+        async with io_pool_busy(rolling, IO_THREADS):
+            waiting = [asyncio.ensure_future(append_records(rolling, 3)),
+                       asyncio.ensure_future(large.append(memoryview(build_batch([(b"k", bytes(INLINE_WRITE_BYTES),
+                                                                                   1_000)])), 1)),
+                       asyncio.ensure_future(follower.append_as_follower(memoryview(b""), 0, 3, 2))]
+            await asyncio.sleep(0.2)
+            assert [f.done() for f in waiting] == [False] * 3
         await asyncio.wait_for(asyncio.gather(*waiting), 5)
         assert (rolling.log.log_end_offset, rolling.log.segment_stats[0]) == (6, 2)
         assert large.log.log_end_offset == 1 and follower.log.log_start_offset == 2
